@@ -1,0 +1,35 @@
+# Every target creates/reuses .venv, installs the project (compiling ext/), then acts.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8787
+
+.PHONY: serve test soak bench wheel clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip "setuptools>=69" wheel "Cython>=3.0"
+
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ext/*.pyx)
+	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
+	touch $@
+
+serve: $(STAMP)
+	$(BIN)/cursor-byok serve --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q
+
+soak: $(STAMP)
+	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest -q benchmarks --benchmark-columns=min,median,mean,ops --benchmark-sort=name
+
+wheel: $(STAMP)
+	$(BIN)/pip wheel --no-deps -w dist .
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info src/cursor_byok/hotpath/*.so src/cursor_byok/hotpath/*.c ext/*.c

@@ -1,0 +1,32 @@
+"""The conversation domain: identities, bindings, the single-writer runtime, output, history."""
+from __future__ import annotations
+
+from .identity import ParentConversationRef, new_run_id, new_trace_id
+from .output import OutputHub, OutputStream, ReadResult, ReplayUnavailable
+from .registry import Binding, BindingConflict, BindKind, Registry
+from .runtime import ConversationRuntime, RuntimeServices
+from .service import ConversationService, OpenedRun
+from .state import TRANSITIONS, IllegalTransition, Outcome, Phase, check_transition
+
+__all__ = [
+    "TRANSITIONS",
+    "Binding",
+    "BindKind",
+    "BindingConflict",
+    "ConversationRuntime",
+    "ConversationService",
+    "IllegalTransition",
+    "OpenedRun",
+    "Outcome",
+    "OutputHub",
+    "OutputStream",
+    "ParentConversationRef",
+    "Phase",
+    "ReadResult",
+    "Registry",
+    "ReplayUnavailable",
+    "RuntimeServices",
+    "check_transition",
+    "new_run_id",
+    "new_trace_id",
+]

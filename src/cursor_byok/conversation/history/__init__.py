@@ -1,0 +1,27 @@
+"""Canonical conversation history, its provider projection, and checkpoint message blobs."""
+from __future__ import annotations
+
+from .checkpoint import blob_id, message_from_json, message_json, system_json
+from .log import (
+    ConversationHistory,
+    EntryKind,
+    HistoryEntry,
+    PrefixViolation,
+    canonical,
+    decode_entry,
+    encode_entry,
+)
+
+__all__ = [
+    "ConversationHistory",
+    "EntryKind",
+    "HistoryEntry",
+    "PrefixViolation",
+    "blob_id",
+    "canonical",
+    "decode_entry",
+    "encode_entry",
+    "message_from_json",
+    "message_json",
+    "system_json",
+]

@@ -1,0 +1,105 @@
+"""Checkpoint message blobs: provider-neutral messages ⇄ the JSON chat messages Cursor stores.
+
+Each root-prompt blob is the compact UTF-8 JSON of one chat message
+(`{"role", "content": [parts], "id", "providerOptions"?}`); its blob id is the raw SHA-256 of those
+exact bytes. Assistant and tool messages also carry our own neutral message verbatim under
+`providerOptions.cursorByok` so a resume restores provider replay data (thinking signatures, raw
+tool-argument text) byte for byte.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import msgspec
+
+from ...run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+
+_neutral_encoder = msgspec.json.Encoder()
+_neutral_decoder = msgspec.json.Decoder(Message)
+
+
+def blob_id(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _args_object(raw: str) -> Any:
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+
+
+def _part_json(part: Any, model_name: str) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        return {"type": "image", "image": part.data_base64, "mimeType": part.media_type}
+    if isinstance(part, ThinkingPart):
+        return {"type": "reasoning", "text": part.text, "providerOptions": {"cursor": {"modelName": model_name}}}
+    if isinstance(part, ToolCallPart):
+        return {"type": "tool-call", "toolCallId": part.id, "toolName": part.name, "args": _args_object(part.arguments)}
+    if isinstance(part, ToolResultPart):
+        return {
+            "type": "tool-result",
+            "toolCallId": part.call_id,
+            "toolName": part.name,
+            "result": part.content,
+            "experimental_content": [{"type": "text", "text": part.content}],
+            "isError": part.is_error,
+        }
+    raise TypeError(f"unknown message part {type(part).__name__}")
+
+
+def _compact(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def message_json(message: Message, message_id: str, model_name: str = "") -> bytes:
+    obj: dict[str, Any] = {
+        "role": message.role,
+        "content": [_part_json(p, model_name) for p in message.parts],
+        "id": message_id,
+    }
+    if message.role in ("assistant", "tool"):
+        obj["providerOptions"] = {"cursorByok": {"message": msgspec.to_builtins(message)}}
+    return _compact(obj)
+
+
+def system_json(system_prompt: str) -> bytes:
+    return _compact({"role": "system", "content": [{"type": "text", "text": system_prompt}], "id": "system"})
+
+
+def message_from_json(data: bytes) -> tuple[str, Message | None]:
+    """(role, neutral message); None for the system prompt (we recompile it)."""
+    obj = json.loads(data)
+    role = obj.get("role", "")
+    if role == "system":
+        return role, None
+    ours = (obj.get("providerOptions") or {}).get("cursorByok", {}).get("message")
+    if ours is not None:
+        return role, _neutral_decoder.decode(json.dumps(ours).encode())
+    parts: list[Any] = []
+    for p in obj.get("content") or []:
+        kind = p.get("type")
+        if kind == "text":
+            parts.append(TextPart(text=p.get("text", "")))
+        elif kind == "image":
+            parts.append(ImagePart(media_type=p.get("mimeType", "image/png"), data_base64=p.get("image", "")))
+        elif kind == "reasoning":
+            parts.append(ThinkingPart(text=p.get("text", "")))
+        elif kind == "tool-call":
+            parts.append(ToolCallPart(id=p["toolCallId"], name=p["toolName"], arguments=json.dumps(p.get("args", {}))))
+        elif kind == "tool-result":
+            parts.append(
+                ToolResultPart(
+                    call_id=p["toolCallId"],
+                    name=p.get("toolName", ""),
+                    content=str(p.get("result", "")),
+                    is_error=bool(p.get("isError", False)),
+                )
+            )
+    if role not in ("user", "assistant", "tool"):
+        raise ValueError(f"unknown message role {role!r} in checkpoint blob")
+    return role, Message(role=role, parts=parts)

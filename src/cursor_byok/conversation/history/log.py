@@ -1,0 +1,174 @@
+"""The canonical, append-only history of one conversation and its provider projection.
+
+Every entry is one provider-neutral message with an idempotency key (event_id). Old entries are
+never edited, merged, reordered or regenerated, so turn N's projection is a strict prefix of turn
+N+1's until an explicit compaction, which is itself an entry: the projection restarts at it with the
+latest request context and the summary. The prefix hash chain (hot path `prefix`) checks this on
+every projection; a violation is logged (and raised when strict checking is on, as in tests).
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import msgspec
+
+from ... import hotpath
+from ...run import Message, TextPart
+
+log = logging.getLogger("cursor_byok.history")
+
+STRICT_PREFIX_ENV = "CURSOR_BYOK_STRICT_PREFIX"
+
+
+class EntryKind(str, enum.Enum):
+    USER = "user"
+    REQUEST_CONTEXT = "request_context"
+    ASSISTANT = "assistant"
+    TOOL_RESULTS = "tool_results"
+    INJECTION = "injection"
+    BACKGROUND_COMPLETION = "background_completion"
+    COMPACTION = "compaction"
+
+
+class PrefixViolation(AssertionError):
+    """The new provider history does not extend the previous one (without a compaction)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    seq: int
+    event_id: str
+    kind: EntryKind
+    run_id: str
+    message: Message
+
+
+class StoredEntry(msgspec.Struct, frozen=True):
+    """What goes into the store's payload column for one entry."""
+
+    kind: EntryKind
+    message: Message
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(StoredEntry)
+
+
+def encode_entry(kind: EntryKind, message: Message) -> bytes:
+    return _encoder.encode(StoredEntry(kind, message))
+
+
+def decode_entry(payload: bytes) -> StoredEntry:
+    return _decoder.decode(payload)
+
+
+def canonical(message: Message) -> bytes:
+    """The canonical bytes of a projected message (what the prefix chain hashes)."""
+    return _encoder.encode(message)
+
+
+class ConversationHistory:
+    def __init__(self, conversation_id: str, *, strict_prefix: bool | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.entries: list[HistoryEntry] = []
+        self._ids: set[str] = set()
+        self._base = 0  # index of the latest compaction entry (the projection starts there)
+        self._latest_context: HistoryEntry | None = None
+        self._chain: list[bytes] = []  # prefix chain of the last projection
+        self.prefix_violations = 0
+        self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def has(self, event_id: str) -> bool:
+        return event_id in self._ids
+
+    @property
+    def next_seq(self) -> int:
+        return self.entries[-1].seq + 1 if self.entries else 1
+
+    def append(self, kind: EntryKind, event_id: str, message: Message, run_id: str) -> HistoryEntry | None:
+        """Append one entry; None when event_id is already in the log (idempotent retry)."""
+        if event_id in self._ids:
+            return None
+        entry = HistoryEntry(self.next_seq, event_id, kind, run_id, message)
+        self._add(entry)
+        return entry
+
+    def restore(self, entries: Iterable[HistoryEntry]) -> None:
+        """Load persisted entries (startup / eviction reload), in seq order."""
+        for entry in entries:
+            if entry.event_id not in self._ids:
+                self._add(entry)
+
+    def _add(self, entry: HistoryEntry) -> None:
+        self.entries.append(entry)
+        self._ids.add(entry.event_id)
+        if entry.kind is EntryKind.REQUEST_CONTEXT:
+            self._latest_context = entry
+        elif entry.kind is EntryKind.COMPACTION:
+            self._base = len(self.entries) - 1
+            self._chain = []  # an explicit prefix reset
+
+    # -- request context: append-only, compared by content ----------------------------------------
+    def latest_context_text(self) -> str | None:
+        if self._latest_context is None:
+            return None
+        return _text_of(self._latest_context.message)
+
+    def add_request_context(self, text: str, event_id: str, run_id: str) -> HistoryEntry | None:
+        """Append the rendered request context if it differs from the latest one (A→B→A = 3 entries)."""
+        if not text or text == self.latest_context_text():
+            return None
+        return self.append(EntryKind.REQUEST_CONTEXT, event_id, Message(role="user", parts=[TextPart(text=text)]), run_id)
+
+    def compact(self, summary: str, event_id: str, run_id: str) -> HistoryEntry | None:
+        text = f"Summary of the conversation so far:\n\n{summary}"
+        return self.append(EntryKind.COMPACTION, event_id, Message(role="user", parts=[TextPart(text=text)]), run_id)
+
+    # -- projection ---------------------------------------------------------------------------------
+    def project(self) -> list[Message]:
+        """Provider-neutral messages: everything since the latest compaction (which brings along the
+        latest request context that preceded it)."""
+        window = self.entries[self._base :]
+        messages: list[Message] = []
+        if window and window[0].kind is EntryKind.COMPACTION:
+            ctx = self._context_before(self._base)
+            if ctx is not None:
+                messages.append(ctx.message)
+        messages.extend(e.message for e in window)
+        self._check_prefix(messages)
+        return messages
+
+    def _context_before(self, index: int) -> HistoryEntry | None:
+        for e in reversed(self.entries[:index]):
+            if e.kind is EntryKind.REQUEST_CONTEXT:
+                return e
+        return None
+
+    def _check_prefix(self, messages: list[Message]) -> None:
+        chain = hotpath.chain([canonical(m) for m in messages])
+        previous = self._chain
+        if previous and not (chain == previous or hotpath.is_strict_prefix(previous, chain)):
+            self.prefix_violations += 1
+            at = hotpath.common_prefix(previous, chain)
+            log.error(
+                "provider history is not an extension of the previous one",
+                extra={"conversation_id": self.conversation_id, "diverges_at": at},
+            )
+            if self.strict_prefix:
+                raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
+        self._chain = chain
+
+    @property
+    def prefix_chain(self) -> list[bytes]:
+        return list(self._chain)
+
+
+def _text_of(message: Message) -> str:
+    return "".join(p.text for p in message.parts if isinstance(p, TextPart))

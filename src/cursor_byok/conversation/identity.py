@@ -1,0 +1,32 @@
+"""Conversation identities (see ARCHITECTURE.md, "Identities"): never mix them."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ParentConversationRef:
+    """Immutable origin of a child conversation (a Task sub-agent). All three fields or none.
+
+    parent_conversation_id: which conversation chain it belongs to;
+    parent_run_id: the parent's *internal* run that dispatched it;
+    parent_tool_call_id: the ordinary tool call (Task) that created it.
+    """
+
+    parent_conversation_id: str
+    parent_run_id: str
+    parent_tool_call_id: str
+
+    def __post_init__(self) -> None:
+        if not (self.parent_conversation_id and self.parent_run_id and self.parent_tool_call_id):
+            raise ValueError("ParentConversationRef needs all three of conversation, run and tool call id")
+
+
+def new_run_id() -> str:
+    """A globally unique internal run id (never derived from request_id)."""
+    return "run-" + uuid.uuid4().hex
+
+
+def new_trace_id() -> str:
+    return "trace-" + uuid.uuid4().hex

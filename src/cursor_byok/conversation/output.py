@@ -1,0 +1,144 @@
+"""OutputHub: the ordered server frames of each RunSSE stream, retained for replay.
+
+One `OutputStream` per transport generation (request_id + generation). The conversation runtime is
+its only writer (frames and the single terminal); RunSSE handlers are readers that replay from any
+position and then follow live. Readers never block the writer: appends are O(1) and wake waiting
+readers through one shared future, so several frames produced together go out in one send.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+
+class ReplayUnavailable(Exception):
+    """A reader asked for frames that were trimmed from the retention window."""
+
+
+@dataclass(slots=True)
+class ReadResult:
+    data: bytes  # concatenated frames (possibly empty)
+    position: int  # next position to read from
+    finished: bool  # the terminal frame is included in `data` or was read earlier
+
+
+@dataclass(slots=True, eq=False)
+class OutputStream:
+    request_id: str
+    generation: int
+    max_retained_bytes: int = 64 * 1024 * 1024
+    frames: list[bytes] = field(default_factory=list)
+    base: int = 0  # absolute position of frames[0]
+    retained_bytes: int = 0
+    closed: bool = False
+    closed_at: float | None = None
+    readers: int = 0
+    _changed: asyncio.Future[None] | None = None
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.frames)
+
+    def _wake(self) -> None:
+        fut = self._changed
+        if fut is not None:
+            self._changed = None
+            if not fut.done():
+                fut.set_result(None)
+
+    def _retain(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.retained_bytes += len(frame)
+        # Trim the oldest frames past the cap; a reader that falls behind them gets `unavailable`.
+        while self.retained_bytes > self.max_retained_bytes and len(self.frames) > 1:
+            self.retained_bytes -= len(self.frames.pop(0))
+            self.base += 1
+
+    def write(self, frame: bytes) -> None:
+        if self.closed:
+            raise RuntimeError(f"output stream {self.request_id}#{self.generation} is closed")
+        self._retain(frame)
+        self._wake()
+
+    def close(self, terminal_frame: bytes) -> None:
+        """Append the one terminal frame. A second close is a lifecycle bug."""
+        if self.closed:
+            raise RuntimeError(f"output stream {self.request_id}#{self.generation} already has its terminal")
+        self._retain(terminal_frame)
+        self.closed = True
+        self.closed_at = time.monotonic()
+        self._wake()
+
+    def read_now(self, position: int) -> ReadResult:
+        if position < self.base:
+            raise ReplayUnavailable(f"frames before {self.base} are no longer retained")
+        if position >= self.end:
+            return ReadResult(b"", position, self.closed)
+        start = position - self.base
+        chunk = self.frames[start] if len(self.frames) - start == 1 else b"".join(self.frames[start:])
+        return ReadResult(chunk, self.end, self.closed)
+
+    async def read(self, position: int) -> ReadResult:
+        """Everything from `position` on; waits until there is something or the stream is closed."""
+        while True:
+            result = self.read_now(position)
+            if result.data or result.finished:
+                return result
+            if self._changed is None:
+                self._changed = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._changed)
+
+
+class OutputHub:
+    """request_id → the latest OutputStream generation, with bounded retention of finished ones."""
+
+    def __init__(self, retention_seconds: float = 120.0, max_retained_bytes: int = 64 * 1024 * 1024) -> None:
+        self.retention_seconds = retention_seconds
+        self.max_retained_bytes = max_retained_bytes
+        self._streams: dict[str, OutputStream] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+
+    def open(self, request_id: str) -> OutputStream:
+        """A new generation for request_id (the previous one must already be closed or is replaced)."""
+        prev = self._streams.get(request_id)
+        stream = OutputStream(request_id, (prev.generation + 1) if prev else 0, self.max_retained_bytes)
+        self._streams[request_id] = stream
+        ev = self._changed.pop(request_id, None)
+        if ev is not None:
+            ev.set()
+        return stream
+
+    def get(self, request_id: str) -> OutputStream | None:
+        return self._streams.get(request_id)
+
+    async def wait_for(self, request_id: str, timeout: float) -> OutputStream | None:
+        """The stream for request_id, waiting up to `timeout` seconds for it to be opened."""
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            return stream
+        ev = self._changed.setdefault(request_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            self._changed.pop(request_id, None)
+            return None
+        return self._streams.get(request_id)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Forget finished streams past their retention time with no reader attached."""
+        now = time.monotonic() if now is None else now
+        expired = [
+            rid
+            for rid, s in self._streams.items()
+            if s.closed and s.readers == 0 and s.closed_at is not None and now - s.closed_at > self.retention_seconds
+        ]
+        for rid in expired:
+            del self._streams[rid]
+        return len(expired)
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def streams(self) -> list[OutputStream]:
+        return list(self._streams.values())

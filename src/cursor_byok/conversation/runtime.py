@@ -1,0 +1,1113 @@
+"""ConversationRuntime: the ONLY lifecycle writer of a conversation.
+
+One asyncio task per live conversation consumes one command queue: ordered wire input, run-engine
+requests (tool batches), engine/prepare/checkpoint completion, timers, transport attach/detach and
+shutdown. Everyone else posts commands. Phase changes go through `state.check_transition`, the one
+literal table; terminals are written only here, exactly once per output stream.
+
+Output (deltas, tool cards, exec requests) is written straight to the run's OutputStream from the
+engine's synchronous sink: that is data, not lifecycle, and keeps a delta's path to the client free of
+queue hops.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import tools
+from ..config import Config, ConfigError, ModelConfig
+from ..protocol import (
+    ConnectError,
+    agent_pb2 as pb,
+    encode_server_message,
+    encode_server_messages,
+    end_stream_error,
+    end_stream_ok,
+    model_not_found_error,
+    provider_error,
+)
+from ..run import (
+    Interrupted,
+    Message,
+    ProviderError,
+    RunEngine,
+    RunSpec,
+    TextPart,
+    ToolCallRequest,
+    ToolOutcome,
+    Usage,
+)
+from ..run import events as run_events
+from . import updates
+from .history import ConversationHistory, EntryKind, HistoryEntry, blob_id, encode_entry, message_json, system_json
+from .history.request import render_request_context
+from .identity import ParentConversationRef, new_run_id
+from .output import OutputStream
+from .state import Outcome, Phase, check_transition
+
+log = logging.getLogger("cursor_byok.runtime")
+
+INTERRUPTED_TOOL_TEXT = "Tool execution was interrupted by a newer user message."
+CANCELED_TOOL_TEXT = "Tool execution was cancelled."
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands (everything that reaches the runtime goes through its queue)
+# --------------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class StartRun:
+    request_id: str
+    output: OutputStream
+    run_request: pb.AgentRunRequest
+    parent: ParentConversationRef | None = None
+
+
+@dataclass(slots=True)
+class ClientInput:
+    request_id: str
+    message: pb.AgentClientMessage
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    output: OutputStream
+
+
+@dataclass(slots=True)
+class ToolBatch:
+    run_id: str
+    calls: list[ToolCallRequest]
+    future: asyncio.Future[list[ToolOutcome]]
+
+
+@dataclass(slots=True)
+class Prepared:
+    run_id: str
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class EngineDone:
+    run_id: str
+    usage: Usage | None = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class InjectionsTaken:
+    run_id: str
+
+
+@dataclass(slots=True)
+class CheckpointDone:
+    run_id: str
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class FinalizeExpired:
+    run_id: str
+
+
+@dataclass(slots=True)
+class Detach:
+    request_id: str
+
+
+@dataclass(slots=True)
+class Shutdown:
+    reason: str
+    done: asyncio.Future[None]
+
+
+Command = (
+    StartRun | ClientInput | Heartbeat | ToolBatch | Prepared | EngineDone | InjectionsTaken | CheckpointDone
+    | FinalizeExpired | Detach | Shutdown
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Services the runtime uses (provided by the gateway at startup)
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class RuntimeServices:
+    config: Config
+    make_engine: Callable[[ModelConfig], RunEngine]
+    store: Any = None  # cursor_byok.store.Store, or None for a memory-only runtime
+    continuation_window: float = 2.0
+    blob_ack_timeout: float = 60.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-run state
+# --------------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class PendingTool:
+    call: ToolCallRequest
+    execution: tools.ToolExecution
+    model_call_id: str
+    outcome: ToolOutcome | None = None
+    exec_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class ActiveBatch:
+    pending: list[PendingTool]
+    future: asyncio.Future[list[ToolOutcome]]
+
+    def done(self) -> bool:
+        return all(p.outcome is not None for p in self.pending)
+
+
+@dataclass(eq=False)
+class Injection:
+    injection_id: str
+    message: Message
+    user_message: pb.UserMessage | None
+    request_context: str
+
+
+@dataclass(eq=False)
+class ActiveRun:
+    run_id: str
+    cursor_run_id: str
+    request_id: str
+    output: OutputStream
+    run_request: pb.AgentRunRequest
+    mode: int
+    started_ms: int = field(default_factory=_now_ms)
+    model: ModelConfig | None = None
+    engine: RunEngine | None = None
+    spec: RunSpec | None = None
+    task: asyncio.Task[Any] | None = None
+    batch: ActiveBatch | None = None
+    execs: dict[int, PendingTool] = field(default_factory=dict)
+    injections: list[Injection] = field(default_factory=list)
+    injection_ids: set[str] = field(default_factory=set)
+    usage: dict[str, int] = field(default_factory=dict)
+    output_tokens: int = 0
+    thinking_started: float | None = None
+    step: int = 0
+    model_call_id: str = ""
+    kv_waiters: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    no_model_call: bool = False  # a duplicate of committed input: finish without waking the model
+    tool_ctx: tools.ToolContext | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The runtime
+# --------------------------------------------------------------------------------------------------
+class ConversationRuntime:
+    def __init__(self, conversation_id: str, services: RuntimeServices) -> None:
+        self.conversation_id = conversation_id
+        self.s = services
+        self.phase = Phase.IDLE
+        self.run: ActiveRun | None = None
+        self.history = ConversationHistory(conversation_id)
+        self.history_loaded = False
+        self.parent: ParentConversationRef | None = None
+        self.queued: collections.deque[StartRun] = collections.deque()
+        self.last_run_request: pb.AgentRunRequest | None = None
+        self.next_exec_id = 0  # monotonic per conversation, never reused
+        self.kv_ids: dict[str, int] = {}  # per request id
+        self.acked_blobs: dict[str, set[bytes]] = {}  # per request id
+        self.transitions: list[tuple[Phase, Phase]] = []
+        self.illegal_transitions = 0
+        self.runs_finished: dict[str, Outcome] = {}
+        self._queue: asyncio.Queue[Command] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    # -- driver ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}")
+
+    def post(self, command: Command) -> None:
+        self._queue.put_nowait(command)
+
+    @property
+    def idle(self) -> bool:
+        return self.phase is Phase.IDLE and not self.queued and self._queue.empty()
+
+    async def _loop(self) -> None:
+        while True:
+            cmd = await self._queue.get()
+            try:
+                if self._handle(cmd):
+                    return
+            except Exception:  # a bug in a handler must not kill the conversation silently
+                log.exception("runtime handler failed", extra={"conversation_id": self.conversation_id})
+                if self.run is not None and self.phase is not Phase.FINALIZING:
+                    self._fail(ConnectError("internal", "internal error in the conversation runtime"))
+
+    def _handle(self, cmd: Command) -> bool:
+        match cmd:
+            case ClientInput():
+                self._on_client_input(cmd)
+            case ToolBatch():
+                self._on_tool_batch(cmd)
+            case Heartbeat():
+                if not cmd.output.closed:
+                    cmd.output.write(HEARTBEAT_FRAME)
+            case StartRun():
+                self._on_start_run(cmd)
+            case Prepared():
+                self._on_prepared(cmd)
+            case EngineDone():
+                self._on_engine_done(cmd)
+            case InjectionsTaken():
+                if self._is_current(cmd.run_id) and self.phase is Phase.INTERRUPTING:
+                    self._transition(Phase.MODELING)
+            case CheckpointDone():
+                self._on_checkpoint_done(cmd)
+            case FinalizeExpired():
+                if self._is_current(cmd.run_id) and self.phase is Phase.FINALIZING:
+                    self._end_output_and_idle()
+            case Detach():
+                pass  # the run continues; output stays retained for a reconnecting RunSSE
+            case Shutdown():
+                self._on_shutdown(cmd)
+                return True
+        return False
+
+    def _transition(self, target: Phase) -> None:
+        try:
+            check_transition(self.conversation_id, self.phase, target)
+        except Exception:
+            self.illegal_transitions += 1
+            log.error(
+                "illegal lifecycle transition",
+                extra={"conversation_id": self.conversation_id, "from": self.phase.value, "to": target.value},
+            )
+            raise
+        self.transitions.append((self.phase, target))
+        self.phase = target
+
+    def _is_current(self, run_id: str) -> bool:
+        return self.run is not None and self.run.run_id == run_id
+
+    # -- output helpers ------------------------------------------------------------------------------
+    def _write(self, *messages: pb.AgentServerMessage) -> None:
+        run = self.run
+        if run is None or run.output.closed:
+            return
+        if len(messages) == 1:
+            run.output.write(encode_server_message(messages[0]))
+        else:
+            run.output.write(encode_server_messages(messages))
+
+    # -- starting runs -------------------------------------------------------------------------------
+    def _on_start_run(self, cmd: StartRun) -> None:
+        if cmd.parent is not None and self.parent is None:
+            self.parent = cmd.parent
+        if self.phase is Phase.IDLE:
+            self._begin(cmd)
+        elif self.phase is Phase.FINALIZING:
+            self.queued.append(cmd)
+            self._finish_finalizing()
+        else:
+            self.queued.append(cmd)
+
+    def _begin(self, cmd: StartRun) -> None:
+        rr = cmd.run_request
+        action = rr.action
+        mode = pb.AGENT_MODE_AGENT
+        if action.WhichOneof("action") == "user_message_action" and action.user_message_action.user_message.mode:
+            mode = action.user_message_action.user_message.mode
+        run = ActiveRun(
+            run_id=new_run_id(),
+            cursor_run_id=rr.run_id if rr.HasField("run_id") else "",
+            request_id=cmd.request_id,
+            output=cmd.output,
+            run_request=rr,
+            mode=mode,
+        )
+        self.run = run
+        self.last_run_request = rr
+        self._transition(Phase.PREPARING)
+        self._persist_run_started(run)
+        run.task = asyncio.get_running_loop().create_task(self._prepare(run))
+
+    async def _prepare(self, run: ActiveRun) -> None:
+        try:
+            await self._prepare_inner(run)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # reported to the loop, which decides the outcome
+            self.post(Prepared(run.run_id, exc))
+            return
+        self.post(Prepared(run.run_id))
+
+    async def _prepare_inner(self, run: ActiveRun) -> None:
+        rr = run.run_request
+        model_id = rr.requested_model.model_id if rr.HasField("requested_model") and rr.requested_model.model_id else rr.model_details.model_id
+        model = self.s.config.model(model_id)
+        if model is None:
+            raise model_not_found_error(model_id)
+        run.model = model
+        await self._ensure_history()
+        run.tool_ctx = tools.ToolContext(
+            workspace_root=_workspace_root(rr),
+            mcp_tools=tools.mcp_descriptors_from_run_request(rr),
+            conversation_id=self.conversation_id,
+            run_id=run.run_id,
+            available_models=[m.id for m in self.s.config.models],
+        )
+        new_entries = self._commit_turn_input(run)
+        if new_entries is None:
+            run.no_model_call = True
+            return
+        await self._persist_entries(new_entries, durable=True)
+        run.engine = self.s.make_engine(model)
+        run.spec = self._spec(run)
+
+    def _spec(self, run: ActiveRun) -> RunSpec:
+        from .. import prompting
+
+        assert run.model is not None and run.tool_ctx is not None
+        mode = prompting.mode_name(run.mode)
+        names = [n for n in prompting.tools_for_mode(mode) if n in set(tools.advertised_tools(run.tool_ctx))]
+        compiled = prompting.compile_request(
+            mode,
+            run.model,
+            names,
+            [tools.as_prompt_descriptor(d) for d in run.tool_ctx.mcp_tools],
+            None,
+            run.run_request.custom_system_prompt if run.run_request.HasField("custom_system_prompt") else None,
+        )
+        return RunSpec(model=run.model, system=compiled.system, tools=compiled.tools)
+
+    def _commit_turn_input(self, run: ActiveRun) -> list[HistoryEntry] | None:
+        """Append this turn's request context and user message. None: nothing new (a duplicate)."""
+        action = run.run_request.action
+        kind = action.WhichOneof("action")
+        added: list[HistoryEntry] = []
+        if kind == "user_message_action":
+            uma = action.user_message_action
+            ctx_text = render_request_context(uma.request_context)
+            um = uma.user_message
+            key = um.message_id or run.cursor_run_id or run.run_id
+            if self.history.has(f"user:{key}"):
+                return None
+            ctx = self.history.add_request_context(ctx_text, f"request-context:{run.run_id}", run.run_id)
+            if ctx is not None:
+                added.append(ctx)
+            entry = self.history.append(EntryKind.USER, f"user:{key}", _user_message(um), run.run_id)
+            if entry is not None:
+                added.append(entry)
+            return added
+        if kind == "resume_action":
+            ctx = self.history.add_request_context(
+                render_request_context(action.resume_action.request_context), f"request-context:{run.run_id}", run.run_id
+            )
+            return [ctx] if ctx is not None else []
+        raise ConnectError("invalid_argument", f"run request action {kind or 'none'} cannot start a run")
+
+    # -- prepare done → modeling -----------------------------------------------------------------------
+    def _on_prepared(self, cmd: Prepared) -> None:
+        if not self._is_current(cmd.run_id) or self.phase is not Phase.PREPARING:
+            return
+        run = self.run
+        assert run is not None
+        if cmd.error is not None:
+            self._fail(_as_connect_error(cmd.error))
+            return
+        if run.no_model_call:
+            self._transition(Phase.FINALIZING)
+            self._finish_run(Outcome.SUCCEEDED)
+            self._end_output_and_idle()
+            return
+        self._transition(Phase.MODELING)
+        run.task = asyncio.get_running_loop().create_task(self._run_engine(run))
+
+    async def _run_engine(self, run: ActiveRun) -> None:
+        assert run.engine is not None and run.spec is not None
+        port = _RuntimePorts(self, run)
+        try:
+            result = await run.engine.run(run.spec, port, port, port)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.post(EngineDone(run.run_id, error=exc))
+            return
+        self.post(EngineDone(run.run_id, usage=getattr(result, "usage_total", None)))
+
+    # -- engine sink (synchronous; writes output directly) -----------------------------------------------
+    def on_engine_event(self, run: ActiveRun, event: Any) -> None:
+        if not self._is_current(run.run_id) or run.output.closed:
+            return
+        match event:
+            case run_events.TextDelta():
+                self._end_thinking(run)
+                run.output.write(encode_server_message(updates.text_delta(event.text)))
+            case run_events.ThinkingDelta():
+                if run.thinking_started is None:
+                    run.thinking_started = time.monotonic()
+                run.output.write(encode_server_message(updates.thinking_delta(event.text)))
+            case run_events.ThinkingEnd():
+                self._end_thinking(run)
+            case run_events.ToolCallStart():
+                self._end_thinking(run)
+                self._write(*tools.partial_args_updates_messages(event.id, event.name, "", run.model_call_id, start=True))
+            case run_events.ToolCallArgsDelta():
+                self._write(*tools.partial_args_updates_messages(event.id, "", event.delta, run.model_call_id, start=False))
+            case run_events.Usage():
+                if event.output_tokens:
+                    run.output_tokens += event.output_tokens
+                    self._write(updates.token_delta(run.output_tokens))
+                _add_usage(run.usage, event)
+            case run_events.ModelCycleStarted():
+                run.step = event.step
+                run.model_call_id = f"{run.run_id}:{event.step}"
+                self._write(updates.step_started(event.step))
+            case run_events.ModelCycleFinished():
+                self._end_thinking(run)
+                self._write(updates.step_completed(event.step, 0))
+            case _:
+                pass
+
+    def _end_thinking(self, run: ActiveRun) -> None:
+        if run.thinking_started is not None:
+            ms = int((time.monotonic() - run.thinking_started) * 1000)
+            run.thinking_started = None
+            self._write(updates.thinking_completed(ms))
+
+    # -- history port (called by the engine) --------------------------------------------------------------
+    def project_history(self) -> list[Message]:
+        return self.history.project()
+
+    def commit_message(self, run: ActiveRun, kind: EntryKind, message: Message) -> None:
+        if not self._is_current(run.run_id):
+            return  # a cancelled run never commits after the fact
+        entry = self.history.append(kind, f"{kind.value}:{run.run_id}:{self.history.next_seq}", message, run.run_id)
+        if entry is not None:
+            self._persist_entries_nowait([entry])
+
+    def take_injections(self, run: ActiveRun) -> list[Message]:
+        if not self._is_current(run.run_id) or not run.injections:
+            return []
+        taken, run.injections = run.injections, []
+        entries: list[HistoryEntry] = []
+        out: list[pb.AgentServerMessage] = []
+        for inj in taken:
+            if inj.request_context:
+                ctx = self.history.add_request_context(inj.request_context, f"request-context:{inj.injection_id}", run.run_id)
+                if ctx is not None:
+                    entries.append(ctx)
+            e = self.history.append(EntryKind.INJECTION, f"injection:{inj.injection_id}", inj.message, run.run_id)
+            if e is not None:
+                entries.append(e)
+            out.append(updates.injection_delivered(inj.injection_id, run.step, _now_ms()))
+            if inj.user_message is not None:
+                out.append(updates.user_message_appended(inj.user_message))
+        self._persist_entries_nowait(entries)
+        self._write(*out)
+        self.post(InjectionsTaken(run.run_id))
+        return [e.message for e in entries]
+
+    def compact(self, run: ActiveRun, summary: str) -> None:
+        if not self._is_current(run.run_id):
+            return
+        entry = self.history.compact(summary, f"compaction:{run.run_id}:{self.history.next_seq}", run.run_id)
+        entries = [entry] if entry is not None else []
+        # Keep the current turn's own request after the summary so the model still sees it verbatim.
+        for e in reversed(self.history.entries[:-1]):
+            if e.kind is EntryKind.USER and e.run_id == run.run_id:
+                again = self.history.append(EntryKind.USER, f"{e.event_id}:after-compaction:{entry.seq if entry else 0}", e.message, run.run_id)
+                if again is not None:
+                    entries.append(again)
+                break
+        self._persist_entries_nowait(entries)
+
+    # -- tool batches ---------------------------------------------------------------------------------------
+    def _on_tool_batch(self, cmd: ToolBatch) -> None:
+        run = self.run
+        if run is None or run.run_id != cmd.run_id or self.phase is not Phase.MODELING:
+            if not cmd.future.done():
+                cmd.future.set_exception(Interrupted())
+            return
+        assert run.tool_ctx is not None
+        self._transition(Phase.WAITING_TOOLS)
+        batch = ActiveBatch([], cmd.future)
+        run.batch = batch
+        for call in cmd.calls:
+            execution = tools.start_tool(call, run.tool_ctx)
+            pending = PendingTool(call, execution, run.model_call_id)
+            batch.pending.append(pending)
+        for pending in batch.pending:
+            started = pending.execution.started()
+            started.started_at_ms = _now_ms()
+            self._write(updates.tool_call_started(pending.call.call_id, started, pending.model_call_id))
+            self._advance(run, pending, pending.execution.first())
+        self._maybe_finish_batch(run)
+
+    def _advance(self, run: ActiveRun, pending: PendingTool, step: Any) -> None:
+        match step:
+            case tools.ExecStep():
+                exec_id = self._reserve_exec_id()
+                step.message.id = exec_id
+                pending.exec_ids.append(exec_id)
+                run.execs[exec_id] = pending
+                self._write(updates.exec_request(step.message))
+            case tools.InteractionStep():
+                exec_id = self._reserve_exec_id()
+                step.query.id = exec_id
+                pending.exec_ids.append(exec_id)
+                run.execs[exec_id] = pending
+                self._write(updates.interaction_query(step.query))
+            case tools.Progress():
+                if step.updates:
+                    self._write(*(updates.interaction(u) for u in step.updates))
+            case tools.Done():
+                pending.outcome = step.outcome
+                for exec_id in pending.exec_ids:
+                    run.execs.pop(exec_id, None)
+                completed = pending.execution.completed()
+                completed.completed_at_ms = _now_ms()
+                self._write(updates.tool_call_completed(pending.call.call_id, completed, pending.model_call_id))
+
+    def _reserve_exec_id(self) -> int:
+        self.next_exec_id += 1
+        return self.next_exec_id
+
+    def _maybe_finish_batch(self, run: ActiveRun) -> None:
+        batch = run.batch
+        if batch is None or not batch.done():
+            return
+        run.batch = None
+        if not batch.future.done():
+            batch.future.set_result([p.outcome for p in batch.pending if p.outcome is not None])
+        if self.phase is Phase.WAITING_TOOLS:
+            self._transition(Phase.MODELING)
+
+    def _abort_pending(self, run: ActiveRun, reason: str) -> None:
+        """Abort every running exec (IDE gets abort{id}); their calls complete as errors."""
+        batch = run.batch
+        if batch is None:
+            return
+        for pending in batch.pending:
+            if pending.outcome is None:
+                for exec_id in pending.exec_ids:
+                    if exec_id in run.execs:
+                        self._write(updates.exec_abort(exec_id))
+                self._advance(run, pending, pending.execution.on_abort(reason))
+        run.execs.clear()
+        run.batch = None
+        if not batch.future.done():
+            batch.future.set_exception(Interrupted())
+
+    # -- client input -----------------------------------------------------------------------------------------
+    def _on_client_input(self, cmd: ClientInput) -> None:
+        msg = cmd.message
+        kind = msg.WhichOneof("message")
+        run = self.run
+        if kind == "exec_client_message":
+            self._on_exec_result(run, msg.exec_client_message)
+        elif kind == "exec_client_control_message":
+            self._on_exec_control(run, msg.exec_client_control_message)
+        elif kind == "interaction_response":
+            self._on_interaction_response(run, msg.interaction_response)
+        elif kind == "kv_client_message":
+            self._on_kv(run, msg.kv_client_message)
+        elif kind == "conversation_action":
+            self._on_action(cmd.request_id, msg.conversation_action)
+        elif kind == "run_request":
+            output = run.output if run is not None and run.request_id == cmd.request_id else None
+            if output is None:
+                log.warning("run_request on an idle transport without output", extra={"conversation_id": self.conversation_id})
+                return
+            self._on_start_run(StartRun(cmd.request_id, output, msg.run_request))
+        # client_heartbeat is answered by the gateway's Heartbeat command; prewarm and unknown variants
+        # are ignored (kept by protobuf as unknown fields, never crashed on).
+
+    def _pending_for(self, run: ActiveRun | None, exec_id: int) -> PendingTool | None:
+        if run is None:
+            return None
+        pending = run.execs.get(exec_id)
+        if pending is None:
+            log.info("ignoring a result for an unknown or finished exec", extra={"conversation_id": self.conversation_id, "exec_id": exec_id})
+        return pending
+
+    def _step_result(self, run: ActiveRun, pending: PendingTool, fn: Callable[[], Any]) -> None:
+        try:
+            step = fn()
+        except tools.ResultKindMismatch as exc:
+            log.warning("exec result of the wrong kind ignored: %s", exc, extra={"conversation_id": self.conversation_id})
+            return
+        self._advance(run, pending, step)
+        self._maybe_finish_batch(run)
+
+    def _on_exec_result(self, run: ActiveRun | None, msg: pb.ExecClientMessage) -> None:
+        pending = self._pending_for(run, msg.id)
+        if pending is None or run is None:
+            return
+        if msg.WhichOneof("message") is None:
+            return  # an empty ExecClientMessage is not a result
+        self._step_result(run, pending, lambda: pending.execution.on_exec_result(msg))
+
+    def _on_exec_control(self, run: ActiveRun | None, msg: pb.ExecClientControlMessage) -> None:
+        which = msg.WhichOneof("message")
+        if which == "stream_close":
+            pending = self._pending_for(run, msg.stream_close.id)
+            if pending is not None and run is not None:
+                self._step_result(run, pending, pending.execution.on_stream_close)
+        elif which == "throw":
+            pending = self._pending_for(run, msg.throw.id)
+            if pending is not None and run is not None:
+                error = msg.throw.error or "the client reported an error"
+                self._step_result(run, pending, lambda: pending.execution.on_throw(error))
+
+    def _on_interaction_response(self, run: ActiveRun | None, msg: pb.InteractionResponse) -> None:
+        pending = self._pending_for(run, msg.id)
+        if pending is not None and run is not None:
+            self._step_result(run, pending, lambda: pending.execution.on_interaction_response(msg))
+
+    def _on_kv(self, run: ActiveRun | None, msg: pb.KvClientMessage) -> None:
+        if run is None:
+            return
+        waiter = run.kv_waiters.pop(msg.id, None)
+        if waiter is None or waiter.done():
+            return
+        if msg.WhichOneof("message") == "set_blob_result" and msg.set_blob_result.HasField("error"):
+            waiter.set_exception(ConnectError("internal", "the client failed to store a checkpoint blob"))
+        else:
+            waiter.set_result(None)
+
+    # -- conversation actions -------------------------------------------------------------------------------------
+    def _on_action(self, request_id: str, action: pb.ConversationAction) -> None:
+        kind = action.WhichOneof("action")
+        run = self.run
+        active = run is not None and self.phase not in (Phase.IDLE, Phase.FINALIZING)
+        if kind == "cancel_action":
+            if active:
+                self._cancel()
+            return
+        if kind == "cancel_subagent_action":
+            if active and run is not None:
+                self._cancel_subagent(run, action.cancel_subagent_action.subagent_id)
+            return
+        if kind == "user_message_action":
+            uma = action.user_message_action
+            if active and run is not None:
+                inj_id = f"user-message:{uma.user_message.message_id or len(run.injection_ids)}"
+                self._inject(run, inj_id, _user_message(uma.user_message), uma.user_message, render_request_context(uma.request_context))
+                return
+            # Not running: a follow-up turn on this stream with the previous run's settings.
+            base = self.last_run_request
+            target = run.output if run is not None and run.request_id == request_id else None
+            if base is None or target is None or target.closed:
+                log.warning("user message with no run to continue", extra={"conversation_id": self.conversation_id})
+                return
+            rr = pb.AgentRunRequest()
+            rr.CopyFrom(base)
+            rr.ClearField("conversation_state")
+            rr.action.user_message_action.CopyFrom(uma)
+            self._on_start_run(StartRun(request_id, target, rr))
+            return
+        if kind == "inject_context_action":
+            ica = action.inject_context_action
+            if not active or run is None:
+                return
+            expected = ica.expected_run_id
+            # Compare with the Cursor wire run id; the request id only when the run request had none.
+            current = run.cursor_run_id or run.request_id
+            if expected and expected != current:
+                if ica.injection_id not in run.injection_ids:
+                    run.injection_ids.add(ica.injection_id)
+                    self._write(updates.injection_rejected(ica.injection_id, f"expected run {expected}, active run is {current}"))
+                return
+            payload = ica.WhichOneof("payload")
+            if payload == "user_context":
+                um = ica.user_context.user_message
+                self._inject(run, ica.injection_id, _user_message(um), um, render_request_context(ica.user_context.request_context))
+            elif payload == "system_context":
+                text = f"<system_context producer={ica.system_context.producer!r}>\n{ica.system_context.content}\n</system_context>"
+                self._inject(run, ica.injection_id, Message(role="user", parts=[TextPart(text=text)]), None, "")
+            return
+        log.info("conversation action ignored", extra={"conversation_id": self.conversation_id, "action": kind})
+
+    def _inject(self, run: ActiveRun, injection_id: str, message: Message, um: pb.UserMessage | None, ctx: str) -> None:
+        if injection_id in run.injection_ids or self.history.has(f"injection:{injection_id}"):
+            return  # repeated ids are ignored
+        run.injection_ids.add(injection_id)
+        run.injections.append(Injection(injection_id, message, um, ctx))
+        self._write(updates.injection_queued(injection_id))
+        if self.phase in (Phase.MODELING, Phase.WAITING_TOOLS):
+            self._transition(Phase.INTERRUPTING)
+            self._abort_pending(run, INTERRUPTED_TOOL_TEXT)
+            if run.engine is not None:
+                run.engine.interrupt()
+
+    def _cancel_subagent(self, run: ActiveRun, subagent_id: str) -> None:
+        batch = run.batch
+        if batch is None:
+            return
+        for pending in batch.pending:
+            if pending.outcome is None and subagent_id in (pending.call.call_id, getattr(pending.execution, "subagent_id", None)):
+                for exec_id in pending.exec_ids:
+                    if exec_id in run.execs:
+                        self._write(updates.exec_abort(exec_id))
+                self._advance(run, pending, pending.execution.on_abort("The sub-task was cancelled by the user."))
+        self._maybe_finish_batch(run)
+
+    # -- ending runs -----------------------------------------------------------------------------------------------
+    def _on_engine_done(self, cmd: EngineDone) -> None:
+        if not self._is_current(cmd.run_id) or self.phase in (Phase.FINALIZING, Phase.CHECKPOINTING, Phase.IDLE):
+            return
+        run = self.run
+        assert run is not None
+        if cmd.error is not None:
+            self._fail(_as_connect_error(cmd.error))
+            return
+        if run.injections:
+            # Interrupt arrived as the model finished: continue the same run with the injections.
+            if self.phase is not Phase.INTERRUPTING:
+                self._transition(Phase.INTERRUPTING)
+            self._transition(Phase.MODELING)
+            run.task = asyncio.get_running_loop().create_task(self._run_engine(run))
+            return
+        if self.phase is Phase.INTERRUPTING:
+            self._transition(Phase.MODELING)
+        self._transition(Phase.CHECKPOINTING)
+        self._write(updates.turn_ended(_usage(run.usage)))
+        run.task = asyncio.get_running_loop().create_task(self._checkpoint(run))
+
+    async def _checkpoint(self, run: ActiveRun) -> None:
+        try:
+            state = await self._build_checkpoint(run)
+            await self._persist_checkpoint(run, state)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.post(CheckpointDone(run.run_id, exc))
+            return
+        if self._is_current(run.run_id) and not run.output.closed:
+            run.output.write(encode_server_message(updates.checkpoint(state)))
+        self.post(CheckpointDone(run.run_id))
+
+    async def _build_checkpoint(self, run: ActiveRun) -> pb.ConversationStateStructure:
+        """Blobs first (each set_blob acked by the client), then the structure naming them."""
+        state = pb.ConversationStateStructure()
+        if run.run_request.HasField("conversation_state"):
+            state.CopyFrom(run.run_request.conversation_state)
+        del state.root_prompt_messages_json[:]
+        del state.pending_tool_calls[:]
+        blobs: list[bytes] = []
+        if run.spec is not None:
+            blobs.append(system_json(run.spec.system))
+        model_name = run.model.id if run.model else ""
+        for i, message in enumerate(self.history.project()):
+            blobs.append(message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name))
+        waiters = [self._set_blob(run, data) for data in blobs]
+        pending = [w for w in waiters if w is not None]
+        if pending:
+            await asyncio.wait_for(asyncio.gather(*pending), self.s.blob_ack_timeout)
+        state.root_prompt_messages_json.extend(blob_id(d) for d in blobs)
+        state.mode = run.mode
+        if run.model is not None:
+            state.token_details.max_tokens = run.model.context_window
+            state.token_details.used_tokens = min(run.usage.get("input_tokens", 0), 2**32 - 1)
+        return state
+
+    def _set_blob(self, run: ActiveRun, data: bytes) -> asyncio.Future[None] | None:
+        bid = blob_id(data)
+        acked = self.acked_blobs.setdefault(run.request_id, set())
+        if bid in acked:
+            return None
+        kv_id = self.kv_ids.get(run.request_id, 0) + 1
+        self.kv_ids[run.request_id] = kv_id
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(lambda f: acked.add(bid) if not f.cancelled() and f.exception() is None else None)
+        run.kv_waiters[kv_id] = fut
+        self._write(updates.set_blob(kv_id, bid, data))
+        return fut
+
+    def _on_checkpoint_done(self, cmd: CheckpointDone) -> None:
+        if not self._is_current(cmd.run_id) or self.phase is not Phase.CHECKPOINTING:
+            return
+        if cmd.error is not None:
+            self._fail(_as_connect_error(cmd.error))
+            return
+        self._transition(Phase.FINALIZING)
+        self._finish_run(Outcome.SUCCEEDED)
+        if self.queued:
+            self._finish_finalizing()
+            return
+        run = self.run
+        assert run is not None
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.s.continuation_window, self.post, FinalizeExpired(run.run_id))
+
+    def _finish_finalizing(self) -> None:
+        """Leave FINALIZING: the next queued run continues on the same stream, or the stream ends."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        run = self.run
+        if self.queued and run is not None and self.queued[0].output is run.output:
+            # A follow-up on the same stream: no terminal in between (FINALIZING → PREPARING).
+            self.run = None
+            self._begin(self.queued.popleft())
+            return
+        self._end_output_and_idle()
+
+    def _end_output_and_idle(self) -> None:
+        run = self.run
+        if run is not None and not run.output.closed:
+            run.output.close(END_STREAM_OK)
+        self.run = None
+        self._transition(Phase.IDLE)
+        if self.queued:
+            self._begin(self.queued.popleft())
+
+    def _fail(self, error: ConnectError) -> None:
+        run = self.run
+        assert run is not None
+        self._stop_tasks(run)
+        self._abort_pending(run, CANCELED_TOOL_TEXT)
+        self._transition(Phase.FINALIZING)
+        self._finish_run(Outcome.FAILED, error)
+        if not run.output.closed:
+            run.output.close(end_stream_error(error))
+        self.run = None
+        self._transition(Phase.IDLE)
+        if self.queued:
+            self._begin(self.queued.popleft())
+
+    def _cancel(self) -> None:
+        run = self.run
+        assert run is not None
+        self._stop_tasks(run)
+        self._abort_pending(run, CANCELED_TOOL_TEXT)
+        self._transition(Phase.FINALIZING)
+        self._finish_run(Outcome.CANCELED)
+        if not run.output.closed:
+            run.output.close(END_STREAM_CANCELED)
+        self.run = None
+        self._transition(Phase.IDLE)
+        if self.queued:
+            self._begin(self.queued.popleft())
+
+    def _stop_tasks(self, run: ActiveRun) -> None:
+        if run.task is not None and not run.task.done():
+            run.task.cancel()
+        for waiter in run.kv_waiters.values():
+            if not waiter.done():
+                waiter.cancel()
+        run.kv_waiters.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _finish_run(self, outcome: Outcome, error: ConnectError | None = None) -> None:
+        run = self.run
+        assert run is not None
+        self.runs_finished[run.run_id] = outcome
+        self._persist_run_finished(run, outcome, error)
+
+    def _on_shutdown(self, cmd: Shutdown) -> None:
+        run = self.run
+        if run is not None:
+            if self.phase is Phase.FINALIZING:
+                self._end_output_and_idle()
+            else:
+                self._stop_tasks(run)
+                self._abort_pending(run, CANCELED_TOOL_TEXT)
+                if not run.output.closed:
+                    run.output.close(end_stream_error(ConnectError("unavailable", f"server shutting down: {cmd.reason}")))
+                self.run = None
+                self.phase = Phase.IDLE
+        for queued in self.queued:
+            if not queued.output.closed:
+                queued.output.close(end_stream_error(ConnectError("unavailable", f"server shutting down: {cmd.reason}")))
+        self.queued.clear()
+        if not cmd.done.done():
+            cmd.done.set_result(None)
+
+    # -- persistence ------------------------------------------------------------------------------------------------
+    async def _ensure_history(self) -> None:
+        if self.history_loaded:
+            return
+        self.history_loaded = True
+        store = self.s.store
+        if store is None:
+            return
+        from .history import decode_entry
+
+        rows = await store.load_events(self.conversation_id)
+        entries = []
+        for row in rows:
+            stored = decode_entry(row.payload)
+            entries.append(HistoryEntry(row.seq, row.event_id, stored.kind, row.run_id or "", stored.message))
+        self.history.restore(entries)
+
+    async def _persist_entries(self, entries: list[HistoryEntry], durable: bool) -> None:
+        store = self.s.store
+        if store is None or not entries:
+            return
+        fut = store.append_events(self.conversation_id, [_event_record(e) for e in entries])
+        if durable:
+            await fut
+
+    def _persist_entries_nowait(self, entries: list[HistoryEntry]) -> None:
+        store = self.s.store
+        if store is None or not entries:
+            return
+        store.append_events(self.conversation_id, [_event_record(e) for e in entries])
+
+    async def _persist_checkpoint(self, run: ActiveRun, state: pb.ConversationStateStructure) -> None:
+        store = self.s.store
+        if store is None:
+            return
+        await store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind="final", run_id=run.run_id)
+
+    def _persist_run_started(self, run: ActiveRun) -> None:
+        store = self.s.store
+        if store is None:
+            return
+        from ..store import ConversationRecord, ParentRef, RunRecord
+
+        model_id = run.run_request.requested_model.model_id or run.run_request.model_details.model_id
+        parent = self.parent
+        now = _now_ms()
+        store.upsert_conversation(
+            ConversationRecord(
+                conversation_id=self.conversation_id,
+                created_at_ms=now,
+                updated_at_ms=now,
+                parent=ParentRef(parent.parent_conversation_id, parent.parent_run_id, parent.parent_tool_call_id) if parent else None,
+                model_id=model_id,
+                mode=pb.AgentMode.Name(run.mode) if run.mode in pb.AgentMode.values() else str(run.mode),
+                last_cursor_run_id=run.cursor_run_id or None,
+            )
+        )
+        store.start_run(
+            RunRecord(
+                run_id=run.run_id,
+                conversation_id=self.conversation_id,
+                phase=self.phase.value,
+                started_at_ms=run.started_ms,
+                cursor_run_id=run.cursor_run_id or None,
+                request_id=run.request_id,
+            )
+        )
+
+    def _persist_run_finished(self, run: ActiveRun, outcome: Outcome, error: ConnectError | None) -> None:
+        store = self.s.store
+        if store is None:
+            return
+        store.finish_run(
+            run.run_id,
+            outcome.value,
+            error_code=error.code if error else None,
+            error_message=error.message if error else None,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# The ports the run engine sees (ToolPort, HistoryPort, EventSink), bound to one run
+# --------------------------------------------------------------------------------------------------
+class _RuntimePorts:
+    def __init__(self, rt: ConversationRuntime, run: ActiveRun) -> None:
+        self.rt = rt
+        self.run = run
+
+    # EventSink
+    def emit(self, event: Any) -> None:
+        self.rt.on_engine_event(self.run, event)
+
+    # ToolPort
+    async def run_tools(self, calls: list[ToolCallRequest]) -> list[ToolOutcome]:
+        fut: asyncio.Future[list[ToolOutcome]] = asyncio.get_running_loop().create_future()
+        self.rt.post(ToolBatch(self.run.run_id, calls, fut))
+        return await fut
+
+    # HistoryPort
+    def messages(self) -> list[Message]:
+        return self.rt.project_history()
+
+    def commit_assistant(self, message: Message, usage: Usage | None = None) -> None:
+        self.rt.commit_message(self.run, EntryKind.ASSISTANT, message)
+
+    def commit_tool_results(self, message: Message) -> None:
+        self.rt.commit_message(self.run, EntryKind.TOOL_RESULTS, message)
+
+    def take_injections(self) -> list[Message]:
+        return self.rt.take_injections(self.run)
+
+    def compact(self, summary: str) -> None:
+        self.rt.compact(self.run, summary)
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+HEARTBEAT_FRAME = encode_server_message(updates.heartbeat())
+END_STREAM_OK = end_stream_ok()
+END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancelled"))
+
+
+def _user_message(um: pb.UserMessage) -> Message:
+    return Message(role="user", parts=[TextPart(text=um.text)])
+
+
+def _workspace_root(rr: pb.AgentRunRequest) -> str | None:
+    action = rr.action
+    if action.WhichOneof("action") == "user_message_action":
+        paths = action.user_message_action.request_context.env.workspace_paths
+        if paths:
+            return paths[0]
+    return None
+
+
+def _add_usage(acc: dict[str, int], usage: Usage) -> None:
+    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+        value = getattr(usage, name)
+        if value is not None:
+            acc[name] = acc.get(name, 0) + value
+
+
+def _usage(acc: dict[str, int]) -> Usage | None:
+    return Usage(**acc) if acc else None
+
+
+def _as_connect_error(exc: BaseException) -> ConnectError:
+    if isinstance(exc, ConnectError):
+        return exc
+    if isinstance(exc, ProviderError):
+        return provider_error(str(exc), retryable=bool(getattr(exc, "retryable", False)))
+    if isinstance(exc, ConfigError):
+        return ConnectError("failed_precondition", str(exc))
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return ConnectError("deadline_exceeded", "timed out waiting for the client")
+    log.error("run failed with an unexpected error", exc_info=exc)
+    return ConnectError("internal", f"{type(exc).__name__}: {exc}")
+
+
+def _event_record(entry: HistoryEntry) -> Any:
+    from ..store import NewEvent
+
+    return NewEvent(event_id=entry.event_id, kind=entry.kind.value, payload=encode_entry(entry.kind, entry.message), run_id=entry.run_id)
+
+
+__all__ = [
+    "ActiveRun",
+    "ClientInput",
+    "ConversationRuntime",
+    "Detach",
+    "Heartbeat",
+    "RuntimeServices",
+    "Shutdown",
+    "StartRun",
+]

@@ -1,0 +1,141 @@
+"""ConversationService: the conversation domain's one entry point for the gateway.
+
+It binds request ids to conversations (registry), opens output streams (hub) and turns ordered wire
+input into runtime commands. It never changes a lifecycle itself: runtimes do.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from ..protocol import ConnectError, agent_pb2 as pb
+from .identity import ParentConversationRef
+from .output import OutputHub, OutputStream
+from .registry import Binding, BindingConflict, BindKind, Registry
+from .runtime import ClientInput, ConversationRuntime, Detach, Heartbeat, RuntimeServices, Shutdown, StartRun
+
+log = logging.getLogger("cursor_byok.conversation")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedRun:
+    conversation_id: str
+    output: OutputStream
+    kind: BindKind
+
+
+class ConversationService:
+    def __init__(self, services: RuntimeServices, hub: OutputHub) -> None:
+        self.services = services
+        self.hub = hub
+        self.registry: Registry[ConversationRuntime] = Registry(self._make_runtime)
+
+    def _make_runtime(self, conversation_id: str) -> ConversationRuntime:
+        rt = ConversationRuntime(conversation_id, self.services)
+        rt.start()
+        return rt
+
+    async def restore(self) -> None:
+        """After a restart: runs left without an outcome were cut by a crash; mark them so."""
+        store = self.services.store
+        if store is None:
+            return
+        for run in await store.find_unfinished_runs():
+            store.finish_run(run.run_id, "interrupted_by_crash")
+        await store.flush()
+
+    def _binding(self, request_id: str) -> Binding | None:
+        binding = self.registry.binding(request_id)
+        store = self.services.store
+        if binding is None and store is not None:
+            conversation_id = store.bound_conversation(request_id)
+            if conversation_id is not None:
+                binding = Binding(request_id, conversation_id, "")
+                self.registry.restore_binding(binding)
+        return binding
+
+    def conversation_for(self, run_request: pb.AgentRunRequest, request_id: str) -> str:
+        """The conversation a run request belongs to. Without a conversation_id only an existing
+        binding may route it; request_id is never used as an identity."""
+        if run_request.HasField("conversation_id") and run_request.conversation_id:
+            return run_request.conversation_id
+        binding = self._binding(request_id)
+        if binding is None:
+            raise ConnectError(
+                "invalid_argument", f"run request has no conversation_id and request id {request_id!r} is not bound"
+            )
+        return binding.conversation_id
+
+    def check_binding(self, request_id: str, conversation_id: str) -> None:
+        binding = self._binding(request_id)
+        if binding is not None and binding.conversation_id != conversation_id:
+            raise ConnectError(
+                "already_exists",
+                str(BindingConflict(request_id, binding.conversation_id, conversation_id)),
+            )
+
+    def open_run(
+        self, request_id: str, run_request: pb.AgentRunRequest, parent: ParentConversationRef | None = None
+    ) -> OpenedRun:
+        """Bind request_id and start (or queue) the run on a fresh output stream generation."""
+        conversation_id = self.conversation_for(run_request, request_id)
+        cursor_run_id = run_request.run_id if run_request.HasField("run_id") else ""
+        try:
+            binding, kind = self.registry.bind(request_id, conversation_id, cursor_run_id)
+        except BindingConflict as exc:
+            raise ConnectError("already_exists", str(exc)) from None
+        store = self.services.store
+        if store is not None and kind is not BindKind.SAME:
+            store.bind_request(request_id, conversation_id, cursor_run_id)
+        existing = self.hub.get(request_id)
+        if kind is BindKind.SAME and existing is not None:
+            return OpenedRun(conversation_id, existing, kind)
+        output = self.hub.open(request_id)
+        runtime = self.registry.ensure_runtime(conversation_id)
+        runtime.post(StartRun(request_id, output, run_request, parent))
+        return OpenedRun(conversation_id, output, kind)
+
+    def deliver(self, request_id: str, message: pb.AgentClientMessage) -> None:
+        binding = self._binding(request_id)
+        if binding is None:
+            raise ConnectError("failed_precondition", f"request id {request_id!r} has no run")
+        runtime = self.registry.ensure_runtime(binding.conversation_id)
+        runtime.post(ClientInput(request_id, message))
+
+    def heartbeat(self, request_id: str) -> None:
+        binding = self._binding(request_id)
+        output = self.hub.get(request_id)
+        if binding is None or output is None or output.closed:
+            return
+        self.registry.ensure_runtime(binding.conversation_id).post(Heartbeat(output))
+
+    async def shutdown(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
+        loop = asyncio.get_running_loop()
+        waits = []
+        for rt in self.registry.runtimes():
+            done: asyncio.Future[None] = loop.create_future()
+            rt.post(Shutdown(reason, done))
+            waits.append(done)
+        if waits:
+            await asyncio.wait(waits, timeout=timeout)
+
+    def parent_ref(self, parent_request_id: str, parent_tool_call_id: str) -> ParentConversationRef | None:
+        """The immutable origin of a child conversation from the child's parent headers."""
+        binding = self._binding(parent_request_id)
+        if binding is None:
+            log.warning("parent request id is not bound", extra={"parent_request_id": parent_request_id})
+            return None
+        parent = self.registry.runtime(binding.conversation_id)
+        run = parent.run if parent is not None else None
+        if run is None:
+            log.warning("parent conversation has no active run", extra={"conversation_id": binding.conversation_id})
+            return None
+        return ParentConversationRef(binding.conversation_id, run.run_id, parent_tool_call_id)
+
+    def detach(self, request_id: str) -> None:
+        """A RunSSE reader went away: the run continues; the runtime only takes note."""
+        binding = self._binding(request_id)
+        rt = self.registry.runtime(binding.conversation_id) if binding is not None else None
+        if rt is not None:
+            rt.post(Detach(request_id))

@@ -1,0 +1,163 @@
+"""Pure builders of the server messages the runtime writes (one place that knows their shapes)."""
+from __future__ import annotations
+
+from ..protocol import agent_pb2 as pb
+from ..run import Usage
+
+AgentServerMessage = pb.AgentServerMessage
+
+
+def text_delta(text: str) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.text_delta.text = text
+    return m
+
+
+def thinking_delta(text: str) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    td = m.interaction_update.thinking_delta
+    td.text = text
+    td.thinking_style = pb.THINKING_STYLE_DEFAULT
+    return m
+
+
+def thinking_completed(duration_ms: int) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.thinking_completed.thinking_duration_ms = max(1, duration_ms)
+    return m
+
+
+def token_delta(tokens: int) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.token_delta.tokens = tokens
+    return m
+
+
+def step_started(step: int) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.step_started.step_id = step
+    return m
+
+
+def step_completed(step: int, duration_ms: int) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    sc = m.interaction_update.step_completed
+    sc.step_id = step
+    sc.step_duration_ms = duration_ms
+    return m
+
+
+def heartbeat() -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.heartbeat.SetInParent()
+    return m
+
+
+def turn_ended(usage: Usage | None) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    te = m.interaction_update.turn_ended
+    te.SetInParent()
+    if usage is not None:
+        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+            value = getattr(usage, name)
+            if value is not None:
+                setattr(te, name, value)
+    return m
+
+
+def user_message_appended(user_message: pb.UserMessage) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.user_message_appended.user_message.CopyFrom(user_message)
+    return m
+
+
+def injection_queued(injection_id: str) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    s = m.interaction_update.context_injection_state
+    s.injection_id = injection_id
+    s.state.queued.SetInParent()
+    return m
+
+
+def injection_delivered(injection_id: str, step: int, at_ms: int) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    s = m.interaction_update.context_injection_state
+    s.injection_id = injection_id
+    d = s.state.delivered
+    d.step = step
+    d.delivery_batch_id = injection_id
+    d.delivered_at_ms = at_ms
+    return m
+
+
+def injection_rejected(injection_id: str, reason: str) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    s = m.interaction_update.context_injection_state
+    s.injection_id = injection_id
+    s.state.rejected.reason = reason
+    return m
+
+
+def exec_abort(exec_id: int) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.exec_server_control_message.abort.id = exec_id
+    return m
+
+
+def exec_request(message: pb.ExecServerMessage) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.exec_server_message.CopyFrom(message)
+    return m
+
+
+def interaction_query(query: pb.InteractionQuery) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_query.CopyFrom(query)
+    return m
+
+
+def interaction(update: pb.InteractionUpdate) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.CopyFrom(update)
+    return m
+
+
+def tool_call_started(call_id: str, tool_call: pb.ToolCall, model_call_id: str) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    u = m.interaction_update.tool_call_started
+    u.call_id = call_id
+    u.tool_call.CopyFrom(tool_call)
+    u.model_call_id = model_call_id
+    return m
+
+
+def tool_call_completed(call_id: str, tool_call: pb.ToolCall, model_call_id: str) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    u = m.interaction_update.tool_call_completed
+    u.call_id = call_id
+    u.tool_call.CopyFrom(tool_call)
+    u.model_call_id = model_call_id
+    return m
+
+
+def set_blob(kv_id: int, blob_id: bytes, data: bytes) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    kv = m.kv_server_message
+    kv.id = kv_id
+    kv.set_blob_args.blob_id = blob_id
+    kv.set_blob_args.blob_data = data
+    return m
+
+
+def get_blob(kv_id: int, blob_id: bytes) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    kv = m.kv_server_message
+    kv.id = kv_id
+    kv.get_blob_args.blob_id = blob_id
+    return m
+
+
+def checkpoint(state: pb.ConversationStateStructure) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.conversation_checkpoint_update.CopyFrom(state)
+    return m

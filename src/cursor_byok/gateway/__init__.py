@@ -1,0 +1,6 @@
+"""The HTTP face of the server: RunSSE, BidiAppend, health and the upstream catch-all."""
+from __future__ import annotations
+
+from .app import Gateway, create_app, serve
+
+__all__ = ["Gateway", "create_app", "serve"]

@@ -1,0 +1,158 @@
+"""The ASGI app: RunSSE, BidiAppend, health, local side RPCs, and the upstream catch-all.
+
+Raw ASGI (no framework) keeps the per-request overhead to a dict lookup. Served by granian on uvloop,
+HTTP/1.1 and h2c, plain http on loopback (which is also the Cursor CLI's direct mode).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Any
+
+import httpx
+import msgspec
+
+from ..apis import Upstream
+from ..config import Config, ModelConfig, resolve_api_key
+from ..conversation import ConversationService, OutputHub, RuntimeServices
+from ..protocol import ConnectError
+from ..run import RunEngine, make_provider
+from .asgi import Receive, Scope, Send, reply, reply_error
+from .bidi import handle_append
+from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
+from .stream import handle_run_sse
+from .transport import Transports
+
+log = logging.getLogger("cursor_byok.gateway")
+
+CONFIG_JSON_ENV = "CURSOR_BYOK_CONFIG_JSON"
+SWEEP_SECONDS = 5.0
+
+
+class Gateway:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.transports = Transports(config.server.max_transports, config.server.transport_idle_seconds)
+        self.store: Any = None
+        self.http: httpx.AsyncClient | None = None
+        self.upstream: Upstream
+        self.conversations: ConversationService
+        self._sweeper: asyncio.Task[None] | None = None
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    async def startup(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        from ..store import Store
+
+        self.store = await Store.open(self.config.database_path)
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
+        self.upstream = Upstream(self.config.upstream.base_url, self.http)
+        services = RuntimeServices(config=self.config, make_engine=self._make_engine, store=self.store)
+        hub = OutputHub(self.config.server.output_retention_seconds)
+        self.conversations = ConversationService(services, hub)
+        await self.conversations.restore()
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def shutdown(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.conversations.shutdown("server shutting down")
+        if self.http is not None:
+            await self.http.aclose()
+        if self.store is not None:
+            await self.store.close()
+
+    def _make_engine(self, model: ModelConfig) -> RunEngine:
+        assert self.http is not None
+        provider = make_provider(model, resolve_api_key(self.config, model), self.http)
+        return RunEngine(provider)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            self.conversations.hub.sweep()
+            self.transports.expire()
+
+    # -- ASGI --------------------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        method = scope["method"]
+        if method == "POST" and path == BIDI_APPEND_PATH:
+            await handle_append(self, scope, receive, send)
+        elif method == "POST" and path == RUN_SSE_PATH:
+            await handle_run_sse(self, scope, receive, send)
+        elif path in HEALTH_PATHS:
+            await reply(send, 204, b"", [])
+        else:
+            await self.upstream.forward(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    log.exception("startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app(config: Config) -> Gateway:
+    return Gateway(config)
+
+
+def app_from_env() -> Gateway:
+    """Granian factory: the config travels to the worker as JSON in the environment."""
+    raw = os.environ.get(CONFIG_JSON_ENV)
+    if not raw:
+        raise RuntimeError(f"{CONFIG_JSON_ENV} is not set")
+    return create_app(msgspec.json.decode(raw.encode(), type=Config))
+
+
+def serve(config: Config) -> int:
+    """Run the gateway under granian (uvloop, HTTP/1.1 + h2c) until SIGINT/SIGTERM."""
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces, Loops
+
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    os.environ[CONFIG_JSON_ENV] = msgspec.json.encode(config).decode()
+    server = Granian(
+        "cursor_byok.gateway.app:app_from_env",
+        address=config.server.host,
+        port=config.server.port,
+        interface=Interfaces.ASGI,
+        loop=Loops.uvloop,
+        http=HTTPModes.auto,
+        workers=1,
+        factory=True,
+        log_access=False,
+    )
+    log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
+    server.serve()
+    return 0
+
+
+__all__ = ["ConnectError", "Gateway", "create_app", "serve"]

@@ -1,0 +1,64 @@
+"""Small ASGI helpers shared by the gateway's handlers (body reading with a cap, unary replies)."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from ..protocol import ConnectError, error_body, http_status_for
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+PROTO_HEADERS = [(b"content-type", b"application/proto")]
+STREAM_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"connect-protocol-version", b"1"),
+]
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body; ConnectError resource_exhausted past `limit` (checked per chunk)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectError("canceled", "client disconnected")
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise ConnectError("resource_exhausted", f"request body exceeds the {limit}-byte limit")
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def reply_proto(send: Send, body: bytes = b"") -> None:
+    await reply(send, 200, body, PROTO_HEADERS)
+
+
+async def reply_error(send: Send, err: ConnectError) -> None:
+    await reply(send, http_status_for(err.code), error_body(err), [(b"content-type", b"application/json")])
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope["headers"]:
+        if k == name:
+            return v.decode("latin-1")
+    return None

@@ -1,0 +1,26 @@
+"""Local vs upstream: the seqno-0 run request's model decides (local models and their variant ids)."""
+from __future__ import annotations
+
+from ..config import Config
+from ..protocol import ConnectError, agent_pb2 as pb
+from .transport import Route
+
+RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
+BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
+HEALTH_PATHS = frozenset({"/__byok-api__/healthz", "/healthz"})
+
+
+def requested_model_id(run_request: pb.AgentRunRequest) -> str:
+    if run_request.HasField("requested_model") and run_request.requested_model.model_id:
+        return run_request.requested_model.model_id
+    return run_request.model_details.model_id
+
+
+def route_for(message: pb.AgentClientMessage, config: Config) -> Route:
+    """Route of a transport from its seqno-0 message; ConnectError if it does not select a model."""
+    if message.WhichOneof("message") != "run_request":
+        raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
+    model_id = requested_model_id(message.run_request)
+    if not model_id:
+        raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
+    return Route.LOCAL if config.model(model_id) is not None else Route.UPSTREAM

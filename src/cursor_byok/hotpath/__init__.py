@@ -1,0 +1,124 @@
+"""The hot path: Connect framing, append_seqno reordering, history-prefix hashing.
+
+Each part exists twice with one API: a compiled module built from ext/<name>.pyx
+(`cursor_byok.hotpath._<name>`) and a pure-Python twin (`<name>_py`) that serves as the oracle in
+property tests. This façade exports the compiled one when it imports and otherwise falls back to
+the twin with a warning on the "cursor_byok.hotpath" logger; with CURSOR_BYOK_REQUIRE_COMPILED=1
+in the environment a missing compiled module is an ImportError instead (CI, `make test`).
+`implementation()` says which one is active (`cursor-byok doctor` reports it).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from types import ModuleType
+
+from . import frames_py, prefix_py, seqno_py
+from .errors import (
+    CompressionError,
+    FrameTooLarge,
+    HexDecodeError,
+    HotPathError,
+    NegativeSeqno,
+    SeqnoError,
+    SeqnoOutOfWindow,
+    TruncatedFrame,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "DIGEST_SIZE",
+    "FLAG_COMPRESSED",
+    "FLAG_DATA",
+    "FLAG_END_STREAM",
+    "CompressionError",
+    "FrameDecoder",
+    "FrameTooLarge",
+    "HexDecodeError",
+    "HotPathError",
+    "NegativeSeqno",
+    "ReorderBuffer",
+    "SeqnoError",
+    "SeqnoOutOfWindow",
+    "TruncatedFrame",
+    "chain",
+    "common_prefix",
+    "compiled",
+    "decode_hex",
+    "encode_end_stream",
+    "encode_frame",
+    "encode_frames",
+    "extend",
+    "implementation",
+    "is_strict_prefix",
+    "twins",
+]
+
+REQUIRE_COMPILED_ENV = "CURSOR_BYOK_REQUIRE_COMPILED"
+
+_log = logging.getLogger("cursor_byok.hotpath")
+
+# The names each module must define; a stale or partial build missing any is not used.
+_API: dict[str, tuple[str, ...]] = {
+    "frames": (
+        "FrameDecoder",
+        "encode_frame",
+        "encode_frames",
+        "encode_end_stream",
+        "decode_hex",
+        "FLAG_DATA",
+        "FLAG_COMPRESSED",
+        "FLAG_END_STREAM",
+        "DEFAULT_MAX_FRAME",
+    ),
+    "seqno": ("ReorderBuffer",),
+    "prefix": ("chain", "extend", "common_prefix", "is_strict_prefix", "DIGEST_SIZE"),
+}
+
+twins: dict[str, ModuleType] = {"frames": frames_py, "seqno": seqno_py, "prefix": prefix_py}
+
+
+def _load_compiled(name: str) -> ModuleType | None:
+    require = os.environ.get(REQUIRE_COMPILED_ENV) == "1"
+    try:
+        module = importlib.import_module(f"{__name__}._{name}")
+        missing = [attr for attr in _API[name] if not hasattr(module, attr)]
+        if missing:
+            raise ImportError(f"{module.__name__} lacks {', '.join(missing)} (stale build?)")
+    except ImportError as exc:
+        if require:
+            raise ImportError(
+                f"compiled hot path module {__name__}._{name} is unavailable and "
+                f"{REQUIRE_COMPILED_ENV}=1: {exc}"
+            ) from exc
+        _log.warning("compiled hot path %r unavailable (%s); using the pure-Python twin", name, exc)
+        return None
+    return module
+
+
+compiled: dict[str, ModuleType | None] = {name: _load_compiled(name) for name in _API}
+_active: dict[str, ModuleType] = {name: compiled[name] or twins[name] for name in _API}
+
+
+def implementation() -> dict[str, str]:
+    """Which implementation backs each part: "compiled" or "python"."""
+    return {name: "python" if compiled[name] is None else "compiled" for name in _API}
+
+
+FLAG_DATA: int = frames_py.FLAG_DATA
+FLAG_COMPRESSED: int = frames_py.FLAG_COMPRESSED
+FLAG_END_STREAM: int = frames_py.FLAG_END_STREAM
+DEFAULT_MAX_FRAME: int = frames_py.DEFAULT_MAX_FRAME
+DIGEST_SIZE: int = prefix_py.DIGEST_SIZE
+
+FrameDecoder = _active["frames"].FrameDecoder
+encode_frame = _active["frames"].encode_frame
+encode_frames = _active["frames"].encode_frames
+encode_end_stream = _active["frames"].encode_end_stream
+decode_hex = _active["frames"].decode_hex
+ReorderBuffer = _active["seqno"].ReorderBuffer
+chain = _active["prefix"].chain
+extend = _active["prefix"].extend
+common_prefix = _active["prefix"].common_prefix
+is_strict_prefix = _active["prefix"].is_strict_prefix

@@ -1,0 +1,39 @@
+"""The local intercepting proxy the Cursor IDE is pointed at, and the CA it signs with.
+
+Only Cursor's own hosts (*.cursor.sh) are TLS-terminated and sent to the gateway; every other
+host is tunnelled untouched.
+"""
+from __future__ import annotations
+
+from .ca import CA_COMMON_NAME, CAError, CAPaths, LeafCertificate, LocalCA, certificate_fingerprint
+from .proxy import UPSTREAM_URL_HEADER, InterceptingProxy, ProxyLimits, ProxyStats, is_cursor_host
+from .thread import ProxyThread
+from .trust import (
+    CAState,
+    LinuxTrustPaths,
+    TrustReport,
+    ca_trust_state,
+    format_commands,
+    trust_commands,
+)
+
+__all__ = [
+    "CA_COMMON_NAME",
+    "CAError",
+    "CAPaths",
+    "CAState",
+    "InterceptingProxy",
+    "LeafCertificate",
+    "LinuxTrustPaths",
+    "LocalCA",
+    "ProxyLimits",
+    "ProxyStats",
+    "ProxyThread",
+    "TrustReport",
+    "UPSTREAM_URL_HEADER",
+    "ca_trust_state",
+    "certificate_fingerprint",
+    "format_commands",
+    "is_cursor_host",
+    "trust_commands",
+]

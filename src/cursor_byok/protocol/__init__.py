@@ -1,0 +1,100 @@
+"""Cursor wire protocol, sans-IO: generated protobuf modules, Connect codec, errors, headers, ids.
+
+Pure functions and small value types only: no sockets, no awaits, no clock reads. Framing is
+delegated to `cursor_byok.hotpath` (compiled, or its pure twin).
+
+    from cursor_byok.protocol import agent_pb2, aiserver_pb2, decode_bidi_append, ...
+"""
+from __future__ import annotations
+
+from .bidi import BidiAppend, decode_bidi_append
+from .codec import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    SERVER_HEARTBEAT_FRAME,
+    DecodedStream,
+    StreamDecoder,
+    decode_message,
+    decode_stream,
+    decode_unary,
+    encode_server_message,
+    encode_server_messages,
+    encode_unary,
+    end_stream_error,
+    end_stream_ok,
+    parse_end_stream,
+)
+from .errors import (
+    CONNECT_CODES,
+    ERROR_DETAILS_TYPE,
+    ConnectError,
+    ErrorDetailsSpec,
+    RawErrorDetail,
+    connect_error_from,
+    error_body,
+    error_details_message,
+    http_status_for,
+    model_not_found_error,
+    provider_error,
+)
+from .headers import RequestHeaders, parse_request_headers
+from .ids import (
+    AgentSessionId,
+    ConversationId,
+    CursorRunId,
+    ExecId,
+    InjectionId,
+    MessageId,
+    RequestId,
+    RunId,
+    ToolCallId,
+    TraceId,
+    new_internal_run_id,
+    new_trace_id,
+)
+from .pb import agent_v1_pb2 as agent_pb2
+from .pb import aiserver_v1_pb2 as aiserver_pb2
+
+__all__ = [
+    "CONNECT_CODES",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "ERROR_DETAILS_TYPE",
+    "SERVER_HEARTBEAT_FRAME",
+    "AgentSessionId",
+    "BidiAppend",
+    "ConnectError",
+    "ConversationId",
+    "CursorRunId",
+    "DecodedStream",
+    "ErrorDetailsSpec",
+    "ExecId",
+    "InjectionId",
+    "MessageId",
+    "RawErrorDetail",
+    "RequestHeaders",
+    "RequestId",
+    "RunId",
+    "StreamDecoder",
+    "ToolCallId",
+    "TraceId",
+    "agent_pb2",
+    "aiserver_pb2",
+    "connect_error_from",
+    "decode_bidi_append",
+    "decode_message",
+    "decode_stream",
+    "decode_unary",
+    "encode_server_message",
+    "encode_server_messages",
+    "encode_unary",
+    "end_stream_error",
+    "end_stream_ok",
+    "error_body",
+    "error_details_message",
+    "http_status_for",
+    "model_not_found_error",
+    "new_internal_run_id",
+    "new_trace_id",
+    "parse_end_stream",
+    "parse_request_headers",
+    "provider_error",
+]

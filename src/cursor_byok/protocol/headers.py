@@ -1,0 +1,108 @@
+"""Request headers the Connect layer and the agent routes care about (PROTOCOL.md 1.2)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from .errors import ConnectError
+
+__all__ = ["RequestHeaders", "parse_request_headers"]
+
+_WANTED = frozenset(
+    {
+        "connect-protocol-version",
+        "connect-timeout-ms",
+        "content-encoding",
+        "connect-content-encoding",
+        "x-request-id",
+        "x-parent-request-id",
+        "x-parent-agent-tool-call-id",
+        "x-cursor-streaming",
+    }
+)
+_ENCODINGS = frozenset({"identity", "gzip"})
+# Connect spec: connect-timeout-ms is a positive integer of at most 10 digits.
+_MAX_TIMEOUT_DIGITS = 10
+
+
+class RequestHeaders(msgspec.Struct, frozen=True):
+    """Parsed request headers; absent headers are None (streaming: False).
+
+    `content_encoding` is "gzip" when `content-encoding` (whole unary body) or
+    `connect-content-encoding` (stream envelopes) says so, else "identity".
+    `parent_request_id` / `parent_tool_call_id` mark a subagent child's appends (2.1.1): both
+    or neither.
+    """
+
+    connect_protocol_version: str | None = None
+    timeout_ms: int | None = None
+    content_encoding: str = "identity"
+    request_id: str | None = None
+    parent_request_id: str | None = None
+    parent_tool_call_id: str | None = None
+    streaming: bool = False
+
+
+HeaderSource = Mapping[str, str] | Iterable[tuple[bytes, bytes]]
+
+
+def _collect(headers: HeaderSource) -> dict[str, str]:
+    """Lower-cased name → first value, for the headers we read."""
+    found: dict[str, str] = {}
+    if isinstance(headers, Mapping):
+        items: Iterable[tuple[str | bytes, str | bytes]] = headers.items()
+    else:
+        items = headers
+    for raw_name, raw_value in items:
+        name = raw_name.decode("latin-1") if isinstance(raw_name, bytes) else raw_name
+        name = name.lower()
+        if name in _WANTED and name not in found:
+            value = raw_value.decode("latin-1") if isinstance(raw_value, bytes) else raw_value
+            found[name] = value.strip()
+    return found
+
+
+def _encoding(name: str, value: str | None) -> bool:
+    """True for gzip, False for identity/absent; anything else is unimplemented."""
+    if value is None or value == "":
+        return False
+    lowered = value.lower()
+    if lowered not in _ENCODINGS:
+        raise ConnectError("unimplemented", f"unsupported {name} {value!r} (supported: gzip, identity)")
+    return lowered == "gzip"
+
+
+def _timeout(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or len(value) > _MAX_TIMEOUT_DIGITS:
+        raise ConnectError("invalid_argument", f"invalid connect-timeout-ms {value!r}")
+    return int(value)
+
+
+def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
+    """Read a request's headers (a str mapping, or ASGI-style (bytes, bytes) pairs).
+
+    Raises ConnectError: invalid_argument for a malformed timeout or a lone parent header,
+    unimplemented for a content encoding other than identity/gzip.
+    """
+    found = _collect(headers)
+    gzip = _encoding("content-encoding", found.get("content-encoding"))
+    gzip = _encoding("connect-content-encoding", found.get("connect-content-encoding")) or gzip
+    parent_request_id = found.get("x-parent-request-id") or None
+    parent_tool_call_id = found.get("x-parent-agent-tool-call-id") or None
+    if (parent_request_id is None) != (parent_tool_call_id is None):
+        raise ConnectError(
+            "invalid_argument",
+            "protocol error: x-parent-request-id and x-parent-agent-tool-call-id must be sent together",
+        )
+    return RequestHeaders(
+        connect_protocol_version=found.get("connect-protocol-version"),
+        timeout_ms=_timeout(found.get("connect-timeout-ms")),
+        content_encoding="gzip" if gzip else "identity",
+        request_id=found.get("x-request-id") or None,
+        parent_request_id=parent_request_id,
+        parent_tool_call_id=parent_tool_call_id,
+        streaming=found.get("x-cursor-streaming", "").lower() == "true",
+    )

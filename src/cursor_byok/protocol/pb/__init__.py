@@ -1,0 +1,1 @@
+"""Generated protobuf modules for Cursor's wire format (see protocols/generate.py)."""

@@ -1,0 +1,70 @@
+"""Provider construction from a model's configuration, and ordered failover."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+import httpx
+import msgspec
+
+from ..config import ModelConfig, ProviderKind
+from .anthropic import AnthropicProvider
+from .errors import AuthError, ProviderError
+from .openai_chat import OpenAIChatProvider
+from .openai_responses import OpenAIResponsesProvider
+from .transport import HttpStreamProvider, RetryPolicy, Sleep
+from .types import ModelRequest, StreamEvent
+
+
+class Provider(Protocol):
+    """Streams one model response. Implementations are async generator methods: iterate
+    `provider.stream(request)`; closing the iterator early closes the HTTP response."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+
+
+_ADAPTERS: dict[ProviderKind, type[HttpStreamProvider]] = {
+    ProviderKind.OPENAI_CHAT: OpenAIChatProvider,
+    ProviderKind.OPENAI_RESPONSES: OpenAIResponsesProvider,
+    ProviderKind.ANTHROPIC: AnthropicProvider,
+}
+
+
+def make_provider(
+    model: ModelConfig,
+    api_key: str,
+    client: httpx.AsyncClient,
+    *,
+    retry: RetryPolicy | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> HttpStreamProvider:
+    """The adapter for `model.provider`, sending with `client` (shared, owned by the caller)."""
+    return _ADAPTERS[ProviderKind(model.provider)](model, api_key, client, retry=retry, sleep=sleep)
+
+
+class FailoverProvider:
+    """Tries adapters in order. Moves on only when an adapter failed before streaming anything
+    with a retryable or authentication error (its own retries already spent); each adapter gets
+    the request with its own configured model id."""
+
+    def __init__(self, providers: Sequence[HttpStreamProvider]) -> None:
+        if not providers:
+            raise ValueError("FailoverProvider needs at least one provider")
+        self._providers = list(providers)
+
+    def __repr__(self) -> str:
+        return f"FailoverProvider({self._providers!r})"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        last = len(self._providers) - 1
+        for position, provider in enumerate(self._providers):
+            emitted = False
+            try:
+                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model)):
+                    emitted = True
+                    yield event
+                return
+            except ProviderError as err:
+                if emitted or position == last or not (err.retryable or isinstance(err, AuthError)):
+                    raise

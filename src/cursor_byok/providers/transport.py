@@ -1,0 +1,237 @@
+"""The HTTP/SSE driver shared by all adapters: one POST, status → typed error, SSE events through a
+sans-IO translator, time bounds, and retries that happen only before the first streamed event."""
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
+
+import httpx
+import msgspec
+from httpx_sse import EventSource
+
+from ..config import ModelConfig
+from .errors import (
+    IdleTimeoutError,
+    NetworkError,
+    ProviderError,
+    Redactor,
+    ServerError,
+    StreamCutError,
+    classify,
+    parse_error_body,
+    parse_retry_after,
+)
+from .types import ModelRequest, StreamEvent
+
+_log = logging.getLogger("cursor_byok.providers")
+
+_ERROR_BODY_CAP = 64 * 1024
+_CONNECT_TIMEOUT = 30.0
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounded retries of retryable errors that happen before the first streamed event."""
+
+    max_retries: int = 2
+    base_delay: float = 0.5  # doubled per attempt
+    max_delay: float = 8.0
+    max_retry_after: float = 60.0  # a longer retry-after is not waited out; the error propagates
+
+    def delay(self, attempt: int, err: ProviderError) -> float | None:
+        """Seconds to wait before retry number `attempt` (1-based), or None to give up."""
+        if attempt > self.max_retries or not err.retryable:
+            return None
+        if err.retry_after is not None:
+            return err.retry_after if err.retry_after <= self.max_retry_after else None
+        return min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+
+
+class StreamTranslator(Protocol):
+    """Sans-IO mapping of one response's SSE events to neutral events. `feed` may raise a
+    ProviderError for in-stream errors; `close` raises StreamCutError when the stream ended before
+    its terminal event."""
+
+    def feed(self, event: str, data: str) -> Sequence[StreamEvent]: ...
+
+    def close(self) -> Sequence[StreamEvent]: ...
+
+
+def merge_params(body: dict[str, Any], *extras: Mapping[str, Any]) -> dict[str, Any]:
+    """Overlay extra parameters on a request body; a None value removes the key."""
+    for extra in extras:
+        for key, value in extra.items():
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
+    return body
+
+
+class HttpStreamProvider(abc.ABC):
+    """Base of the three adapters. Subclasses provide the URL, headers, body and translator."""
+
+    family: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        api_key: str,
+        client: httpx.AsyncClient,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.model = model
+        self._client = client
+        self._redact = Redactor(api_key)
+        self._headers = {**self.auth_headers(api_key), **model.extra_headers}
+        self._headers.setdefault("content-type", "application/json")
+        self._headers.setdefault("accept", "text/event-stream")
+        self.url = self.endpoint(model.base_url)
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._timeout = httpx.Timeout(
+            connect=min(_CONNECT_TIMEOUT, model.request_timeout_seconds),
+            read=None,  # bounded per SSE event below (first event vs. idle gap)
+            write=model.request_timeout_seconds,
+            pool=model.request_timeout_seconds,
+        )
+
+    # ---- subclass hooks --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def endpoint(self, base_url: str) -> str:
+        """The full URL to POST to, from the configured base (or full) URL."""
+
+    @abc.abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """Headers that carry the key (kept private; never logged)."""
+
+    @abc.abstractmethod
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The provider's JSON request body, built in a fixed key order."""
+
+    @abc.abstractmethod
+    def new_translator(self) -> StreamTranslator:
+        """A fresh translator for one response stream."""
+
+    # ---- public ----------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model.model!r}, url={self.url!r})"
+
+    def encode_request(self, request: ModelRequest) -> bytes:
+        body = merge_params(self.build_body(request), self.model.extra_params, request.extra_params)
+        return msgspec.json.encode(body)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        body = self.encode_request(request)
+        attempt = 0
+        while True:
+            emitted = False
+            try:
+                async for event in self._attempt(body):
+                    emitted = True
+                    yield event
+                return
+            except ProviderError as err:
+                attempt += 1
+                delay = None if emitted else self._retry.delay(attempt, err)
+                if delay is None:
+                    raise
+                _log.warning(
+                    "%s: %s; retry %d/%d in %.2fs",
+                    self.family, err.message, attempt, self._retry.max_retries, delay,
+                )
+                await self._sleep(delay)
+
+    # ---- one HTTP attempt ------------------------------------------------------------------------
+    async def _attempt(self, body: bytes) -> AsyncIterator[StreamEvent]:
+        loop = asyncio.get_running_loop()
+        first_wait = self.model.request_timeout_seconds
+        deadline = loop.time() + first_wait
+        request = self._client.build_request(
+            "POST", self.url, content=body, headers=self._headers, timeout=self._timeout
+        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._client.send(request, stream=True)
+        except TimeoutError:
+            raise IdleTimeoutError(f"{self.family}: no response within {first_wait:g}s") from None
+        except httpx.HTTPError as exc:
+            raise NetworkError(f"{self.family}: request failed: {self._describe(exc)}") from None
+        try:
+            if response.status_code >= 400:
+                raise await self._status_error(response)
+            content_type = response.headers.get("content-type", "")
+            if "text/event-stream" not in content_type:
+                raise await self._unexpected_body(response, content_type)
+            translator = self.new_translator()
+            events = EventSource(response).aiter_sse()
+            idle = self.model.idle_timeout_seconds
+            window = first_wait  # the bound now in force, for the error message
+            try:
+                while True:
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            sse = await events.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        raise IdleTimeoutError(
+                            f"{self.family}: stream stalled (no event for {window:g}s)"
+                        ) from None
+                    except httpx.HTTPError as exc:
+                        raise StreamCutError(f"{self.family}: stream broke: {self._describe(exc)}") from None
+                    deadline = loop.time() + idle
+                    window = idle
+                    for event in translator.feed(sse.event, sse.data):
+                        yield event
+            finally:
+                await events.aclose()
+            for event in translator.close():
+                yield event
+        finally:
+            await response.aclose()
+
+    async def _read_capped(self, response: httpx.Response) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.model.idle_timeout_seconds):
+                async for chunk in response.aiter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size >= _ERROR_BODY_CAP:
+                        break
+        except (TimeoutError, httpx.HTTPError):
+            pass  # classify by status with whatever arrived
+        return b"".join(chunks)[:_ERROR_BODY_CAP]
+
+    async def _status_error(self, response: httpx.Response) -> ProviderError:
+        body = await self._read_capped(response)
+        return classify(
+            status=response.status_code,
+            info=parse_error_body(body),
+            redact=self._redact,
+            provider=self.family,
+            retry_after=parse_retry_after(response.headers),
+        )
+
+    async def _unexpected_body(self, response: httpx.Response, content_type: str) -> ProviderError:
+        body = await self._read_capped(response)
+        info = parse_error_body(body)
+        if "json" in content_type and (info.type or info.code):
+            return classify(status=None, info=info, redact=self._redact, provider=self.family)
+        return ServerError(
+            f"{self.family}: expected an event stream, got {content_type or 'no content type'!r}",
+            status=response.status_code,
+        )
+
+    def _describe(self, exc: BaseException) -> str:
+        text = str(exc)
+        return self._redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+

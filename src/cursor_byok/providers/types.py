@@ -1,0 +1,156 @@
+"""Provider-neutral conversation parts, requests and stream events.
+
+These are the only shapes that cross the provider boundary: the run engine builds `ModelRequest`s
+from `Message`s and consumes the stream events below; each adapter maps them to and from its wire
+format. Parts are tagged (`{"type": "text", ...}`) so a list of them round-trips through
+`msgspec.json` for persistence.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+
+class TextPart(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+    text: str
+
+
+class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image"):
+    media_type: str  # e.g. "image/png"
+    data_base64: str
+
+
+class ThinkingPart(msgspec.Struct, frozen=True, tag_field="type", tag="thinking"):
+    text: str
+    # Provider data that must be sent back verbatim on the next request, keyed by provider family:
+    # {"anthropic": {"signature": ...}} | {"anthropic": {"redacted_data": ...}}
+    # {"openai": {"id": ..., "encrypted_content": ..., "summary": [...]}}
+    # {"openai_chat": {"field": "reasoning_content"}}
+    replay: dict[str, Any] | None = None
+
+
+class ToolCallPart(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
+    id: str
+    name: str
+    arguments: str  # raw JSON text exactly as the model produced it
+
+
+class ToolResultPart(msgspec.Struct, frozen=True, tag_field="type", tag="tool_result"):
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    images: list[ImagePart] = []
+
+
+Part = Union[TextPart, ImagePart, ThinkingPart, ToolCallPart, ToolResultPart]
+Role = Literal["user", "assistant", "tool"]
+
+
+class Message(msgspec.Struct, frozen=True):
+    """One history message. A "tool" message holds only ToolResultParts."""
+
+    role: Role
+    parts: list[Part]
+
+
+class ToolSchema(msgspec.Struct, frozen=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    model: str  # the provider's model id
+    system: str
+    messages: list[Message]
+    tools: list[ToolSchema] = []
+    max_tokens: int = 4096
+    effort: str | None = None
+    thinking_budget: int | None = None
+    # Merged over the adapter's request body (after the model's configured extra_params); a value of
+    # None removes that key from the body.
+    extra_params: dict[str, Any] = {}
+
+
+# ---- stream events -------------------------------------------------------------------------------
+# gc=False: events hold only strings, ints and plain dicts, never cycles, and are created per token.
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "other"]
+
+
+class TextDelta(msgspec.Struct, frozen=True, gc=False):
+    text: str
+
+
+class ThinkingDelta(msgspec.Struct, frozen=True, gc=False):
+    text: str
+
+
+class ThinkingEnd(msgspec.Struct, frozen=True, gc=False):
+    """Closes the current thinking block; `replay` is what ThinkingPart.replay must carry."""
+
+    replay: dict[str, Any] | None = None
+
+
+class ToolCallStart(msgspec.Struct, frozen=True, gc=False):
+    index: int  # 0-based position of the call within this model response
+    id: str
+    name: str
+
+
+class ToolCallArgsDelta(msgspec.Struct, frozen=True, gc=False):
+    index: int
+    id: str
+    delta: str
+
+
+class ToolCallEnd(msgspec.Struct, frozen=True, gc=False):
+    index: int
+    id: str
+
+
+class Usage(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """Token counts of one provider call. `input_tokens` is the whole prompt, cache reads and writes
+    included (cache_read_tokens and cache_write_tokens are parts of it), for every provider."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+class Finish(msgspec.Struct, frozen=True, gc=False):
+    """Last event of a successful stream. Adapters raise RefusalError instead of finishing with
+    "refusal"; the value stays in StopReason for callers that map errors back to a stop reason."""
+
+    stop_reason: StopReason
+    response_id: str | None = None
+
+
+StreamEvent = Union[
+    TextDelta, ThinkingDelta, ThinkingEnd, ToolCallStart, ToolCallArgsDelta, ToolCallEnd, Usage, Finish
+]
+
+
+def add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
+    """Field-wise sum; a field stays None only while no call reported it."""
+    if more is None:
+        return total
+    if total is None:
+        return more
+
+    def _sum(a: int | None, b: int | None) -> int | None:
+        if a is None:
+            return b
+        return a if b is None else a + b
+
+    return Usage(
+        input_tokens=_sum(total.input_tokens, more.input_tokens),
+        output_tokens=_sum(total.output_tokens, more.output_tokens),
+        cache_read_tokens=_sum(total.cache_read_tokens, more.cache_read_tokens),
+        cache_write_tokens=_sum(total.cache_write_tokens, more.cache_write_tokens),
+        reasoning_tokens=_sum(total.reasoning_tokens, more.reasoning_tokens),
+    )

@@ -1,0 +1,76 @@
+"""Model tool name → execution, and the names this server can execute."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import ToolExecution
+from .context import ToolContext
+from .files import DeleteExecution, LsExecution, ReadExecution, StrReplaceExecution, WriteExecution
+from .interactive import AskQuestionExecution, CreatePlanExecution, SwitchModeExecution
+from .mcp import CallMcpToolExecution, McpExecution
+from .search import GlobExecution, GrepExecution, ReadLintsExecution
+from .shell import AwaitExecution, ShellExecution
+from .steps import Step
+from .task import TaskExecution
+from .todos import TodoWriteExecution
+
+if TYPE_CHECKING:
+    from cursor_byok.run import ToolCallRequest
+
+__all__ = ["BUILTIN_TOOLS", "UnknownToolExecution", "advertised_tools", "start_tool"]
+
+BUILTIN_TOOLS: dict[str, type[ToolExecution]] = {
+    cls.tool_name: cls
+    for cls in (
+        ReadExecution,
+        WriteExecution,
+        StrReplaceExecution,
+        DeleteExecution,
+        LsExecution,
+        GlobExecution,
+        GrepExecution,
+        ShellExecution,
+        AwaitExecution,
+        ReadLintsExecution,
+        TodoWriteExecution,
+        AskQuestionExecution,
+        SwitchModeExecution,
+        CreatePlanExecution,
+        TaskExecution,
+        CallMcpToolExecution,
+    )
+}
+
+
+class UnknownToolExecution(ToolExecution):
+    """A name no executor handles: completes at once with a tool error and has no card."""
+
+    tool_name = ""
+    variant = None
+
+    # The arguments of an unknown tool are not checked: the name is what the model must fix.
+    checks_arguments = False
+
+    def _begin(self) -> Step:
+        return self._fail(f"unknown tool: {self.name}")
+
+
+def advertised_tools(ctx: ToolContext) -> list[str]:
+    """Model-facing names this server can execute for the run (mode filtering is prompting's job)."""
+    names = [name for name in BUILTIN_TOOLS if name != "CallMcpTool"]
+    if not ctx.allow_subagents:
+        names.remove("Task")
+    if ctx.mcp_tools:
+        names.append("CallMcpTool")
+        names.extend(descriptor.model_name for descriptor in ctx.mcp_tools if descriptor.model_name not in names)
+    return names
+
+
+def start_tool(call: ToolCallRequest, ctx: ToolContext, *, model_call_id: str = "") -> ToolExecution:
+    """The execution for one model tool call. Call `.first()` to get its first step."""
+    cls = BUILTIN_TOOLS.get(call.name)
+    if cls is not None:
+        return cls(call, ctx, model_call_id=model_call_id)
+    if call.name.startswith("mcp_"):
+        return McpExecution(call, ctx, ctx.mcp_by_model_name(call.name), model_call_id=model_call_id)
+    return UnknownToolExecution(call, ctx, model_call_id=model_call_id)

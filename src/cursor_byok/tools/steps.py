@@ -1,0 +1,76 @@
+"""What a ToolExecution asks its driver (the conversation runtime) to do next."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+from ._wire import pb
+
+if TYPE_CHECKING:
+    from cursor_byok.run import ToolOutcome
+
+__all__ = [
+    "ExecStep",
+    "InteractionStep",
+    "Progress",
+    "Done",
+    "Step",
+    "ToolProtocolError",
+    "ResultKindMismatch",
+]
+
+
+@dataclass(slots=True)
+class ExecStep:
+    """Send `message` as `exec_server_message` after reserving a fresh id into `message.id`.
+
+    delay_ms > 0 (only Await's terminal polls): send it no earlier than that many ms from now.
+    Every ExecStep is a new exec (new id); its results go to the same ToolExecution.
+    """
+
+    message: pb.ExecServerMessage
+    delay_ms: int = 0
+
+
+@dataclass(slots=True)
+class InteractionStep:
+    """Send `query` as `interaction_query` after reserving a fresh id into `query.id`."""
+
+    query: pb.InteractionQuery
+
+
+@dataclass(slots=True)
+class Progress:
+    """Interaction updates to emit now; the execution still waits on the same exec/interaction."""
+
+    updates: list[pb.InteractionUpdate] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Done:
+    """The call is finished: emit tool_call_completed (ToolExecution.completed()) and commit."""
+
+    outcome: ToolOutcome
+
+
+Step = Union[ExecStep, InteractionStep, Progress, Done]
+
+
+class ToolProtocolError(Exception):
+    """An input the execution cannot accept; its state is unchanged."""
+
+
+class ResultKindMismatch(ToolProtocolError):
+    """A client result of a kind the pending exec/interaction did not ask for.
+
+    Raised instead of completing the call, so a stray message cannot fail a valid call. The
+    runtime should log it and ignore the message, or call `execution.on_throw(str(err))` if it
+    prefers to fail the call.
+    """
+
+    def __init__(self, got: str | None, expected: tuple[str, ...], tool: str) -> None:
+        self.got = got
+        self.expected = expected
+        self.tool = tool
+        wanted = " or ".join(expected) if expected else "nothing"
+        super().__init__(f"result kind {got} does not match the requested tool {tool} (expected {wanted})")

@@ -1,0 +1,58 @@
+"""Fake model-provider HTTP servers for tests: a real local server plus per-provider stream builders.
+
+    with FakeProviderServer() as server:
+        server.enqueue(ANTHROPIC.text(["Hello"]))
+        ... point a ModelConfig(base_url=server.url) at it ...
+        server.requests[0].json()
+
+Fixtures (import them into a conftest.py): `fake_server`, `http_client`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from cursor_byok.config import ModelConfig, ProviderKind
+
+from .anthropic import AnthropicDialect
+from .dialect import CallSpec, Dialect, UsageSpec, sse
+from .openai_chat import OpenAIChatDialect
+from .openai_responses import OpenAIResponsesDialect
+from .server import FakeProviderServer, RecordedRequest, Reply
+
+OPENAI_CHAT = OpenAIChatDialect()
+OPENAI_RESPONSES = OpenAIResponsesDialect()
+ANTHROPIC = AnthropicDialect()
+DIALECTS: dict[ProviderKind, Dialect] = {d.kind: d for d in (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC)}
+
+
+
+def fake_model(kind: ProviderKind, base_url: str, **overrides: Any) -> ModelConfig:
+    """A model config pointing at a fake server, with short timeouts suitable for tests."""
+    if kind is not ProviderKind.ANTHROPIC and not base_url.endswith("/v1"):
+        base_url = base_url.rstrip("/") + "/v1"
+    fields: dict[str, Any] = {
+        "id": f"fake-{kind.value}", "provider": kind, "model": "fake-model", "base_url": base_url,
+        "context_window": 200_000, "max_output_tokens": 4096,
+        "request_timeout_seconds": 5.0, "idle_timeout_seconds": 5.0,
+    }
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+__all__ = [
+    "ANTHROPIC",
+    "DIALECTS",
+    "OPENAI_CHAT",
+    "OPENAI_RESPONSES",
+    "AnthropicDialect",
+    "CallSpec",
+    "Dialect",
+    "FakeProviderServer",
+    "OpenAIChatDialect",
+    "OpenAIResponsesDialect",
+    "RecordedRequest",
+    "Reply",
+    "UsageSpec",
+    "fake_model",
+    "sse",
+]

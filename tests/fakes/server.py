@@ -1,0 +1,214 @@
+"""A real HTTP/1.1 server on 127.0.0.1 (free port) that records every request and replays scripted
+replies: SSE streams sent chunk by chunk, error statuses, stalls and cut connections.
+
+It runs in its own threads, so it works the same from sync tests, async tests and subprocesses.
+"""
+from __future__ import annotations
+
+import collections
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import msgspec
+
+_MAX_STALL_SECONDS = 30.0
+
+
+@dataclass
+class Reply:
+    """One scripted response. With `body` set it is sent whole (Content-Length); otherwise `chunks`
+    are sent one HTTP chunk each (Transfer-Encoding: chunked), like a live SSE stream."""
+
+    status: int = 200
+    chunks: list[bytes] = field(default_factory=list)
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "text/event-stream"
+    chunk_delay: float = 0.0
+    stall_after: int | None = None  # after this many chunks, stop sending and hold the connection
+    cut_after: int | None = None  # after this many chunks, drop the connection mid-body
+
+
+class _RawArray(msgspec.Struct):
+    messages: list[msgspec.Raw] = []
+    input: list[msgspec.Raw] = []
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    disconnected: threading.Event = field(default_factory=threading.Event)
+
+    def json(self) -> Any:
+        return msgspec.json.decode(self.body)
+
+    def raw_items(self, key: str) -> list[bytes]:
+        """The elements of the body's top-level `messages` or `input` array, exactly as sent."""
+        raw = msgspec.json.decode(self.body, type=_RawArray)
+        return [bytes(item) for item in getattr(raw, key)]
+
+
+Responder = Callable[[RecordedRequest], Reply]
+
+
+class FakeProviderServer:
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self._replies: collections.deque[Reply] = collections.deque()
+        self._responder: Responder | None = None
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._release = threading.Event()
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-provider", daemon=True)
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> FakeProviderServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._release.set()  # ends stalls
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeProviderServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    # ---- scripting -------------------------------------------------------------------------------
+    def enqueue(self, *replies: Reply) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    def respond_with(self, responder: Responder | None) -> None:
+        """Answer with `responder(request)` once the queue is empty."""
+        self._responder = responder
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while len(self.requests) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"expected {count} requests, got {len(self.requests)}")
+                self._arrived.wait(left)
+            return list(self.requests)
+
+    def _next_reply(self, request: RecordedRequest) -> Reply:
+        with self._arrived:
+            self.requests.append(request)
+            self._arrived.notify_all()
+            if self._replies:
+                return self._replies.popleft()
+        if self._responder is not None:
+            return self._responder(request)
+        return Reply(status=500, body=b'{"error": {"message": "fake server: no scripted reply", "type": "server_error"}}',
+                     content_type="application/json")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FakeProviderServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        return
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        request = RecordedRequest(
+            method=self.command,
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+        )
+        reply = self.owner._next_reply(request)
+        self.close_connection = True
+        self.send_response(reply.status)
+        self.send_header("content-type", reply.content_type)
+        self.send_header("connection", "close")
+        for key, value in reply.headers.items():
+            self.send_header(key, value)
+        if reply.body is not None:
+            self.send_header("content-length", str(len(reply.body)))
+            self.end_headers()
+            self.wfile.write(reply.body)
+            return
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            for i, chunk in enumerate(reply.chunks):
+                if reply.cut_after is not None and i >= reply.cut_after:
+                    self._cut()
+                    return
+                if reply.stall_after is not None and i >= reply.stall_after:
+                    self._stall(request)
+                    return
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+                if reply.chunk_delay:
+                    time.sleep(reply.chunk_delay)
+            if reply.cut_after is not None:
+                self._cut()
+                return
+            if reply.stall_after is not None:
+                self._stall(request)
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            request.disconnected.set()
+
+    def _cut(self) -> None:
+        self.wfile.flush()
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _stall(self, request: RecordedRequest) -> None:
+        """Hold the connection open without sending; note when the client hangs up."""
+        self.connection.settimeout(0.02)
+        deadline = time.monotonic() + _MAX_STALL_SECONDS
+        while not self.owner._release.is_set() and time.monotonic() < deadline:
+            try:
+                data = self.connection.recv(1, socket.MSG_PEEK)
+            except TimeoutError:
+                continue
+            except OSError:
+                request.disconnected.set()
+                return
+            if not data:
+                request.disconnected.set()
+                return
+            time.sleep(0.02)

@@ -1,0 +1,311 @@
+"""A scripted IDE: speaks Cursor's wire format (RunSSE + hex BidiAppends) over real HTTP.
+
+It executes exec messages against a temp workspace (read, write, delete, ls, shell), acks KV
+set_blob requests, answers interaction queries from a script, and records every server message it
+read, so tests check what the IDE saw.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from cursor_byok import hotpath
+from cursor_byok.protocol import ConnectError, agent_pb2 as pb, aiserver_pb2, parse_end_stream
+
+RUN_SSE = "/agent.v1.AgentService/RunSSE"
+BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+
+
+def envelope(payload: bytes, flags: int = 0) -> bytes:
+    return bytes([flags]) + len(payload).to_bytes(4, "big") + payload
+
+
+def append_body(request_id: str, seqno: int, message: pb.AgentClientMessage, *, binary: bool = False, enveloped: bool = False, upper: bool = False) -> bytes:
+    req = aiserver_pb2.BidiAppendRequest()
+    req.request_id.request_id = request_id
+    req.append_seqno = seqno
+    raw = message.SerializeToString()
+    if binary:
+        req.data_binary = raw
+    else:
+        req.data = raw.hex().upper() if upper else raw.hex()
+    body = req.SerializeToString()
+    return envelope(body) if enveloped else body
+
+
+def run_request(
+    text: str,
+    *,
+    model: str,
+    conversation_id: str | None,
+    run_id: str | None = None,
+    message_id: str | None = None,
+    workspace: str | None = None,
+    mode: int = pb.AGENT_MODE_AGENT,
+) -> pb.AgentClientMessage:
+    msg = pb.AgentClientMessage()
+    rr = msg.run_request
+    if conversation_id is not None:
+        rr.conversation_id = conversation_id
+    rr.run_id = run_id or uuid.uuid4().hex
+    rr.requested_model.model_id = model
+    uma = rr.action.user_message_action
+    uma.user_message.text = text
+    uma.user_message.message_id = message_id or uuid.uuid4().hex
+    uma.user_message.mode = mode
+    if workspace:
+        uma.request_context.env.workspace_paths.append(workspace)
+        uma.request_context.env.os_version = "linux"
+        uma.request_context.env.shell = "bash"
+    return msg
+
+
+def action_message(**kwargs: object) -> pb.AgentClientMessage:
+    msg = pb.AgentClientMessage()
+    for name, value in kwargs.items():
+        getattr(msg.conversation_action, name).CopyFrom(value)  # type: ignore[arg-type]
+    return msg
+
+
+def cancel_message() -> pb.AgentClientMessage:
+    msg = pb.AgentClientMessage()
+    msg.conversation_action.cancel_action.SetInParent()
+    return msg
+
+
+def heartbeat_message() -> pb.AgentClientMessage:
+    msg = pb.AgentClientMessage()
+    msg.client_heartbeat.SetInParent()
+    return msg
+
+
+@dataclass
+class StreamLog:
+    """Everything one RunSSE stream delivered."""
+
+    messages: list[pb.AgentServerMessage] = field(default_factory=list)
+    terminal: ConnectError | None = None
+    terminals: int = 0
+    raw: bytearray = field(default_factory=bytearray)
+
+    @property
+    def finished(self) -> bool:
+        return self.terminals > 0
+
+    def updates(self, kind: str) -> list[object]:
+        out = []
+        for m in self.messages:
+            if m.WhichOneof("message") == "interaction_update" and m.interaction_update.WhichOneof("message") == kind:
+                out.append(getattr(m.interaction_update, kind))
+        return out
+
+    def kinds(self) -> list[str]:
+        out = []
+        for m in self.messages:
+            k = m.WhichOneof("message") or "?"
+            if k == "interaction_update":
+                k = m.interaction_update.WhichOneof("message") or "?"
+            out.append(k)
+        return out
+
+    @property
+    def text(self) -> str:
+        return "".join(u.text for u in self.updates("text_delta"))  # type: ignore[attr-defined]
+
+
+class ScriptedIDE:
+    """One IDE talking to one server. Each request id gets its own append seqno counter."""
+
+    def __init__(self, base_url: str, workspace: Path | None = None, *, http2: bool = False) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http2=http2)
+        self.workspace = workspace
+        self.seqnos: dict[str, int] = {}
+        self.exec_log: list[pb.ExecServerMessage] = []
+        self.answers: dict[str, Callable[[pb.InteractionQuery], pb.InteractionResponse]] = {}
+        self.auto_exec = True
+        self.hold_execs = False  # when True, exec requests are recorded but not answered
+        self.held: list[tuple[str, pb.ExecServerMessage]] = []
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    # -- raw calls -----------------------------------------------------------------------------------
+    async def append(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int | None = None, headers: dict[str, str] | None = None, **kw: bool) -> httpx.Response:
+        if seqno is None:
+            seqno = self.seqnos.get(request_id, 0)
+            self.seqnos[request_id] = seqno + 1
+        body = append_body(request_id, seqno, message, **kw)
+        return await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
+
+    async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
+        """Read one RunSSE stream to its end (or until `stop` is set: a disconnect)."""
+        body = pb.BidiRequestId(request_id=request_id).SerializeToString()
+        if enveloped:
+            body = envelope(body)
+        decoder = hotpath.FrameDecoder()
+        async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as resp:
+            assert resp.status_code == 200, resp.status_code
+            async for chunk in resp.aiter_raw():
+                log.raw.extend(chunk)
+                for flags, payload in decoder.feed(chunk):
+                    if flags & hotpath.FLAG_END_STREAM:
+                        log.terminals += 1
+                        log.terminal = parse_end_stream(payload)
+                    else:
+                        item = pb.AgentServerMessage.FromString(payload)
+                        log.messages.append(item)
+                        await self._react(request_id, item)
+                if stop is not None and stop.is_set():
+                    return log
+        decoder.close()
+        return log
+
+    # -- reactions: what a real IDE does with server messages ---------------------------------------------
+    async def _react(self, request_id: str, msg: pb.AgentServerMessage) -> None:
+        kind = msg.WhichOneof("message")
+        if kind == "kv_server_message" and msg.kv_server_message.WhichOneof("message") == "set_blob_args":
+            reply = pb.AgentClientMessage()
+            reply.kv_client_message.id = msg.kv_server_message.id
+            reply.kv_client_message.set_blob_result.SetInParent()
+            await self.append(request_id, reply)
+        elif kind == "exec_server_message":
+            self.exec_log.append(msg.exec_server_message)
+            if self.hold_execs:
+                self.held.append((request_id, msg.exec_server_message))
+            elif self.auto_exec:
+                for reply in self.execute(msg.exec_server_message):
+                    await self.append(request_id, reply)
+        elif kind == "interaction_query":
+            q = msg.interaction_query
+            answer = self.answers.get(q.WhichOneof("query") or "")
+            if answer is not None:
+                reply = pb.AgentClientMessage()
+                reply.interaction_response.CopyFrom(answer(q))
+                reply.interaction_response.id = q.id
+                await self.append(request_id, reply)
+
+    async def release_held(self) -> None:
+        held, self.held = self.held, []
+        for request_id, exec_msg in held:
+            for reply in self.execute(exec_msg):
+                await self.append(request_id, reply)
+
+    # -- executing exec messages against the workspace ------------------------------------------------------
+    def _path(self, p: str) -> Path:
+        path = Path(p)
+        if not path.is_absolute() and self.workspace is not None:
+            path = self.workspace / path
+        return path
+
+    def execute(self, ex: pb.ExecServerMessage) -> list[pb.AgentClientMessage]:
+        kind = ex.WhichOneof("message")
+
+        def reply() -> pb.AgentClientMessage:
+            m = pb.AgentClientMessage()
+            m.exec_client_message.id = ex.id
+            m.exec_client_message.exec_id = ex.exec_id
+            return m
+
+        if kind == "read_args":
+            m = reply()
+            path = self._path(ex.read_args.path)
+            if not path.exists():
+                m.exec_client_message.read_result.file_not_found.SetInParent()
+            else:
+                text = path.read_text()
+                s = m.exec_client_message.read_result.success
+                s.path = str(path)
+                s.content = text
+                s.total_lines = text.count("\n") + 1
+                s.file_size = len(text.encode())
+            return [m]
+        if kind == "write_args":
+            m = reply()
+            path = self._path(ex.write_args.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(ex.write_args.file_text)
+            s = m.exec_client_message.write_result.success
+            s.path = str(path)
+            s.lines_created = ex.write_args.file_text.count("\n") + 1
+            s.file_size = len(ex.write_args.file_text.encode())
+            return [m]
+        if kind == "delete_args":
+            m = reply()
+            path = self._path(ex.delete_args.path)
+            if path.exists():
+                path.unlink()
+                m.exec_client_message.delete_result.success.SetInParent()
+            else:
+                m.exec_client_message.delete_result.file_not_found.SetInParent()
+            return [m]
+        if kind in ("shell_stream_args", "shell_args"):
+            args = getattr(ex, kind)
+            cwd = args.working_directory or (str(self.workspace) if self.workspace else os.getcwd())
+            proc = subprocess.run(["bash", "-c", args.command], cwd=cwd, capture_output=True, text=True, timeout=30)
+            out: list[pb.AgentClientMessage] = []
+            start = reply()
+            start.exec_client_message.shell_stream.start.SetInParent()
+            out.append(start)
+            if proc.stdout:
+                m = reply()
+                m.exec_client_message.shell_stream.stdout.data = proc.stdout
+                out.append(m)
+            if proc.stderr:
+                m = reply()
+                m.exec_client_message.shell_stream.stderr.data = proc.stderr
+                out.append(m)
+            m = reply()
+            m.exec_client_message.shell_stream.exit.code = proc.returncode
+            m.exec_client_message.shell_stream.exit.cwd = cwd
+            out.append(m)
+            return out
+        if kind == "grep_args":
+            m = reply()
+            g = ex.grep_args
+            root = self._path(g.path or ".")
+            cmd = ["grep", "-rn" if g.output_mode != "files_with_matches" else "-rl", g.pattern, str(root)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            s = m.exec_client_message.grep_result.success
+            s.pattern = g.pattern
+            s.path = str(root)
+            s.output_mode = g.output_mode or "content"
+            _fill_grep(s, str(root), proc.stdout, g.output_mode)
+            return [m]
+        if kind == "ls_args":
+            m = reply()
+            m.exec_client_message.ls_result.SetInParent()
+            return [m]
+        # Unknown: reply with a throw so the server's tool completes as an error.
+        m = pb.AgentClientMessage()
+        m.exec_client_control_message.throw.id = ex.id
+        m.exec_client_control_message.throw.error = f"scripted IDE cannot execute {kind}"
+        return [m]
+
+
+def _fill_grep(success: pb.GrepSuccess, root: str, stdout: str, mode: str) -> None:
+    union = success.workspace_results[root]
+    if mode == "files_with_matches":
+        union.files.files.extend(line for line in stdout.splitlines() if line)
+        return
+    content = union.content
+    by_file: dict[str, list[tuple[int, str]]] = {}
+    for line in stdout.splitlines():
+        path, _, rest = line.partition(":")
+        num, _, text = rest.partition(":")
+        if num.isdigit():
+            by_file.setdefault(path, []).append((int(num), text))
+    for path, lines in by_file.items():
+        fm = content.matches.add()
+        fm.file = path
+        for num, text in lines:
+            cm = fm.matches.add()
+            cm.line_number = num
+            cm.content = text

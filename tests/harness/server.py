@@ -1,0 +1,132 @@
+"""Run the real server (`cursor-byok serve`) in a subprocess on a free loopback port."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ModelSpec:
+    id: str
+    provider: str
+    base_url: str
+    model: str = "fake-model"
+    api_key_env: str = "CURSOR_BYOK_TEST_KEY"
+    context_window: int = 200_000
+    max_output_tokens: int = 4096
+
+
+@dataclass
+class ServerConfig:
+    data_dir: Path
+    models: list[ModelSpec] = field(default_factory=list)
+    upstream: str = "http://127.0.0.1:9"  # nothing listens: upstream calls fail fast unless a test sets it
+    runsse_wait_seconds: float = 5.0
+    output_retention_seconds: float = 60.0
+    extra_server: dict[str, object] = field(default_factory=dict)
+
+    def toml(self, port: int) -> str:
+        lines = [
+            "[server]",
+            'host = "127.0.0.1"',
+            f"port = {port}",
+            f'data_dir = "{self.data_dir}"',
+            f"runsse_wait_seconds = {self.runsse_wait_seconds}",
+            f"output_retention_seconds = {self.output_retention_seconds}",
+        ]
+        for k, v in self.extra_server.items():
+            lines.append(f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"')
+        lines += ["", "[upstream]", f'base_url = "{self.upstream}"', ""]
+        for m in self.models:
+            lines += [
+                "[[models]]",
+                f'id = "{m.id}"',
+                f'provider = "{m.provider}"',
+                f'base_url = "{m.base_url}"',
+                f'model = "{m.model}"',
+                f'api_key_env = "{m.api_key_env}"',
+                f"context_window = {m.context_window}",
+                f"max_output_tokens = {m.max_output_tokens}",
+                "",
+            ]
+        return "\n".join(lines)
+
+
+class ServerProcess:
+    def __init__(self, config: ServerConfig, *, env: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.port = free_port()
+        self.config_path = config.data_dir / "config.toml"
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = config.data_dir / "server.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> ServerProcess:
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config.toml(self.port))
+        env = {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
+        exe = Path(sys.executable).with_name("cursor-byok")
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen([*cmd, "serve", "--config", str(self.config_path)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.base_url + "/__byok-api__/healthz", timeout=0.5).status_code == 204:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"server did not become healthy:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-8000:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown handlers run."""
+        if self.proc is not None and self.proc.poll() is None:
+            # granian runs the app in a worker process: kill the whole process group.
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

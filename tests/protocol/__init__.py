@@ -1,0 +1,1 @@
+"""Tests of cursor_byok.protocol and the protocols/ generators."""

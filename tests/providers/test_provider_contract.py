@@ -1,0 +1,277 @@
+"""The same scenarios against all three adapters, each talking to a local server that streams the
+provider's real wire format."""
+from __future__ import annotations
+
+import logging
+import traceback
+
+import httpx
+import pytest
+
+from cursor_byok.providers import (
+    AuthError,
+    ContextLengthError,
+    ErrorKind,
+    Finish,
+    IdleTimeoutError,
+    Message,
+    ModelRequest,
+    NetworkError,
+    OverloadedError,
+    RateLimitError,
+    RefusalError,
+    RetryPolicy,
+    StreamCutError,
+    TextDelta,
+    TextPart,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolSchema,
+    Usage,
+    make_provider,
+)
+from tests.fakes import DIALECTS, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model
+
+dialects = pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=lambda d: d.kind.value)
+
+CANARY = "sk-canary-0123456789abcdefCANARY"
+
+READ_TOOL = ToolSchema(
+    name="Read",
+    description="Read a file.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+
+
+def request(text: str = "hello", tools: list[ToolSchema] | None = None) -> ModelRequest:
+    return ModelRequest(
+        model="fake-model",
+        system="You are a test.",
+        messages=[Message("user", [TextPart(text)])],
+        tools=tools or [],
+        max_tokens=1024,
+    )
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+def provider_for(dialect: Dialect, server: FakeProviderServer, client: httpx.AsyncClient, *,
+                 key: str = "test-key-123456", retries: int = 0, sleep: Sleeps | None = None, **model_kw):
+    model = fake_model(dialect.kind, server.url, **model_kw)
+    return make_provider(model, key, client, retry=RetryPolicy(max_retries=retries, base_delay=0.001),
+                         sleep=sleep or Sleeps())
+
+
+async def collect(provider, req: ModelRequest) -> list:
+    return [event async for event in provider.stream(req)]
+
+
+@dialects
+async def test_text_turn_streams_deltas_usage_and_finish(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.text(["Hel", "lo", " world"]))
+    events = await collect(provider_for(dialect, fake_server, http_client), request())
+
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hel", "lo", " world"]
+    assert isinstance(events[-1], Finish) and events[-1].stop_reason == "end_turn"
+    assert events[-1].response_id
+    assert [type(e) for e in events[-2:]] == [Usage, Finish]
+    body = fake_server.requests[0].json()
+    assert body["model"] == "fake-model" and body["stream"] is True
+    assert "You are a test." in fake_server.requests[0].body.decode()
+
+
+@dialects
+async def test_thinking_turn_keeps_replay_data(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.thinking(["Let me ", "think."], ["Answer."]))
+    events = await collect(provider_for(dialect, fake_server, http_client), request())
+
+    kinds = [type(e) for e in events]
+    thinking = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
+    assert thinking == "Let me think."
+    end = next(e for e in events if isinstance(e, ThinkingEnd))
+    assert end.replay  # provider-specific verbatim data; shapes checked per provider
+    assert kinds.index(ThinkingEnd) < kinds.index(TextDelta)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Answer."
+
+
+@dialects
+async def test_two_parallel_tool_calls(dialect: Dialect, fake_server, http_client) -> None:
+    calls = [CallSpec("call_a", "Read", ['{"pa', 'th": "a.py"}']), CallSpec("call_b", "Read", ['{"path": "b.py"}'])]
+    fake_server.enqueue(dialect.tool_calls(calls, pieces=["Reading both."]))
+    events = await collect(provider_for(dialect, fake_server, http_client), request(tools=[READ_TOOL]))
+
+    starts = [e for e in events if isinstance(e, ToolCallStart)]
+    assert [(s.index, s.id, s.name) for s in starts] == [(0, "call_a", "Read"), (1, "call_b", "Read")]
+    args = {i: "".join(e.delta for e in events if isinstance(e, ToolCallArgsDelta) and e.index == i) for i in (0, 1)}
+    assert args == {0: '{"path": "a.py"}', 1: '{"path": "b.py"}'}
+    assert [(e.index, e.id) for e in events if isinstance(e, ToolCallEnd)] == [(0, "call_a"), (1, "call_b")]
+    assert events[-1] == Finish("tool_use", events[-1].response_id)
+    body = fake_server.requests[0].json()
+    assert len(body["tools"]) == 1
+
+
+@dialects
+async def test_usage_includes_cache_reads_and_writes(dialect: Dialect, fake_server, http_client) -> None:
+    spec = UsageSpec(input=120, output=33, cache_read=4000, cache_write=700, reasoning=9)
+    fake_server.enqueue(dialect.text(["ok"], usage=spec))
+    events = await collect(provider_for(dialect, fake_server, http_client), request())
+
+    usage = next(e for e in events if isinstance(e, Usage))
+    assert usage == dialect.expected_usage(spec)
+    assert usage.cache_read_tokens == 4000
+    assert usage.input_tokens >= 4120  # the whole prompt, cached part included
+
+
+@dialects
+async def test_auth_error_is_typed_and_not_retried(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.auth_error())
+    with pytest.raises(AuthError) as info:
+        await collect(provider_for(dialect, fake_server, http_client, retries=3), request())
+    assert info.value.status == 401 and info.value.kind is ErrorKind.AUTH and not info.value.retryable
+    assert len(fake_server.requests) == 1
+
+
+@dialects
+async def test_rate_limit_reports_retry_after(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.rate_limited({"retry-after": "7"}))
+    with pytest.raises(RateLimitError) as info:
+        await collect(provider_for(dialect, fake_server, http_client), request())
+    assert info.value.status == 429 and info.value.retry_after == 7.0 and info.value.retryable
+
+
+@dialects
+async def test_rate_limit_is_retried_after_the_advertised_delay(dialect: Dialect, fake_server, http_client) -> None:
+    sleeps = Sleeps()
+    fake_server.enqueue(dialect.rate_limited({"retry-after-ms": "25"}), dialect.text(["after retry"]))
+    events = await collect(provider_for(dialect, fake_server, http_client, retries=2, sleep=sleeps), request())
+    assert sleeps.delays == [0.025]
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["after retry"]
+    assert len(fake_server.requests) == 2
+    assert fake_server.requests[0].body == fake_server.requests[1].body
+
+
+@dialects
+async def test_retries_are_bounded(dialect: Dialect, fake_server, http_client) -> None:
+    sleeps = Sleeps()
+    fake_server.enqueue(*(dialect.overloaded() for _ in range(3)))
+    with pytest.raises(OverloadedError):
+        await collect(provider_for(dialect, fake_server, http_client, retries=2, sleep=sleeps), request())
+    assert len(fake_server.requests) == 3
+    assert sleeps.delays == [0.001, 0.002]  # exponential backoff from base_delay
+
+
+@dialects
+async def test_overloaded_is_typed(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.overloaded())
+    with pytest.raises(OverloadedError) as info:
+        await collect(provider_for(dialect, fake_server, http_client), request())
+    assert info.value.status in (503, 529) and info.value.retryable
+
+
+@dialects
+async def test_overloaded_inside_the_stream_before_output_is_retried(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.overloaded_in_stream(), dialect.text(["fine"]))
+    events = await collect(provider_for(dialect, fake_server, http_client, retries=1), request())
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["fine"]
+    assert len(fake_server.requests) == 2
+
+
+@dialects
+async def test_context_length_error_is_typed(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.context_length())
+    with pytest.raises(ContextLengthError) as info:
+        await collect(provider_for(dialect, fake_server, http_client, retries=2), request())
+    assert info.value.status in (400, 413) and not info.value.retryable
+    assert len(fake_server.requests) == 1
+
+
+@dialects
+async def test_refusal_is_typed(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.refusal())
+    with pytest.raises(RefusalError) as info:
+        await collect(provider_for(dialect, fake_server, http_client), request())
+    assert info.value.kind is ErrorKind.REFUSAL
+
+
+@dialects
+async def test_stalled_stream_times_out_after_output(dialect: Dialect, fake_server, http_client) -> None:
+    reply = dialect.text(["a", "b", "c", "d"])
+    reply.stall_after = len(reply.chunks) - 3  # some text is out, the rest never comes
+    fake_server.enqueue(reply)
+    provider = provider_for(dialect, fake_server, http_client, retries=2, idle_timeout_seconds=0.3)
+    seen: list = []
+    with pytest.raises(IdleTimeoutError):
+        async for event in provider.stream(request()):
+            seen.append(event)
+    assert any(isinstance(e, TextDelta) for e in seen)
+    assert len(fake_server.requests) == 1  # output already streamed: never retried
+    assert fake_server.requests[0].disconnected.wait(5)  # and the connection was closed
+
+
+@dialects
+async def test_stall_before_the_first_event_is_bounded_and_retried(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(Reply(chunks=[b": keep"], stall_after=0), Reply(chunks=[b": keep"], stall_after=0))
+    provider = provider_for(dialect, fake_server, http_client, retries=1, request_timeout_seconds=0.3)
+    with pytest.raises(IdleTimeoutError):
+        await collect(provider, request())
+    assert len(fake_server.requests) == 2
+
+
+@dialects
+async def test_stream_cut_midway_is_a_clean_error(dialect: Dialect, fake_server, http_client) -> None:
+    reply = dialect.tool_calls([CallSpec("call_a", "Read", ['{"path"', ': "a.py"}'])], pieces=["x"])
+    reply.cut_after = len(reply.chunks) - 3
+    fake_server.enqueue(reply)
+    seen: list = []
+    with pytest.raises(StreamCutError) as info:
+        async for event in provider_for(dialect, fake_server, http_client, retries=2).stream(request()):
+            seen.append(event)
+    assert info.value.kind is ErrorKind.STREAM_CUT
+    assert not any(isinstance(e, (ToolCallEnd, Finish)) for e in seen)
+    assert len(fake_server.requests) == 1
+
+
+@dialects
+async def test_stream_that_ends_without_terminal_event_is_cut(dialect: Dialect, fake_server, http_client) -> None:
+    reply = dialect.text(["a", "b"])
+    reply.chunks = reply.chunks[:-3]  # the server closes the body cleanly, but early
+    fake_server.enqueue(reply)
+    with pytest.raises(StreamCutError):
+        await collect(provider_for(dialect, fake_server, http_client), request())
+
+
+@dialects
+async def test_canary_key_never_leaks(dialect: Dialect, fake_server, http_client, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake_server.enqueue(dialect.auth_error(echo=CANARY), dialect.overloaded(), dialect.auth_error(echo=CANARY))
+    provider = provider_for(dialect, fake_server, http_client, key=CANARY, retries=1)
+    errors: list[BaseException] = []
+    for _ in range(2):
+        try:
+            await collect(provider, request())
+        except AuthError as err:
+            errors.append(err)
+    # A connection failure too (nothing listens on this port any more).
+    closed = FakeProviderServer().start()
+    closed.close()
+    dead = make_provider(fake_model(dialect.kind, closed.url), CANARY, http_client, retry=RetryPolicy(max_retries=0))
+    with pytest.raises(NetworkError) as net:
+        await collect(dead, request())
+    errors.append(net.value)
+
+    sent = fake_server.requests[0].headers
+    assert CANARY in (sent.get("authorization", "") + sent.get("x-api-key", ""))  # the key was really used
+    assert "[REDACTED]" in str(errors[0])
+    texts = [repr(provider), repr(dead), caplog.text]
+    for err in errors:
+        texts += [str(err), repr(err), repr(err.args), "".join(traceback.format_exception(err))]
+    assert all(CANARY not in text for text in texts)

@@ -1,0 +1,105 @@
+"""Conversations, their immutable ParentRef triple, and the JSON export."""
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+
+import pytest
+
+from cursor_byok.store import (
+    CheckpointKind,
+    ConversationRecord,
+    EventKind,
+    FlushError,
+    NewEvent,
+    ParentRef,
+    RunRecord,
+    Store,
+    UsageRecord,
+    WriteFailedError,
+)
+
+PARENT = ParentRef("parent-conv", "parent-run", "tool-call-7")
+
+
+async def test_parent_triple_round_trips_exactly(db_path, conversation) -> None:
+    store = await Store.open(db_path)
+    child = conversation("child", parent=PARENT, model_id="byok-sonnet", mode="agent", title="Sub")
+    store.upsert_conversation(conversation("root"))
+    store.upsert_conversation(child)
+    await store.close()
+
+    store = await Store.open(db_path)
+    try:
+        assert await store.get_conversation("child") == child
+        root = await store.get_conversation("root")
+        assert root is not None and root.parent is None
+        assert await store.get_conversation("missing") is None
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("missing", ["parent_conversation_id", "parent_run_id", "parent_tool_call_id"])
+def test_partial_parent_triple_cannot_be_built(missing: str) -> None:
+    parts = {"parent_conversation_id": "p", "parent_run_id": "r", "parent_tool_call_id": "t"}
+    for empty in (None, ""):
+        with pytest.raises(ValueError, match=missing):
+            ParentRef(**{**parts, missing: empty})
+
+
+async def test_partial_parent_triple_is_refused_by_the_table(store: Store, raw_db) -> None:
+    await store.flush()
+    with pytest.raises(sqlite3.IntegrityError):
+        raw_db().execute(
+            "INSERT INTO conversations (conversation_id, parent_conversation_id, parent_run_id, "
+            "created_at_ms, updated_at_ms) VALUES ('x', 'p', 'r', 0, 0)"
+        )
+
+
+async def test_upsert_updates_fields_but_parent_is_immutable(store: Store, conversation) -> None:
+    store.upsert_conversation(conversation("c", at_ms=10, parent=PARENT, title="old"))
+    await store.upsert_conversation(conversation("c", at_ms=20, parent=PARENT, title="new", model_id="m"))
+    stored = await store.get_conversation("c")
+    assert (stored.created_at_ms, stored.updated_at_ms, stored.title, stored.model_id) == (10, 20, "new", "m")
+
+    for other in (ParentRef("elsewhere", "parent-run", "tool-call-7"), None):
+        with pytest.raises(WriteFailedError, match="immutable"):
+            await store.upsert_conversation(conversation("c", at_ms=30, parent=other))
+    with pytest.raises(FlushError):
+        await store.flush()
+    assert (await store.get_conversation("c")).parent == PARENT
+
+
+async def test_list_conversations_most_recent_first(store: Store) -> None:
+    for i, updated in enumerate([5, 30, 10, 20]):
+        store.upsert_conversation(ConversationRecord(f"c{i}", 1, updated))
+    await store.flush()
+    assert [c.conversation_id for c in await store.list_conversations()] == ["c1", "c3", "c2", "c0"]
+    assert [c.conversation_id for c in await store.list_conversations(limit=2, offset=1)] == ["c3", "c2"]
+
+
+async def test_export_is_json_able_and_complete(store: Store, conversation) -> None:
+    store.upsert_conversation(conversation("c", parent=PARENT))
+    store.bind_request("req", "c", "cursor-run")
+    store.start_run(RunRecord("run", "c", "modeling", started_at_ms=2, cursor_run_id="cursor-run", request_id="req"))
+    store.append_events("c", [NewEvent("e1", EventKind.USER, b"\x00\xffhello", run_id="run")])
+    store.put_checkpoint("c", b"state-bytes", kind=CheckpointKind.FINAL, run_id="run")
+    store.enqueue_delivery("c", "bg-1", b"done")
+    store.record_usage(UsageRecord("m", "anthropic", 3, run_id="run", conversation_id="c", input_tokens=7))
+    await store.flush()
+
+    exported = await store.export_conversation("c")
+    assert json.loads(json.dumps(exported)) == exported
+    assert exported["conversation"]["parent"] == {
+        "parent_conversation_id": "parent-conv", "parent_run_id": "parent-run",
+        "parent_tool_call_id": "tool-call-7",
+    }
+    assert [b["request_id"] for b in exported["bindings"]] == ["req"]
+    assert [r["run_id"] for r in exported["runs"]] == ["run"]
+    assert base64.b64decode(exported["events"][0]["payload"]) == b"\x00\xffhello"
+    assert exported["checkpoints"][0]["kind"] == "final"
+    assert base64.b64decode(exported["checkpoints"][0]["state"]) == b"state-bytes"
+    assert exported["deliveries"][0]["state"] == "pending"
+    assert exported["usage"][0]["input_tokens"] == 7
+    assert await store.export_conversation("missing") is None

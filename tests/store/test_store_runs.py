@@ -1,0 +1,55 @@
+"""Run ledger: phases, first outcome wins, unfinished runs found after a restart."""
+from __future__ import annotations
+
+from cursor_byok.store import RunOutcome, RunRecord, Store
+
+import pytest
+
+
+async def test_run_lifecycle(store: Store, conversation) -> None:
+    store.upsert_conversation(conversation("c"))
+    store.start_run(RunRecord("r1", "c", "preparing", started_at_ms=10, cursor_run_id="cr", request_id="q"))
+    store.update_run_phase("r1", "modeling")
+    await store.update_run_phase("r1", "waiting_tools")
+    run = await store.get_run("r1")
+    assert (run.phase, run.outcome, run.ended_at_ms) == ("waiting_tools", None, None)
+
+    await store.finish_run("r1", RunOutcome.FAILED, ended_at_ms=20, error_code="provider", error_message="503")
+    await store.finish_run("r1", RunOutcome.SUCCEEDED, ended_at_ms=30)  # too late: first wins
+    await store.update_run_phase("r1", "modeling")  # ended runs keep their last phase
+    run = await store.get_run("r1")
+    assert (run.phase, run.outcome, run.ended_at_ms, run.error_code, run.error_message) == (
+        "waiting_tools", RunOutcome.FAILED, 20, "provider", "503",
+    )
+    assert await store.get_run("missing") is None
+
+
+async def test_unfinished_runs_are_found_after_reopen(db_path, conversation) -> None:
+    store = await Store.open(db_path)
+    store.upsert_conversation(conversation("c"))
+    store.upsert_conversation(conversation("d"))
+    for i, conv in enumerate(["c", "c", "d"]):
+        store.start_run(RunRecord(f"r{i}", conv, "modeling", started_at_ms=i))
+    store.finish_run("r1", "succeeded", ended_at_ms=50)
+    await store.close()  # the process "dies" with r0 and r2 active
+
+    store = await Store.open(db_path)
+    try:
+        unfinished = await store.find_unfinished_runs()
+        assert [(r.run_id, r.conversation_id, r.phase) for r in unfinished] == [
+            ("r0", "c", "modeling"), ("r2", "d", "modeling"),
+        ]
+        for run in unfinished:
+            store.finish_run(run.run_id, RunOutcome.INTERRUPTED_BY_CRASH, ended_at_ms=99)
+        await store.flush()
+        assert await store.find_unfinished_runs() == []
+        assert [(r.run_id, r.outcome) for r in await store.list_runs("c")] == [
+            ("r0", RunOutcome.INTERRUPTED_BY_CRASH), ("r1", RunOutcome.SUCCEEDED),
+        ]
+    finally:
+        await store.close()
+
+
+async def test_start_run_requires_an_active_run(store: Store) -> None:
+    with pytest.raises(ValueError):
+        store.start_run(RunRecord("r", "c", "done", started_at_ms=1, outcome=RunOutcome.SUCCEEDED, ended_at_ms=2))

@@ -1,0 +1,151 @@
+"""The writer task: batching, commit-then-resolve, failure isolation, flush and close."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.store import (
+    EventKind,
+    FlushError,
+    NewEvent,
+    RunRecord,
+    Store,
+    StoreClosedError,
+    WriteFailedError,
+)
+
+
+def _event(event_id: str, payload: bytes = b"p") -> NewEvent:
+    return NewEvent(event_id, EventKind.USER, payload)
+
+
+async def test_concurrent_writes_share_few_transactions(store: Store, conversation) -> None:
+    for i in range(50):
+        store.upsert_conversation(conversation(f"c{i}"))
+    await store.flush()
+    before = store.stats.transactions
+
+    async def writer(i: int) -> None:
+        for step in range(10):
+            await store.append_events(f"c{i}", [_event(f"e{step}")])
+
+    await asyncio.gather(*(writer(i) for i in range(50)))
+    committed = store.stats.transactions - before
+    # 500 appends, each awaited before the next: one batch per "round" of 50 writers.
+    assert committed <= 20, committed
+    for i in range(50):
+        assert [e.seq for e in await store.load_events(f"c{i}")] == list(range(1, 11))
+
+
+async def test_batch_size_is_capped(db_path: Path, conversation) -> None:
+    store = await Store.open(db_path, max_batch_ops=10)
+    try:
+        store.upsert_conversation(conversation("c"))
+        futures = [store.append_events("c", [_event(f"e{i}")]) for i in range(95)]
+        await asyncio.gather(*futures)
+        assert store.stats.transactions == 10  # 96 writes in batches of at most 10
+        assert [r.results[0].seq for r in (f.result() for f in futures)] == list(range(1, 96))
+    finally:
+        await store.close()
+
+
+async def test_future_resolves_only_after_commit(store: Store, conversation, raw_db) -> None:
+    observer = raw_db()
+    seen_at_resolution: list[int] = []
+
+    def count() -> int:
+        return observer.execute("SELECT COUNT(*) FROM history_events").fetchone()[0]
+
+    store.upsert_conversation(conversation("c"))
+    future = store.append_events("c", [_event("e1"), _event("e2")])
+    future.add_done_callback(lambda _: seen_at_resolution.append(count()))
+    assert count() == 0  # enqueued, not yet written
+    await future
+    assert seen_at_resolution == [2]
+
+
+async def test_one_failing_write_does_not_fail_its_neighbours(store: Store, conversation) -> None:
+    await store.upsert_conversation(conversation("c"))
+    await store.start_run(RunRecord("run-1", "c", "modeling", started_at_ms=1))
+
+    # All of these land in one batch.
+    ok_before = store.append_events("c", [_event("e1")])
+    missing_conv = store.append_events("nope", [_event("x")])  # foreign key violation
+    duplicate_run = store.start_run(RunRecord("run-1", "c", "modeling", started_at_ms=2))
+    ok_after = store.append_events("c", [_event("e2")])
+    blob = store.put_blob(b"blob")
+    results = await asyncio.gather(ok_before, missing_conv, duplicate_run, ok_after, blob,
+                                   return_exceptions=True)
+
+    assert results[0].results[0].seq == 1
+    assert isinstance(results[1], WriteFailedError)
+    assert isinstance(results[1].__cause__, sqlite3.IntegrityError)
+    assert isinstance(results[2], WriteFailedError)
+    assert results[3].results[0].seq == 2  # no gap left by the failed append
+    assert results[4] == __import__("hashlib").sha256(b"blob").digest()
+    assert store.stats.isolation_replays == 1
+    assert [e.event_id for e in await store.load_events("c")] == ["e1", "e2"]
+    assert await store.load_events("nope") == []
+
+    with pytest.raises(FlushError) as caught:
+        await store.flush()
+    assert len(caught.value.errors) == 2
+    await store.flush()  # reported once
+
+
+async def test_fire_and_forget_errors_surface_on_flush(store: Store) -> None:
+    store.append_events("never-created", [_event("e")])
+    with pytest.raises(FlushError) as caught:
+        await store.flush()
+    assert "never-created" in str(caught.value)
+
+
+async def test_flush_waits_for_everything_queued(store: Store, conversation, raw_db) -> None:
+    store.upsert_conversation(conversation("c"))
+    for i in range(200):
+        store.append_events("c", [_event(f"e{i}")])
+    await store.flush()
+    assert raw_db().execute("SELECT COUNT(*), MAX(seq) FROM history_events").fetchone() == (200, 200)
+
+
+async def test_close_commits_pending_writes(db_path: Path, conversation) -> None:
+    store = await Store.open(db_path)
+    store.upsert_conversation(conversation("c"))
+    pending = store.append_events("c", [_event("e1")])
+    await store.close()
+    assert pending.done() and pending.result().results[0].seq == 1
+    with pytest.raises(StoreClosedError):
+        store.append_events("c", [_event("e2")])
+    await store.close()  # idempotent
+
+    reopened = await Store.open(db_path)
+    try:
+        assert [e.event_id for e in await reopened.load_events("c")] == ["e1"]
+    finally:
+        await reopened.close()
+
+
+async def test_cancelling_a_waiter_does_not_cancel_the_write(store: Store, conversation) -> None:
+    store.upsert_conversation(conversation("c"))
+    waiter = asyncio.ensure_future(store.append_events("c", [_event("e1")]))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    await store.flush()
+    assert [e.event_id for e in await store.load_events("c")] == ["e1"]
+
+
+async def test_invalid_arguments_are_rejected_before_queueing(store: Store) -> None:
+    with pytest.raises(ValueError):
+        store.append_events("c", [NewEvent("e", "not-a-kind", b"")])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        store.append_events("c", [NewEvent("e", EventKind.USER, "text")])  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        store.finish_run("r", "exploded")
+    with pytest.raises(ValueError):
+        store.put_checkpoint("c", b"", kind="weekly")
+    with pytest.raises(TypeError):
+        store.put_blob("text")  # type: ignore[arg-type]
+    assert store.stats.batches == 0
