@@ -6,7 +6,7 @@ runtime waits like this before sending the checkpoint frame). That is 40,000 dur
 Commit latency is enqueue → future resolved, per write. The naive baseline uses the same schema,
 pragmas (WAL, synchronous=NORMAL) and aiosqlite, but commits every write on its own.
 
-    .venv/bin/python -m pytest -q benchmarks/test_store.py -s \
+    PYTHONPATH=src .venv/bin/python -m pytest -q benchmarks/test_store.py -s \
         --benchmark-columns=min,median,mean,ops --benchmark-sort=name
 """
 from __future__ import annotations
@@ -48,11 +48,14 @@ def _payload(size: int, salt: int) -> bytes:
     return _POOL[start:start + size]
 
 
-def _summary(name: str, elapsed: float, latencies: list[float], transactions: int) -> dict[str, float]:
+def _summary(
+    name: str, elapsed: float, cpu: float, latencies: list[float], transactions: int
+) -> dict[str, float]:
     latencies.sort()
     result = {
         "writes": len(latencies),
         "seconds": elapsed,
+        "cpu_us_per_write": cpu / len(latencies) * 1e6,  # all threads; steadier on a shared box
         "commits_per_s": len(latencies) / elapsed,
         "p50_ms": latencies[len(latencies) // 2] * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
@@ -93,20 +96,20 @@ async def _batched(path: Path, synchronous: str) -> dict[str, float]:
             await appended
             await checkpoint
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(conversation(c) for c in range(CONVERSATIONS)))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     transactions = store.stats.transactions - before
     await store.close()
-    return _summary(f"store_{synchronous.lower()}", elapsed, latencies, transactions)
+    return _summary(f"store_{synchronous.lower()}", elapsed, cpu, latencies, transactions)
 
 
-async def _naive(path: Path) -> dict[str, float]:
+async def _naive(path: Path, synchronous: str) -> dict[str, float]:
     # Same schema and pragmas; then every write is its own (autocommit) transaction.
     await (await Store.open(path)).close()
     conn = await aiosqlite.connect(path, isolation_level=None)
     await conn.execute("PRAGMA journal_mode = WAL")
-    await conn.execute("PRAGMA synchronous = NORMAL")
+    await conn.execute(f"PRAGMA synchronous = {synchronous}")
     await conn.execute("PRAGMA foreign_keys = ON")
     await conn.executemany(
         "INSERT INTO conversations (conversation_id, created_at_ms, updated_at_ms) VALUES (?, 1, 1)",
@@ -136,11 +139,11 @@ async def _naive(path: Path) -> dict[str, float]:
             await timed(event_sql, (conv, f"s{step}", _payload(event_size, c + step)))
             await timed(checkpoint_sql, (conv, step + 1, _payload(state_size, c * 7 + step)))
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(conversation(c) for c in range(CONVERSATIONS)))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await conn.close()
-    return _summary("naive", elapsed, latencies, len(latencies))
+    return _summary(f"naive_{synchronous.lower()}", elapsed, cpu, latencies, len(latencies))
 
 
 def _report(benchmark: Any, name: str) -> None:
@@ -148,33 +151,36 @@ def _report(benchmark: Any, name: str) -> None:
     r = RESULTS[name]
     print(f"\n{name}: {r['writes']:.0f} writes in {r['seconds']:.2f}s = {r['commits_per_s']:,.0f} "
           f"commits/s; latency p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
-          f"max {r['max_ms']:.1f} ms; {r['transactions']:.0f} transactions")
+          f"max {r['max_ms']:.1f} ms; {r['transactions']:.0f} transactions; "
+          f"{r['cpu_us_per_write']:.0f} us CPU per write")
 
 
-def test_store_batched_normal(benchmark: Any, tmp_path: Path) -> None:
-    benchmark.pedantic(lambda: _run(lambda: _batched(tmp_path / "batched.db", "NORMAL")),
+@pytest.mark.parametrize("synchronous", ["NORMAL", "FULL"])
+def test_store_batched(benchmark: Any, tmp_path: Path, synchronous: str) -> None:
+    benchmark.pedantic(lambda: _run(lambda: _batched(tmp_path / "batched.db", synchronous)),
                        rounds=1, iterations=1)
-    _report(benchmark, "store_normal")
+    _report(benchmark, f"store_{synchronous.lower()}")
 
 
-def test_store_batched_full(benchmark: Any, tmp_path: Path) -> None:
-    benchmark.pedantic(lambda: _run(lambda: _batched(tmp_path / "full.db", "FULL")),
+@pytest.mark.parametrize("synchronous", ["NORMAL", "FULL"])
+def test_store_naive_one_transaction_per_write(
+    benchmark: Any, tmp_path: Path, synchronous: str
+) -> None:
+    benchmark.pedantic(lambda: _run(lambda: _naive(tmp_path / "naive.db", synchronous)),
                        rounds=1, iterations=1)
-    _report(benchmark, "store_full")
-
-
-def test_store_naive_one_transaction_per_write(benchmark: Any, tmp_path: Path) -> None:
-    benchmark.pedantic(lambda: _run(lambda: _naive(tmp_path / "naive.db")), rounds=1, iterations=1)
-    _report(benchmark, "naive")
+    _report(benchmark, f"naive_{synchronous.lower()}")
 
 
 def test_store_ratio(tmp_path: Path) -> None:
-    """Ratios from this run (the variants above, re-run here if they were deselected)."""
-    if "store_normal" not in RESULTS:
-        _run(lambda: _batched(tmp_path / "batched.db", "NORMAL"))
-    if "naive" not in RESULTS:
-        _run(lambda: _naive(tmp_path / "naive.db"))
-    batched, naive = RESULTS["store_normal"], RESULTS["naive"]
-    assert batched["writes"] == naive["writes"] == WRITES
-    print(f"\nbatched/naive throughput ratio: {batched['commits_per_s'] / naive['commits_per_s']:.1f}x; "
-          f"p99 latency naive/batched: {naive['p99_ms'] / batched['p99_ms']:.1f}x")
+    """Ratios from this run (variants deselected with -k are re-run here)."""
+    for sync in ("normal", "full"):
+        if f"store_{sync}" not in RESULTS:
+            _run(lambda: _batched(tmp_path / f"batched-{sync}.db", sync.upper()))
+        if f"naive_{sync}" not in RESULTS:
+            _run(lambda: _naive(tmp_path / f"naive-{sync}.db", sync.upper()))
+        batched, naive = RESULTS[f"store_{sync}"], RESULTS[f"naive_{sync}"]
+        assert batched["writes"] == naive["writes"] == WRITES
+        print(f"\nsynchronous={sync.upper()}: batched/naive commits/s "
+              f"{batched['commits_per_s'] / naive['commits_per_s']:.1f}x; p99 latency naive/batched "
+              f"{naive['p99_ms'] / batched['p99_ms']:.1f}x; CPU per write naive/batched "
+              f"{naive['cpu_us_per_write'] / batched['cpu_us_per_write']:.1f}x")

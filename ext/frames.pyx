@@ -5,13 +5,17 @@ A Connect streaming body is a sequence of envelopes: one flags byte, a 4-byte bi
 length, then the payload. Flag 0x01 marks a compressed payload, 0x02 the end-of-stream message.
 
 The decoder parses frames straight out of each fed chunk. Only a frame that straddles chunks is
-held, and then in its final `bytes` object, allocated once its header is in (after the size cap
-check) and filled in place, so a large frame costs one copy however it is chunked and a header
-announcing more than the cap never causes an allocation.
+held, and then in its final `bytes` object, filled in place, so a frame costs one copy however it
+is chunked. A header announcing more than the cap raises before any allocation; an allowed frame
+of up to 1 MiB gets its final object as soon as its header is in, and a larger one grows
+geometrically with the bytes that actually arrive, so a bare header never commits more than
+1 MiB.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_Append
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_XDECREF
 from cpython.unicode cimport PyUnicode_Check
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -21,6 +25,9 @@ from cursor_byok.hotpath._gunzip import gunzip_capped
 from cursor_byok.hotpath.errors import CompressionError, FrameTooLarge, HexDecodeError, TruncatedFrame
 
 cdef extern from "Python.h":
+    PyObject* _new_bytes "PyBytes_FromStringAndSize" (const char*, Py_ssize_t) except NULL
+    int _PyBytes_Resize(PyObject**, Py_ssize_t) except -1
+    char* _bytes_data "PyBytes_AS_STRING" (PyObject*) noexcept
     bint PyUnicode_IS_ASCII(object)
     void* PyUnicode_DATA(object)
     Py_ssize_t PyUnicode_GET_LENGTH(object)
@@ -45,6 +52,10 @@ HEADER_SIZE = 5
 
 cdef enum:
     _HEADER = 5
+    # Frames up to this size are allocated whole when their header arrives.
+    _PREALLOC_LIMIT = 1 << 20
+    # A larger frame starts at this size (or what its first chunk holds) and doubles.
+    _GROW_FROM = 64 * 1024
 cdef uint64_t _MAX_WIRE_LENGTH = 0xFFFFFFFF
 
 
@@ -68,9 +79,11 @@ cdef class FrameDecoder:
     cdef bint _gzip
     cdef uint8_t _hdr[_HEADER]
     cdef Py_ssize_t _hdr_have
-    # The frame being filled across chunks: its final bytes object, filled in place.
-    cdef bytes _pending
+    # The frame being filled across chunks: an owned bytes object (NULL when none) that becomes
+    # the payload; its size (_pending_cap) reaches _pending_len by resizing as data arrives.
+    cdef PyObject* _pending
     cdef Py_ssize_t _pending_len
+    cdef Py_ssize_t _pending_cap
     cdef Py_ssize_t _pending_have
     cdef uint8_t _pending_flags
     cdef object _error
@@ -84,11 +97,17 @@ cdef class FrameDecoder:
         self._max = <uint64_t>min(max_frame_size, _MAX_WIRE_LENGTH)
         self._gzip = bool(gzip)
         self._hdr_have = 0
-        self._pending = None
+        Py_XDECREF(self._pending)
+        self._pending = NULL
         self._pending_len = 0
+        self._pending_cap = 0
         self._pending_have = 0
         self._pending_flags = 0
         self._error = None
+
+    def __dealloc__(self):
+        Py_XDECREF(self._pending)
+        self._pending = NULL
 
     @property
     def max_frame_size(self):
@@ -97,7 +116,7 @@ cdef class FrameDecoder:
     @property
     def buffered(self):
         """Bytes received but not yet returned as part of a complete frame."""
-        if self._pending is not None:
+        if self._pending != NULL:
             return _HEADER + self._pending_have
         return self._hdr_have
 
@@ -119,7 +138,7 @@ cdef class FrameDecoder:
         """Declare end of input; raises TruncatedFrame if a partial frame is buffered."""
         if self._error is not None:
             raise type(self._error)(*self._error.args)
-        if self._pending is not None:
+        if self._pending != NULL:
             self._fail(TruncatedFrame(
                 f"stream ended inside a frame ({self._pending_have} of {self._pending_len} payload bytes)"
             ))
@@ -138,19 +157,22 @@ cdef class FrameDecoder:
         cdef Py_ssize_t take
         cdef uint32_t length
         cdef uint8_t flags
-        cdef bytes payload
+        cdef object payload
         while True:
-            if self._pending is not None:
+            if self._pending != NULL:
                 take = self._pending_len - self._pending_have
                 if take > n - i:
                     take = n - i
-                memcpy(PyBytes_AS_STRING(self._pending) + self._pending_have, p + i, take)
+                if self._pending_have + take > self._pending_cap:
+                    self._grow_pending(self._pending_have + take)
+                memcpy(_bytes_data(self._pending) + self._pending_have, p + i, take)
                 self._pending_have += take
                 i += take
                 if self._pending_have < self._pending_len:
                     return frames
-                payload = self._pending
-                self._pending = None
+                payload = <object>self._pending  # takes a reference; then drop ours
+                Py_XDECREF(self._pending)
+                self._pending = NULL
                 self._pending_have = 0
                 self._emit(frames, self._pending_flags, payload)
                 continue
@@ -178,14 +200,28 @@ cdef class FrameDecoder:
                 i += length
                 self._emit(frames, flags, payload)
                 continue
-            # The frame straddles chunks: allocate its final object (size already capped).
-            self._pending = PyBytes_FromStringAndSize(NULL, length)
+            # The frame straddles chunks; the loop top copies what this chunk holds and returns.
+            if length <= _PREALLOC_LIMIT:
+                self._pending_cap = length
+            else:
+                self._pending_cap = max(n - i, _GROW_FROM)
+            self._pending = _new_bytes(NULL, self._pending_cap)
             self._pending_len = length
             self._pending_have = 0
             self._pending_flags = flags
-            # The loop top copies what this chunk holds and returns.
 
-    cdef int _emit(self, list frames, uint8_t flags, bytes payload) except -1:
+    cdef int _grow_pending(self, Py_ssize_t needed) except -1:
+        # Doubling keeps the total copying linear; realloc of a large block is usually in place.
+        cdef Py_ssize_t cap = self._pending_cap * 2
+        if cap < needed:
+            cap = needed
+        if cap > self._pending_len:
+            cap = self._pending_len
+        _PyBytes_Resize(&self._pending, cap)
+        self._pending_cap = cap
+        return 0
+
+    cdef int _emit(self, list frames, uint8_t flags, object payload) except -1:
         if flags & 0x01:
             if not self._gzip:
                 self._fail(CompressionError("compressed frame but no gzip encoding was negotiated"))

@@ -27,18 +27,24 @@ cdef extern from "Python.h":
 
 cdef extern from *:
     """
-    /* CPython 3.11 int layout: the sign lives in ob_size, |ob_size| 30-bit digits follow. */
-    static inline Py_ssize_t cbyok_compact_digit_count(PyObject *o) {
-        Py_ssize_t size = Py_SIZE(o);
-        return size < 0 ? -size : size;
+    /* Read an exact int of at most one digit without a call; 0 means "not small, go slow". */
+    #if PY_VERSION_HEX >= 0x030C0000
+    static inline int cbyok_small_int(PyObject *o, long long *out) {
+        if (!PyUnstable_Long_IsCompact((PyLongObject *)o)) return 0;
+        *out = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+        return 1;
     }
-    static inline long long cbyok_compact_value(PyObject *o) {
+    #else
+    /* 3.11 layout: the sign lives in ob_size, |ob_size| 30-bit digits follow. */
+    static inline int cbyok_small_int(PyObject *o, long long *out) {
         Py_ssize_t size = Py_SIZE(o);
-        return size == 0 ? 0 : (size > 0 ? 1 : -1) * (long long)((PyLongObject *)o)->ob_digit[0];
+        if (size < -1 || size > 1) return 0;
+        *out = size == 0 ? 0 : (long long)size * (long long)((PyLongObject *)o)->ob_digit[0];
+        return 1;
     }
+    #endif
     """
-    Py_ssize_t _compact_digit_count "cbyok_compact_digit_count" (object) noexcept
-    long long _compact_value "cbyok_compact_value" (object) noexcept
+    bint _small_int "cbyok_small_int" (object, long long*) noexcept
 
 __all__ = ["ReorderBuffer"]
 
@@ -111,9 +117,7 @@ cdef class ReorderBuffer:
         cdef Py_ssize_t slot, count, k
         cdef PyObject** ring
         cdef list ready
-        if PyLong_CheckExact(seqno) and _compact_digit_count(seqno) <= 1:
-            s = _compact_value(seqno)  # the common case: a small int, read without a call
-        else:
+        if not (PyLong_CheckExact(seqno) and _small_int(seqno, &s)):
             seqno = operator.index(seqno)
             s = _as_window_seqno(seqno)
         if s < 0:

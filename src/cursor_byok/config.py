@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import stat
 import tomllib
 from pathlib import Path
@@ -40,6 +41,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     runsse_wait_seconds: float = 30.0  # how long an early RunSSE waits for its binding
     output_retention_seconds: float = 120.0  # finished runs' output kept for late RunSSE replay
     transport_idle_seconds: float = 900.0
+    # After a turn the stream stays open this long for a follow-up on the same request id.
+    continuation_window_seconds: float = 2.0
+    blob_ack_timeout_seconds: float = 60.0  # how long a checkpoint waits for the IDE's set_blob acks
 
 
 class UpstreamConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -119,18 +123,44 @@ def config_path(explicit: str | None = None) -> Path:
     return Path(env).expanduser() if env else default_config_path()
 
 
+_TOML_TYPES = {
+    "object": "table",
+    "array": "array",
+    "str": "string",
+    "int": "integer",
+    "float": "float",
+    "bool": "boolean",
+}
+
+
+def _toml_type(name: str) -> str:
+    return _TOML_TYPES.get(name, name)
+
+
 def _describe(err: msgspec.ValidationError) -> str:
-    # msgspec says e.g. "Expected `int`, got `str` - at `$.server.port`"; turn the path into a TOML key.
+    """msgspec's message as `<toml key>: <problem>`, e.g. `server.port: expected integer, got string`."""
     text = str(err)
     msg, _, where = text.partition(" - at `")
     key = where.rstrip("`").removeprefix("$").lstrip(".") if where else ""
+    if m := re.fullmatch(r"Object missing required field `(.+)`", msg):
+        key, msg = (f"{key}.{m.group(1)}" if key else m.group(1)), "missing required key"
+    elif m := re.fullmatch(r"Object contains unknown field `(.+)`", msg):
+        key, msg = (f"{key}.{m.group(1)}" if key else m.group(1)), "unknown key"
+    elif m := re.fullmatch(r"Expected `(\w+)`, got `(\w+)`", msg):
+        msg = f"expected {_toml_type(m.group(1))}, got {_toml_type(m.group(2))}"
+    elif m := re.fullmatch(r"Invalid enum value (.+)", msg):
+        if key.endswith(".provider"):
+            allowed = ", ".join(k.value for k in ProviderKind)
+            msg = f"unknown provider kind {m.group(1)} (expected one of: {allowed})"
+        else:
+            msg = f"invalid value {m.group(1)}"
     return f"{key}: {msg}" if key else msg
 
 
 def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     """Validate a decoded TOML document. Raises ConfigError naming the bad key."""
     if "source" in data:
-        raise ConfigError(f"{source}: unknown key 'source'")
+        raise ConfigError(f"{source}: source: unknown key")
     try:
         cfg = msgspec.convert(data, Config, strict=True)
     except msgspec.ValidationError as exc:
@@ -148,6 +178,8 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
             raise ConfigError(f"{source}: models[{i}]: context_window and max_output_tokens must be > 0")
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{source}: server.port: must be between 1 and 65535")
+    if not 0 <= cfg.proxy.port < 65536:
+        raise ConfigError(f"{source}: proxy.port: must be between 0 and 65535")
     cfg.source = source
     return cfg
 
@@ -168,19 +200,26 @@ def load(path: str | Path | None = None, *, must_exist: bool = False) -> Config:
     return parse(data, source=str(p))
 
 
+def _model_key(cfg: Config, model: ModelConfig, field: str) -> str:
+    for i, m in enumerate(cfg.models):
+        if m is model:
+            return f"models[{i}].{field}"
+    return f"model {model.id!r} {field}"
+
+
 def _secrets(cfg: Config) -> dict[str, str]:
     raw = cfg.secrets_file or str(default_config_path().with_name("secrets.toml"))
     p = Path(raw).expanduser()
     try:
         st = p.stat()
     except OSError as exc:
-        raise ConfigError(f"secrets_file {p}: cannot read: {exc.strerror}") from None
+        raise ConfigError(f"{cfg.source}: secrets_file: {p}: cannot read: {exc.strerror}") from None
     if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
-        raise ConfigError(f"secrets_file {p}: permissions must be 0600 (run: chmod 600 {p})")
+        raise ConfigError(f"{cfg.source}: secrets_file: {p}: permissions must be 0600 (run: chmod 600 {p})")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"secrets_file {p}: unreadable: {exc.__class__.__name__}") from None
+        raise ConfigError(f"{cfg.source}: secrets_file: {p}: unreadable: {exc.__class__.__name__}") from None
     return {k: v for k, v in data.items() if isinstance(v, str)}
 
 
@@ -189,11 +228,15 @@ def resolve_api_key(cfg: Config, model: ModelConfig) -> str:
     if model.api_key_env:
         key = os.environ.get(model.api_key_env, "")
         if not key:
-            raise ConfigError(f"model {model.id!r}: environment variable {model.api_key_env} is not set")
+            where = _model_key(cfg, model, "api_key_env")
+            raise ConfigError(
+                f"{cfg.source}: {where}: environment variable {model.api_key_env} is not set (model {model.id!r})"
+            )
         return key
     if model.api_key_secret:
         secrets = _secrets(cfg)
         if model.api_key_secret not in secrets:
-            raise ConfigError(f"model {model.id!r}: secret {model.api_key_secret!r} not in secrets file")
+            where = _model_key(cfg, model, "api_key_secret")
+            raise ConfigError(f"{cfg.source}: {where}: {model.api_key_secret!r} not in the secrets file")
         return secrets[model.api_key_secret]
     return ""

@@ -74,7 +74,9 @@ class FakeProviderServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-provider", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, name="fake-provider", daemon=True
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> FakeProviderServer:

@@ -141,7 +141,7 @@ class ScriptedIDE:
     async def append(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int | None = None, headers: dict[str, str] | None = None, **kw: bool) -> httpx.Response:
         if seqno is None:
             seqno = self.seqnos.get(request_id, 0)
-            self.seqnos[request_id] = seqno + 1
+        self.seqnos[request_id] = max(self.seqnos.get(request_id, 0), seqno + 1)
         body = append_body(request_id, seqno, message, **kw)
         return await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
 

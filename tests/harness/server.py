@@ -37,6 +37,7 @@ class ServerConfig:
     upstream: str = "http://127.0.0.1:9"  # nothing listens: upstream calls fail fast unless a test sets it
     runsse_wait_seconds: float = 5.0
     output_retention_seconds: float = 60.0
+    continuation_window_seconds: float = 0.2
     extra_server: dict[str, object] = field(default_factory=dict)
 
     def toml(self, port: int) -> str:
@@ -47,6 +48,7 @@ class ServerConfig:
             f'data_dir = "{self.data_dir}"',
             f"runsse_wait_seconds = {self.runsse_wait_seconds}",
             f"output_retention_seconds = {self.output_retention_seconds}",
+            f"continuation_window_seconds = {self.continuation_window_seconds}",
         ]
         for k, v in self.extra_server.items():
             lines.append(f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"')

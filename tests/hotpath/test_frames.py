@@ -155,6 +155,15 @@ def test_custom_cap_boundary(frames: ModuleType, cap: int) -> None:
     assert frames.FrameDecoder(cap).max_frame_size == cap
 
 
+def test_cap_beyond_the_wire_length_means_no_cap(frames: ModuleType) -> None:
+    decoder = frames.FrameDecoder(2**70, gzip=True)
+    assert decoder.max_frame_size == 2**70
+    assert decoder.feed(header(0, 0xFFFFFFFF)) == []
+    assert decoder.buffered == 5
+    body = b"inflate me" * 50
+    assert frames.FrameDecoder(2**70, gzip=True).feed(frames.encode_frame(gzip.compress(body), 1)) == [(0, body)]
+
+
 def test_negative_cap_is_rejected(frames: ModuleType) -> None:
     with pytest.raises(ValueError):
         frames.FrameDecoder(-1)
@@ -384,6 +393,7 @@ def test_twins_agree_on_gzip_frames(data: st.DataObject) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_random_frames_any_chunking(data: st.DataObject) -> None:
@@ -391,6 +401,7 @@ def test_soak_twins_agree_on_random_frames_any_chunking(data: st.DataObject) -> 
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_garbage(data: st.DataObject) -> None:
@@ -398,6 +409,7 @@ def test_soak_twins_agree_on_garbage(data: st.DataObject) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_announced_lengths(data: st.DataObject) -> None:
@@ -405,6 +417,7 @@ def test_soak_twins_agree_on_announced_lengths(data: st.DataObject) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_gzip_frames(data: st.DataObject) -> None:
@@ -438,6 +451,42 @@ def test_large_frames_in_random_chunks(frames: ModuleType) -> None:
         got.extend(decoder.feed(stream[i : i + step]))
         i += step
     assert got == [(0, p) for p in payloads]
+
+
+@pytest.mark.parametrize("size", [(1 << 20) - 1, 1 << 20, (1 << 20) + 1, 3 << 20])
+def test_frames_around_the_preallocation_size(size: int) -> None:
+    # Above 1 MiB the compiled decoder grows a frame as data arrives instead of allocating it
+    # whole; both paths must match the twin for any chunking, including a truncated end.
+    twin, compiled = twin_and_compiled("frames")
+    payload = random.Random(size).randbytes(size)
+    stream = twin.encode_frames([payload, b"between", payload])
+    for largest in (4096, 64 * 1024, 1 << 20, len(stream)):
+        rng = random.Random(largest)
+        chunks = []
+        i = 0
+        while i < len(stream):
+            step = rng.randint(1, largest)
+            chunks.append(stream[i : i + step])
+            i += step
+        expected = decode_trace(twin, chunks, CAP, False)
+        assert flat_frames(expected) == [(0, payload), (0, b"between"), (0, payload)]
+        assert decode_trace(compiled, chunks, CAP, False) == expected
+        truncated = stream[: len(stream) - 1000]
+        cut_chunks = [truncated[k : k + 300_000] for k in range(0, len(truncated), 300_000)]
+        assert decode_trace(compiled, cut_chunks, CAP, False) == decode_trace(twin, cut_chunks, CAP, False)
+
+
+def test_allowed_large_header_commits_memory_only_as_data_arrives(frames: ModuleType) -> None:
+    decoder = frames.FrameDecoder()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        decoder.feed(header(0, CAP) + b"0123456789")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decoder.buffered == 15
+    assert peak < 256 * 1024
 
 
 def test_errors_are_hot_path_errors(frames: ModuleType) -> None:

@@ -106,6 +106,7 @@ def test_twins_agree_on_arbitrary_bytes(data: st.DataObject) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_corrupted_hex(data: st.DataObject) -> None:
@@ -113,6 +114,7 @@ def test_soak_twins_agree_on_corrupted_hex(data: st.DataObject) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_arbitrary_bytes(data: st.DataObject) -> None:

@@ -155,6 +155,7 @@ def test_twins_agree_on_arbitrary_digest_lists(data: st.DataObject) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_chains(data: st.DataObject) -> None:
@@ -162,6 +163,7 @@ def test_soak_twins_agree_on_chains(data: st.DataObject) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @SOAK
 @given(st.data())
 def test_soak_twins_agree_on_arbitrary_digest_lists(data: st.DataObject) -> None:

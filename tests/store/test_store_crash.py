@@ -7,6 +7,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 import cursor_byok
 from cursor_byok.store import Store
 
@@ -77,10 +79,19 @@ async def _run_and_kill(db_path: Path, generation: int, kill_after: int) -> list
 
 
 async def test_acknowledged_events_survive_sigkill(db_path: Path) -> None:
-    rng = random.Random(7)
+    await _crash_and_verify(db_path, generations=2, seed=7)  # crash, restart and crash again
+
+
+@pytest.mark.soak
+async def test_acknowledged_events_survive_repeated_sigkill(db_path: Path) -> None:
+    await _crash_and_verify(db_path, generations=12, seed=11)
+
+
+async def _crash_and_verify(db_path: Path, *, generations: int, seed: int) -> None:
+    rng = random.Random(seed)
     acknowledged: list[tuple[str, str]] = []
-    for generation in range(2):  # crash, restart and crash again
-        acknowledged += await _run_and_kill(db_path, generation, kill_after=rng.randint(150, 400))
+    for generation in range(generations):
+        acknowledged += await _run_and_kill(db_path, generation, kill_after=rng.randint(20, 400))
 
     store = await Store.open(db_path)
     try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 from pathlib import Path
 
@@ -85,7 +86,7 @@ async def test_one_failing_write_does_not_fail_its_neighbours(store: Store, conv
     assert isinstance(results[1].__cause__, sqlite3.IntegrityError)
     assert isinstance(results[2], WriteFailedError)
     assert results[3].results[0].seq == 2  # no gap left by the failed append
-    assert results[4] == __import__("hashlib").sha256(b"blob").digest()
+    assert results[4] == hashlib.sha256(b"blob").digest()
     assert store.stats.isolation_replays == 1
     assert [e.event_id for e in await store.load_events("c")] == ["e1", "e2"]
     assert await store.load_events("nope") == []

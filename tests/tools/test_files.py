@@ -219,3 +219,23 @@ def test_ls_renders_tree(ctx):
     execution = start_tool(request("Ls", {"path": "/x"}), ctx)
     result = pb.LsResult(error=pb.LsError(path="/x", error="ENOENT"))
     assert done(execution.on_exec_result(reply(sent(execution.first()), ls_result=result))).is_error
+
+
+def test_read_binary_and_image_data(ctx):
+    import base64
+
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+    execution = start_tool(request("Read", {"path": "logo.png"}), ctx)
+    result = pb.ReadResult(success=pb.ReadSuccess(data=png, path="/ws/logo.png"))
+    outcome = done(execution.on_exec_result(reply(sent(execution.first()), read_result=result)))
+    assert not outcome.is_error and "image/png" in outcome.content
+    assert [i.media_type for i in outcome.images] == ["image/png"]
+    assert base64.b64decode(outcome.images[0].data_base64) == png
+    execution = start_tool(request("Read", {"path": "blob.bin"}), ctx)
+    result = pb.ReadResult(success=pb.ReadSuccess(data=b"\xff\xfe\x00\x01"))
+    outcome = done(execution.on_exec_result(reply(sent(execution.first()), read_result=result)))
+    assert "binary file (4 bytes)" in outcome.content and outcome.images == []
+    execution = start_tool(request("Read", {"path": "utf8.txt"}), ctx)
+    result = pb.ReadResult(success=pb.ReadSuccess(data="héllo\n".encode()))
+    outcome = done(execution.on_exec_result(reply(sent(execution.first()), read_result=result)))
+    assert outcome.content == "     1|héllo"

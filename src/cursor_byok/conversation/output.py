@@ -34,6 +34,7 @@ class OutputStream:
     closed: bool = False
     closed_at: float | None = None
     readers: int = 0
+    terminal_delivered: bool = False  # some reader has already received the terminal
     _changed: asyncio.Future[None] | None = None
 
     @property
@@ -113,16 +114,21 @@ class OutputHub:
         return self._streams.get(request_id)
 
     async def wait_for(self, request_id: str, timeout: float) -> OutputStream | None:
-        """The stream for request_id, waiting up to `timeout` seconds for it to be opened."""
+        """The stream a RunSSE for request_id should read, waiting up to `timeout` for it.
+
+        A finished stream whose terminal nobody has read yet is a late arrival's to replay. One whose
+        terminal was already delivered most likely precedes a new generation on the same request id,
+        so wait for that; if none comes, replay the finished one.
+        """
         stream = self._streams.get(request_id)
-        if stream is not None:
+        if stream is not None and not (stream.closed and stream.terminal_delivered):
             return stream
         ev = self._changed.setdefault(request_id, asyncio.Event())
         try:
             await asyncio.wait_for(ev.wait(), timeout)
         except TimeoutError:
             self._changed.pop(request_id, None)
-            return None
+            return stream
         return self._streams.get(request_id)
 
     def sweep(self, now: float | None = None) -> int:

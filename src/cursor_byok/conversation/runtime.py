@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import tools
+from .. import prompting, tools
 from ..config import Config, ConfigError, ModelConfig
 from ..protocol import (
     ConnectError,
@@ -45,7 +45,7 @@ from ..run import (
 from ..run import events as run_events
 from . import updates
 from .history import ConversationHistory, EntryKind, HistoryEntry, blob_id, encode_entry, message_json, system_json
-from .history.request import render_request_context
+from .history.request import prompt_mode, render_request_context, render_user_message
 from .identity import ParentConversationRef, new_run_id
 from .output import OutputStream
 from .state import Outcome, Phase, check_transition
@@ -157,6 +157,7 @@ class PendingTool:
     model_call_id: str
     outcome: ToolOutcome | None = None
     exec_ids: list[int] = field(default_factory=list)
+    started_ms: int = 0
 
 
 @dataclass(eq=False)
@@ -192,6 +193,7 @@ class ActiveRun:
     batch: ActiveBatch | None = None
     execs: dict[int, PendingTool] = field(default_factory=dict)
     injections: list[Injection] = field(default_factory=list)
+    taken: list[Injection] = field(default_factory=list)  # handed to the engine, not yet committed
     injection_ids: set[str] = field(default_factory=set)
     usage: dict[str, int] = field(default_factory=dict)
     output_tokens: int = 0
@@ -199,6 +201,7 @@ class ActiveRun:
     step: int = 0
     model_call_id: str = ""
     kv_waiters: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    args_streams: dict[str, tools.ArgsStream] = field(default_factory=dict)
     no_model_call: bool = False  # a duplicate of committed input: finish without waking the model
     tool_ctx: tools.ToolContext | None = None
 
@@ -373,20 +376,24 @@ class ConversationRuntime:
         run.spec = self._spec(run)
 
     def _spec(self, run: ActiveRun) -> RunSpec:
-        from .. import prompting
-
         assert run.model is not None and run.tool_ctx is not None
-        mode = prompting.mode_name(run.mode)
-        names = [n for n in prompting.tools_for_mode(mode) if n in set(tools.advertised_tools(run.tool_ctx))]
+        mode = self._mode(run)
+        rr = run.run_request
         compiled = prompting.compile_request(
             mode,
             run.model,
-            names,
-            [tools.as_prompt_descriptor(d) for d in run.tool_ctx.mcp_tools],
-            None,
-            run.run_request.custom_system_prompt if run.run_request.HasField("custom_system_prompt") else None,
+            tools.advertised_tools(run.tool_ctx),
+            [
+                prompting.McpToolDescriptor(server=d.server, name=d.name, description=d.description, input_schema=d.input_schema)
+                for d in run.tool_ctx.mcp_tools
+            ],
+            None,  # the request context lives in the history, so the system prompt stays byte-stable
+            rr.custom_system_prompt if rr.HasField("custom_system_prompt") and rr.custom_system_prompt else None,
         )
         return RunSpec(model=run.model, system=compiled.system, tools=compiled.tools)
+
+    def _mode(self, run: ActiveRun) -> prompting.Mode:
+        return prompt_mode(run.mode, subagent=self.parent is not None)
 
     def _commit_turn_input(self, run: ActiveRun) -> list[HistoryEntry] | None:
         """Append this turn's request context and user message. None: nothing new (a duplicate)."""
@@ -403,7 +410,7 @@ class ConversationRuntime:
             ctx = self.history.add_request_context(ctx_text, f"request-context:{run.run_id}", run.run_id)
             if ctx is not None:
                 added.append(ctx)
-            entry = self.history.append(EntryKind.USER, f"user:{key}", _user_message(um), run.run_id)
+            entry = self.history.append(EntryKind.USER, f"user:{key}", self._user_message(run, um), run.run_id)
             if entry is not None:
                 added.append(entry)
             return added
@@ -459,9 +466,13 @@ class ConversationRuntime:
                 self._end_thinking(run)
             case run_events.ToolCallStart():
                 self._end_thinking(run)
-                self._write(*tools.partial_args_updates_messages(event.id, event.name, "", run.model_call_id, start=True))
+                stream = tools.ArgsStream(event.id, event.name, run.model_call_id, workspace_root=run.tool_ctx.workspace_root if run.tool_ctx else None)
+                run.args_streams[event.id] = stream
+                self._write(*(updates.interaction(u) for u in stream.opened()))
             case run_events.ToolCallArgsDelta():
-                self._write(*tools.partial_args_updates_messages(event.id, "", event.delta, run.model_call_id, start=False))
+                stream = run.args_streams.get(event.id)
+                if stream is not None:
+                    self._write(*(updates.interaction(u) for u in stream.feed(event.delta)))
             case run_events.Usage():
                 if event.output_tokens:
                     run.output_tokens += event.output_tokens
@@ -495,9 +506,16 @@ class ConversationRuntime:
             self._persist_entries_nowait([entry])
 
     def take_injections(self, run: ActiveRun) -> list[Message]:
+        """Hand the queued soft-interrupt messages to the engine (committed by commit_injected)."""
         if not self._is_current(run.run_id) or not run.injections:
             return []
-        taken, run.injections = run.injections, []
+        run.taken, run.injections = run.injections, []
+        return [inj.message for inj in run.taken]
+
+    def commit_injected(self, run: ActiveRun) -> None:
+        taken, run.taken = run.taken, []
+        if not self._is_current(run.run_id) or not taken:
+            return
         entries: list[HistoryEntry] = []
         out: list[pb.AgentServerMessage] = []
         for inj in taken:
@@ -514,7 +532,6 @@ class ConversationRuntime:
         self._persist_entries_nowait(entries)
         self._write(*out)
         self.post(InjectionsTaken(run.run_id))
-        return [e.message for e in entries]
 
     def compact(self, run: ActiveRun, summary: str) -> None:
         if not self._is_current(run.run_id):
@@ -541,14 +558,13 @@ class ConversationRuntime:
         self._transition(Phase.WAITING_TOOLS)
         batch = ActiveBatch([], cmd.future)
         run.batch = batch
+        run.args_streams.clear()
         for call in cmd.calls:
-            execution = tools.start_tool(call, run.tool_ctx)
-            pending = PendingTool(call, execution, run.model_call_id)
-            batch.pending.append(pending)
+            execution = tools.start_tool(call, run.tool_ctx, model_call_id=run.model_call_id)
+            batch.pending.append(PendingTool(call, execution, run.model_call_id))
         for pending in batch.pending:
-            started = pending.execution.started()
-            started.started_at_ms = _now_ms()
-            self._write(updates.tool_call_started(pending.call.call_id, started, pending.model_call_id))
+            pending.started_ms = _now_ms()
+            self._write(updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
             self._advance(run, pending, pending.execution.first())
         self._maybe_finish_batch(run)
 
@@ -559,7 +575,10 @@ class ConversationRuntime:
                 step.message.id = exec_id
                 pending.exec_ids.append(exec_id)
                 run.execs[exec_id] = pending
-                self._write(updates.exec_request(step.message))
+                if step.delay_ms > 0:  # a background-shell poll: send it later, if still wanted
+                    asyncio.get_running_loop().call_later(step.delay_ms / 1000, self._send_delayed_exec, run, exec_id, step.message)
+                else:
+                    self._write(updates.exec_request(step.message))
             case tools.InteractionStep():
                 exec_id = self._reserve_exec_id()
                 step.query.id = exec_id
@@ -573,9 +592,12 @@ class ConversationRuntime:
                 pending.outcome = step.outcome
                 for exec_id in pending.exec_ids:
                     run.execs.pop(exec_id, None)
-                completed = pending.execution.completed()
-                completed.completed_at_ms = _now_ms()
-                self._write(updates.tool_call_completed(pending.call.call_id, completed, pending.model_call_id))
+                update = tools.completed_update(pending.execution, completed_at_ms=_now_ms(), started_at_ms=pending.started_ms)
+                self._write(updates.interaction(update))
+
+    def _send_delayed_exec(self, run: ActiveRun, exec_id: int, message: pb.ExecServerMessage) -> None:
+        if self._is_current(run.run_id) and run.execs.get(exec_id) is not None:
+            self._write(updates.exec_request(message))
 
     def _reserve_exec_id(self) -> int:
         self.next_exec_id += 1
@@ -605,7 +627,7 @@ class ConversationRuntime:
         run.execs.clear()
         run.batch = None
         if not batch.future.done():
-            batch.future.set_exception(Interrupted())
+            batch.future.set_exception(Interrupted([p.outcome for p in batch.pending if p.outcome is not None]))
 
     # -- client input -----------------------------------------------------------------------------------------
     def _on_client_input(self, cmd: ClientInput) -> None:
@@ -661,12 +683,14 @@ class ConversationRuntime:
         if which == "stream_close":
             pending = self._pending_for(run, msg.stream_close.id)
             if pending is not None and run is not None:
-                self._step_result(run, pending, pending.execution.on_stream_close)
+                exec_id = msg.stream_close.id
+                self._step_result(run, pending, lambda: pending.execution.on_stream_close(exec_id))
         elif which == "throw":
             pending = self._pending_for(run, msg.throw.id)
             if pending is not None and run is not None:
                 error = msg.throw.error or "the client reported an error"
-                self._step_result(run, pending, lambda: pending.execution.on_throw(error))
+                exec_id = msg.throw.id
+                self._step_result(run, pending, lambda: pending.execution.on_throw(error, exec_id))
 
     def _on_interaction_response(self, run: ActiveRun | None, msg: pb.InteractionResponse) -> None:
         pending = self._pending_for(run, msg.id)
@@ -701,7 +725,7 @@ class ConversationRuntime:
             uma = action.user_message_action
             if active and run is not None:
                 inj_id = f"user-message:{uma.user_message.message_id or len(run.injection_ids)}"
-                self._inject(run, inj_id, _user_message(uma.user_message), uma.user_message, render_request_context(uma.request_context))
+                self._inject(run, inj_id, self._user_message(run, uma.user_message), uma.user_message, render_request_context(uma.request_context))
                 return
             # Not running: a follow-up turn on this stream with the previous run's settings.
             base = self.last_run_request
@@ -730,12 +754,15 @@ class ConversationRuntime:
             payload = ica.WhichOneof("payload")
             if payload == "user_context":
                 um = ica.user_context.user_message
-                self._inject(run, ica.injection_id, _user_message(um), um, render_request_context(ica.user_context.request_context))
+                self._inject(run, ica.injection_id, self._user_message(run, um), um, render_request_context(ica.user_context.request_context))
             elif payload == "system_context":
                 text = f"<system_context producer={ica.system_context.producer!r}>\n{ica.system_context.content}\n</system_context>"
                 self._inject(run, ica.injection_id, Message(role="user", parts=[TextPart(text=text)]), None, "")
             return
         log.info("conversation action ignored", extra={"conversation_id": self.conversation_id, "action": kind})
+
+    def _user_message(self, run: ActiveRun, um: pb.UserMessage) -> Message:
+        return Message(role="user", parts=[TextPart(text=render_user_message(um, self._mode(run)))])
 
     def _inject(self, run: ActiveRun, injection_id: str, message: Message, um: pb.UserMessage | None, ctx: str) -> None:
         if injection_id in run.injection_ids or self.history.has(f"injection:{injection_id}"):
@@ -992,6 +1019,7 @@ class ConversationRuntime:
                 last_cursor_run_id=run.cursor_run_id or None,
             )
         )
+        store.bind_request(run.request_id, self.conversation_id, run.cursor_run_id or None)
         store.start_run(
             RunRecord(
                 run_id=run.run_id,
@@ -1046,6 +1074,9 @@ class _RuntimePorts:
     def take_injections(self) -> list[Message]:
         return self.rt.take_injections(self.run)
 
+    def commit_injected(self, messages: list[Message]) -> None:
+        self.rt.commit_injected(self.run)
+
     def compact(self, summary: str) -> None:
         self.rt.compact(self.run, summary)
 
@@ -1056,10 +1087,6 @@ class _RuntimePorts:
 HEARTBEAT_FRAME = encode_server_message(updates.heartbeat())
 END_STREAM_OK = end_stream_ok()
 END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancelled"))
-
-
-def _user_message(um: pb.UserMessage) -> Message:
-    return Message(role="user", parts=[TextPart(text=um.text)])
 
 
 def _workspace_root(rr: pb.AgentRunRequest) -> str | None:

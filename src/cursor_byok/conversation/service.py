@@ -85,9 +85,6 @@ class ConversationService:
             binding, kind = self.registry.bind(request_id, conversation_id, cursor_run_id)
         except BindingConflict as exc:
             raise ConnectError("already_exists", str(exc)) from None
-        store = self.services.store
-        if store is not None and kind is not BindKind.SAME:
-            store.bind_request(request_id, conversation_id, cursor_run_id)
         existing = self.hub.get(request_id)
         if kind is BindKind.SAME and existing is not None:
             return OpenedRun(conversation_id, existing, kind)

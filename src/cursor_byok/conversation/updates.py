@@ -122,24 +122,6 @@ def interaction(update: pb.InteractionUpdate) -> pb.AgentServerMessage:
     return m
 
 
-def tool_call_started(call_id: str, tool_call: pb.ToolCall, model_call_id: str) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    u = m.interaction_update.tool_call_started
-    u.call_id = call_id
-    u.tool_call.CopyFrom(tool_call)
-    u.model_call_id = model_call_id
-    return m
-
-
-def tool_call_completed(call_id: str, tool_call: pb.ToolCall, model_call_id: str) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    u = m.interaction_update.tool_call_completed
-    u.call_id = call_id
-    u.tool_call.CopyFrom(tool_call)
-    u.model_call_id = model_call_id
-    return m
-
-
 def set_blob(kv_id: int, blob_id: bytes, data: bytes) -> pb.AgentServerMessage:
     m = pb.AgentServerMessage()
     kv = m.kv_server_message

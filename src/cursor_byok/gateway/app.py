@@ -52,7 +52,13 @@ class Gateway:
         self.store = await Store.open(self.config.database_path)
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
         self.upstream = Upstream(self.config.upstream.base_url, self.http)
-        services = RuntimeServices(config=self.config, make_engine=self._make_engine, store=self.store)
+        services = RuntimeServices(
+            config=self.config,
+            make_engine=self._make_engine,
+            store=self.store,
+            continuation_window=self.config.server.continuation_window_seconds,
+            blob_ack_timeout=self.config.server.blob_ack_timeout_seconds,
+        )
         hub = OutputHub(self.config.server.output_retention_seconds)
         self.conversations = ConversationService(services, hub)
         await self.conversations.restore()

@@ -65,6 +65,7 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
             position = result.position
             await send({"type": "http.response.body", "body": result.data, "more_body": not result.finished})
             if result.finished:
+                stream.terminal_delivered = True
                 return
     except asyncio.CancelledError:
         # The client went away: detach only; the run goes on and a reconnect replays.

@@ -53,6 +53,7 @@ from .ids import (
 )
 from .pb import agent_v1_pb2 as agent_pb2
 from .pb import aiserver_v1_pb2 as aiserver_pb2
+from .pb import aiserver_side_v1_pb2 as side_pb2
 
 __all__ = [
     "CONNECT_CODES",
@@ -97,4 +98,5 @@ __all__ = [
     "parse_end_stream",
     "parse_request_headers",
     "provider_error",
+    "side_pb2",
 ]

@@ -58,6 +58,8 @@ class EventKind(enum.StrEnum):
     USER = "user"
     RUNTIME = "runtime"
     REQUEST_CONTEXT = "request_context"
+    ASSISTANT = "assistant"  # one whole assistant message (text, thinking, tool calls)
+    TOOL_RESULTS = "tool_results"  # one tool message holding a batch's results
     ASSISTANT_TEXT = "assistant_text"
     ASSISTANT_THINKING = "assistant_thinking"
     TOOL_CALL = "tool_call"

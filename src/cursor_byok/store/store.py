@@ -334,6 +334,8 @@ class Store:
         (a given cursor_run_id replaces the stored one) and resolves to ALREADY_BOUND.
         """
         self._check_open()
+        if not request_id or not conversation_id:
+            raise ValueError("request_id and conversation_id must be non-empty")
         reserved = self._bindings.reserve(request_id, conversation_id)
         row = (request_id, conversation_id, cursor_run_id,
                self._clock() if created_at_ms is None else created_at_ms)
@@ -651,7 +653,7 @@ class Store:
         if self._closing:
             raise StoreClosedError(f"store {self.path} is closed")
 
-    async def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+    async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
         if self._closed:
             raise StoreClosedError(f"store {self.path} is closed")
         return list(await self._reader.execute_fetchall(sql, params))

@@ -74,12 +74,23 @@ def json_to_value(value: Any) -> struct_pb2.Value:
     return out
 
 
+def _tidy(value: Any) -> Any:
+    # google.protobuf.Value stores every number as a double; show 2 rather than 2.0.
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _tidy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_tidy(item) for item in value]
+    return value
+
+
 def value_to_json(value: struct_pb2.Value) -> Any:
-    return json_format.MessageToDict(value)
+    return _tidy(json_format.MessageToDict(value))
 
 
 def struct_to_json(value: struct_pb2.Struct) -> dict[str, Any]:
-    return json_format.MessageToDict(value)
+    return _tidy(json_format.MessageToDict(value))
 
 
 def oneof_name(message: Message, oneof: str) -> str | None:

@@ -10,6 +10,8 @@ from typing import Any
 __all__ = ["Arguments"]
 
 _MISSING = object()
+# Wire integers are int32 at most; larger values would not fit the protobuf fields.
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 class Arguments:
@@ -64,6 +66,9 @@ class Arguments:
             return None
         if minimum is not None and number < minimum:
             self.errors.append(f"argument '{name}' must be at least {minimum}")
+            return None
+        if not _INT32_MIN <= number <= _INT32_MAX:
+            self.errors.append(f"argument '{name}' is out of range")
             return None
         return number
 

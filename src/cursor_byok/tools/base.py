@@ -8,12 +8,15 @@ Progress), so Done is produced exactly once.
 """
 from __future__ import annotations
 
+import base64
 import enum
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from google.protobuf.message import Message
+
+from cursor_byok.providers import ImagePart
 
 from ._wire import exec_server_message, interaction_query, pb
 from .arguments import Arguments
@@ -44,18 +47,31 @@ def make_outcome(
     return ToolOutcome(call_id=call_id, name=name, content=content, is_error=is_error)
 
 
-def make_image(mime_type: str, data: bytes) -> Any:
-    """An image attached to a tool outcome (the run layer's image type)."""
-    from cursor_byok.run import ToolImage
+def make_image(mime_type: str, data: bytes) -> ImagePart:
+    """An image attached to a tool outcome (ToolOutcome.images holds provider image parts)."""
+    return ImagePart(media_type=mime_type, data_base64=base64.b64encode(data).decode("ascii"))
 
-    return ToolImage(mime_type=mime_type, data=data)
+
+def _valid_text(value: Any) -> Any:
+    """JSON may decode to lone surrogates, which protobuf strings reject: replace them."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value
+    if isinstance(value, dict):
+        return {_valid_text(key): _valid_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(item) for item in value]
+    return value
 
 
 def _parse_arguments(call: ToolCallRequest) -> tuple[dict[str, Any] | None, str | None]:
     if call.error:
-        return (call.parsed if isinstance(call.parsed, dict) else None), call.error
+        return (_valid_text(call.parsed) if isinstance(call.parsed, dict) else None), call.error
     if isinstance(call.parsed, dict):
-        return call.parsed, None
+        return _valid_text(call.parsed), None
     text = (call.arguments or "").strip() or "{}"
     try:
         value = json.loads(text)
@@ -63,7 +79,7 @@ def _parse_arguments(call: ToolCallRequest) -> tuple[dict[str, Any] | None, str 
         return None, f"arguments are not valid JSON ({exc})"
     if not isinstance(value, dict):
         return None, "arguments must be a JSON object"
-    return value, None
+    return _valid_text(value), None
 
 
 class ToolExecution:
@@ -87,7 +103,6 @@ class ToolExecution:
         self._phase = Phase.READY
         self._expected: tuple[str, ...] = ()
         self._pending_exec: pb.ExecServerMessage | None = None
-        self._pending_query: pb.InteractionQuery | None = None
         self._outcome: ToolOutcome | None = None
         self._result_pb: Message | None = None
         raw, json_error = _parse_arguments(call)
@@ -237,7 +252,6 @@ class ToolExecution:
         message = interaction_query(field, query)
         self._phase = Phase.INTERACTION
         self._expected = (expect,)
-        self._pending_query = message
         self._pending_exec = None
         return InteractionStep(query=message)
 

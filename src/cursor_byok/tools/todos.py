@@ -23,7 +23,7 @@ _STATUS_ALIASES = {"canceled": "cancelled", "in-progress": "in_progress", "done"
 
 
 def todo_item(entry: TodoEntry) -> pb.TodoItem:
-    return pb.TodoItem(id=entry.id, content=entry.content, status=_STATUS_ENUM.get(entry.status, 0))
+    return pb.TodoItem(id=entry.id, content=entry.content, status=_STATUS_ENUM.get(entry.status, pb.TODO_STATUS_UNSPECIFIED))
 
 
 def _status(value: Any, problems: list[str], where: str) -> str | None:

@@ -1,0 +1,262 @@
+"""Side RPCs the IDE needs from a local server so it offers and accepts the configured models.
+
+- Model lists (AvailableModels, GetUsableModels): forwarded with the user's own headers; our
+  models' protobuf bytes are appended to a 2xx reply (concatenated protobuf merges repeated
+  fields). When upstream fails, answers non-2xx or is unreachable, the reply is ours alone.
+- Defaults (GetDefaultModel*, GetDefaultModelNudgeData): answered from the config.
+- NetworkService/IsConnected: always connected (the IDE aborts slow work when this probe fails).
+- AnalyticsService telemetry (Batch, TrackEvents, ...): accepted and dropped. The Statsig calls,
+  which fetch feature configuration, are forwarded.
+
+Without configured models every model-list path is a plain passthrough. Account, usage, auth and
+dashboard RPCs are never answered here: we do not forge account data or entitlements.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx
+
+from ..config import Config
+from .models import ModelCatalog
+from .upstream import HOP_BY_HOP, ForbiddenUpstream, Upstream, forward_headers
+
+log = logging.getLogger("cursor_byok.local_rpcs")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+PROTO = b"application/proto"
+# Flag 0, length 0: one empty IsConnectedResponse in a Connect envelope (PROTOCOL.md 1.2).
+IS_CONNECTED_BODY = b"\x00\x00\x00\x00\x00"
+CATALOG_TIMEOUT_SECONDS = 5.0
+TELEMETRY_SERVICE = "/aiserver.v1.AnalyticsService/"
+# AnalyticsService methods that fetch configuration rather than report telemetry.
+ANALYTICS_CONFIG_METHODS = frozenset({"BootstrapStatsig", "GetStatsigClientKey"})
+# Reply headers from upstream that no longer describe a body we rewrote.
+_DROPPED_REPLY_HEADERS = HOP_BY_HOP | {b"content-encoding"}
+
+
+class Rpc(enum.Enum):
+    AVAILABLE_MODELS = "available_models"
+    USABLE_MODELS = "usable_models"
+    DEFAULT_MODEL_FOR_CLI = "default_model_for_cli"
+    DEFAULT_MODEL = "default_model"
+    DEFAULT_MODEL_NUDGE_DATA = "default_model_nudge_data"
+    IS_CONNECTED = "is_connected"
+    DROP_TELEMETRY = "drop_telemetry"
+
+
+# Upstream reply + our catalog bytes.
+MERGED_RPCS = frozenset({Rpc.AVAILABLE_MODELS, Rpc.USABLE_MODELS})
+# Served from the catalog alone (only while at least one model is configured).
+CATALOG_RPCS = frozenset({Rpc.DEFAULT_MODEL_FOR_CLI, Rpc.DEFAULT_MODEL, Rpc.DEFAULT_MODEL_NUDGE_DATA})
+
+MODEL_PATHS: dict[str, Rpc] = {
+    "/aiserver.v1.AiService/AvailableModels": Rpc.AVAILABLE_MODELS,
+    "/agent.v1.AgentService/GetUsableModels": Rpc.USABLE_MODELS,
+    "/aiserver.v1.AiService/GetUsableModels": Rpc.USABLE_MODELS,
+    "/agent.v1.AgentService/GetDefaultModelForCli": Rpc.DEFAULT_MODEL_FOR_CLI,
+    "/aiserver.v1.AiService/GetDefaultModelForCli": Rpc.DEFAULT_MODEL_FOR_CLI,
+    "/aiserver.v1.AiService/GetDefaultModel": Rpc.DEFAULT_MODEL,
+    "/aiserver.v1.AiService/GetDefaultModelNudgeData": Rpc.DEFAULT_MODEL_NUDGE_DATA,
+}
+IS_CONNECTED_PATH = "/aiserver.v1.NetworkService/IsConnected"
+
+
+class _Unmergeable(Exception):
+    """An upstream body we cannot append to (compressed or end-stream envelope)."""
+
+
+class _ClientGone(Exception):
+    """The IDE disconnected before its request body was complete: nobody to answer."""
+
+
+class LocalRpcs:
+    def __init__(
+        self, config: Config, upstream: Upstream, *, catalog_timeout: float = CATALOG_TIMEOUT_SECONDS
+    ) -> None:
+        self.upstream = upstream
+        self.catalog = ModelCatalog.of(config.models)
+        self.catalog_timeout = catalog_timeout
+        self.max_body_bytes = config.server.max_body_bytes
+
+    def route(self, path: str) -> Rpc | None:
+        """What we do for `path`; None means: forward it untouched."""
+        if path == IS_CONNECTED_PATH:
+            return Rpc.IS_CONNECTED
+        if path.startswith(TELEMETRY_SERVICE):
+            method = path[len(TELEMETRY_SERVICE) :]
+            telemetry = method and "/" not in method and method not in ANALYTICS_CONFIG_METHODS
+            return Rpc.DROP_TELEMETRY if telemetry else None
+        rpc = MODEL_PATHS.get(path)
+        return rpc if rpc is not None and self.catalog else None
+
+    def handles(self, path: str) -> bool:
+        return self.route(path) is not None
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._handle(scope, receive, send)
+        except _ClientGone:
+            log.debug("client left before its request was read", extra={"path": scope["path"]})
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rpc = self.route(scope["path"])
+        if rpc is None or (rpc in MERGED_RPCS | CATALOG_RPCS and scope["method"] != "POST"):
+            await self.upstream.forward(scope, receive, send)
+        elif rpc is Rpc.IS_CONNECTED:
+            await _drain(receive)
+            await _reply(send, 200, IS_CONNECTED_BODY, [(b"content-type", PROTO)])
+        elif rpc is Rpc.DROP_TELEMETRY:
+            await _drain(receive)
+            if _is_json(scope):
+                await _reply(send, 200, b"{}", [(b"content-type", b"application/json")])
+            else:
+                await _reply(send, 200, b"", [(b"content-type", PROTO)])
+        elif rpc in CATALOG_RPCS:
+            await _drain(receive)
+            await _reply(send, 200, getattr(self.catalog, rpc.value), [(b"content-type", PROTO)])
+        else:
+            await self._merged(rpc, scope, receive, send)
+
+    # -- upstream reply + ours -----------------------------------------------------------------------
+    async def _merged(self, rpc: Rpc, scope: Scope, receive: Receive, send: Send) -> None:
+        ours: bytes = getattr(self.catalog, rpc.value)
+        body = await _read_body(receive, self.max_body_bytes)
+        if body is None:
+            await _reply_json_error(send, 429, "resource_exhausted", "request body too large")
+            return
+        try:
+            url = self.upstream.target_url(scope)
+        except ForbiddenUpstream:
+            await self.upstream.forward(scope, receive, send, body=body)  # answers 403
+            return
+        fetched = await self._fetch(scope, url, body)
+        if fetched is None:
+            await _reply(send, 200, ours, [(b"content-type", PROTO)])
+            return
+        status, headers, upstream_body = fetched
+        content_type = _header(headers, b"content-type")
+        if b"json" in content_type:
+            # A Connect JSON reply cannot take protobuf bytes; pass it on as it came.
+            merged = upstream_body
+        else:
+            try:
+                merged = _append(upstream_body, ours)
+            except _Unmergeable as exc:
+                why = str(exc)
+                log.warning("upstream model list not mergeable; serving ours", extra={"rpc": rpc.value, "why": why})
+                await _reply(send, 200, ours, [(b"content-type", PROTO)])
+                return
+        kept = [(k, v) for k, v in headers if k.lower() not in _DROPPED_REPLY_HEADERS]
+        log.info("merged model list", extra={"rpc": rpc.value, "models": len(self.catalog.models)})
+        await _reply(send, status, merged, kept)
+
+    async def _fetch(
+        self, scope: Scope, url: str, body: bytes
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+        """Status, headers and (decoded) body of a 2xx upstream reply; None on any failure."""
+        client = self.upstream.client
+        headers = forward_headers(scope["headers"], len(body))
+        request = client.build_request(
+            scope["method"], url, headers=headers, content=body, timeout=httpx.Timeout(self.catalog_timeout)
+        )
+        try:
+            async with asyncio.timeout(self.catalog_timeout):
+                response = await client.send(request, stream=True)
+                try:
+                    if not 200 <= response.status_code < 300:
+                        status = response.status_code
+                        log.warning("upstream model list refused; serving ours", extra={"status": status})
+                        return None
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in response.aiter_bytes():  # decoded: content-encoding undone
+                        size += len(chunk)
+                        if size > self.max_body_bytes:
+                            log.warning("upstream model list too large; serving ours", extra={"bytes": size})
+                            return None
+                        chunks.append(chunk)
+                    return response.status_code, list(response.headers.raw), b"".join(chunks)
+                finally:
+                    await response.aclose()
+        except (httpx.HTTPError, TimeoutError) as exc:
+            log.warning("upstream model list unavailable; serving ours", extra={"error": type(exc).__name__})
+            return None
+
+
+def _append(upstream_body: bytes, ours: bytes) -> bytes:
+    """Upstream's message followed by ours; a one-envelope body keeps its envelope, re-lengthed.
+
+    A protobuf message never starts with byte 0, 1 or 2 (field number 0), so a body starting with
+    one of them whose length field fills it exactly is a Connect envelope.
+    """
+    size = len(upstream_body)
+    if size >= 5 and upstream_body[0] <= 2 and int.from_bytes(upstream_body[1:5], "big") == size - 5:
+        flag = upstream_body[0]
+        if flag != 0:
+            raise _Unmergeable(f"envelope flag {flag}")
+        payload = upstream_body[5:] + ours
+        return b"\x00" + len(payload).to_bytes(4, "big") + payload
+    return upstream_body + ours
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+    for k, v in headers:
+        if k.lower() == name:
+            return v.lower()
+    return b""
+
+
+def _is_json(scope: Scope) -> bool:
+    return b"json" in _header(scope["headers"], b"content-type")
+
+
+async def _drain(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        if not message.get("more_body", False):
+            return
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None past `limit` (the rest is drained)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size <= limit and chunk:
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks) if size <= limit else None
+
+
+async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _reply_json_error(send: Send, status: int, code: str, message: str) -> None:
+    body = json.dumps({"code": code, "message": message}).encode()
+    await _reply(send, status, body, [(b"content-type", b"application/json")])

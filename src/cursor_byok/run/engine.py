@@ -1,0 +1,433 @@
+"""The generic model loop: model cycle → tool batch → results → next cycle, until the model stops.
+
+The engine knows the provider, a ToolPort, a HistoryPort and an EventSink; it knows nothing of
+Cursor. It commits only whole cycles (or, on a soft interrupt, the text streamed so far), so a hard
+cancel (task cancellation) never leaves a partial commit behind.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Literal
+
+import msgspec
+
+from ..config import ModelConfig
+from ..prompting import CompactionPrompt, compaction_prompt
+from ..providers import (
+    ContextLengthError,
+    Finish,
+    Message,
+    ModelRequest,
+    Provider,
+    RefusalError,
+    StopReason,
+    StreamEvent,
+    TextDelta,
+    TextPart,
+    ThinkingDelta,
+    ThinkingEnd,
+    ThinkingPart,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallPart,
+    ToolCallStart,
+    ToolResultPart,
+    ToolSchema,
+    Usage,
+    add_usage,
+)
+from .compaction import CHARS_PER_TOKEN, ContextEstimator, fallback_summary, summary_transcript
+from .events import (
+    CompactionFinished,
+    CompactionStarted,
+    ModelCycleFinished,
+    ModelCycleStarted,
+    ToolBatchFinished,
+    ToolBatchStarted,
+)
+from .ports import EventSink, HistoryPort, Interrupted, ToolPort
+from .types import INTERRUPTED_RESULT, ToolCallRequest, ToolOutcome
+
+RunStop = Literal["end_turn", "max_tokens", "max_cycles", "interrupted", "other"]
+
+SUMMARY_MAX_TOKENS = 8_000
+_MIN_SUMMARY_BUDGET_CHARS = 8_000
+NO_RESULT = "The tool finished without returning a result."
+
+
+class RunSpec(msgspec.Struct, kw_only=True):
+    model: ModelConfig
+    system: str  # from prompting.compile_request
+    tools: list[ToolSchema]  # from prompting.compile_request
+    max_cycles: int = 200
+    max_tokens: int | None = None  # default: model.max_output_tokens
+    effort: str | None = None  # default: model.default_effort
+    thinking_budget: int | None = None  # default: model.thinking_budget_tokens (0 = off)
+    extra_params: dict[str, Any] = {}
+    compaction_threshold: float = 0.9  # share of model.context_window that triggers compaction
+    compaction: CompactionPrompt | None = None  # default: prompting.compaction_prompt()
+
+
+class RunResult(msgspec.Struct, frozen=True):
+    stop_reason: RunStop
+    usage_total: Usage | None  # summed over every provider call of the run, summaries included
+    cycles: int  # model cycles started (summary calls not counted)
+
+
+# ---- one model response, assembled from stream events --------------------------------------------
+class _Text:
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+
+
+class _Thinking:
+    __slots__ = ("chunks", "replay", "closed")
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+        self.replay: dict[str, Any] | None = None
+        self.closed = False
+
+
+class _Call:
+    __slots__ = ("id", "name", "chunks")
+
+    def __init__(self, call_id: str, name: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.chunks: list[str] = []
+
+
+class _Cycle:
+    """Forwards a cycle's stream events to the sink and builds the assistant message from them."""
+
+    __slots__ = ("_emit", "_parts", "_current", "_calls", "usage", "stop_reason", "emitted")
+
+    def __init__(self, sink: EventSink) -> None:
+        self._emit = sink.emit
+        self._parts: list[_Text | _Thinking | _Call] = []
+        self._current: _Text | _Thinking | None = None
+        self._calls: dict[int, _Call] = {}
+        self.usage: Usage | None = None
+        self.stop_reason: StopReason = "other"
+        self.emitted = False
+
+    def apply(self, event: StreamEvent) -> None:
+        kind = type(event)
+        if kind is TextDelta:
+            current = self._current
+            if type(current) is not _Text:
+                current = self._current = _Text()
+                self._parts.append(current)
+            current.chunks.append(event.text)  # type: ignore[union-attr]
+        elif kind is ToolCallArgsDelta:
+            call = self._calls.get(event.index)  # type: ignore[union-attr]
+            if call is not None:
+                call.chunks.append(event.delta)  # type: ignore[union-attr]
+        elif kind is ThinkingDelta:
+            current = self._current
+            if type(current) is not _Thinking or current.closed:  # type: ignore[union-attr]
+                current = self._current = _Thinking()
+                self._parts.append(current)
+            current.chunks.append(event.text)  # type: ignore[union-attr]
+        elif kind is ThinkingEnd:
+            current = self._current
+            if type(current) is not _Thinking or current.closed:  # type: ignore[union-attr]
+                current = _Thinking()  # replay-only block (e.g. encrypted reasoning, no summary)
+                self._parts.append(current)
+            current.replay = event.replay  # type: ignore[union-attr]
+            current.closed = True  # type: ignore[union-attr]
+            self._current = None
+        elif kind is ToolCallStart:
+            call = _Call(event.id, event.name)  # type: ignore[union-attr]
+            self._calls[event.index] = call  # type: ignore[union-attr]
+            self._parts.append(call)
+            self._current = None
+        elif kind is Usage:
+            self.usage = event  # type: ignore[assignment]
+        elif kind is Finish:
+            self.stop_reason = event.stop_reason  # type: ignore[union-attr]
+            return  # reported as ModelCycleFinished instead
+        self.emitted = True
+        self._emit(event)
+
+    def message(self) -> Message:
+        parts: list[Any] = []
+        for part in self._parts:
+            if type(part) is _Text:
+                text = "".join(part.chunks)
+                if text:
+                    parts.append(TextPart(text))
+            elif type(part) is _Thinking:
+                parts.append(ThinkingPart("".join(part.chunks), part.replay))
+            else:
+                parts.append(ToolCallPart(part.id, part.name, "".join(part.chunks)))  # type: ignore[union-attr]
+        return Message("assistant", parts)
+
+    def partial_text(self) -> Message | None:
+        """What an interrupted cycle keeps: its text only (tool calls and unsigned thinking go)."""
+        texts = ["".join(p.chunks) for p in self._parts if type(p) is _Text]
+        parts = [TextPart(t) for t in texts if t]
+        return Message("assistant", parts) if parts else None
+
+    def tool_calls(self) -> list[ToolCallRequest]:
+        return [_request(p.id, p.name, "".join(p.chunks)) for p in self._parts if type(p) is _Call]
+
+
+def _request(call_id: str, name: str, arguments: str) -> ToolCallRequest:
+    if not arguments.strip():
+        return ToolCallRequest(call_id, name, arguments, {})
+    try:
+        value = msgspec.json.decode(arguments)
+    except msgspec.DecodeError as exc:
+        return ToolCallRequest(call_id, name, arguments, None, f"the arguments are not valid JSON ({exc})")
+    if not isinstance(value, dict):
+        return ToolCallRequest(call_id, name, arguments, None, "the arguments must be a JSON object")
+    return ToolCallRequest(call_id, name, arguments, value)
+
+
+def _invalid_outcome(call: ToolCallRequest) -> ToolOutcome:
+    return ToolOutcome(
+        call.call_id, call.name,
+        f"Invalid arguments for {call.name}: {call.error}. Call the tool again with a complete JSON object.",
+        is_error=True,
+    )
+
+
+async def _drain(stream: AsyncIterator[StreamEvent], cycle: _Cycle) -> None:
+    close = getattr(stream, "aclose", None)
+    try:
+        async for event in stream:
+            cycle.apply(event)
+    finally:
+        if close is not None:
+            await close()
+
+
+class _Summary:
+    __slots__ = ("chunks", "usage")
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+        self.usage: Usage | None = None
+
+
+async def _collect_summary(stream: AsyncIterator[StreamEvent], into: _Summary) -> None:
+    close = getattr(stream, "aclose", None)
+    try:
+        async for event in stream:
+            if type(event) is TextDelta:
+                into.chunks.append(event.text)
+            elif type(event) is Usage:
+                into.usage = event
+    finally:
+        if close is not None:
+            await close()
+
+
+class RunEngine:
+    """Runs one model loop at a time. `interrupt()` is the soft interrupt; cancel the task running
+    `run()` for a hard cancel."""
+
+    def __init__(self, provider: Provider) -> None:
+        self._provider = provider
+        self._interrupt = asyncio.Event()
+        self._active = False
+
+    def interrupt(self) -> None:
+        """Soft interrupt. During a model stream: end it now, keep its text, drop its tool calls.
+        During a tool batch: nothing is cancelled (the ToolPort aborts its batch by raising
+        Interrupted). Either way the engine takes queued injections at the next cycle boundary and
+        continues; with nothing queued after an interrupted stream, the run ends "interrupted"."""
+        self._interrupt.set()
+
+    async def run(self, spec: RunSpec, history: HistoryPort, tools: ToolPort, sink: EventSink) -> RunResult:
+        if self._active:
+            raise RuntimeError("RunEngine.run() is already running")
+        self._active = True
+        try:
+            return await self._loop(spec, history, tools, sink)
+        finally:
+            self._active = False
+
+    # ---- loop ------------------------------------------------------------------------------------
+    async def _loop(self, spec: RunSpec, history: HistoryPort, tools: ToolPort, sink: EventSink) -> RunResult:
+        model = spec.model
+        threshold = int(model.context_window * spec.compaction_threshold)
+        schema_chars = len(msgspec.json.encode(spec.tools))
+        estimator = ContextEstimator(len(spec.system) + schema_chars)
+        usage_total: Usage | None = None
+        cycles = 0
+        finished: RunStop | None = None  # the model stopped; injections may still continue the run
+        after_interrupt = False
+        compacted = False  # compaction ran since the last completed cycle: do not repeat it
+        overflow_retried = False
+
+        while True:
+            self._interrupt.clear()
+            injected = history.take_injections()
+            if injected:
+                history.commit_injected(injected)
+                finished = None
+            elif finished is not None:
+                return RunResult(finished, usage_total, cycles)
+            elif after_interrupt:
+                return RunResult("interrupted", usage_total, cycles)
+            after_interrupt = False
+            if cycles >= spec.max_cycles:
+                return RunResult("max_cycles", usage_total, cycles)
+
+            messages = history.messages()
+            if not compacted:
+                estimate = estimator.estimate(messages)
+                if estimate >= threshold:
+                    done, usage = await self._compact(spec, history, sink, "threshold", estimate)
+                    usage_total = add_usage(usage_total, usage)
+                    if not done:
+                        after_interrupt = True
+                        continue
+                    compacted = True
+                    estimator.reset()
+                    messages = history.messages()
+
+            cycles += 1
+            sink.emit(ModelCycleStarted(cycles))
+            cycle = _Cycle(sink)
+            try:
+                interrupted = await self._interruptible(_drain(self._provider.stream(self._request(spec, messages)), cycle))
+            except ContextLengthError:
+                if overflow_retried or cycle.emitted:
+                    raise
+                sink.emit(ModelCycleFinished(cycles, "context_length"))
+                done, usage = await self._compact(spec, history, sink, "context_length", estimator.estimate(messages))
+                usage_total = add_usage(usage_total, usage)
+                if done:
+                    overflow_retried = compacted = True
+                    estimator.reset()
+                else:
+                    after_interrupt = True
+                continue
+            compacted = False
+            overflow_retried = False
+            usage_total = add_usage(usage_total, cycle.usage)
+
+            if interrupted:
+                partial = cycle.partial_text()
+                if partial is not None:
+                    history.commit_assistant(partial, None)
+                sink.emit(ModelCycleFinished(cycles, "interrupted"))
+                after_interrupt = True
+                continue
+
+            if cycle.usage is not None and cycle.usage.input_tokens is not None:
+                estimator.anchor(cycle.usage.input_tokens, len(messages))
+            message = cycle.message()
+            if message.parts:
+                history.commit_assistant(message, cycle.usage)
+            sink.emit(ModelCycleFinished(cycles, cycle.stop_reason))
+            calls = cycle.tool_calls()
+            if not calls:
+                finished = cycle.stop_reason if cycle.stop_reason in ("end_turn", "max_tokens") else "other"  # type: ignore[assignment]
+                continue
+            outcomes = await self._run_tools(calls, tools, sink)
+            history.commit_tool_results(Message("tool", [
+                ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes
+            ]))
+            sink.emit(ToolBatchFinished(outcomes))
+
+    def _request(self, spec: RunSpec, messages: list[Message]) -> ModelRequest:
+        model = spec.model
+        return ModelRequest(
+            model=model.model,
+            system=spec.system,
+            messages=messages,
+            tools=spec.tools,
+            max_tokens=spec.max_tokens or model.max_output_tokens,
+            effort=spec.effort or model.default_effort or None,
+            thinking_budget=spec.thinking_budget or model.thinking_budget_tokens or None,
+            extra_params=spec.extra_params,
+        )
+
+    async def _interruptible(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
+        propagate; if the caller is cancelled, `work` is cancelled and awaited before returning."""
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(self._interrupt.wait())
+        try:
+            await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait((task,))
+        if task.cancelled():
+            return True
+        task.result()
+        return False
+
+    async def _run_tools(self, calls: list[ToolCallRequest], tools: ToolPort, sink: EventSink) -> list[ToolOutcome]:
+        sink.emit(ToolBatchStarted(calls))
+        valid = [c for c in calls if c.parsed is not None]
+        results: dict[str, ToolOutcome] = {}
+        interrupted = False
+        if valid:
+            try:
+                returned = await tools.run_tools(valid)
+            except Interrupted as exc:
+                returned = exc.outcomes
+                interrupted = True
+            for outcome in returned:
+                results.setdefault(outcome.call_id, outcome)
+        outcomes: list[ToolOutcome] = []
+        for call in calls:
+            if call.parsed is None:
+                outcomes.append(_invalid_outcome(call))
+            elif call.call_id in results:
+                outcomes.append(results[call.call_id])
+            else:
+                content = INTERRUPTED_RESULT if interrupted else NO_RESULT
+                outcomes.append(ToolOutcome(call.call_id, call.name, content, is_error=True))
+        return outcomes
+
+    # ---- compaction ------------------------------------------------------------------------------
+    async def _compact(
+        self, spec: RunSpec, history: HistoryPort, sink: EventSink, reason: Literal["threshold", "context_length"],
+        estimate: int,
+    ) -> tuple[bool, Usage | None]:
+        """Summarize the history with a tool-less call and reset the prefix. Returns (applied,
+        usage); not applied when a soft interrupt arrived during the summary call."""
+        sink.emit(CompactionStarted(reason, estimate))
+        prompt = spec.compaction or compaction_prompt()
+        model = spec.model
+        max_tokens = min(model.max_output_tokens, SUMMARY_MAX_TOKENS)
+        overhead = (len(prompt.system) + len(prompt.instruction)) // CHARS_PER_TOKEN
+        budget_tokens = int(model.context_window * spec.compaction_threshold) - max_tokens - overhead
+        budget_chars = max(_MIN_SUMMARY_BUDGET_CHARS, int(budget_tokens * CHARS_PER_TOKEN * 0.8))
+        transcript = summary_transcript(history.messages(), budget_chars)
+        request = ModelRequest(
+            model=model.model,
+            system=prompt.system,
+            messages=[Message("user", [TextPart(
+                f"<conversation>\n{transcript}\n</conversation>\n\n{prompt.instruction}"
+            )])],
+            tools=[],
+            max_tokens=max_tokens,
+            extra_params=spec.extra_params,
+        )
+        collected = _Summary()
+        try:
+            interrupted = await self._interruptible(_collect_summary(self._provider.stream(request), collected))
+        except (ContextLengthError, RefusalError):
+            interrupted = False
+            collected.chunks = []
+        if interrupted:
+            sink.emit(CompactionFinished("", applied=False))
+            return False, collected.usage
+        summary = "".join(collected.chunks).strip() or fallback_summary(transcript)
+        history.compact(summary)
+        sink.emit(CompactionFinished(summary))
+        return True, collected.usage
+

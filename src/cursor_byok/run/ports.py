@@ -1,0 +1,57 @@
+"""What the run engine needs from its host (the conversation runtime), as protocols."""
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..providers import Message, Usage
+from .events import RunEvent
+from .types import ToolCallRequest, ToolOutcome
+
+
+class Interrupted(Exception):
+    """Raised by a ToolPort when a soft interrupt aborted its batch. `outcomes` holds the calls that
+    did finish; every other call of the batch gets the standard interrupted result."""
+
+    def __init__(self, outcomes: list[ToolOutcome] | None = None) -> None:
+        super().__init__("tool batch interrupted")
+        self.outcomes = list(outcomes or [])
+
+
+class ToolPort(Protocol):
+    async def run_tools(self, calls: list[ToolCallRequest]) -> list[ToolOutcome]:
+        """Execute a batch of valid calls (parsed is set) and return one outcome per call, in any
+        order. May raise Interrupted. Calls with invalid arguments never reach the port: the engine
+        answers them with an error outcome itself."""
+        ...
+
+
+class HistoryPort(Protocol):
+    """The engine's view of the canonical history. Commits are append-only."""
+
+    def messages(self) -> list[Message]:
+        """Provider-neutral projection of the history, ending with the current turn."""
+        ...
+
+    def commit_assistant(self, message: Message, usage: Usage | None) -> None: ...
+
+    def commit_tool_results(self, message: Message) -> None: ...
+
+    def take_injections(self) -> list[Message]:
+        """Remove and return user messages queued by soft interrupts (may be empty)."""
+        ...
+
+    def commit_injected(self, messages: list[Message]) -> None:
+        """Append messages returned by take_injections; the engine calls this at a cycle boundary,
+        in the same order, right after taking them."""
+        ...
+
+    def compact(self, summary: str) -> None:
+        """Prefix reset: keep only the latest request context, then the summary, then the current
+        turn. Called between model cycles, never during one."""
+        ...
+
+
+class EventSink(Protocol):
+    def emit(self, event: RunEvent) -> None:
+        """Synchronous and non-blocking; called once per event in order."""
+        ...

@@ -1,0 +1,81 @@
+"""CLI test fixtures: an isolated home (no real config, settings or trust store touched) and a runner."""
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cursor_byok import cli
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.delenv("CURSOR_BYOK_CONFIG", raising=False)
+    root = logging.getLogger()
+    level = root.level
+    yield home
+    for handler in list(root.handlers):
+        if getattr(handler, "_cursor_byok", False):
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = cli.main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[..., Path]:
+    """Write a config whose data dir and ports are private to this test."""
+
+    def write(
+        body: str = "",
+        *,
+        top: str = "",
+        name: str = "config.toml",
+        server_port: int | None = None,
+        proxy_port: int | None = None,
+    ) -> Path:
+        data_dir = tmp_path / "data"
+        head = top + (
+            f'[server]\nport = {server_port or free_port()}\ndata_dir = "{data_dir}"\n\n'
+            f"[proxy]\nport = {proxy_port or free_port()}\n\n"
+        )
+        path = tmp_path / name
+        path.write_text(head + body, encoding="utf-8")
+        return path
+
+    return write

@@ -1,0 +1,101 @@
+"""`conversations list|show|export` over a real SQLite store in a temp data dir."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from pathlib import Path
+
+from cursor_byok.store import ConversationRecord, EventKind, NewEvent, ParentRef, Store
+
+
+def populate(db: Path) -> None:
+    async def go() -> None:
+        store = await Store.open(db)
+        try:
+            store.upsert_conversation(
+                ConversationRecord("conv-old", 1_700_000_000_000, 1_700_000_000_000, model_id="byok-a", title="Old chat")
+            )
+            store.upsert_conversation(
+                ConversationRecord("conv-new", 1_700_000_100_000, 1_700_000_900_000, model_id="byok-b", title="Fix the tests")
+            )
+            store.upsert_conversation(
+                ConversationRecord(
+                    "conv-child",
+                    1_700_000_200_000,
+                    1_700_000_300_000,
+                    parent=ParentRef("conv-new", "run-1", "tool-7"),
+                    model_id="byok-b",
+                )
+            )
+            await store.append_events("conv-new", [NewEvent("ev-1", EventKind.USER, b'{"text": "hi"}')])
+            await store.flush()
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def db_path(config: Path) -> Path:
+    return config.parent / "data" / "state.db"
+
+
+def test_without_a_database_nothing_is_created(run_cli, write_config):
+    path = write_config()
+    result = run_cli("conversations", "list", "--config", str(path))
+    assert result.code == 0 and "no conversations yet" in result.out
+    result = run_cli("conversations", "show", "conv-x", "--config", str(path))
+    assert result.code == 1 and len(result.err_lines) == 1
+    assert not db_path(path).exists()
+
+
+def test_list_is_most_recent_first(run_cli, write_config):
+    path = write_config()
+    populate(db_path(path))
+    result = run_cli("conversations", "list", "--config", str(path))
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split() == ["CONVERSATION", "UPDATED", "MODEL", "PARENT", "TITLE"]
+    assert [line.split()[0] for line in lines[1:]] == ["conv-new", "conv-child", "conv-old"]
+    assert "Fix the tests" in lines[1] and "conv-new" in lines[2].split()[4:]
+    as_json = json.loads(run_cli("conversations", "list", "--json", "--limit", "1", "--config", str(path)).out)
+    assert [c["conversation_id"] for c in as_json] == ["conv-new"]
+    assert [c["conversation_id"] for c in json.loads(run_cli("conversations", "list", "--json", "--offset", "2", "--config", str(path)).out)] == ["conv-old"]
+
+
+def test_show_prints_the_record(run_cli, write_config):
+    path = write_config()
+    populate(db_path(path))
+    result = run_cli("conversations", "show", "conv-child", "--config", str(path))
+    assert result.code == 0, result.err
+    fields = dict(line.split(None, 1) for line in result.out.splitlines())
+    assert fields["conversation_id"] == "conv-child"
+    assert fields["model_id"] == "byok-b"
+    assert json.loads(fields["parent"]) == {
+        "parent_conversation_id": "conv-new",
+        "parent_run_id": "run-1",
+        "parent_tool_call_id": "tool-7",
+    }
+    assert fields["runs"] == "0"
+    result = run_cli("conversations", "show", "nope", "--config", str(path))
+    assert result.code == 1 and result.err_lines == ["cursor-byok: no conversation 'nope'"]
+
+
+def test_export_writes_json_to_stdout_or_a_private_file(run_cli, write_config, tmp_path: Path):
+    path = write_config()
+    populate(db_path(path))
+    result = run_cli("conversations", "export", "conv-new", "--config", str(path))
+    assert result.code == 0, result.err
+    exported = json.loads(result.out)
+    assert exported["conversation"]["conversation_id"] == "conv-new"
+    assert [e["event_id"] for e in exported["events"]] == ["ev-1"]
+
+    out = tmp_path / "export.json"
+    result = run_cli("conversations", "export", "conv-new", "--out", str(out), "--config", str(path))
+    assert result.code == 0 and result.out == ""
+    assert json.loads(out.read_text()) == exported
+    if os.name == "posix":
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    result = run_cli("conversations", "export", "nope", "--config", str(path))
+    assert result.code == 1 and result.err_lines == ["cursor-byok: no conversation 'nope'"]

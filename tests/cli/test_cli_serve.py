@@ -1,0 +1,181 @@
+"""`serve`: flags over config, the proxy beside the gateway, clean shutdown.
+
+Most tests put a stand-in `cursor_byok.gateway` module in place (its `serve(config)` runs a tiny
+HTTP server on the configured address and talks to it through the proxy); the last one runs the
+real server in a child process.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import httpx
+import pytest
+
+import cursor_byok
+from cursor_byok.config import Config
+
+
+def client_context(cafile: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile=str(cafile))
+    return ctx
+
+
+class StandInGateway:
+    """Replaces the real gateway: records the Config and exercises the proxy while 'serving'."""
+
+    def __init__(self) -> None:
+        self.configs: list[Config] = []
+        self.seen_heads: list[bytes] = []
+        self.responses: list[httpx.Response] = []
+
+    def module(self) -> types.ModuleType:
+        module = types.ModuleType("cursor_byok.gateway")
+        module.serve = self.serve  # type: ignore[attr-defined]
+        return module
+
+    def serve(self, config: Config) -> int:
+        self.configs.append(config)
+        if config.proxy.enabled:
+            asyncio.run(self._through_proxy(config))
+        return 0
+
+    async def _through_proxy(self, config: Config) -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.seen_heads.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\ngateway")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, config.server.host, config.server.port)
+        try:
+            verify = client_context(config.data_path / "ca" / "ca.crt")
+            async with httpx.AsyncClient(proxy=f"http://127.0.0.1:{config.proxy.port}", verify=verify, trust_env=False) as client:
+                self.responses.append(await client.get("https://api2.cursor.sh/aiserver.v1.AiService/AvailableModels"))
+        finally:
+            server.close()
+            await server.wait_closed()
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> StandInGateway:
+    gateway = StandInGateway()
+    module = gateway.module()
+    monkeypatch.setitem(sys.modules, "cursor_byok.gateway", module)
+    monkeypatch.setattr(cursor_byok, "gateway", module, raising=False)
+    return gateway
+
+
+def port_is_free(port: int) -> bool:
+    """Nobody listens there any more (a connection is refused)."""
+    with socket.socket() as s:
+        try:
+            s.connect(("127.0.0.1", port))
+            return False
+        except ConnectionRefusedError:
+            return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_flags_override_the_config(run_cli, write_config, stand_in, tmp_path: Path):
+    path = write_config()
+    port = free_port()
+    result = run_cli("serve", "--config", str(path), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path / "elsewhere"), "--no-proxy")
+    assert result.code == 0, result.err
+    [cfg] = stand_in.configs
+    assert (cfg.server.host, cfg.server.port, cfg.server.data_dir) == ("127.0.0.1", port, str(tmp_path / "elsewhere"))
+    assert cfg.proxy.enabled is False
+    assert cfg.source == str(path)
+    assert stand_in.responses == []
+
+
+def test_proxy_runs_beside_the_gateway_and_stops_after_it(run_cli, write_config, stand_in):
+    proxy_port = free_port()
+    path = write_config(proxy_port=proxy_port)
+    result = run_cli("serve", "--proxy", "--config", str(path), "--log-format", "json")
+    assert result.code == 0, result.err
+    [cfg] = stand_in.configs
+    assert cfg.proxy.enabled and cfg.proxy.port == proxy_port
+    [response] = stand_in.responses
+    assert (response.status_code, response.text) == (200, "gateway")
+    [head] = stand_in.seen_heads
+    assert b"x-server-upstream-url: https://api2.cursor.sh/aiserver.v1.AiService/AvailableModels\r\n" in head
+    assert port_is_free(proxy_port)  # stopped once serve returned
+    logs = [json.loads(line) for line in result.err_lines]
+    listening = [entry for entry in logs if entry["msg"] == "proxy listening" and entry["logger"] == "cursor_byok.cli"]
+    assert listening and listening[0]["proxy_url"] == f"http://127.0.0.1:{proxy_port}"
+    assert any(entry["msg"].startswith("created a local CA") for entry in logs)
+
+
+def test_proxy_enabled_in_config_and_port_flag(run_cli, write_config, stand_in):
+    proxy_port = free_port()
+    path = write_config("", proxy_port=1)
+    path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nenabled = true\n"))
+    result = run_cli("serve", "--proxy-port", str(proxy_port), "--config", str(path))
+    assert result.code == 0, result.err
+    assert stand_in.configs[0].proxy.port == proxy_port
+    assert [r.status_code for r in stand_in.responses] == [200]
+
+
+def test_busy_proxy_port_is_one_error_line_and_no_server(run_cli, write_config, stand_in):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        path = write_config(proxy_port=port)
+        result = run_cli("serve", "--proxy", "--config", str(path), "--log-level", "error")
+    assert result.code == 1
+    assert result.err_lines == [line for line in result.err_lines if line.startswith("cursor-byok: proxy cannot listen")]
+    assert len(result.err_lines) == 1
+    assert stand_in.configs == []
+
+
+def test_real_server_with_proxy_starts_answers_and_stops_on_sigint(write_config, tmp_path: Path):
+    server_port, proxy_port = free_port(), free_port()
+    path = write_config(server_port=server_port, proxy_port=proxy_port)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    env.pop("CURSOR_BYOK_CONFIG", None)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cursor_byok.cli", "serve", "--proxy", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        health = None
+        while time.monotonic() < deadline and child.poll() is None:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{server_port}/__byok-api__/healthz", timeout=1, trust_env=False)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert health is not None and health.status_code == 204, child.stderr.read1().decode() if child.poll() is not None else "no answer"
+        verify = client_context(path.parent / "data" / "ca" / "ca.crt")
+        with httpx.Client(proxy=f"http://127.0.0.1:{proxy_port}", verify=verify, trust_env=False, timeout=10) as client:
+            through_proxy = client.get("https://api2.cursor.sh/__byok-api__/healthz")
+        assert through_proxy.status_code == 204
+    finally:
+        child.send_signal(signal.SIGINT)
+        try:
+            code = child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise
+    assert code == 0, child.stderr.read().decode()
+    assert port_is_free(server_port) and port_is_free(proxy_port)

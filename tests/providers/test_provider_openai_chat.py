@@ -1,0 +1,136 @@
+"""OpenAI Chat Completions (and compatible servers): request mapping and stream details."""
+from __future__ import annotations
+
+import httpx
+import msgspec
+import pytest
+
+from cursor_byok.config import ModelConfig, ProviderKind
+from cursor_byok.providers import (
+    Finish,
+    ImagePart,
+    Message,
+    ModelRequest,
+    OverloadedError,
+    RetryPolicy,
+    TextPart,
+    ThinkingDelta,
+    ThinkingEnd,
+    ThinkingPart,
+    ToolCallArgsDelta,
+    ToolCallPart,
+    ToolCallStart,
+    ToolResultPart,
+    ToolSchema,
+    Usage,
+    make_provider,
+)
+from tests.fakes import Reply, fake_model, sse
+
+TOOLS = [ToolSchema("Read", "Read.", {"type": "object"})]
+OFFLINE = httpx.AsyncClient()  # for request-building tests that send nothing
+
+
+def endpoint(base_url: str) -> str:
+    model = ModelConfig(id="m", provider=ProviderKind.OPENAI_CHAT, model="x", base_url=base_url)
+    return make_provider(model, "", OFFLINE).url
+
+
+def provider(base_url: str = "http://127.0.0.1:9/v1", client: httpx.AsyncClient | None = None, **kw):
+    return make_provider(fake_model(ProviderKind.OPENAI_CHAT, base_url, **kw), "sk-test-0000000",
+                         client or OFFLINE, retry=RetryPolicy(max_retries=0))
+
+
+def req(messages: list[Message], **kw) -> ModelRequest:
+    return ModelRequest(model="gpt-x", system="SYSTEM", messages=messages, tools=TOOLS, max_tokens=500, **kw)
+
+
+def body_of(request: ModelRequest, base_url: str = "http://127.0.0.1:9/v1") -> dict:
+    return msgspec.json.decode(provider(base_url).encode_request(request))
+
+
+def test_body_shape_and_token_parameter() -> None:
+    body = body_of(req([Message("user", [TextPart("hi")])], effort="low"))
+    assert body["messages"][0] == {"role": "system", "content": "SYSTEM"}
+    assert body["messages"][1] == {"role": "user", "content": "hi"}
+    assert body["tools"] == [{"type": "function", "function": {"name": "Read", "description": "Read.",
+                                                               "parameters": {"type": "object"}}}]
+    assert body["max_tokens"] == 500 and "max_completion_tokens" not in body  # compatible servers
+    assert body["reasoning_effort"] == "low"
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    official = body_of(req([Message("user", [TextPart("hi")])]), base_url="https://api.openai.com/v1")
+    assert official["max_completion_tokens"] == 500 and "max_tokens" not in official
+
+
+def test_message_mapping() -> None:
+    image = ImagePart("image/jpeg", "QUJD")
+    messages = [
+        Message("user", [TextPart("see"), image]),
+        Message("assistant", [ThinkingPart("why", {"openai_chat": {"field": "reasoning_content"}}),
+                              ToolCallPart("c1", "Read", '{"path":"a"}'), ToolCallPart("c2", "Read", "{}")]),
+        Message("tool", [ToolResultPart("c1", "Read", "A", images=[image]), ToolResultPart("c2", "Read", "B")]),
+        Message("assistant", [ThinkingPart("foreign", {"anthropic": {"signature": "s"}}), TextPart("done")]),
+    ]
+    out = body_of(req(messages))["messages"][1:]
+    url = {"url": "data:image/jpeg;base64,QUJD"}
+    assert out == [
+        {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": url}]},
+        {"role": "assistant", "content": None, "reasoning_content": "why", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "Read", "arguments": '{"path":"a"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "Read", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "A"},
+        {"role": "tool", "tool_call_id": "c2", "content": "B"},
+        {"role": "user", "content": [{"type": "text", "text": "Image returned by Read (c1):"},
+                                     {"type": "image_url", "image_url": url}]},
+        {"role": "assistant", "content": "done"},
+    ]
+
+
+def test_endpoints() -> None:
+    assert endpoint("https://api.openai.com/v1") == "https://api.openai.com/v1/chat/completions"
+    assert endpoint("https://openrouter.ai/api/v1/") == "https://openrouter.ai/api/v1/chat/completions"
+    assert endpoint("http://h/v1/chat/completions") == "http://h/v1/chat/completions"
+
+
+def chunk(delta=None, finish=None, usage=None, choices=True) -> bytes:
+    data = {"id": "cc-1", "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else []}
+    if usage is not None:
+        data["usage"] = usage
+    return sse(data)
+
+
+async def run(server, client, chunks: list[bytes]) -> list:
+    server.enqueue(Reply(chunks=chunks))
+    return [e async for e in provider(server.url + "/v1", client).stream(req([Message("user", [TextPart("x")])]))]
+
+
+async def test_compatible_server_quirks(fake_server, http_client) -> None:
+    # OpenRouter-style `reasoning`, a tool call without id whose name arrives after some arguments,
+    # finish_reason "stop" despite the tool call, DeepSeek-style cache hit counter, no [DONE].
+    events = await run(fake_server, http_client, [
+        chunk({"role": "assistant", "reasoning": "plan"}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"pa'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "Read", "arguments": 'th":"x"}'}}]}),
+        chunk(finish="stop"),
+        chunk(usage={"prompt_tokens": 50, "completion_tokens": 5, "prompt_cache_hit_tokens": 40}, choices=False),
+    ])
+    assert events[0] == ThinkingDelta("plan")
+    assert events[1] == ThinkingEnd({"openai_chat": {"field": "reasoning"}})
+    start = events[2]
+    assert isinstance(start, ToolCallStart) and start.name == "Read" and start.id.startswith("call_")
+    assert "".join(e.delta for e in events if isinstance(e, ToolCallArgsDelta)) == '{"path":"x"}'
+    assert Usage(input_tokens=50, output_tokens=5, cache_read_tokens=40) in events
+    assert events[-1] == Finish("tool_use", "cc-1")
+
+
+async def test_length_finish_is_max_tokens(fake_server, http_client) -> None:
+    events = await run(fake_server, http_client, [chunk({"content": "trunc"}), chunk(finish="length"),
+                                                  b"data: [DONE]\n\n"])
+    assert events[-1] == Finish("max_tokens", "cc-1")
+
+
+async def test_error_chunk_inside_the_stream(fake_server, http_client) -> None:
+    with pytest.raises(OverloadedError):
+        await run(fake_server, http_client, [chunk({"content": "a"}),
+                                             sse({"error": {"message": "busy", "code": "server_is_overloaded"}})])
