@@ -54,8 +54,8 @@ def _read_chunked(rfile: IO[bytes]) -> bytes:
 
 
 class StandInUpstream(FakeProviderServer):
-    """The recording fake server, also accepting chunked request bodies: Upstream.forward streams
-    bodies it has not read (Transfer-Encoding: chunked), as the real Cursor backend accepts."""
+    """The recording fake server, also accepting chunked request bodies (Upstream.forward streams a
+    body it has not read chunked when the client sent no Content-Length; real servers accept that)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -236,11 +236,9 @@ def jsonc_documents(draw) -> str:
     return "".join(out)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(original=jsonc_documents())
-def test_any_document_round_trips_exactly(tmp_path: Path, original: str):
-    settings_path = tmp_path / "settings.json"
-    backup = tmp_path / "backup.json"
+def check_round_trip(directory: Path, original: str) -> None:
+    settings_path = directory / "settings.json"
+    backup = directory / "backup.json"
     backup.unlink(missing_ok=True)
     settings_path.write_bytes(original.encode("utf-8"))
     before = jsonc.loads(original)
@@ -254,3 +252,16 @@ def test_any_document_round_trips_exactly(tmp_path: Path, original: str):
     }
     cs.disable()
     assert settings_path.read_bytes() == original.encode("utf-8")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(original=jsonc_documents())
+def test_any_document_round_trips_exactly(tmp_path: Path, original: str):
+    check_round_trip(tmp_path, original)
+
+
+@pytest.mark.soak
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(original=jsonc_documents())
+def test_any_document_round_trips_exactly_soak(tmp_path: Path, original: str):
+    check_round_trip(tmp_path, original)

@@ -14,10 +14,20 @@ from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 MODEL = "byok-test"
 
 
-@pytest.fixture
-def provider() -> Iterator[FakeProviderServer]:
+@pytest.fixture(scope="module")
+def shared_provider() -> Iterator[FakeProviderServer]:
     with FakeProviderServer() as server:
         yield server
+
+
+@pytest.fixture
+def provider(shared_provider: FakeProviderServer) -> FakeProviderServer:
+    """The module's fake provider, with no recorded requests and no scripted replies left over."""
+    with shared_provider._lock:
+        shared_provider.requests.clear()
+        shared_provider._replies.clear()
+    shared_provider.respond_with(None)
+    return shared_provider
 
 
 @pytest.fixture
@@ -27,16 +37,16 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-@pytest.fixture
-def server_config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
+@pytest.fixture(scope="module")
+def server_config(tmp_path_factory: pytest.TempPathFactory, shared_provider: FakeProviderServer) -> ServerConfig:
     return ServerConfig(
-        data_dir=tmp_path / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        runsse_wait_seconds=3.0,
+        data_dir=tmp_path_factory.mktemp("server") / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=shared_provider.url + "/v1")],
+        runsse_wait_seconds=1.5,
     )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server(server_config: ServerConfig) -> Iterator[ServerProcess]:
     proc = ServerProcess(server_config).start()
     try:

@@ -337,3 +337,16 @@ async def test_tls_handshake_offers_only_http11(proxy, ca):
     ssl_object: ssl.SSLObject = writer.get_extra_info("ssl_object")
     assert ssl_object.selected_alpn_protocol() == "http/1.1"
     writer.close()
+
+
+@pytest.mark.parametrize("target", [b"*", b"/caf\xc3\xa9", b"ftp://api2.cursor.sh/x"])
+async def test_bad_targets_inside_a_tunnel_get_400(proxy, ca, gateway, target):
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(b"CONNECT api2.cursor.sh:443 HTTP/1.1\r\n\r\n")
+    await reader.readuntil(b"\r\n\r\n")
+    await writer.start_tls(client_context(ca.paths.cert), server_hostname="api2.cursor.sh")
+    writer.write(b"GET " + target + b" HTTP/1.1\r\nHost: api2.cursor.sh\r\n\r\n")
+    reply = await asyncio.wait_for(reader.read(65536), 5)
+    writer.close()
+    assert reply.startswith(b"HTTP/1.1 400")
+    assert gateway.seen == []

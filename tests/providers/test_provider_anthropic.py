@@ -22,7 +22,7 @@ from cursor_byok.providers import (
 from tests.fakes import ANTHROPIC, Reply, UsageSpec, fake_model, sse
 
 TOOLS = [ToolSchema("Grep", "Search.", {"type": "object"}), ToolSchema("Read", "Read.", {"type": "object"})]
-OFFLINE = httpx.AsyncClient()  # for request-building tests that send nothing
+OFFLINE = httpx.AsyncClient(verify=False)  # for request-building tests that send nothing
 
 
 def endpoint(base_url: str) -> str:

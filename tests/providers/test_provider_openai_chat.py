@@ -28,7 +28,7 @@ from cursor_byok.providers import (
 from tests.fakes import Reply, fake_model, sse
 
 TOOLS = [ToolSchema("Read", "Read.", {"type": "object"})]
-OFFLINE = httpx.AsyncClient()  # for request-building tests that send nothing
+OFFLINE = httpx.AsyncClient(verify=False)  # for request-building tests that send nothing
 
 
 def endpoint(base_url: str) -> str:

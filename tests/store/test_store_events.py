@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 from pathlib import Path
 
 from cursor_byok.store import EventKind, NewEvent, Store
@@ -68,10 +69,17 @@ async def test_seq_continues_after_restart(db_path: Path, conversation) -> None:
         await store.close()
 
 
-async def test_every_event_kind_round_trips(store: Store, conversation) -> None:
+async def test_event_kinds_round_trip_including_caller_defined_ones(store: Store, conversation) -> None:
+    class HistoryKind(str, enum.Enum):  # how another layer may spell its own kinds
+        TOOL_RESULTS = "tool_results"
+
     store.upsert_conversation(conversation("c"))
-    await store.append_events("c", [_ev(f"k-{kind.value}", kind) for kind in EventKind])
-    assert [e.kind for e in await store.load_events("c")] == list(EventKind)
+    kinds: list[object] = [*EventKind, "assistant", HistoryKind.TOOL_RESULTS]
+    await store.append_events("c", [_ev(f"k{i}", kind) for i, kind in enumerate(kinds)])  # type: ignore[arg-type]
+    stored = [e.kind for e in await store.load_events("c")]
+    assert stored == [*(k.value for k in EventKind), "assistant", "tool_results"]
+    assert all(type(k) is str for k in stored)
+    assert stored[0] == EventKind.USER
 
 
 async def test_history_is_append_only(store: Store, conversation, raw_db) -> None:

@@ -139,8 +139,11 @@ async def test_cancelling_a_waiter_does_not_cancel_the_write(store: Store, conve
 
 
 async def test_invalid_arguments_are_rejected_before_queueing(store: Store) -> None:
+    for bad_kind in ("", "Not A Kind", "user;drop", 7):
+        with pytest.raises(ValueError):
+            store.append_events("c", [NewEvent("e", bad_kind, b"")])  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        store.append_events("c", [NewEvent("e", "not-a-kind", b"")])  # type: ignore[arg-type]
+        store.append_events("c", [NewEvent("", EventKind.USER, b"")])
     with pytest.raises(TypeError):
         store.append_events("c", [NewEvent("e", EventKind.USER, "text")])  # type: ignore[arg-type]
     with pytest.raises(ValueError):
@@ -150,3 +153,17 @@ async def test_invalid_arguments_are_rejected_before_queueing(store: Store) -> N
     with pytest.raises(TypeError):
         store.put_blob("text")  # type: ignore[arg-type]
     assert store.stats.batches == 0
+
+
+async def test_injected_clock_stamps_defaults(db_path: Path, conversation) -> None:
+    store = await Store.open(db_path, clock=lambda: 4242)
+    try:
+        store.upsert_conversation(conversation("c"))
+        store.bind_request("r", "c")
+        store.append_events("c", [_event("e")])
+        checkpoint = await store.put_checkpoint("c", b"s", kind="step")
+        assert checkpoint.created_at_ms == 4242
+        assert (await store.load_events("c"))[0].created_at_ms == 4242
+        assert (await store.lookup_binding("r")).created_at_ms == 4242
+    finally:
+        await store.close()

@@ -4,6 +4,7 @@ import base64
 
 from google.protobuf import json_format, struct_pb2
 
+from cursor_byok.prompting import FIXED_TOOLS, mcp_tool_names
 from cursor_byok.protocol import agent_pb2 as pb
 from cursor_byok.tools import (
     McpDescriptor,
@@ -25,9 +26,9 @@ def test_descriptors_from_run_request():
     run.mcp_tools.mcp_tools.add(
         name="my.server-x", provider_identifier="my.server", tool_name="x", input_schema_json='{"type": "object", "required": ["a"]}'
     )
-    run.mcp_tools.mcp_tools.add(name="dup", provider_identifier="github", tool_name="create_issue")
     descriptors = mcp_descriptors_from_run_request(run)
-    assert [d.model_name for d in descriptors] == ["mcp_github_create_issue", "mcp_my_server_x"]
+    ctx = ToolContext(mcp_tools=descriptors)
+    assert list(ctx.mcp_model_names()) == ["mcp_github_create_issue", "mcp_my_server_x"]
     first = descriptors[0]
     assert (first.server, first.name, first.provider_identifier, first.definition_name) == (
         "github",
@@ -37,11 +38,20 @@ def test_descriptors_from_run_request():
     )
     assert first.input_schema["properties"]["title"] == {"type": "string"}
     assert descriptors[1].input_schema["required"] == ["a"]
-    ctx = ToolContext(mcp_tools=descriptors)
     names = advertised_tools(ctx)
-    assert "CallMcpTool" in names and "mcp_github_create_issue" in names
+    assert names == sorted(names) and "CallMcpTool" in names
+    assert not any(name.startswith("mcp_") for name in names)  # the prompt compiler names those
     assert "CallMcpTool" not in advertised_tools(ToolContext())
     assert "GenerateImage" not in names and "WebSearch" not in names
+    assert set(names) <= set(FIXED_TOOLS)
+
+
+def test_repeated_descriptor_keeps_the_last_definition():
+    run = pb.AgentRunRequest()
+    run.mcp_tools.mcp_tools.add(name="a", provider_identifier="gh", tool_name="t", description="old")
+    run.mcp_tools.mcp_tools.add(name="b", provider_identifier="gh", tool_name="t", description="new")
+    [descriptor] = mcp_descriptors_from_run_request(run)
+    assert (descriptor.definition_name, descriptor.description) == ("b", "new")
 
 
 def test_dynamic_mcp_tool_routes_by_descriptor(ctx):
@@ -136,5 +146,23 @@ def test_json_to_value_round_trip(ctx):
     assert isinstance(value["n"], struct_pb2.Value)
 
 
-def test_model_names_are_sanitized():
-    assert McpDescriptor(server="my server", name="do.it").model_name == "mcp_my_server_do_it"
+def test_dynamic_names_match_the_prompt_compiler(clock):
+    descriptors = [
+        McpDescriptor(server="my server", name="do.it"),
+        McpDescriptor(server="s" * 40, name="t" * 40),
+        McpDescriptor(server="a.b", name="c"),
+        McpDescriptor(server="a_b", name="c"),
+    ]
+    ctx = ToolContext(mcp_tools=descriptors, clock_ms=clock)
+    compiled = mcp_tool_names([d.for_prompt() for d in descriptors])
+    names = ctx.mcp_model_names()
+    assert set(names) == set(compiled.values()) and len(names) == 4
+    assert "mcp_my_server_do_it" in names
+    for descriptor in descriptors:
+        name = compiled[(descriptor.server, descriptor.name)]
+        execution = start_tool(request(name, {}), ctx)
+        message = sent(execution.first())
+        assert (message.mcp_args.provider_identifier, message.mcp_args.tool_name) == (
+            descriptor.provider_identifier,
+            descriptor.name,
+        )

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from cursor_byok.protocol import agent_pb2 as pb
-from cursor_byok.tools import start_tool
+from cursor_byok.tools import ToolContext, start_tool
 
 from .support import done, reply, request, sent
 
@@ -137,5 +137,10 @@ def test_read_lints_fails_when_every_path_fails_or_none_given(ctx):
     result = pb.DiagnosticsResult(error=pb.DiagnosticsError(path="/ws/a.py", error="no language server"))
     outcome = done(execution.on_exec_result(reply(sent(execution.first()), diagnostics_result=result)))
     assert outcome.is_error and "no language server" in outcome.content
-    outcome = done(start_tool(request("ReadLints", {}), ctx).first())
+    outcome = done(start_tool(request("ReadLints", {}), ToolContext()).first())
     assert outcome.is_error and "at least one path" in outcome.content
+
+
+def test_read_lints_without_paths_asks_for_the_workspace(ctx):
+    execution = start_tool(request("ReadLints", {}), ctx)
+    assert sent(execution.first()).diagnostics_args.path == "/ws"

@@ -117,6 +117,20 @@ def test_shell_backgrounded_then_await(ctx, clock):
     assert "listening\ncompiled" in outcome.content
     complete = waiter.completed().await_tool_call.result.success.complete
     assert complete.task_id == "7" and complete.exit_code == 0 and complete.runtime_ms == 3100
+    assert waiter.seen_output == ("7", len("listening\ncompiled"))
+
+
+def test_await_returns_only_output_not_seen_before(clock):
+    ctx = ToolContext(terminals_folder="/t", clock_ms=clock, shell_output_seen={"5": len("first\n")})
+    waiter = start_tool(request("Await", {"shell_id": "5", "timeout_ms": 0}), ctx)
+    content = "---\nstatus: running\n---\nfirst\nsecond\n"
+    outcome = done(waiter.on_exec_result(reply(sent(waiter.first()), read_result=pb.ReadResult(success=pb.ReadSuccess(content=content)))))
+    assert "second" in outcome.content and "first" not in outcome.content
+    assert waiter.seen_output == ("5", len("first\nsecond"))
+    ctx = ToolContext(terminals_folder="/t", clock_ms=clock, shell_output_seen={"5": len("first\nsecond")})
+    waiter = start_tool(request("Await", {"shell_id": "5", "timeout_ms": 0}), ctx)
+    outcome = done(waiter.on_exec_result(reply(sent(waiter.first()), read_result=pb.ReadResult(success=pb.ReadSuccess(content=content)))))
+    assert outcome.content.endswith("(no new output)")
 
 
 def test_await_times_out_reporting_still_running(ctx, clock):

@@ -45,6 +45,8 @@ _DROPPED_REPLY_HEADERS = HOP_BY_HOP | {b"content-encoding"}
 
 
 class Rpc(enum.Enum):
+    """What LocalRpcs does with a request."""
+
     AVAILABLE_MODELS = "available_models"
     USABLE_MODELS = "usable_models"
     DEFAULT_MODEL_FOR_CLI = "default_model_for_cli"
@@ -87,6 +89,13 @@ class LocalRpcs:
         self.catalog = ModelCatalog.of(config.models)
         self.catalog_timeout = catalog_timeout
         self.max_body_bytes = config.server.max_body_bytes
+        self._bodies: dict[Rpc, bytes] = {
+            Rpc.AVAILABLE_MODELS: self.catalog.available_models,
+            Rpc.USABLE_MODELS: self.catalog.usable_models,
+            Rpc.DEFAULT_MODEL_FOR_CLI: self.catalog.default_model_for_cli,
+            Rpc.DEFAULT_MODEL: self.catalog.default_model,
+            Rpc.DEFAULT_MODEL_NUDGE_DATA: self.catalog.default_model_nudge_data,
+        }
 
     def route(self, path: str) -> Rpc | None:
         """What we do for `path`; None means: forward it untouched."""
@@ -123,13 +132,13 @@ class LocalRpcs:
                 await _reply(send, 200, b"", [(b"content-type", PROTO)])
         elif rpc in CATALOG_RPCS:
             await _drain(receive)
-            await _reply(send, 200, getattr(self.catalog, rpc.value), [(b"content-type", PROTO)])
+            await _reply(send, 200, self._bodies[rpc], [(b"content-type", PROTO)])
         else:
             await self._merged(rpc, scope, receive, send)
 
     # -- upstream reply + ours -----------------------------------------------------------------------
     async def _merged(self, rpc: Rpc, scope: Scope, receive: Receive, send: Send) -> None:
-        ours: bytes = getattr(self.catalog, rpc.value)
+        ours = self._bodies[rpc]
         body = await _read_body(receive, self.max_body_bytes)
         if body is None:
             await _reply_json_error(send, 429, "resource_exhausted", "request body too large")

@@ -100,8 +100,10 @@ class Upstream:
             return
         content: bytes | AsyncIterator[bytes]
         if body is None:
+            # Streamed through unchanged, so the client's own Content-Length (if any) stays exact.
             content = _stream_body(receive)
-            headers = forward_headers(scope["headers"], None)
+            length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+            headers = forward_headers(scope["headers"], int(length) if length and length.isdigit() else None)
         else:
             content = body
             headers = forward_headers(scope["headers"], len(body))

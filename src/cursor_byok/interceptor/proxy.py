@@ -97,6 +97,23 @@ def _format_host(host: str) -> str:
         return host
 
 
+def _origin_form(target: str) -> str:
+    """The path+query of a request target inside a tunnel (clients send origin-form; accept absolute)."""
+    if target.startswith("/"):
+        path = target
+    else:
+        try:
+            absolute = httpx.URL(target)
+        except httpx.InvalidURL:
+            raise HttpError(400, "malformed request target") from None
+        if absolute.scheme not in ("http", "https") or not absolute.host:
+            raise HttpError(400, "malformed request target")
+        path = absolute.raw_path.decode("ascii")
+    if not path.isascii() or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in path):  # no spaces or controls
+        raise HttpError(400, "malformed request target")
+    return path
+
+
 def parse_authority(authority: str, default_port: int = 443) -> tuple[str, int]:
     """`host:port` / `[v6]:port` → (host, port). Raises HttpError(400)."""
     if authority.startswith("["):
@@ -317,10 +334,7 @@ class InterceptingProxy:
         origin: _Origin | None,
     ) -> _Exchange:
         if origin is not None:
-            path = head.target
-            if not path.startswith("/"):
-                absolute = httpx.URL(path)
-                path = absolute.raw_path.decode("ascii")
+            path = _origin_form(head.target)
             if head.is_upgrade:
                 await self._upgrade_to_upstream(origin, raw, reader, writer)
                 return _Exchange(keep_alive=False)
@@ -336,8 +350,9 @@ class InterceptingProxy:
                 return _Exchange(keep_alive=head.keep_alive)
             raise HttpError(400, "this is a proxy: send absolute-form requests or CONNECT")
         try:
+            head.target.encode("ascii")
             target = httpx.URL(head.target)
-        except httpx.InvalidURL:
+        except (httpx.InvalidURL, UnicodeEncodeError):
             raise HttpError(400, "malformed request target") from None
         if target.scheme != "http" or not target.host:
             raise HttpError(400, "only http:// absolute-form requests are forwarded (use CONNECT for https)")

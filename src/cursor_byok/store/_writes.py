@@ -303,7 +303,7 @@ class AppendEvents(WriteOp):
                 (
                     Stage.EVENTS,
                     INSERT_EVENT,
-                    (conversation_id, seq, event.event_id, event.kind.value, event.run_id,
+                    (conversation_id, seq, event.event_id, event.kind, event.run_id,
                      event.payload, created),
                 )
             )

@@ -53,7 +53,13 @@ class RunOutcome(enum.StrEnum):
 
 
 class EventKind(enum.StrEnum):
-    """Kinds of history events. New kinds need no migration (the column is free text)."""
+    """Well-known kinds of history events.
+
+    The store treats a kind as an opaque label (like the payload): any lowercase identifier
+    (`[a-z][a-z0-9_]*`, at most 64 characters) is accepted, so the history layer may use its own
+    vocabulary without a migration. Members are strings, so `record.kind == EventKind.USER` works
+    for kinds read back from the database.
+    """
 
     USER = "user"
     RUNTIME = "runtime"
@@ -137,7 +143,7 @@ class NewEvent(msgspec.Struct, frozen=True):
     """An event to append. `event_id` is its idempotency key within the conversation."""
 
     event_id: str
-    kind: EventKind
+    kind: EventKind | str
     payload: bytes
     run_id: str | None = None
     created_at_ms: int | None = None  # None: the store's clock at enqueue time
@@ -147,7 +153,7 @@ class EventRecord(msgspec.Struct, frozen=True):
     conversation_id: str
     seq: int
     event_id: str
-    kind: EventKind
+    kind: str  # an EventKind value or a caller-defined kind
     payload: bytes
     created_at_ms: int
     run_id: str | None = None

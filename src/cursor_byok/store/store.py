@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import enum
 import hashlib
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -72,7 +74,6 @@ from .records import (
     ConversationRecord,
     DeliveryRecord,
     DeliveryState,
-    EventKind,
     EventRecord,
     NewEvent,
     ParentRef,
@@ -94,6 +95,7 @@ _MIN_SQLITE = (3, 37, 0)
 _SEQ_CACHE_LIMIT = 100_000
 
 _Bytes = (bytes, bytearray, memoryview)
+_EVENT_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 def blob_id_of(data: bytes) -> bytes:
@@ -384,7 +386,10 @@ class Store:
         """
         checked = []
         for event in events:
-            kind = EventKind(event.kind)
+            # Store the plain value: str() of a (str, Enum) member would be "Cls.MEMBER".
+            kind = event.kind.value if isinstance(event.kind, enum.Enum) else event.kind
+            if not isinstance(kind, str) or not _EVENT_KIND.fullmatch(kind):
+                raise ValueError(f"event kind must be a lowercase identifier, got {kind!r}")
             payload = _require_bytes("event payload", event.payload)
             if not isinstance(event.event_id, str) or not event.event_id:
                 raise ValueError("event_id must be a non-empty string")
@@ -871,7 +876,7 @@ def _event(row: Sequence[Any]) -> EventRecord:
         conversation_id=row[0],
         seq=row[1],
         event_id=row[2],
-        kind=EventKind(row[3]),
+        kind=row[3],
         payload=row[4],
         created_at_ms=row[5],
         run_id=row[6],

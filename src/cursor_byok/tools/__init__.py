@@ -23,7 +23,6 @@ from .context import (
     TodoEntry,
     ToolContext,
     mcp_descriptors_from_run_request,
-    mcp_model_tool_name,
 )
 from .edit import EditProblem, Replacement, apply_str_replace
 from .presentation import ArgsStream, completed_update, partial_args_updates, started_update, tool_call_variant
@@ -54,7 +53,6 @@ __all__ = [
     "apply_str_replace",
     "completed_update",
     "mcp_descriptors_from_run_request",
-    "mcp_model_tool_name",
     "parse_terminal_file",
     "partial_args_updates",
     "start_tool",

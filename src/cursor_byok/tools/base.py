@@ -12,19 +12,16 @@ import base64
 import enum
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from google.protobuf.message import Message
 
-from cursor_byok.providers import ImagePart
+from cursor_byok.run import ImagePart, ToolCallRequest, ToolOutcome
 
 from ._wire import exec_server_message, interaction_query, pb
 from .arguments import Arguments
 from .context import ToolContext
 from .steps import Done, ExecStep, InteractionStep, Progress, ResultKindMismatch, Step, ToolProtocolError
-
-if TYPE_CHECKING:
-    from cursor_byok.run import ToolCallRequest, ToolOutcome
 
 __all__ = ["Phase", "ToolExecution", "make_outcome", "make_image"]
 
@@ -39,9 +36,6 @@ class Phase(enum.Enum):
 def make_outcome(
     call_id: str, name: str, content: str, is_error: bool, images: Sequence[Any] = ()
 ) -> ToolOutcome:
-    # Imported here: cursor_byok.run may itself import the tools port.
-    from cursor_byok.run import ToolOutcome
-
     if images:
         return ToolOutcome(call_id=call_id, name=name, content=content, is_error=is_error, images=list(images))
     return ToolOutcome(call_id=call_id, name=name, content=content, is_error=is_error)
@@ -130,6 +124,11 @@ class ToolExecution:
     def presentable(self) -> bool:
         """False when no ToolCall card exists for this call (unknown tool): emit no updates."""
         return self.variant is not None
+
+    @property
+    def seen_output(self) -> tuple[str, int] | None:
+        """(shell_id, characters of its output shown so far) after an Await; else None."""
+        return None
 
     @property
     def todos(self) -> list[Any] | None:

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
-import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from cursor_byok.prompting import McpToolDescriptor, mcp_tool_names
 
 from ._wire import pb, value_to_json
 
@@ -16,23 +17,10 @@ __all__ = [
     "TODO_STATUSES",
     "ToolContext",
     "mcp_descriptors_from_run_request",
-    "mcp_model_tool_name",
 ]
 
 # Model-facing todo statuses, in the order the summary lists them.
 TODO_STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
-
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def mcp_model_tool_name(server: str, tool: str) -> str:
-    """The model-facing name of a dynamic MCP tool: `mcp_<server>_<tool>`.
-
-    Characters that provider APIs reject in function names become `_`. Routing compares the
-    whole name against every descriptor, so underscores inside server names stay unambiguous.
-    """
-    return f"mcp_{_UNSAFE_NAME_CHARS.sub('_', server)}_{_UNSAFE_NAME_CHARS.sub('_', tool)}"
-
 
 @dataclass(frozen=True, slots=True)
 class McpDescriptor:
@@ -51,12 +39,14 @@ class McpDescriptor:
     definition_name: str = ""
 
     @property
-    def model_name(self) -> str:
-        return mcp_model_tool_name(self.server, self.name)
-
-    @property
     def wire_name(self) -> str:
         return self.definition_name or self.name
+
+    def for_prompt(self) -> McpToolDescriptor:
+        """The prompt compiler's view (it names the tool `mcp_<server>_<tool>`)."""
+        return McpToolDescriptor(
+            server=self.server, name=self.name, description=self.description, input_schema=self.input_schema
+        )
 
 
 def _schema_of(definition: Any) -> dict[str, Any]:
@@ -75,9 +65,9 @@ def _schema_of(definition: Any) -> dict[str, Any]:
 
 
 def mcp_descriptors_from_run_request(run_request: pb.AgentRunRequest) -> list[McpDescriptor]:
-    """Descriptors for the run's MCP tools, first definition winning on a model-name clash."""
-    descriptors: list[McpDescriptor] = []
-    seen: set[str] = set()
+    """Descriptors for the run's MCP tools; a repeated (server, tool) keeps its last definition,
+    as the prompt compiler does."""
+    unique: dict[tuple[str, str], McpDescriptor] = {}
     for definition in run_request.mcp_tools.mcp_tools:
         tool = definition.tool_name or definition.name
         server = definition.provider_identifier
@@ -91,11 +81,8 @@ def mcp_descriptors_from_run_request(run_request: pb.AgentRunRequest) -> list[Mc
             provider_identifier=definition.provider_identifier,
             definition_name=definition.name,
         )
-        if descriptor.model_name in seen:
-            continue
-        seen.add(descriptor.model_name)
-        descriptors.append(descriptor)
-    return descriptors
+        unique[(descriptor.server, descriptor.name)] = descriptor
+    return list(unique.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +121,17 @@ class ToolContext:
     allow_subagents: bool = True
     await_default_timeout_ms: int = 30_000
     await_poll_interval_ms: int = 700
+    shell_output_seen: Mapping[str, int] = field(default_factory=dict)
     clock_ms: Callable[[], int] = _wall_clock_ms
 
+    def mcp_model_names(self) -> dict[str, McpDescriptor]:
+        """Model-facing `mcp_*` name → descriptor, named exactly as the prompt compiler names them."""
+        unique = {(d.server, d.name): d for d in self.mcp_tools}
+        names = mcp_tool_names([d.for_prompt() for d in unique.values()])
+        return {names[key]: descriptor for key, descriptor in unique.items()}
+
     def mcp_by_model_name(self, name: str) -> McpDescriptor | None:
-        for descriptor in self.mcp_tools:
-            if descriptor.model_name == name:
-                return descriptor
-        return None
+        return self.mcp_model_names().get(name)
 
     def mcp_by_server_tool(self, server: str, tool: str) -> McpDescriptor | None:
         for descriptor in self.mcp_tools:

@@ -1,7 +1,7 @@
 """Model tool name → execution, and the names this server can execute."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from cursor_byok.run import ToolCallRequest
 
 from .base import ToolExecution
 from .context import ToolContext
@@ -13,9 +13,6 @@ from .shell import AwaitExecution, ShellExecution
 from .steps import Step
 from .task import TaskExecution
 from .todos import TodoWriteExecution
-
-if TYPE_CHECKING:
-    from cursor_byok.run import ToolCallRequest
 
 __all__ = ["BUILTIN_TOOLS", "UnknownToolExecution", "advertised_tools", "start_tool"]
 
@@ -56,14 +53,18 @@ class UnknownToolExecution(ToolExecution):
 
 
 def advertised_tools(ctx: ToolContext) -> list[str]:
-    """Model-facing names this server can execute for the run (mode filtering is prompting's job)."""
-    names = [name for name in BUILTIN_TOOLS if name != "CallMcpTool"]
+    """The fixed model-facing tools this server can execute for the run, sorted.
+
+    Pass it as `tool_names` to prompting.compile_request, with `mcp_tools=[d.for_prompt() for d in
+    ctx.mcp_tools]`: the compiler names the dynamic `mcp_*` tools and filters by mode. Tools with
+    no executor here (GenerateImage, WebSearch, ...) are never listed.
+    """
+    names = {name for name in BUILTIN_TOOLS if name != "CallMcpTool"}
     if not ctx.allow_subagents:
-        names.remove("Task")
+        names.discard("Task")
     if ctx.mcp_tools:
-        names.append("CallMcpTool")
-        names.extend(descriptor.model_name for descriptor in ctx.mcp_tools if descriptor.model_name not in names)
-    return names
+        names.add("CallMcpTool")
+    return sorted(names)
 
 
 def start_tool(call: ToolCallRequest, ctx: ToolContext, *, model_call_id: str = "") -> ToolExecution:

@@ -191,8 +191,9 @@ def _diagnostics_failure(path: str, kind: str | None, result: Any) -> str:
 class ReadLintsExecution(ToolExecution):
     """ReadLints → one diagnostics_args{path, tool_call_id} per path, sent one after another.
 
-    The call fails only when every path failed; otherwise failures are listed in the text.
-    Positions are reported as the IDE sent them (line:column).
+    No paths means the workspace root (one request for the root directory). The call fails only
+    when every path failed; otherwise failures are listed in the text. Positions are reported as
+    the IDE sent them (line:column).
     """
 
     tool_name = "ReadLints"
@@ -200,8 +201,10 @@ class ReadLintsExecution(ToolExecution):
 
     def _parse(self, a: Arguments) -> None:
         paths = [p for p in a.string_list("paths") if p.strip()]
+        if not paths and self.ctx.workspace_root:
+            paths = [self.ctx.workspace_root]
         if not paths and not a.errors:
-            a.errors.append("ReadLints needs at least one path in 'paths'")
+            a.errors.append("ReadLints needs at least one path in 'paths' (no workspace is open)")
         self.paths = [resolve_path(p, self.ctx.workspace_root) for p in paths]
         self._next = 0
         self._files: list[pb.FileDiagnostics] = []

@@ -342,7 +342,8 @@ class AwaitExecution(ToolExecution):
     The schema has no exec that waits on a background shell (subagent_await is for subagents),
     so Await polls the shell's terminal file: when it shows the command ended the call completes;
     otherwise another read is requested with ExecStep.delay_ms until timeout_ms has passed, and
-    the call completes (not as an error) reporting the shell is still running.
+    the call completes (not as an error) reporting the shell is still running. Only output the
+    model has not seen is returned (ctx.shell_output_seen in, `seen_output` out).
     """
 
     tool_name = "Await"
@@ -359,6 +360,24 @@ class AwaitExecution(ToolExecution):
         self.timeout_ms = min(timeout if timeout is not None else self.ctx.await_default_timeout_ms, 2**32 - 1)
         self.path = join_path(self.ctx.terminals_folder, f"{self.shell_id}.txt") if self.ctx.terminals_folder else ""
         self._started_ms = 0
+        self._seen: tuple[str, int] | None = None
+
+    @property
+    def seen_output(self) -> tuple[str, int] | None:
+        return self._seen
+
+    def _new_output(self, output: str) -> str:
+        """The part of `output` the model has not seen, remembering how much it has now seen."""
+        seen = self.ctx.shell_output_seen.get(self.shell_id, 0)
+        if seen > len(output):  # the file was rewritten: show it all again
+            seen = 0
+        self._seen = (self.shell_id, len(output))
+        fresh = clip_middle(output[seen:], MODEL_OUTPUT_LIMIT)
+        if seen and fresh:
+            return f"(output after the {seen} characters shown before)\n{fresh}"
+        if seen:
+            return "(no new output)"
+        return fresh or "(no output)"
 
     def _args_pb(self) -> Message:
         return pb.AwaitArgs(task_id=self.shell_id, block_until_ms=self.timeout_ms)
@@ -386,7 +405,6 @@ class AwaitExecution(ToolExecution):
         raw = success.content if success.WhichOneof("output") != "data" else (decode_text(success.data) or "")
         terminal = parse_terminal_file(raw)
         waited = max(self.ctx.clock_ms() - self._started_ms, 0)
-        output = clip_middle(terminal.output, MODEL_OUTPUT_LIMIT)
         length = success.file_size or len(raw.encode("utf-8"))
         if terminal.finished:
             complete = pb.AwaitTaskComplete(
@@ -403,7 +421,7 @@ class AwaitExecution(ToolExecution):
                 headline += f" with an error: {terminal.fields['error']}"
             if terminal.elapsed_ms is not None:
                 headline += f" after {terminal.elapsed_ms} ms"
-            text = f"{headline}.\nOutput file: {self.path}\n\n{output or '(no output)'}"
+            text = f"{headline}.\nOutput file: {self.path}\n\n{self._new_output(terminal.output)}"
             card = pb.AwaitResult(success=pb.AwaitSuccess(complete=complete))
             return self._finish(text, is_error=False, result=card)
         remaining = self.timeout_ms - waited
@@ -418,6 +436,6 @@ class AwaitExecution(ToolExecution):
         )
         text = (
             f"Shell {self.shell_id} is still running (waited {waited} ms).\nOutput file: {self.path}\n\n"
-            f"Output so far:\n{output or '(no output yet)'}"
+            f"{self._new_output(terminal.output)}"
         )
         return self._finish(text, is_error=False, result=pb.AwaitResult(success=pb.AwaitSuccess(still_running=running)))

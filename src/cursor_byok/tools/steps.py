@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import Union
+
+from cursor_byok.run import ToolOutcome
 
 from ._wire import pb
-
-if TYPE_CHECKING:
-    from cursor_byok.run import ToolOutcome
 
 __all__ = [
     "ExecStep",

@@ -1,0 +1,125 @@
+"""Upstream passthrough: byte-identical streaming, routing of non-local models, no open proxy."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes import FakeProviderServer, Reply
+from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, run_request
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+MODEL = "byok-local"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeProviderServer]:
+    with FakeProviderServer() as server:
+        yield server
+
+
+@pytest.fixture
+def stand_in(upstream: FakeProviderServer) -> FakeProviderServer:
+    with upstream._lock:
+        upstream.requests.clear()
+        upstream._replies.clear()
+    return upstream
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
+    cfg = ServerConfig(
+        data_dir=tmp_path_factory.mktemp("upstream") / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")],
+        upstream=upstream.url,
+        runsse_wait_seconds=2.0,
+    )
+    proc = ServerProcess(cfg).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+async def test_passthrough_is_byte_identical_and_streams_before_upstream_finishes(server: ServerProcess, stand_in: FakeProviderServer) -> None:
+    chunks = [bytes([i]) * 1000 + b"\x00\xff" for i in range(6)]
+    stand_in.enqueue(Reply(chunks=chunks, content_type="application/connect+proto", chunk_delay=0.25))
+    body = b"\x01\x02binary request body\xff" * 100
+    first_at = None
+    received = bytearray()
+    started = time.monotonic()
+    async with httpx.AsyncClient(base_url=server.base_url) as client:
+        async with client.stream(
+            "POST",
+            "/aiserver.v1.AiService/SomethingStreamed?x=1",
+            content=body,
+            headers={"authorization": "Bearer user-token", "x-cursor-client-version": "3.14"},
+        ) as resp:
+            assert resp.status_code == 200
+            async for chunk in resp.aiter_raw():
+                if first_at is None:
+                    first_at = time.monotonic() - started
+                received.extend(chunk)
+    total = time.monotonic() - started
+    assert bytes(received) == b"".join(chunks)
+    assert first_at is not None and first_at < total - 0.5  # the first bytes came long before the last
+    seen = stand_in.requests[0]
+    assert seen.path == "/aiserver.v1.AiService/SomethingStreamed?x=1"
+    assert seen.body == body
+    assert seen.headers["authorization"] == "Bearer user-token"
+    assert seen.headers["x-cursor-client-version"] == "3.14"
+    assert seen.headers["accept-encoding"] == "identity"
+
+
+async def test_forged_upstream_url_is_refused(server: ServerProcess, stand_in: FakeProviderServer) -> None:
+    async with httpx.AsyncClient(base_url=server.base_url) as client:
+        for forged in ("https://evil.example.com/x", "http://api2.cursor.sh/x", "https://cursor.sh.evil.com/x", "https://user@api2.cursor.sh/x"):
+            resp = await client.post("/aiserver.v1.AiService/Anything", content=b"x", headers={"x-server-upstream-url": forged})
+            assert resp.status_code == 403, forged
+            assert resp.json()["code"] == "permission_denied"
+    assert stand_in.requests == []
+
+
+async def test_cursor_upstream_url_header_is_accepted(server: ServerProcess, stand_in: FakeProviderServer) -> None:
+    stand_in.enqueue(Reply(body=b"ok", content_type="application/proto"))
+    async with httpx.AsyncClient(base_url=server.base_url) as client:
+        resp = await client.post("/aiserver.v1.AiService/Anything", content=b"x", headers={"x-server-upstream-url": "https://api3.cursor.sh/aiserver.v1.AiService/Anything"})
+    assert resp.status_code == 200 and resp.content == b"ok"
+    assert "x-server-upstream-url" not in stand_in.requests[0].headers
+
+
+async def test_non_local_model_routes_the_whole_transport_upstream(server: ServerProcess, stand_in: FakeProviderServer, tmp_path: Path) -> None:
+    upstream_frames = envelope(b"\x0a\x09\x0a\x07\x0a\x05Hello") + envelope(b"{}", 2)
+    stand_in.enqueue(Reply(body=b"", content_type="application/proto"))  # the append
+    stand_in.enqueue(Reply(chunks=[upstream_frames], content_type="application/connect+proto"))  # RunSSE
+    ide = ScriptedIDE(server.base_url, tmp_path)
+    try:
+        rid = uuid.uuid4().hex
+        msg = run_request("hi", model="official-model", conversation_id=uuid.uuid4().hex)
+        resp = await ide.append(rid, msg)
+        assert resp.status_code == 200
+        log = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
+    finally:
+        await ide.close()
+    assert bytes(log.raw) == upstream_frames
+    paths = [r.path for r in stand_in.requests]
+    assert paths == [BIDI_APPEND, RUN_SSE]
+    assert stand_in.requests[0].body == append_body(rid, 0, msg)
+
+
+async def test_local_model_variant_ids_stay_local(server: ServerProcess, stand_in: FakeProviderServer, tmp_path: Path) -> None:
+    ide = ScriptedIDE(server.base_url, tmp_path)
+    try:
+        rid = uuid.uuid4().hex
+        resp = await ide.append(rid, run_request("hi", model=f"{MODEL}-high", conversation_id=uuid.uuid4().hex))
+        assert resp.status_code == 200
+        log = await asyncio.wait_for(ide.stream(rid, StreamLog()), 15)
+    finally:
+        await ide.close()
+    assert stand_in.requests == []  # never went upstream
+    assert log.terminals == 1 and log.terminal is not None and log.terminal.code == "unavailable"  # provider down
