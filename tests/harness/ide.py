@@ -145,6 +145,14 @@ class ScriptedIDE:
         body = append_body(request_id, seqno, message, **kw)
         return await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
 
+    async def append_raw(self, request_id: str, raw: bytes) -> httpx.Response:
+        """Append raw AgentClientMessage bytes (e.g. a variant from a newer client) in seqno order."""
+        seqno = self.seqnos.get(request_id, 0)
+        self.seqnos[request_id] = seqno + 1
+        req = aiserver_pb2.BidiAppendRequest(data=raw.hex(), append_seqno=seqno)
+        req.request_id.request_id = request_id
+        return await self.client.post(BIDI_APPEND, content=req.SerializeToString())
+
     async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
         """Read one RunSSE stream to its end (or until `stop` is set: a disconnect)."""
         body = pb.BidiRequestId(request_id=request_id).SerializeToString()

@@ -143,6 +143,8 @@ class RuntimeServices:
     config: Config
     make_engine: Callable[[ModelConfig], RunEngine]
     store: Any = None  # cursor_byok.store.Store, or None for a memory-only runtime
+    # (model, requested model id, requested parameters) → effort; the model catalog's rule.
+    resolve_effort: Callable[[ModelConfig, str, list[tuple[str, str]]], str] | None = None
     continuation_window: float = 2.0
     blob_ack_timeout: float = 60.0
 
@@ -390,7 +392,12 @@ class ConversationRuntime:
             None,  # the request context lives in the history, so the system prompt stays byte-stable
             rr.custom_system_prompt if rr.HasField("custom_system_prompt") and rr.custom_system_prompt else None,
         )
-        return RunSpec(model=run.model, system=compiled.system, tools=compiled.tools)
+        effort = None
+        if self.s.resolve_effort is not None:
+            model_id = rr.requested_model.model_id if rr.HasField("requested_model") else rr.model_details.model_id
+            params = [(p.id, p.value) for p in rr.requested_model.parameters] if rr.HasField("requested_model") else []
+            effort = self.s.resolve_effort(run.model, model_id, params) or None
+        return RunSpec(model=run.model, system=compiled.system, tools=compiled.tools, effort=effort)
 
     def _mode(self, run: ActiveRun) -> prompting.Mode:
         return prompt_mode(run.mode, subagent=self.parent is not None)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from ..apis import Upstream
+from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
 from ..protocol import ConnectError
@@ -38,6 +38,7 @@ class Gateway:
         self.store: Any = None
         self.http: httpx.AsyncClient | None = None
         self.upstream: Upstream
+        self.local_rpcs: LocalRpcs
         self.conversations: ConversationService
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
@@ -52,12 +53,14 @@ class Gateway:
         self.store = await Store.open(self.config.database_path)
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
         self.upstream = Upstream(self.config.upstream.base_url, self.http)
+        self.local_rpcs = LocalRpcs(self.config, self.upstream)
         services = RuntimeServices(
             config=self.config,
             make_engine=self._make_engine,
             store=self.store,
             continuation_window=self.config.server.continuation_window_seconds,
             blob_ack_timeout=self.config.server.blob_ack_timeout_seconds,
+            resolve_effort=effort_for,
         )
         hub = OutputHub(self.config.server.output_retention_seconds)
         self.conversations = ConversationService(services, hub)
@@ -106,6 +109,8 @@ class Gateway:
             await handle_run_sse(self, scope, receive, send)
         elif path in HEALTH_PATHS:
             await reply(send, 204, b"", [])
+        elif self.local_rpcs.handles(path):
+            await self.local_rpcs.handle(scope, receive, send)
         else:
             await self.upstream.forward(scope, receive, send)
 

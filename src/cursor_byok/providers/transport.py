@@ -128,14 +128,44 @@ class HttpStreamProvider(abc.ABC):
         return msgspec.json.encode(body)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        # One generator for attempts and events: every event crosses a single async-generator hop.
         body = self.encode_request(request)
         attempt = 0
         while True:
             emitted = False
             try:
-                async for event in self._attempt(body):
-                    emitted = True
-                    yield event
+                response = await self._open(body)
+                try:
+                    translator = self.new_translator()
+                    events = EventSource(response).aiter_sse()
+                    watch = _IdleWatch(self.model.request_timeout_seconds, self.model.idle_timeout_seconds)
+                    try:
+                        while True:
+                            watch.waiting = True
+                            try:
+                                sse = await events.__anext__()
+                            except StopAsyncIteration:
+                                break
+                            except asyncio.CancelledError:
+                                if watch.timed_out():
+                                    raise IdleTimeoutError(
+                                        f"{self.family}: stream stalled (no event for {watch.window:g}s)"
+                                    ) from None
+                                raise
+                            except httpx.HTTPError as exc:
+                                raise StreamCutError(f"{self.family}: stream broke: {self._describe(exc)}") from None
+                            watch.progress()
+                            for event in translator.feed(sse.event, sse.data):
+                                emitted = True
+                                yield event
+                    finally:
+                        watch.close()
+                        await events.aclose()
+                    for event in translator.close():
+                        emitted = True
+                        yield event
+                finally:
+                    await response.aclose()
                 return
             except ProviderError as err:
                 attempt += 1
@@ -148,19 +178,17 @@ class HttpStreamProvider(abc.ABC):
                 )
                 await self._sleep(delay)
 
-    # ---- one HTTP attempt ------------------------------------------------------------------------
-    async def _attempt(self, body: bytes) -> AsyncIterator[StreamEvent]:
-        loop = asyncio.get_running_loop()
-        first_wait = self.model.request_timeout_seconds
-        deadline = loop.time() + first_wait
+    async def _open(self, body: bytes) -> httpx.Response:
+        """Send the request; return a successful event-stream response or raise a typed error."""
+        wait = self.model.request_timeout_seconds
         request = self._client.build_request(
             "POST", self.url, content=body, headers=self._headers, timeout=self._timeout
         )
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout(wait):
                 response = await self._client.send(request, stream=True)
         except TimeoutError:
-            raise IdleTimeoutError(f"{self.family}: no response within {first_wait:g}s") from None
+            raise IdleTimeoutError(f"{self.family}: no response within {wait:g}s") from None
         except httpx.HTTPError as exc:
             raise NetworkError(f"{self.family}: request failed: {self._describe(exc)}") from None
         try:
@@ -169,33 +197,10 @@ class HttpStreamProvider(abc.ABC):
             content_type = response.headers.get("content-type", "")
             if "text/event-stream" not in content_type:
                 raise await self._unexpected_body(response, content_type)
-            translator = self.new_translator()
-            events = EventSource(response).aiter_sse()
-            idle = self.model.idle_timeout_seconds
-            window = first_wait  # the bound now in force, for the error message
-            try:
-                while True:
-                    try:
-                        async with asyncio.timeout_at(deadline):
-                            sse = await events.__anext__()
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        raise IdleTimeoutError(
-                            f"{self.family}: stream stalled (no event for {window:g}s)"
-                        ) from None
-                    except httpx.HTTPError as exc:
-                        raise StreamCutError(f"{self.family}: stream broke: {self._describe(exc)}") from None
-                    deadline = loop.time() + idle
-                    window = idle
-                    for event in translator.feed(sse.event, sse.data):
-                        yield event
-            finally:
-                await events.aclose()
-            for event in translator.close():
-                yield event
-        finally:
+        except BaseException:
             await response.aclose()
+            raise
+        return response
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
         chunks: list[bytes] = []
@@ -235,3 +240,51 @@ class HttpStreamProvider(abc.ABC):
         text = str(exc)
         return self._redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
+
+class _IdleWatch:
+    """Bounds each wait for the next SSE event with one timer per stream (an `asyncio.timeout` per
+    event would cost more than decoding the event). The first wait may last `first_wait` seconds,
+    later ones `idle`. It cancels the consuming task only while that task waits inside the stream,
+    and `timed_out()` turns that cancellation back into a timeout."""
+
+    __slots__ = ("_loop", "_task", "_base", "_handle", "_idle", "deadline", "window", "waiting", "_fired")
+
+    def __init__(self, first_wait: float, idle: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None, "provider streams are consumed inside a task"
+        self._task = task
+        self._base = task.cancelling()
+        self._idle = idle
+        self.window = first_wait
+        self.deadline = self._loop.time() + first_wait
+        self.waiting = False
+        self._fired = False
+        self._handle = self._loop.call_at(self.deadline, self._check)
+
+    def progress(self) -> None:
+        self.waiting = False
+        self.window = self._idle
+        self.deadline = self._loop.time() + self._idle
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if now < self.deadline:
+            self._handle = self._loop.call_at(self.deadline, self._check)
+        elif not self.waiting:
+            # The consumer, not the provider, is holding things up; give the next wait a full window.
+            self.deadline = now + self._idle
+            self._handle = self._loop.call_at(self.deadline, self._check)
+        else:
+            self._fired = True
+            self._task.cancel()
+
+    def timed_out(self) -> bool:
+        """After a CancelledError: True if it was ours alone (no outside cancellation pending)."""
+        if not self._fired:
+            return False
+        self._fired = False
+        return self._task.uncancel() <= self._base
+
+    def close(self) -> None:
+        self._handle.cancel()

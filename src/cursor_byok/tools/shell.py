@@ -405,7 +405,7 @@ class AwaitExecution(ToolExecution):
         raw = success.content if success.WhichOneof("output") != "data" else (decode_text(success.data) or "")
         terminal = parse_terminal_file(raw)
         waited = max(self.ctx.clock_ms() - self._started_ms, 0)
-        length = success.file_size or len(raw.encode("utf-8"))
+        length = max(success.file_size, 0) or len(raw.encode("utf-8"))
         if terminal.finished:
             complete = pb.AwaitTaskComplete(
                 task_id=self.shell_id,
