@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
@@ -43,6 +43,10 @@ from .config import (
     load,
     resolve_api_key,
 )
+
+if TYPE_CHECKING:
+    from .cursor_settings import CursorSettings
+    from .interceptor import ProxyThread
 
 PROG = "cursor-byok"
 REQUIRE_COMPILED_ENV = "CURSOR_BYOK_REQUIRE_COMPILED"
@@ -170,7 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         server = msgspec.structs.replace(server, port=args.port)
     if args.data_dir is not None:
-        server = msgspec.structs.replace(server, data_dir=str(Path(args.data_dir).expanduser()))
+        server = msgspec.structs.replace(server, data_dir=str(Path(args.data_dir).expanduser().absolute()))
     proxy_cfg = cfg.proxy
     if args.proxy is not None:
         proxy_cfg = msgspec.structs.replace(proxy_cfg, enabled=args.proxy)
@@ -191,7 +195,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log.info("proxy stopped")
 
 
-def _start_proxy(cfg: Config):  # -> interceptor.ProxyThread
+def _start_proxy(cfg: Config) -> ProxyThread:
     from .interceptor import CAError, CAState, InterceptingProxy, LocalCA, ProxyThread, ca_trust_state
 
     try:
@@ -457,7 +461,7 @@ class ModelTestResult:
 async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_tokens: int) -> ModelTestResult:
     import httpx
 
-    from .providers import Message, ModelRequest, TextDelta, TextPart, ThinkingDelta, Usage
+    from .providers import Message, ModelRequest, TextDelta, TextPart, ThinkingDelta, Usage, make_provider
 
     request = ModelRequest(
         model=model.model,
@@ -469,8 +473,6 @@ async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_toke
         thinking_budget=model.thinking_budget_tokens or None,
         extra_params={},
     )
-    from .providers import make_provider
-
     text: list[str] = []
     output_tokens: int | None = None
     first: float | None = None
@@ -533,13 +535,13 @@ async def _with_store(cfg: Config, action: Callable[[Any], Any]) -> Any:
         await store.close()
 
 
-def _require_database(cfg: Config) -> bool:
+def _database_exists(cfg: Config) -> bool:
     return cfg.database_path.exists()
 
 
 def cmd_conversations_list(args: argparse.Namespace) -> int:
     cfg = _load_config(args)
-    if not _require_database(cfg):
+    if not _database_exists(cfg):
         _print(f"no conversations yet ({cfg.database_path} does not exist)")
         return 0
 
@@ -564,7 +566,7 @@ def cmd_conversations_list(args: argparse.Namespace) -> int:
 
 def cmd_conversations_show(args: argparse.Namespace) -> int:
     cfg = _load_config(args)
-    if not _require_database(cfg):
+    if not _database_exists(cfg):
         raise CommandError(f"no conversation {args.conversation_id!r} ({cfg.database_path} does not exist)")
 
     async def fetch(store: Any) -> tuple[Any, list[Any]]:
@@ -588,7 +590,7 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
 
 def cmd_conversations_export(args: argparse.Namespace) -> int:
     cfg = _load_config(args)
-    if not _require_database(cfg):
+    if not _database_exists(cfg):
         raise CommandError(f"no conversation {args.conversation_id!r} ({cfg.database_path} does not exist)")
 
     async def fetch(store: Any) -> dict[str, Any] | None:
@@ -613,7 +615,7 @@ def cmd_conversations_export(args: argparse.Namespace) -> int:
 # ---- cursor (settings.json) ------------------------------------------------------------------
 
 
-def _cursor_settings(args: argparse.Namespace, cfg: Config):  # -> cursor_settings.CursorSettings
+def _cursor_settings(args: argparse.Namespace, cfg: Config) -> CursorSettings:
     from .cursor_settings import BACKUP_FILE_NAME, CursorSettings, default_settings_path
 
     path = Path(args.settings).expanduser() if args.settings else default_settings_path()

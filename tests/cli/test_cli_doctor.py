@@ -43,7 +43,7 @@ def http_server() -> Iterator[callable]:
     def start(health_path: str = "") -> tuple[int, type[Recorder]]:
         handler = type("H", (Recorder,), {"seen": [], "health_path": health_path})
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return server.server_address[1], handler
 

@@ -60,7 +60,7 @@ class FakeOpenAIChat(BaseHTTPRequestHandler):
 def fake_openai() -> Iterator[tuple[str, type[FakeOpenAIChat]]]:
     handler = type("Handler", (FakeOpenAIChat,), {"requests": [], "status": 200})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler

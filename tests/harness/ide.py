@@ -132,6 +132,8 @@ class ScriptedIDE:
         self.answers: dict[str, Callable[[pb.InteractionQuery], pb.InteractionResponse]] = {}
         self.auto_exec = True
         self.hold_execs = False  # when True, exec requests are recorded but not answered
+        self.hold_kv = False  # when True, set_blob requests are recorded but not acked
+        self.kv_log: list[pb.KvServerMessage] = []
         self.held: list[tuple[str, pb.ExecServerMessage]] = []
 
     async def close(self) -> None:
@@ -179,7 +181,9 @@ class ScriptedIDE:
     # -- reactions: what a real IDE does with server messages ---------------------------------------------
     async def _react(self, request_id: str, msg: pb.AgentServerMessage) -> None:
         kind = msg.WhichOneof("message")
-        if kind == "kv_server_message" and msg.kv_server_message.WhichOneof("message") == "set_blob_args":
+        if kind == "kv_server_message":
+            self.kv_log.append(msg.kv_server_message)
+        if kind == "kv_server_message" and msg.kv_server_message.WhichOneof("message") == "set_blob_args" and not self.hold_kv:
             reply = pb.AgentClientMessage()
             reply.kv_client_message.id = msg.kv_server_message.id
             reply.kv_client_message.set_blob_result.SetInParent()

@@ -223,6 +223,8 @@ class ConversationRuntime:
         self.queued: collections.deque[StartRun] = collections.deque()
         self.last_run_request: pb.AgentRunRequest | None = None
         self.next_exec_id = 0  # monotonic per conversation, never reused
+        self.todos: list[tools.TodoEntry] = []
+        self.shell_output_seen: dict[str, int] = {}
         self.kv_ids: dict[str, int] = {}  # per request id
         self.acked_blobs: dict[str, set[bytes]] = {}  # per request id
         self.transitions: list[tuple[Phase, Phase]] = []
@@ -362,12 +364,20 @@ class ConversationRuntime:
             raise model_not_found_error(model_id)
         run.model = model
         await self._ensure_history()
+        env = _request_env(rr)
         run.tool_ctx = tools.ToolContext(
-            workspace_root=_workspace_root(rr),
+            workspace_root=env.workspace_paths[0] if env is not None and env.workspace_paths else None,
+            terminals_folder=(env.terminals_folder or None) if env is not None else None,
             mcp_tools=tools.mcp_descriptors_from_run_request(rr),
             conversation_id=self.conversation_id,
+            root_conversation_id=self.parent.parent_conversation_id if self.parent else self.conversation_id,
             run_id=run.run_id,
             available_models=[m.id for m in self.s.config.models],
+            default_subagent_model=model.id,
+            mode=self._mode(run).value,
+            todos=list(self.todos),
+            allow_subagents=self.parent is None,
+            shell_output_seen=self.shell_output_seen,
         )
         new_entries = self._commit_turn_input(run)
         if new_entries is None:
@@ -385,10 +395,7 @@ class ConversationRuntime:
             mode,
             run.model,
             tools.advertised_tools(run.tool_ctx),
-            [
-                prompting.McpToolDescriptor(server=d.server, name=d.name, description=d.description, input_schema=d.input_schema)
-                for d in run.tool_ctx.mcp_tools
-            ],
+            [d.for_prompt() for d in run.tool_ctx.mcp_tools],
             None,  # the request context lives in the history, so the system prompt stays byte-stable
             rr.custom_system_prompt if rr.HasField("custom_system_prompt") and rr.custom_system_prompt else None,
         )
@@ -571,7 +578,8 @@ class ConversationRuntime:
             batch.pending.append(PendingTool(call, execution, run.model_call_id))
         for pending in batch.pending:
             pending.started_ms = _now_ms()
-            self._write(updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
+            if pending.execution.presentable:
+                self._write(updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
             self._advance(run, pending, pending.execution.first())
         self._maybe_finish_batch(run)
 
@@ -599,8 +607,15 @@ class ConversationRuntime:
                 pending.outcome = step.outcome
                 for exec_id in pending.exec_ids:
                     run.execs.pop(exec_id, None)
-                update = tools.completed_update(pending.execution, completed_at_ms=_now_ms(), started_at_ms=pending.started_ms)
-                self._write(updates.interaction(update))
+                execution = pending.execution
+                if execution.todos is not None:
+                    self.todos = list(execution.todos)
+                if execution.seen_output is not None:
+                    shell_id, seen = execution.seen_output
+                    self.shell_output_seen[shell_id] = seen
+                if execution.presentable:
+                    update = tools.completed_update(execution, completed_at_ms=_now_ms(), started_at_ms=pending.started_ms)
+                    self._write(updates.interaction(update))
 
     def _send_delayed_exec(self, run: ActiveRun, exec_id: int, message: pb.ExecServerMessage) -> None:
         if self._is_current(run.run_id) and run.execs.get(exec_id) is not None:
@@ -1096,12 +1111,13 @@ END_STREAM_OK = end_stream_ok()
 END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancelled"))
 
 
-def _workspace_root(rr: pb.AgentRunRequest) -> str | None:
+def _request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:
     action = rr.action
-    if action.WhichOneof("action") == "user_message_action":
-        paths = action.user_message_action.request_context.env.workspace_paths
-        if paths:
-            return paths[0]
+    kind = action.WhichOneof("action")
+    if kind == "user_message_action" and action.user_message_action.request_context.HasField("env"):
+        return action.user_message_action.request_context.env
+    if kind == "resume_action" and action.resume_action.request_context.HasField("env"):
+        return action.resume_action.request_context.env
     return None
 
 

@@ -196,12 +196,11 @@ class InterceptingProxy:
                 self.listen_host,
                 self._listen_port,
                 limit=self.limits.max_head_bytes,
-                reuse_address=True,
             )
         except BaseException:
             await self._close_clients()
             raise
-        log.info("proxy listening", extra={"proxy_url": self.url, "gateway": str(self._gateway)})
+        log.debug("proxy listening", extra={"proxy_url": self.url, "gateway": str(self._gateway)})
 
     async def stop(self) -> None:
         server, self._server = self._server, None

@@ -247,7 +247,8 @@ class _IdleWatch:
     later ones `idle`. It cancels the consuming task only while that task waits inside the stream,
     and `timed_out()` turns that cancellation back into a timeout."""
 
-    __slots__ = ("_loop", "_task", "_base", "_handle", "_idle", "deadline", "window", "waiting", "_fired")
+    __slots__ = ("_loop", "_task", "_base", "_handle", "_armed_at", "_idle", "deadline", "window", "waiting",
+                 "_fired")
 
     def __init__(self, first_wait: float, idle: float) -> None:
         self._loop = asyncio.get_running_loop()
@@ -260,21 +261,28 @@ class _IdleWatch:
         self.deadline = self._loop.time() + first_wait
         self.waiting = False
         self._fired = False
-        self._handle = self._loop.call_at(self.deadline, self._check)
+        self._arm(self.deadline)
+
+    def _arm(self, when: float) -> None:
+        self._armed_at = when
+        self._handle = self._loop.call_at(when, self._check)
 
     def progress(self) -> None:
         self.waiting = False
         self.window = self._idle
         self.deadline = self._loop.time() + self._idle
+        if self.deadline < self._armed_at:  # only when the idle bound is shorter than the first wait
+            self._handle.cancel()
+            self._arm(self.deadline)
 
     def _check(self) -> None:
         now = self._loop.time()
         if now < self.deadline:
-            self._handle = self._loop.call_at(self.deadline, self._check)
+            self._arm(self.deadline)  # events arrived meanwhile: sleep until the moved deadline
         elif not self.waiting:
             # The consumer, not the provider, is holding things up; give the next wait a full window.
             self.deadline = now + self._idle
-            self._handle = self._loop.call_at(self.deadline, self._check)
+            self._arm(self.deadline)
         else:
             self._fired = True
             self._task.cancel()

@@ -1,0 +1,187 @@
+"""Conversation lifecycle (seed stage 1): cancel in every phase, soft interrupt, late results,
+checkpoint ordering. Real server, scripted IDE, fake provider."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+
+import httpx
+
+from cursor_byok.protocol import agent_pb2 as pb
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
+from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, cancel_message, run_request
+
+from .conftest import MODEL
+
+
+def slow_text(pieces: list[str], delay: float = 0.08) -> Reply:
+    reply = OPENAI_CHAT.text(pieces)
+    reply.chunk_delay = delay
+    return reply
+
+
+def read_call(call_id: str, path: str) -> CallSpec:
+    return CallSpec(call_id, "Read", [f'{{"path": "{path}"}}'])
+
+
+def user_message_action(text: str, message_id: str | None = None) -> pb.AgentClientMessage:
+    msg = pb.AgentClientMessage()
+    um = msg.conversation_action.user_message_action.user_message
+    um.text = text
+    um.message_id = message_id or uuid.uuid4().hex
+    return msg
+
+
+async def wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.02)
+
+
+async def follow_up_works(ide: ScriptedIDE, provider: FakeProviderServer, conv: str, text: str = "after") -> StreamLog:
+    """A clean state after an ended run: the next run on the same conversation completes."""
+    provider.enqueue(OPENAI_CHAT.text([text]))
+    rid = uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("next", model=MODEL, conversation_id=conv))
+    await asyncio.wait_for(reader, 15)
+    assert log.text == text and log.terminals == 1 and log.terminal is None
+    return log
+
+
+async def test_cancel_in_prepare_phase(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    # seqno 1 (cancel) first: it is held until seqno 0 arrives, then both reach the runtime
+    # back to back, so the cancel lands while the run is still preparing.
+    async with httpx.AsyncClient(base_url=ide.base_url) as client:
+        early = asyncio.create_task(client.post(BIDI_APPEND, content=append_body(rid, 1, cancel_message())))
+        await asyncio.sleep(0.2)  # seqno 1 waits (bounded) for the route that seqno 0 sets
+        msg = run_request("never modelled", model=MODEL, conversation_id=conv)
+        assert (await client.post(BIDI_APPEND, content=append_body(rid, 0, msg))).status_code == 200
+        assert (await early).status_code == 200
+    ide.seqnos[rid] = 2
+    await asyncio.wait_for(reader, 15)
+    assert log.terminals == 1 and log.terminal is not None and log.terminal.code == "canceled"
+    assert "step_started" not in log.kinds()
+    assert provider.requests == []
+    await follow_up_works(ide, provider, conv)
+
+
+async def test_cancel_in_model_phase(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    provider.enqueue(slow_text(["w"] * 40, 0.05))
+    rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("long", model=MODEL, conversation_id=conv))
+    await wait_until(lambda: bool(log.text))
+    await ide.append(rid, cancel_message())
+    await asyncio.wait_for(reader, 15)
+    assert log.terminals == 1 and log.terminal.code == "canceled"
+    await wait_until(lambda: provider.requests[0].disconnected.is_set(), 5)  # the provider stream was closed
+    after = await follow_up_works(ide, provider, conv)
+    assert after.terminal is None
+
+
+async def test_cancel_in_tools_phase_aborts_the_exec(ide: ScriptedIDE, provider: FakeProviderServer, workspace) -> None:
+    (workspace / "f.txt").write_text("data\n")
+    provider.enqueue(OPENAI_CHAT.tool_calls([read_call("call_1", f"{workspace}/f.txt")]))
+    ide.hold_execs = True
+    rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("read it", model=MODEL, conversation_id=conv))
+    await wait_until(lambda: len(ide.held) == 1)
+    exec_id = ide.held[0][1].id
+    await ide.append(rid, cancel_message())
+    await asyncio.wait_for(reader, 15)
+    aborts = [m.exec_server_control_message.abort.id for m in log.messages if m.WhichOneof("message") == "exec_server_control_message"]
+    assert aborts == [exec_id]
+    kinds = log.kinds()
+    assert kinds.index("exec_server_control_message") < len(kinds)
+    assert log.terminals == 1 and log.terminal.code == "canceled"
+    await ide.release_held()  # a result after the run ended is ignored
+    ide.hold_execs = False
+    after = await follow_up_works(ide, provider, conv)
+    assert "data" not in str(provider.requests[-1].json()["messages"][-1])
+
+
+async def test_cancel_in_checkpoint_phase(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    provider.enqueue(OPENAI_CHAT.text(["answer"]))
+    ide.hold_kv = True
+    rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("q", model=MODEL, conversation_id=conv))
+    await wait_until(lambda: "turn_ended" in log.kinds() and "kv_server_message" in log.kinds())
+    await ide.append(rid, cancel_message())
+    await asyncio.wait_for(reader, 15)
+    assert log.terminals == 1 and log.terminal.code == "canceled"
+    assert "conversation_checkpoint_update" not in log.kinds()
+    ide.hold_kv = False
+    await follow_up_works(ide, provider, conv)
+
+
+async def test_final_checkpoint_precedes_the_terminal(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    provider.enqueue(OPENAI_CHAT.text(["hello"]))
+    rid = uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex))
+    await asyncio.wait_for(reader, 15)
+    kinds = log.kinds()
+    assert kinds[-1] == "conversation_checkpoint_update"  # last data frame, then the terminal
+    assert kinds.index("turn_ended") < kinds.index("conversation_checkpoint_update")
+    assert log.terminals == 1 and log.terminal is None
+    checkpoint = log.messages[-1].conversation_checkpoint_update
+    pushed = {kv.set_blob_args.blob_id: kv.set_blob_args.blob_data for kv in ide.kv_log if kv.WhichOneof("message") == "set_blob_args"}
+    assert checkpoint.root_prompt_messages_json  # every root blob was pushed (and acked) before
+    for blob_id in checkpoint.root_prompt_messages_json:
+        assert blob_id in pushed and hashlib.sha256(pushed[blob_id]).digest() == blob_id
+    roles = [__import__("json").loads(pushed[b])["role"] for b in checkpoint.root_prompt_messages_json]
+    assert roles[0] == "system" and roles[-1] == "assistant" and "user" in roles
+
+
+async def test_soft_interrupt_continues_the_same_conversation(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    provider.enqueue(slow_text(["part "] * 30, 0.05), OPENAI_CHAT.text(["handled the follow-up"]))
+    rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("first ask", model=MODEL, conversation_id=conv))
+    await wait_until(lambda: "part" in log.text)
+    await ide.append(rid, user_message_action("actually, do this instead", "msg-2"))
+    await asyncio.wait_for(reader, 15)
+    assert log.terminals == 1 and log.terminal is None
+    assert log.text.endswith("handled the follow-up")
+    assert len(log.updates("user_message_appended")) == 1
+    second = provider.requests[1].json()["messages"]
+    contents = [str(m.get("content")) for m in second]
+    assert any("first ask" in c for c in contents) and any("do this instead" in c for c in contents)
+    assert any(m["role"] == "assistant" and "part" in str(m.get("content")) for m in second)  # partial text kept
+
+
+async def test_late_tool_result_never_pollutes_the_next_round(ide: ScriptedIDE, provider: FakeProviderServer, workspace) -> None:
+    (workspace / "secret.txt").write_text("LATE-CONTENT\n")
+    provider.enqueue(OPENAI_CHAT.tool_calls([read_call("call_late", f"{workspace}/secret.txt")]), OPENAI_CHAT.text(["moved on"]))
+    ide.hold_execs = True
+    rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("read", model=MODEL, conversation_id=conv))
+    await wait_until(lambda: len(ide.held) == 1)
+    await ide.append(rid, user_message_action("never mind", "msg-late"))
+    await wait_until(lambda: len(provider.requests) >= 2)
+    await ide.release_held()  # the result arrives after the interrupt
+    ide.hold_execs = False
+    await asyncio.wait_for(reader, 15)
+    assert log.terminals == 1 and log.terminal is None and log.text == "moved on"
+    body = provider.requests[1].body.decode()
+    assert "LATE-CONTENT" not in body
+    assert "interrupted" in body
+    completed = [u for u in log.updates("tool_call_completed") if u.call_id == "call_late"]
+    assert len(completed) == 1
