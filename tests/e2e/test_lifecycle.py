@@ -107,8 +107,11 @@ async def test_cancel_in_tools_phase_aborts_the_exec(ide: ScriptedIDE, provider:
     assert log.terminals == 1 and log.terminal.code == "canceled"
     await ide.release_held()  # a result after the run ended is ignored
     ide.hold_execs = False
-    after = await follow_up_works(ide, provider, conv)
-    assert "data" not in str(provider.requests[-1].json()["messages"][-1])
+    await follow_up_works(ide, provider, conv)
+    messages = provider.requests[-1].json()["messages"]
+    results = [m for m in messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["call_1"]  # the cancelled call has an explicit result
+    assert "did not finish" in results[0]["content"] and "data" not in results[0]["content"]
 
 
 async def test_cancel_in_checkpoint_phase(ide: ScriptedIDE, provider: FakeProviderServer) -> None:

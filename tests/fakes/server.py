@@ -127,8 +127,8 @@ class FakeProviderServer:
                 return self._replies.popleft()
         if self._responder is not None:
             return self._responder(request)
-        return Reply(status=500, body=b'{"error": {"message": "fake server: no scripted reply", "type": "server_error"}}',
-                     content_type="application/json")
+        unscripted = b'{"error": {"message": "fake server: no scripted reply", "type": "server_error"}}'
+        return Reply(status=500, body=unscripted, content_type="application/json")
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -94,6 +94,7 @@ class StreamLog:
     terminal: ConnectError | None = None
     terminals: int = 0
     raw: bytearray = field(default_factory=bytearray)
+    broken: bool = False
 
     @property
     def finished(self) -> bool:
@@ -161,6 +162,13 @@ class ScriptedIDE:
         if enveloped:
             body = envelope(body)
         decoder = hotpath.FrameDecoder()
+        try:
+            return await self._read_stream(request_id, log, body, decoder, stop)
+        except httpx.TransportError:
+            log.broken = True  # the connection died (e.g. the server was killed)
+            return log
+
+    async def _read_stream(self, request_id: str, log: StreamLog, body: bytes, decoder: hotpath.FrameDecoder, stop: asyncio.Event | None) -> StreamLog:
         async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as resp:
             assert resp.status_code == 200, resp.status_code
             async for chunk in resp.aiter_raw():

@@ -28,7 +28,8 @@ MODEL = ModelConfig(id="byok-sonnet", provider=ProviderKind.ANTHROPIC, model="cl
 
 MCP = [
     McpToolDescriptor("github", "search_issues", "Search issues.",
-                      {"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}}}),
+                      {"type": "object", "required": ["q"],
+                       "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}}}),
     McpToolDescriptor("db", "query", "Run SQL.", {"properties": {"sql": {"type": "string"}}, "type": "object"}),
 ]
 

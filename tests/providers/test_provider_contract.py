@@ -2,6 +2,7 @@
 provider's real wire format."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
 
@@ -178,7 +179,7 @@ async def test_overloaded_is_typed(dialect: Dialect, fake_server, http_client) -
 
 
 @dialects
-async def test_overloaded_inside_the_stream_before_output_is_retried(dialect: Dialect, fake_server, http_client) -> None:
+async def test_overloaded_in_the_stream_before_output_is_retried(dialect: Dialect, fake_server, http_client) -> None:
     fake_server.enqueue(dialect.overloaded_in_stream(), dialect.text(["fine"]))
     events = await collect(provider_for(dialect, fake_server, http_client, retries=1), request())
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["fine"]
@@ -207,11 +208,17 @@ async def test_stalled_stream_times_out_after_output(dialect: Dialect, fake_serv
     reply = dialect.text(["a", "b", "c", "d"])
     reply.stall_after = len(reply.chunks) - 3  # some text is out, the rest never comes
     fake_server.enqueue(reply)
-    provider = provider_for(dialect, fake_server, http_client, retries=2, idle_timeout_seconds=0.3)
+    provider = provider_for(dialect, fake_server, http_client, retries=2, idle_timeout_seconds=0.3,
+                            request_timeout_seconds=60)
     seen: list = []
-    with pytest.raises(IdleTimeoutError):
+
+    async def consume() -> None:
         async for event in provider.stream(request()):
             seen.append(event)
+
+    with pytest.raises(IdleTimeoutError, match="no event for 0.3s"):
+        # Once events flow, the short idle bound applies, not the long first-response bound.
+        await asyncio.wait_for(consume(), 20)
     assert any(isinstance(e, TextDelta) for e in seen)
     assert len(fake_server.requests) == 1  # output already streamed: never retried
     assert fake_server.requests[0].disconnected.wait(5)  # and the connection was closed
@@ -271,7 +278,7 @@ async def test_canary_key_never_leaks(dialect: Dialect, fake_server, http_client
     sent = fake_server.requests[0].headers
     assert CANARY in (sent.get("authorization", "") + sent.get("x-api-key", ""))  # the key was really used
     assert "[REDACTED]" in str(errors[0])
-    texts = [repr(provider), repr(dead), caplog.text]
+    texts = [repr(provider), repr(dead), repr(vars(provider)), caplog.text]
     for err in errors:
         texts += [str(err), repr(err), repr(err.args), "".join(traceback.format_exception(err))]
     assert all(CANARY not in text for text in texts)

@@ -116,7 +116,8 @@ async def test_stream_details(fake_server, http_client) -> None:
         ev({"type": "response.incomplete", "response": {"id": "resp_9", "status": "incomplete",
                                                          "incomplete_details": {"reason": "max_output_tokens"}}}),
     ]))
-    events = [e async for e in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])]))]
+    stream = provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])]))
+    events = [e async for e in stream]
     assert events[:4] == [ThinkingDelta("one"), ThinkingDelta("\n\n"), ThinkingDelta("two"),
                           ThinkingEnd({"openai": {"id": "rs_a", "summary": [], "encrypted_content": "E1"}})]
     assert events[4] == ThinkingEnd({"openai": {"id": "rs_b", "encrypted_content": "E2"}})

@@ -44,7 +44,7 @@ def big_result(chars: int):
 
 
 @dialects
-async def test_compaction_runs_at_ninety_percent_with_a_toolless_summary(dialect: Dialect, fake_server, http_client) -> None:
+async def test_compaction_at_ninety_percent_uses_a_toolless_summary(dialect: Dialect, fake_server, http_client) -> None:
     # Cycle 1 reports 8,000 input tokens; its tool result adds ~1,500 more (6,000 chars / 4):
     # 9,500 >= 9,000, so the engine compacts before cycle 2.
     fake_server.enqueue(
@@ -94,7 +94,8 @@ async def test_no_compaction_below_the_threshold(fake_server, http_client) -> No
 async def test_context_length_error_compacts_once_and_retries(dialect: Dialect, fake_server, http_client) -> None:
     fake_server.enqueue(dialect.context_length(), dialect.text(["short summary"]), dialect.text(["answer"]))
     engine, spec = setup(dialect, fake_server, http_client)
-    history, sink = MemoryHistory(user("old stuff"), Message("assistant", [TextPart("old reply")]), user("now")), RecordingSink()
+    history = MemoryHistory(user("old stuff"), Message("assistant", [TextPart("old reply")]), user("now"))
+    sink = RecordingSink()
 
     result = await engine.run(spec, history, ScriptedTools(), sink)
 

@@ -101,7 +101,8 @@ async def test_interrupt_without_a_queued_message_ends_the_run(fake_server, http
 @dialects
 async def test_interrupt_within_a_tool_batch(dialect: Dialect, fake_server, http_client) -> None:
     fake_server.enqueue(
-        dialect.tool_calls([CallSpec("call_a", "Read", ['{"path": "a"}']), CallSpec("call_b", "Read", ['{"path": "b"}'])]),
+        dialect.tool_calls([CallSpec("call_a", "Read", ['{"path": "a"}']),
+                            CallSpec("call_b", "Read", ['{"path": "b"}'])]),
         dialect.text(["Switching."]),
     )
     engine, spec = setup(dialect, fake_server, http_client)

@@ -38,8 +38,10 @@ from ..run import (
     RunEngine,
     RunSpec,
     TextPart,
+    ToolCallPart,
     ToolCallRequest,
     ToolOutcome,
+    ToolResultPart,
     Usage,
 )
 from ..run import events as run_events
@@ -54,6 +56,10 @@ log = logging.getLogger("cursor_byok.runtime")
 
 INTERRUPTED_TOOL_TEXT = "Tool execution was interrupted by a newer user message."
 CANCELED_TOOL_TEXT = "Tool execution was cancelled."
+UNFINISHED_TOOL_TEXT = (
+    "This tool call did not finish (its run was cancelled or the server restarted), so its result is "
+    "unknown. Check its effect and run it again if needed."
+)
 
 
 def _now_ms() -> int:
@@ -413,7 +419,7 @@ class ConversationRuntime:
         """Append this turn's request context and user message. None: nothing new (a duplicate)."""
         action = run.run_request.action
         kind = action.WhichOneof("action")
-        added: list[HistoryEntry] = []
+        added: list[HistoryEntry] = self._repair_dangling_tool_calls(run)
         if kind == "user_message_action":
             uma = action.user_message_action
             ctx_text = render_request_context(uma.request_context)
@@ -432,8 +438,32 @@ class ConversationRuntime:
             ctx = self.history.add_request_context(
                 render_request_context(action.resume_action.request_context), f"request-context:{run.run_id}", run.run_id
             )
-            return [ctx] if ctx is not None else []
+            if ctx is not None:
+                added.append(ctx)
+            last = self.history.entries[-1] if self.history.entries else None
+            if last is None or last.kind is EntryKind.ASSISTANT:
+                return added or None  # the last turn is complete: nothing to resume
+            return added
         raise ConnectError("invalid_argument", f"run request action {kind or 'none'} cannot start a run")
+
+    def _repair_dangling_tool_calls(self, run: ActiveRun) -> list[HistoryEntry]:
+        """After a cancel or a crash the last assistant message may have tool calls whose results were
+        never recorded. Answer them with an explicit error result (appended, never rewritten) so the
+        provider history stays valid and a side effect is not silently repeated."""
+        entries = self.history.entries
+        if not entries or entries[-1].kind is not EntryKind.ASSISTANT:
+            return []
+        last = entries[-1]
+        calls = [p for p in last.message.parts if isinstance(p, ToolCallPart)]
+        if not calls:
+            return []
+        results = [
+            ToolResultPart(call_id=c.id, name=c.name, content=UNFINISHED_TOOL_TEXT, is_error=True) for c in calls
+        ]
+        repaired = self.history.append(
+            EntryKind.TOOL_RESULTS, f"restart-repair:{last.seq}", Message(role="tool", parts=results), run.run_id
+        )
+        return [repaired] if repaired is not None else []
 
     # -- prepare done → modeling -----------------------------------------------------------------------
     def _on_prepared(self, cmd: Prepared) -> None:

@@ -311,7 +311,8 @@ class AnthropicProvider(HttpStreamProvider):
         if request.system:
             body["system"] = [{"type": "text", "text": request.system, "cache_control": _EPHEMERAL}]
         if request.tools:
-            tools = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools]
+            tools = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
+                     for t in request.tools]
             tools[-1]["cache_control"] = _EPHEMERAL
             body["tools"] = tools
         body["messages"] = anthropic_messages(request.messages)

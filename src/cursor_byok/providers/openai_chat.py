@@ -155,7 +155,8 @@ class ChatTranslator:
                     self._thinking_field = self._thinking_field or field
                     out.append(ThinkingDelta(reasoning))
                 if delta.content:
-                    self._end_thinking(out)
+                    if self._thinking_field is not None:
+                        self._end_thinking(out)
                     out.append(TextDelta(delta.content))
                 if delta.refusal:
                     self._refusal.append(delta.refusal)

@@ -29,7 +29,6 @@ from ..providers import (
     ThinkingEnd,
     ThinkingPart,
     ToolCallArgsDelta,
-    ToolCallEnd,
     ToolCallPart,
     ToolCallStart,
     ToolResultPart,
@@ -297,7 +296,8 @@ class RunEngine:
             sink.emit(ModelCycleStarted(cycles))
             cycle = _Cycle(sink)
             try:
-                interrupted = await self._interruptible(_drain(self._provider.stream(self._request(spec, messages)), cycle))
+                stream = self._provider.stream(self._request(spec, messages))
+                interrupted = await self._interruptible(_drain(stream, cycle))
             except ContextLengthError:
                 if overflow_retried or cycle.emitted:
                     raise
@@ -330,7 +330,8 @@ class RunEngine:
             sink.emit(ModelCycleFinished(cycles, cycle.stop_reason))
             calls = cycle.tool_calls()
             if not calls:
-                finished = cycle.stop_reason if cycle.stop_reason in ("end_turn", "max_tokens") else "other"  # type: ignore[assignment]
+                stop = cycle.stop_reason
+                finished = stop if stop == "end_turn" or stop == "max_tokens" else "other"
                 continue
             outcomes = await self._run_tools(calls, tools, sink)
             history.commit_tool_results(Message("tool", [

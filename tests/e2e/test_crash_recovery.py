@@ -1,0 +1,196 @@
+"""SIGKILL the real server at several points of a run, restart it on the same database, resume.
+
+What the client had acknowledged (its own user messages once the model was called, and every
+checkpoint it received) must still be in the history, nothing duplicated, and the resumed run must
+finish."""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.protocol import agent_pb2 as pb
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
+from tests.harness.ide import ScriptedIDE, StreamLog, run_request
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+MODEL = "byok-crash"
+
+
+def resume_request(conv: str) -> pb.AgentClientMessage:
+    msg = pb.AgentClientMessage()
+    rr = msg.run_request
+    rr.conversation_id = conv
+    rr.run_id = uuid.uuid4().hex
+    rr.requested_model.model_id = MODEL
+    rr.action.resume_action.SetInParent()
+    return msg
+
+
+async def wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.02)
+
+
+def texts(body: dict) -> list[str]:
+    return [json.dumps(m, sort_keys=True) for m in body["messages"]]
+
+
+@pytest.fixture
+def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
+    return ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        runsse_wait_seconds=1.5,
+    )
+
+
+async def first_turn(ide: ScriptedIDE, provider: FakeProviderServer, conv: str) -> StreamLog:
+    provider.enqueue(OPENAI_CHAT.text(["bravo answer"]))
+    rid = uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("alpha question", model=MODEL, conversation_id=conv, message_id="m1"))
+    await asyncio.wait_for(reader, 15)
+    assert "conversation_checkpoint_update" in log.kinds() and log.terminal is None
+    return log
+
+
+async def start_second_turn(ide: ScriptedIDE, conv: str) -> tuple[str, StreamLog, asyncio.Task[StreamLog]]:
+    rid = uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    await ide.append(rid, run_request("charlie question", model=MODEL, conversation_id=conv, message_id="m2"))
+    return rid, log, reader
+
+
+async def resume_after_restart(server: ServerProcess, provider: FakeProviderServer, conv: str, workspace: Path, action: pb.AgentClientMessage) -> tuple[StreamLog, dict]:
+    server.start()
+    provider.enqueue(OPENAI_CHAT.text(["resumed fine"]))
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        rid = uuid.uuid4().hex
+        log = StreamLog()
+        reader = asyncio.create_task(ide.stream(rid, log))
+        await ide.append(rid, action)
+        await asyncio.wait_for(reader, 15)
+    finally:
+        await ide.close()
+    return log, provider.requests[-1].json()
+
+
+def assert_history_once(body: dict, *needles: str) -> None:
+    joined = texts(body)
+    for needle in needles:
+        hits = [t for t in joined if needle in t]
+        assert len(hits) == 1, (needle, hits)
+
+
+async def test_kill_while_modeling_then_resume(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        await first_turn(ide, provider, conv)
+        slow = OPENAI_CHAT.text(["zulu "] * 50)
+        slow.chunk_delay = 0.05
+        provider.enqueue(slow)
+        _, log, reader = await start_second_turn(ide, conv)
+        await wait_until(lambda: "zulu" in log.text)
+        server.kill()
+        await asyncio.wait_for(reader, 10)
+        assert log.terminals == 0  # the stream died with the server
+    finally:
+        await ide.close()
+    resumed, body = await resume_after_restart(server, provider, conv, workspace, resume_request(conv))
+    try:
+        assert resumed.terminals == 1 and resumed.terminal is None and resumed.text == "resumed fine"
+        assert_history_once(body, "alpha question", "bravo answer", "charlie question")
+        assert not any("zulu" in t for t in texts(body))  # an unfinished stream is not history
+    finally:
+        server.stop()
+
+
+async def test_kill_while_waiting_for_a_tool_then_resume(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    (workspace / "x.txt").write_text("x\n")
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    ide.hold_execs = True
+    try:
+        await first_turn(ide, provider, conv)
+        provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_k", "Read", [f'{{"path": "{workspace}/x.txt"}}'])]))
+        _, log, reader = await start_second_turn(ide, conv)
+        await wait_until(lambda: len(ide.held) == 1)
+        await asyncio.sleep(0.2)  # let the assistant message commit
+        server.kill()
+        await asyncio.wait_for(reader, 10)
+    finally:
+        await ide.close()
+    resumed, body = await resume_after_restart(server, provider, conv, workspace, resume_request(conv))
+    try:
+        assert resumed.terminals == 1 and resumed.terminal is None and resumed.text == "resumed fine"
+        assert_history_once(body, "alpha question", "bravo answer", "charlie question")
+        tool_results = [m for m in body["messages"] if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in tool_results] == ["call_k"]
+        assert "did not finish" in tool_results[0]["content"]
+    finally:
+        server.stop()
+
+
+async def test_kill_during_checkpointing_then_new_turn(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        await first_turn(ide, provider, conv)
+        provider.enqueue(OPENAI_CHAT.text(["delta answer"]))
+        ide.hold_kv = True  # the final checkpoint waits for blob acks that never come
+        _, log, reader = await start_second_turn(ide, conv)
+        await wait_until(lambda: "turn_ended" in log.kinds())
+        server.kill()
+        await asyncio.wait_for(reader, 10)
+        assert "conversation_checkpoint_update" not in log.kinds()
+    finally:
+        await ide.close()
+    follow = run_request("echo question", model=MODEL, conversation_id=conv, message_id="m3")
+    resumed, body = await resume_after_restart(server, provider, conv, workspace, follow)
+    try:
+        assert resumed.terminals == 1 and resumed.terminal is None
+        assert_history_once(body, "alpha question", "bravo answer", "charlie question", "delta answer", "echo question")
+    finally:
+        server.stop()
+
+
+async def test_retried_user_message_after_restart_is_not_duplicated(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        await first_turn(ide, provider, conv)
+    finally:
+        await ide.close()
+    server.kill()
+    # The IDE retries the same message (same message_id) after the restart: committed input never
+    # wakes the model again.
+    retry = run_request("alpha question", model=MODEL, conversation_id=conv, message_id="m1")
+    server.start()
+    calls_before = len(provider.requests)
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        rid = uuid.uuid4().hex
+        log = StreamLog()
+        reader = asyncio.create_task(ide.stream(rid, log))
+        await ide.append(rid, retry)
+        await asyncio.wait_for(reader, 15)
+    finally:
+        await ide.close()
+        server.stop()
+    assert log.terminals == 1 and log.terminal is None
+    assert len(provider.requests) == calls_before
