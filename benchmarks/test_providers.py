@@ -93,7 +93,7 @@ def test_stream_translation(benchmark, kind: ProviderKind, stream: str, variant:
         return loop.run_until_complete(translate(provider))
 
     try:
-        produced = benchmark.pedantic(once, rounds=8, warmup_rounds=1, iterations=1)
+        produced = benchmark.pedantic(once, rounds=15, warmup_rounds=2, iterations=1)
     finally:
         loop.run_until_complete(client.aclose())
         loop.close()
