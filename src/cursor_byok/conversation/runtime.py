@@ -349,7 +349,6 @@ class ConversationRuntime:
         self.run = run
         self.last_run_request = rr
         self._transition(Phase.PREPARING)
-        self._persist_run_started(run)
         run.task = asyncio.get_running_loop().create_task(self._prepare(run))
 
     async def _prepare(self, run: ActiveRun) -> None:
@@ -370,6 +369,7 @@ class ConversationRuntime:
             raise model_not_found_error(model_id)
         run.model = model
         await self._ensure_history()
+        self._persist_run_started(run)
         env = _request_env(rr)
         run.tool_ctx = tools.ToolContext(
             workspace_root=env.workspace_paths[0] if env is not None and env.workspace_paths else None,
@@ -1024,6 +1024,10 @@ class ConversationRuntime:
             return
         from .history import decode_entry
 
+        record = await store.get_conversation(self.conversation_id)
+        if record is not None and record.parent is not None and self.parent is None:
+            p = record.parent
+            self.parent = ParentConversationRef(p.parent_conversation_id, p.parent_run_id, p.parent_tool_call_id)
         rows = await store.load_events(self.conversation_id)
         entries = []
         for row in rows:

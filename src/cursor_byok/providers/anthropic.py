@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import ErrorInfo, RefusalError, StreamCutError, classify
+from .errors import NO_REDACTION, ErrorInfo, RefusalError, StreamCutError, classify
 from .transport import HttpStreamProvider, StreamTranslator
 from .types import (
     Finish,
@@ -99,10 +99,6 @@ _STOP: dict[str, StopReason] = {
 }
 
 
-def _identity(text: str) -> str:
-    return text
-
-
 class _Open:
     __slots__ = ("kind", "call_index", "id", "signature", "data")
 
@@ -117,7 +113,7 @@ class _Open:
 class AnthropicTranslator:
     """Messages stream events → neutral events."""
 
-    def __init__(self, redact: Callable[[str], str] = _identity) -> None:
+    def __init__(self, redact: Callable[[str], str] = NO_REDACTION) -> None:
         self._redact = redact
         self._blocks: dict[int, _Open] = {}
         self._calls = 0

@@ -130,6 +130,9 @@ class Redactor:
         return "Redactor(***)"
 
 
+NO_REDACTION = Redactor("")  # for translators used without a key (tests, benchmarks)
+
+
 # ---- classification ------------------------------------------------------------------------------
 
 # Phrases providers and OpenAI-compatible servers use for "the prompt does not fit".

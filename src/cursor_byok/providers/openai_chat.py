@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from .errors import RefusalError, StreamCutError, classify, error_info_from
+from .errors import NO_REDACTION, RefusalError, StreamCutError, classify, error_info_from
 from .transport import HttpStreamProvider, StreamTranslator
 from .types import (
     Finish,
@@ -92,10 +92,6 @@ class _Chunk(msgspec.Struct):
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
-def _identity(text: str) -> str:
-    return text
-
-
 _FINISH: dict[str, StopReason] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -118,7 +114,7 @@ class _Call:
 class ChatTranslator:
     """Chat-completion chunks → neutral events."""
 
-    def __init__(self, redact: Callable[[str], str] = _identity) -> None:
+    def __init__(self, redact: Callable[[str], str] = NO_REDACTION) -> None:
         self._redact = redact
         self._calls: dict[int, _Call] = {}
         self._open_calls: list[_Call] = []
@@ -245,10 +241,6 @@ def _usage(u: _Usage) -> Usage:
 
 
 # ---- request -------------------------------------------------------------------------------------
-def _data_url(image: ImagePart) -> str:
-    return f"data:{image.media_type};base64,{image.data_base64}"
-
-
 def _user_content(parts: Sequence[Any]) -> str | list[dict[str, Any]]:
     if len(parts) == 1 and type(parts[0]) is TextPart:
         return parts[0].text
@@ -257,7 +249,7 @@ def _user_content(parts: Sequence[Any]) -> str | list[dict[str, Any]]:
         if type(part) is TextPart:
             content.append({"type": "text", "text": part.text})
         elif type(part) is ImagePart:
-            content.append({"type": "image_url", "image_url": {"url": _data_url(part)}})
+            content.append({"type": "image_url", "image_url": {"url": part.data_url}})
     return content
 
 
@@ -302,7 +294,7 @@ def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
                 content: list[dict[str, Any]] = []
                 for part, image in images:
                     content.append({"type": "text", "text": f"Image returned by {part.name} ({part.call_id}):"})
-                    content.append({"type": "image_url", "image_url": {"url": _data_url(image)}})
+                    content.append({"type": "image_url", "image_url": {"url": image.data_url}})
                 out.append({"role": "user", "content": content})
     return out
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import ErrorInfo, RefusalError, StreamCutError, classify, error_info_from
+from .errors import NO_REDACTION, ErrorInfo, RefusalError, StreamCutError, classify, error_info_from
 from .transport import HttpStreamProvider, StreamTranslator
 from .types import (
     Finish,
@@ -91,10 +91,6 @@ class _Event(msgspec.Struct):
 _decode_event = msgspec.json.Decoder(_Event).decode
 
 
-def _identity(text: str) -> str:
-    return text
-
-
 class _Call:
     __slots__ = ("index", "id", "got_args", "ended")
 
@@ -108,7 +104,7 @@ class _Call:
 class ResponsesTranslator:
     """Responses stream events → neutral events."""
 
-    def __init__(self, redact: Callable[[str], str] = _identity) -> None:
+    def __init__(self, redact: Callable[[str], str] = NO_REDACTION) -> None:
         self._redact = redact
         self._calls: dict[str, _Call] = {}  # by output item id
         self._refusal: list[str] = []
@@ -222,10 +218,6 @@ class ResponsesTranslator:
 
 
 # ---- request -------------------------------------------------------------------------------------
-def _data_url(image: ImagePart) -> str:
-    return f"data:{image.media_type};base64,{image.data_base64}"
-
-
 def _reasoning_item(part: ThinkingPart) -> dict[str, Any] | None:
     replay = (part.replay or {}).get(_REPLAY_KEY)
     if not replay or not replay.get("id"):
@@ -249,7 +241,7 @@ def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 if type(part) is TextPart:
                     content.append({"type": "input_text", "text": part.text})
                 elif type(part) is ImagePart:
-                    content.append({"type": "input_image", "image_url": _data_url(part)})
+                    content.append({"type": "input_image", "image_url": part.data_url})
             items.append({"type": "message", "role": "user", "content": content})
         elif message.role == "assistant":
             text: list[str] = []
@@ -281,7 +273,7 @@ def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 output: str | list[dict[str, Any]] = part.content
                 if part.images:
                     output = [{"type": "input_text", "text": part.content}] if part.content else []
-                    output.extend({"type": "input_image", "image_url": _data_url(i)} for i in part.images)
+                    output.extend({"type": "input_image", "image_url": i.data_url} for i in part.images)
                 items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
     return items
 

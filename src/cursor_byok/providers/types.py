@@ -20,6 +20,10 @@ class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image"):
     media_type: str  # e.g. "image/png"
     data_base64: str
 
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.data_base64}"
+
 
 class ThinkingPart(msgspec.Struct, frozen=True, tag_field="type", tag="thinking"):
     text: str

@@ -7,7 +7,7 @@ cancel (task cancellation) never leaves a partial commit behind.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Literal
 
 import msgspec
@@ -196,32 +196,28 @@ def _invalid_outcome(call: ToolCallRequest) -> ToolOutcome:
     )
 
 
-async def _drain(stream: AsyncIterator[StreamEvent], cycle: _Cycle) -> None:
-    close = getattr(stream, "aclose", None)
-    try:
-        async for event in stream:
-            cycle.apply(event)
-    finally:
-        if close is not None:
-            await close()
-
-
 class _Summary:
+    """Collects a summary call's text; nothing of it reaches the sink."""
+
     __slots__ = ("chunks", "usage")
 
     def __init__(self) -> None:
         self.chunks: list[str] = []
         self.usage: Usage | None = None
 
+    def apply(self, event: StreamEvent) -> None:
+        if type(event) is TextDelta:
+            self.chunks.append(event.text)
+        elif type(event) is Usage:
+            self.usage = event
 
-async def _collect_summary(stream: AsyncIterator[StreamEvent], into: _Summary) -> None:
+
+async def _drain(stream: AsyncIterator[StreamEvent], apply: Callable[[StreamEvent], None]) -> None:
+    """Feed every event to `apply`; always close the stream (and so its HTTP response)."""
     close = getattr(stream, "aclose", None)
     try:
         async for event in stream:
-            if type(event) is TextDelta:
-                into.chunks.append(event.text)
-            elif type(event) is Usage:
-                into.usage = event
+            apply(event)
     finally:
         if close is not None:
             await close()
@@ -297,7 +293,7 @@ class RunEngine:
             cycle = _Cycle(sink)
             try:
                 stream = self._provider.stream(self._request(spec, messages))
-                interrupted = await self._interruptible(_drain(stream, cycle))
+                interrupted = await self._interruptible(_drain(stream, cycle.apply))
             except ContextLengthError:
                 if overflow_retried or cycle.emitted:
                     raise
@@ -420,7 +416,7 @@ class RunEngine:
         )
         collected = _Summary()
         try:
-            interrupted = await self._interruptible(_collect_summary(self._provider.stream(request), collected))
+            interrupted = await self._interruptible(_drain(self._provider.stream(request), collected.apply))
         except (ContextLengthError, RefusalError):
             interrupted = False
             collected.chunks = []
