@@ -23,8 +23,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+
 from cursor_byok import hotpath
 from cursor_byok.protocol import agent_pb2 as pb
+from benchmarks.support.rawhttp import Connection
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, append_body, envelope, heartbeat_message, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
 
@@ -42,6 +44,7 @@ class Outcome:
     appends: int = 0
     seconds: float = 0.0
     rss_kib: int = 0
+    errors: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, float]:
         lat = sorted(self.latencies_ns)
@@ -73,61 +76,66 @@ def rss_kib(pid: int) -> int:
     return total
 
 
-async def one_transport(client: httpx.AsyncClient, model: str, out: Outcome) -> None:
+async def one_transport(host: str, port: int, model: str, out: Outcome) -> None:
     rid = uuid.uuid4().hex
     decoder = hotpath.FrameDecoder()
     seqnos = iter(range(1, 1 << 30))  # shared by heartbeats and blob acks, like the IDE's one counter
+    appender = await Connection.open(host, port)
+    streamer = await Connection.open(host, port)
+    lock = asyncio.Lock()  # one keep-alive connection carries the appends, one at a time
 
-    async def ack(kv_id: int) -> None:
-        reply = pb.AgentClientMessage()
-        reply.kv_client_message.id = kv_id
-        reply.kv_client_message.set_blob_result.SetInParent()
-        await client.post(BIDI_APPEND, content=append_body(rid, next(seqnos), reply))
+    async def append(seqno: int, message: pb.AgentClientMessage) -> None:
+        async with lock:
+            status, _ = await appender.post(BIDI_APPEND, append_body(rid, seqno, message))
+        assert status == 200, status
+        out.appends += 1
 
     async def read() -> None:
-        async with client.stream("POST", RUN_SSE, content=envelope(pb.BidiRequestId(request_id=rid).SerializeToString())) as resp:
-            async for chunk in resp.aiter_raw():
-                now = time.monotonic_ns()
-                for flags, payload in decoder.feed(chunk):
-                    if flags & hotpath.FLAG_END_STREAM:
-                        return
-                    msg = pb.AgentServerMessage.FromString(payload)
-                    if msg.WhichOneof("message") == "kv_server_message":
-                        await ack(msg.kv_server_message.id)
-                    elif msg.interaction_update.WhichOneof("message") == "text_delta":
-                        for stamp in msg.interaction_update.text_delta.text.split("|"):
-                            if stamp:
-                                out.latencies_ns.append(now - int(stamp))
-                                out.frames += 1
+        body = envelope(pb.BidiRequestId(request_id=rid).SerializeToString())
+        async for chunk in streamer.stream(RUN_SSE, body):
+            now = time.monotonic_ns()
+            for flags, payload in decoder.feed(chunk):
+                if flags & hotpath.FLAG_END_STREAM:
+                    return
+                msg = pb.AgentServerMessage.FromString(payload)
+                if msg.WhichOneof("message") == "kv_server_message":
+                    reply = pb.AgentClientMessage()
+                    reply.kv_client_message.id = msg.kv_server_message.id
+                    reply.kv_client_message.set_blob_result.SetInParent()
+                    await append(next(seqnos), reply)
+                elif msg.interaction_update.WhichOneof("message") == "text_delta":
+                    for stamp in msg.interaction_update.text_delta.text.split("|"):
+                        if stamp:
+                            out.latencies_ns.append(now - int(stamp))
+                            out.frames += 1
 
     async def write() -> None:
-        first = run_request("bench", model=model, conversation_id=uuid.uuid4().hex)
-        assert (await client.post(BIDI_APPEND, content=append_body(rid, 0, first))).status_code == 200
-        out.appends += 1
+        await append(0, run_request("bench", model=model, conversation_id=uuid.uuid4().hex))
         spacing = FRAMES * INTERVAL_MS / 1000 / max(APPENDS, 1)
         for _ in range(1, APPENDS):
             await asyncio.sleep(spacing)
-            assert (await client.post(BIDI_APPEND, content=append_body(rid, next(seqnos), heartbeat_message()))).status_code == 200
-            out.appends += 1
+            await append(next(seqnos), heartbeat_message())
 
-    await asyncio.gather(read(), write())
+    try:
+        await asyncio.gather(read(), write())
+    except Exception as exc:  # record, so one broken transport is reported instead of tearing all down
+        out.errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        appender.close()
+        streamer.close()
 
 
-async def scenario(base_url: str, model: str, pid: int) -> Outcome:
+async def scenario(host: str, port: int, model: str, pid: int) -> Outcome:
     out = Outcome()
-    limits = httpx.Limits(max_connections=TRANSPORTS * 3, max_keepalive_connections=TRANSPORTS * 3)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=120) as client:
-        peak = 0
-        started = time.monotonic()
-        work = asyncio.gather(*(one_transport(client, model, out) for _ in range(TRANSPORTS)))
-        while not work.done():
-            peak = max(peak, rss_kib(pid))
-            await asyncio.sleep(0.2)
-            if work.done():
-                break
-        await work
-        out.seconds = time.monotonic() - started
-        out.rss_kib = peak
+    peak = 0
+    started = time.monotonic()
+    work = asyncio.gather(*(one_transport(host, port, model, out) for _ in range(TRANSPORTS)))
+    while not work.done():
+        peak = max(peak, rss_kib(pid))
+        await asyncio.sleep(0.2)
+    await work
+    out.seconds = time.monotonic() - started
+    out.rss_kib = peak
     return out
 
 
@@ -143,6 +151,7 @@ def wait_healthy(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+@pytest.mark.timeout(1800)
 @pytest.mark.benchmark(group="gateway")
 def test_gateway_streaming_vs_bare_granian(benchmark, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}", "BENCH_FRAMES": str(FRAMES), "BENCH_INTERVAL_MS": str(INTERVAL_MS)}
@@ -165,8 +174,8 @@ def test_gateway_streaming_vs_bare_granian(benchmark, tmp_path: Path) -> None:
         results: dict[str, Outcome] = {}
 
         def run_both() -> None:
-            results["bare"] = asyncio.run(scenario(f"http://127.0.0.1:{bare_port}", "bench", bare.pid))
-            results["ours"] = asyncio.run(scenario(ours.base_url, "bench", ours.proc.pid))  # type: ignore[union-attr]
+            results["bare"] = asyncio.run(scenario("127.0.0.1", bare_port, "bench", bare.pid))
+            results["ours"] = asyncio.run(scenario("127.0.0.1", ours.port, "bench", ours.proc.pid))  # type: ignore[union-attr]
 
         benchmark.pedantic(run_both, rounds=1, iterations=1)
     finally:
@@ -174,6 +183,7 @@ def test_gateway_streaming_vs_bare_granian(benchmark, tmp_path: Path) -> None:
         for proc in (provider, bare):
             proc.terminate()
             proc.wait(10)
+    assert not results["ours"].errors and not results["bare"].errors, (results["ours"].errors[:3], results["bare"].errors[:3])
     o, b = results["ours"].row(), results["bare"].row()
     assert results["ours"].frames == TRANSPORTS * FRAMES  # every delta arrived
     benchmark.extra_info.update({f"ours_{k}": round(v, 3) for k, v in o.items()})

@@ -233,13 +233,11 @@ class ConversationRuntime:
         self.shell_output_seen: dict[str, int] = {}
         self.kv_ids: dict[str, int] = {}  # per request id
         self.acked_blobs: dict[str, set[bytes]] = {}  # per request id
-        self.transitions: list[tuple[Phase, Phase]] = []
         self.illegal_transitions = 0
-        self.runs_finished: dict[str, Outcome] = {}
+        self.last_active = time.monotonic()
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._closed = False
 
     # -- driver ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -253,9 +251,15 @@ class ConversationRuntime:
     def idle(self) -> bool:
         return self.phase is Phase.IDLE and not self.queued and self._queue.empty()
 
+    def stop(self) -> None:
+        """Evict an idle runtime: its state lives in the database and is reloaded on next use."""
+        if self._task is not None:
+            self._task.cancel()
+
     async def _loop(self) -> None:
         while True:
             cmd = await self._queue.get()
+            self.last_active = time.monotonic()
             try:
                 if self._handle(cmd):
                     return
@@ -304,7 +308,6 @@ class ConversationRuntime:
                 extra={"conversation_id": self.conversation_id, "from": self.phase.value, "to": target.value},
             )
             raise
-        self.transitions.append((self.phase, target))
         self.phase = target
 
     def _is_current(self, run_id: str) -> bool:
@@ -992,7 +995,6 @@ class ConversationRuntime:
     def _finish_run(self, outcome: Outcome, error: ConnectError | None = None) -> None:
         run = self.run
         assert run is not None
-        self.runs_finished[run.run_id] = outcome
         self._persist_run_finished(run, outcome, error)
 
     def _on_shutdown(self, cmd: Shutdown) -> None:

@@ -107,6 +107,20 @@ class ConversationService:
             return
         self.registry.ensure_runtime(binding.conversation_id).post(Heartbeat(output))
 
+    def evict_idle(self, idle_seconds: float, now: float | None = None) -> int:
+        """Drop runtimes idle for longer than `idle_seconds`; the database keeps their state. Only
+        possible with a store (a memory-only runtime would lose its history)."""
+        if self.services.store is None:
+            return 0
+        import time
+
+        now = time.monotonic() if now is None else now
+        stale = [rt for rt in self.registry.runtimes() if rt.idle and now - rt.last_active > idle_seconds]
+        for rt in stale:
+            rt.stop()
+            self.registry.evict(rt.conversation_id)
+        return len(stale)
+
     async def shutdown(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
         loop = asyncio.get_running_loop()
         waits = []

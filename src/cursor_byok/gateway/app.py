@@ -91,6 +91,7 @@ class Gateway:
             await asyncio.sleep(SWEEP_SECONDS)
             self.conversations.hub.sweep()
             self.transports.expire()
+            self.conversations.evict_idle(self.config.server.runtime_idle_seconds)
 
     # -- ASGI --------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
