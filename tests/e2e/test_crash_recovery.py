@@ -194,3 +194,39 @@ async def test_retried_user_message_after_restart_is_not_duplicated(config: Serv
         server.stop()
     assert log.terminals == 1 and log.terminal is None
     assert len(provider.requests) == calls_before
+
+
+async def test_background_completion_after_sigkill_gets_exactly_one_follow_up(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    from .test_tools import completion_request
+
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        await first_turn(ide, provider, conv)
+        slow = OPENAI_CHAT.text(["yankee "] * 50)
+        slow.chunk_delay = 0.05
+        provider.enqueue(slow)
+        rid = uuid.uuid4().hex
+        log = StreamLog()
+        reader = asyncio.create_task(ide.stream(rid, log))
+        await ide.append(rid, completion_request(conv, "task-7", "call-7", MODEL))
+        await wait_until(lambda: "yankee" in log.text)
+        server.kill()  # the follow-up was cut short
+        await asyncio.wait_for(reader, 10)
+    finally:
+        await ide.close()
+    calls_before = len(provider.requests)
+    # The IDE delivers the completion again (at least once): exactly one follow-up runs.
+    resumed, body = await resume_after_restart(server, provider, conv, workspace, completion_request(conv, "task-7", "call-7", MODEL))
+    try:
+        assert resumed.terminals == 1 and resumed.terminal is None and resumed.text == "resumed fine"
+        assert len(provider.requests) == calls_before + 1
+        assert_history_once(body, "Indexed 42 files.")
+    finally:
+        server.stop()
+    again, _ = await resume_after_restart(server, provider, conv, workspace, completion_request(conv, "task-7", "call-7", MODEL))
+    try:
+        assert again.terminal is None and len(provider.requests) == calls_before + 1  # never a second follow-up
+    finally:
+        server.stop()

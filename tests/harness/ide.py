@@ -136,6 +136,11 @@ class ScriptedIDE:
         self.hold_kv = False  # when True, set_blob requests are recorded but not acked
         self.kv_log: list[pb.KvServerMessage] = []
         self.held: list[tuple[str, pb.ExecServerMessage]] = []
+        # MCP servers the IDE has: server id → tool name → handler(args) -> text
+        self.mcp_servers: dict[str, dict[str, Callable[[dict], str]]] = {}
+        # A terminals folder: commands starting with "background:" move to the background there.
+        self.terminals: Path | None = None
+        self.next_shell_id = 100
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -218,6 +223,24 @@ class ScriptedIDE:
             for reply in self.execute(exec_msg):
                 await self.append(request_id, reply)
 
+    def _background_shell(self, ex: pb.ExecServerMessage, reply: Callable[[], pb.AgentClientMessage], command: str, cwd: str) -> list[pb.AgentClientMessage]:
+        """Answer 'moved to the background', then run the command and write its terminal file."""
+        assert self.terminals is not None
+        shell_id = self.next_shell_id
+        self.next_shell_id += 1
+        path = self.terminals / f"{shell_id}.txt"
+        path.write_text(_terminal_file(command, cwd, "", None))
+        proc = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=30)
+        self.finish_background = lambda: path.write_text(_terminal_file(command, cwd, proc.stdout, proc.returncode))
+        start = reply()
+        start.exec_client_message.shell_stream.start.SetInParent()
+        moved = reply()
+        bg = moved.exec_client_message.shell_stream.backgrounded
+        bg.shell_id = shell_id
+        bg.command = command
+        bg.working_directory = cwd
+        return [start, moved]
+
     # -- executing exec messages against the workspace ------------------------------------------------------
     def _path(self, p: str) -> Path:
         path = Path(p)
@@ -269,6 +292,8 @@ class ScriptedIDE:
         if kind in ("shell_stream_args", "shell_args"):
             args = getattr(ex, kind)
             cwd = args.working_directory or (str(self.workspace) if self.workspace else os.getcwd())
+            if self.terminals is not None and args.command.startswith("background:"):
+                return self._background_shell(ex, reply, args.command.removeprefix("background:"), cwd)
             proc = subprocess.run(["bash", "-c", args.command], cwd=cwd, capture_output=True, text=True, timeout=30)
             out: list[pb.AgentClientMessage] = []
             start = reply()
@@ -287,6 +312,18 @@ class ScriptedIDE:
             m.exec_client_message.shell_stream.exit.cwd = cwd
             out.append(m)
             return out
+        if kind == "mcp_args":
+            m = reply()
+            a = ex.mcp_args
+            handler = self.mcp_servers.get(a.provider_identifier or a.server_identifier, {}).get(a.tool_name or a.name)
+            if handler is None:
+                m.exec_client_message.mcp_result.tool_not_found.SetInParent()
+            else:
+                from google.protobuf.json_format import MessageToDict
+
+                item = m.exec_client_message.mcp_result.success.content.add()
+                item.text.text = handler(MessageToDict(a)["args"] if a.args else {})
+            return [m]
         if kind == "grep_args":
             m = reply()
             g = ex.grep_args
@@ -308,6 +345,12 @@ class ScriptedIDE:
         m.exec_client_control_message.throw.id = ex.id
         m.exec_client_control_message.throw.error = f"scripted IDE cannot execute {kind}"
         return [m]
+
+
+def _terminal_file(command: str, cwd: str, output: str, exit_code: int | None) -> str:
+    head = f"---\ncommand: {command}\ncwd: {cwd}\n---\n"
+    tail = f"---\nexit_code: {exit_code}\nelapsed_ms: 5\n---\n" if exit_code is not None else ""
+    return head + output + tail
 
 
 def _fill_grep(success: pb.GrepSuccess, root: str, stdout: str, mode: str) -> None:

@@ -183,6 +183,7 @@ class Injection:
     message: Message
     user_message: pb.UserMessage | None
     request_context: str
+    notify: bool = True  # report context_injection_state to the IDE (ids it created)
 
 
 @dataclass(eq=False)
@@ -437,6 +438,15 @@ class ConversationRuntime:
             if entry is not None:
                 added.append(entry)
             return added
+        if kind == "background_task_completion_action":
+            for key, message in self._background_completions(run, action.background_task_completion_action):
+                entry = self.history.append(EntryKind.BACKGROUND_COMPLETION, key, message, run.run_id)
+                if entry is not None:
+                    added.append(entry)
+            last = self.history.entries[-1] if self.history.entries else None
+            if not added and (last is None or last.kind is EntryKind.ASSISTANT):
+                return None  # already delivered and followed up: never wake the model twice
+            return added  # new completions, or a follow-up a crash cut short
         if kind == "resume_action":
             ctx = self.history.add_request_context(
                 render_request_context(action.resume_action.request_context), f"request-context:{run.run_id}", run.run_id
@@ -573,7 +583,8 @@ class ConversationRuntime:
             e = self.history.append(EntryKind.INJECTION, f"injection:{inj.injection_id}", inj.message, run.run_id)
             if e is not None:
                 entries.append(e)
-            out.append(updates.injection_delivered(inj.injection_id, run.step, _now_ms()))
+            if inj.notify:
+                out.append(updates.injection_delivered(inj.injection_id, run.step, _now_ms()))
             if inj.user_message is not None:
                 out.append(updates.user_message_appended(inj.user_message))
         self._persist_entries_nowait(entries)
@@ -782,17 +793,14 @@ class ConversationRuntime:
                 inj_id = f"user-message:{uma.user_message.message_id or len(run.injection_ids)}"
                 self._inject(run, inj_id, self._user_message(run, uma.user_message), uma.user_message, render_request_context(uma.request_context))
                 return
-            # Not running: a follow-up turn on this stream with the previous run's settings.
-            base = self.last_run_request
-            target = run.output if run is not None and run.request_id == request_id else None
-            if base is None or target is None or target.closed:
-                log.warning("user message with no run to continue", extra={"conversation_id": self.conversation_id})
+            self._continue_on_stream(request_id, action)
+            return
+        if kind == "background_task_completion_action":
+            if active and run is not None:
+                for key, message in self._background_completions(run, action.background_task_completion_action):
+                    self._inject(run, key, message, None, "", interrupt=False)
                 return
-            rr = pb.AgentRunRequest()
-            rr.CopyFrom(base)
-            rr.ClearField("conversation_state")
-            rr.action.user_message_action.CopyFrom(uma)
-            self._on_start_run(StartRun(request_id, target, rr))
+            self._continue_on_stream(request_id, action)
             return
         if kind == "inject_context_action":
             ica = action.inject_context_action
@@ -816,16 +824,56 @@ class ConversationRuntime:
             return
         log.info("conversation action ignored", extra={"conversation_id": self.conversation_id, "action": kind})
 
+    def _continue_on_stream(self, request_id: str, action: pb.ConversationAction) -> None:
+        """Not running: a follow-up turn on this stream with the previous run's settings."""
+        run = self.run
+        base = self.last_run_request
+        target = run.output if run is not None and run.request_id == request_id else None
+        if base is None or target is None or target.closed:
+            log.warning("follow-up action with no run to continue", extra={"conversation_id": self.conversation_id})
+            return
+        rr = pb.AgentRunRequest()
+        rr.CopyFrom(base)
+        rr.ClearField("conversation_state")
+        rr.action.CopyFrom(action)
+        self._on_start_run(StartRun(request_id, target, rr))
+
+    def _background_completions(
+        self, run: ActiveRun, action: pb.BackgroundTaskCompletionAction
+    ) -> list[tuple[str, Message]]:
+        """Simulated user turns for finished background work, keyed so a redelivery is a no-op."""
+        out = []
+        for c in action.completions:
+            kind = pb.BackgroundTaskKind.Name(c.kind).removeprefix("BACKGROUND_TASK_KIND_")
+            key = f"background-completed:{kind}:{c.task_id}:{c.tool_call_id}"
+            if self.history.has(key) or self.history.has(f"injection:{key}"):
+                continue
+            status = pb.BackgroundTaskStatus.Name(c.status).removeprefix("BACKGROUND_TASK_STATUS_").lower()
+            lines = [f"A background {kind.lower()} task finished ({status}): {c.title or c.task_id}."]
+            if c.HasField("detail") and c.detail:
+                lines.append(c.detail)
+            if c.HasField("output_path") and c.output_path:
+                lines.append(f"Its output is in {c.output_path}.")
+            lines.append("Continue the work in light of this result if it matters; otherwise say briefly that it is done.")
+            out.append((key, Message(role="user", parts=[TextPart(text="\n".join(lines))])))
+        return out
+
     def _user_message(self, run: ActiveRun, um: pb.UserMessage) -> Message:
         return Message(role="user", parts=[TextPart(text=render_user_message(um, self._mode(run)))])
 
-    def _inject(self, run: ActiveRun, injection_id: str, message: Message, um: pb.UserMessage | None, ctx: str) -> None:
+    def _inject(
+        self, run: ActiveRun, injection_id: str, message: Message, um: pb.UserMessage | None, ctx: str, *, interrupt: bool = True
+    ) -> None:
+        """Queue a message for the active run. With `interrupt` (user messages, injected context) the
+        current cycle is cut short; without it (background completions) it joins at the next cycle
+        boundary, or continues the run if the model had just finished."""
         if injection_id in run.injection_ids or self.history.has(f"injection:{injection_id}"):
             return  # repeated ids are ignored
         run.injection_ids.add(injection_id)
-        run.injections.append(Injection(injection_id, message, um, ctx))
-        self._write(updates.injection_queued(injection_id))
-        if self.phase in (Phase.MODELING, Phase.WAITING_TOOLS):
+        run.injections.append(Injection(injection_id, message, um, ctx, notify=interrupt))
+        if interrupt:
+            self._write(updates.injection_queued(injection_id))
+        if interrupt and self.phase in (Phase.MODELING, Phase.WAITING_TOOLS):
             self._transition(Phase.INTERRUPTING)
             self._abort_pending(run, INTERRUPTED_TOOL_TEXT)
             if run.engine is not None:
