@@ -48,11 +48,8 @@ def server_config(tmp_path_factory: pytest.TempPathFactory, shared_provider: Fak
 
 @pytest.fixture(scope="module")
 def server(server_config: ServerConfig) -> Iterator[ServerProcess]:
-    proc = ServerProcess(server_config).start()
-    try:
+    with ServerProcess(server_config) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest_asyncio.fixture
@@ -62,3 +59,13 @@ async def ide(server: ServerProcess, workspace: Path) -> AsyncIterator[ScriptedI
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture(autouse=True)
+def no_broken_invariants(tmp_path: Path) -> Iterator[None]:
+    """Servers a test starts itself log under its tmp_path: fail the test if one broke an invariant."""
+    yield
+    broken = []
+    for log in tmp_path.rglob("server.log"):
+        broken += [line for line in log.read_text(errors="replace").splitlines() if any(m in line for m in ServerProcess.INVARIANT_ERRORS)]
+    assert not broken, "server broke an invariant:\n" + "\n".join(broken)

@@ -39,11 +39,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, upstream: FakeProviderServe
         upstream=upstream.url,
         runsse_wait_seconds=2.0,
     )
-    proc = ServerProcess(cfg).start()
-    try:
+    with ServerProcess(cfg) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 async def test_passthrough_is_byte_identical_and_streams_before_upstream_finishes(server: ServerProcess, stand_in: FakeProviderServer) -> None:

@@ -115,6 +115,21 @@ class ServerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    # Lines the server logs only when a lifecycle or history invariant broke: a test fails on them.
+    INVARIANT_ERRORS = (
+        "illegal lifecycle transition",
+        "runtime handler failed",
+        "provider history is not an extension",
+        "run failed with an unexpected error",
+    )
+
+    def invariant_errors(self) -> list[str]:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if any(marker in line for marker in self.INVARIANT_ERRORS)]
+
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.proc is None:
             return None
@@ -132,3 +147,5 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        broken = self.invariant_errors()
+        assert not broken, "server broke an invariant:\n" + "\n".join(broken)
