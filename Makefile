@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-HOST ?= 127.0.0.1
-PORT ?= 8787
+# Optional overrides of the config file's [server] host/port, e.g. `make serve PORT=9000`.
+HOST ?=
+PORT ?=
 
 .PHONY: serve test soak bench wheel clean
 
@@ -17,7 +18,7 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ext/*.pyx)
 	touch $@
 
 serve: $(STAMP)
-	$(BIN)/cursor-byok serve --host $(HOST) --port $(PORT)
+	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 test: $(STAMP)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q
@@ -26,7 +27,7 @@ soak: $(STAMP)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
 
 bench: $(STAMP)
-	$(BIN)/python -m pytest -q benchmarks --benchmark-columns=min,median,mean,ops --benchmark-sort=name
+	$(BIN)/python -m pytest -q -s benchmarks -p no:timeout --benchmark-columns=min,median,mean,ops --benchmark-sort=name
 
 wheel: $(STAMP)
 	$(BIN)/pip wheel --no-deps -w dist .
