@@ -11,7 +11,7 @@ PORT ?=
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip "setuptools>=69" wheel "Cython>=3.0"
+	$(BIN)/pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0"
 
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ext/*.pyx)
 	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'

@@ -19,13 +19,8 @@ def call(call_id: str, name: str, **args: object) -> CallSpec:
     return CallSpec(call_id, name, [text[:mid], text[mid:]])  # arguments stream in two pieces
 
 
-async def run(ide: ScriptedIDE, text: str, *, workspace: str, conv: str | None = None) -> StreamLog:
-    rid = uuid.uuid4().hex
-    log = StreamLog()
-    reader = asyncio.create_task(ide.stream(rid, log))
-    await ide.append(rid, run_request(text, model=MODEL, conversation_id=conv or uuid.uuid4().hex, workspace=workspace))
-    await asyncio.wait_for(reader, 30)
-    return log
+async def run(ide: ScriptedIDE, text: str, *, workspace: str) -> StreamLog:
+    return await ide.turn(run_request(text, model=MODEL, conversation_id=uuid.uuid4().hex, workspace=workspace), timeout=30)
 
 
 def card_order(log: StreamLog, call_id: str) -> list[str]:

@@ -18,17 +18,6 @@ def call(call_id: str, name: str, **args: object) -> CallSpec:
     return CallSpec(call_id, name, [json.dumps(args)])
 
 
-async def turn(ide: ScriptedIDE, message: pb.AgentClientMessage, *, during=None) -> StreamLog:
-    rid = uuid.uuid4().hex
-    log = StreamLog()
-    reader = asyncio.create_task(ide.stream(rid, log))
-    await ide.append(rid, message)
-    if during is not None:
-        await during(rid, log)
-    await asyncio.wait_for(reader, 20)
-    return log
-
-
 def tool_messages(provider: FakeProviderServer, index: int) -> list[dict]:
     return [m for m in provider.requests[index].json()["messages"] if m["role"] == "tool"]
 
@@ -46,7 +35,7 @@ def with_mcp(msg: pb.AgentClientMessage) -> pb.AgentClientMessage:
 async def test_mcp_call_routed_by_descriptor(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     ide.mcp_servers = {"weather": {"get_forecast": lambda args: f"sunny in {args['city']}"}}
     provider.enqueue(OPENAI_CHAT.tool_calls([call("c_mcp", "mcp_weather_get_forecast", city="Oslo")]), OPENAI_CHAT.text(["it is sunny"]))
-    log = await turn(ide, with_mcp(run_request("weather?", model=MODEL, conversation_id=uuid.uuid4().hex)))
+    log = await ide.turn(with_mcp(run_request("weather?", model=MODEL, conversation_id=uuid.uuid4().hex)))
     assert log.text == "it is sunny" and log.terminal is None
     tools_offered = [t["function"]["name"] for t in provider.requests[0].json()["tools"]]
     assert tools_offered[-1] == "mcp_weather_get_forecast"  # dynamic tools after the fixed ones
@@ -61,7 +50,7 @@ async def test_call_mcp_tool_by_server_and_name(ide: ScriptedIDE, provider: Fake
         OPENAI_CHAT.tool_calls([call("c_call", "CallMcpTool", server="weather", toolName="get_forecast", arguments={"city": "Rome"})]),
         OPENAI_CHAT.text(["ok"]),
     )
-    await turn(ide, with_mcp(run_request("weather?", model=MODEL, conversation_id=uuid.uuid4().hex)))
+    await ide.turn(with_mcp(run_request("weather?", model=MODEL, conversation_id=uuid.uuid4().hex)))
     assert "rain in Rome" in tool_messages(provider, 1)[0]["content"]
 
 
@@ -70,7 +59,7 @@ async def test_unknown_mcp_descriptor_is_a_tool_error(ide: ScriptedIDE, provider
         OPENAI_CHAT.tool_calls([call("c_unknown", "CallMcpTool", server="nope", toolName="missing", arguments={})]),
         OPENAI_CHAT.text(["no such tool"]),
     )
-    log = await turn(ide, with_mcp(run_request("call it", model=MODEL, conversation_id=uuid.uuid4().hex)))
+    log = await ide.turn(with_mcp(run_request("call it", model=MODEL, conversation_id=uuid.uuid4().hex)))
     assert log.terminal is None
     assert [e for e in ide.exec_log if e.WhichOneof("message") == "mcp_args"] == []
     assert "unknown" in tool_messages(provider, 1)[0]["content"].lower()
@@ -88,7 +77,7 @@ async def test_ask_question_is_answered_by_the_user(ide: ScriptedIDE, provider: 
     ide.answers["ask_question_interaction_query"] = answer
     question = {"id": "q1", "prompt": "Which database?", "options": [{"id": "pg", "label": "Postgres"}, {"id": "sq", "label": "SQLite"}]}
     provider.enqueue(OPENAI_CHAT.tool_calls([call("c_ask", "AskQuestion", questions=[question])]), OPENAI_CHAT.text(["SQLite it is"]))
-    log = await turn(ide, run_request("set up storage", model=MODEL, conversation_id=uuid.uuid4().hex))
+    log = await ide.turn(run_request("set up storage", model=MODEL, conversation_id=uuid.uuid4().hex))
     assert log.text == "SQLite it is" and log.terminal is None
     assert "interaction_query" in log.kinds()
     assert "SQLite" in tool_messages(provider, 1)[0]["content"] or "sq" in tool_messages(provider, 1)[0]["content"]
@@ -111,7 +100,7 @@ async def test_shell_moves_to_background_then_is_awaited(ide: ScriptedIDE, provi
         await asyncio.sleep(0.3)  # Await polls while the command is still running
         ide.finish_background()
 
-    log = await turn(ide, msg, during=during)
+    log = await ide.turn(msg, during=during)
     assert log.text == "build finished" and log.terminal is None
     first = tool_messages(provider, 1)[0]["content"]
     assert "background" in first.lower() and "100" in first
@@ -157,17 +146,17 @@ async def test_background_task_returns_at_once_and_its_completion_is_delivered_o
         await ide.append(rid, reply)
         ide.hold_execs = False
 
-    log = await turn(ide, run_request("index in the background", model=MODEL, conversation_id=conv), during=during)
+    log = await ide.turn(run_request("index in the background", model=MODEL, conversation_id=conv), during=during)
     assert log.text == "started it" and log.terminal is None
 
     # Later the IDE reports the completion: one simulated user turn, one follow-up.
     provider.enqueue(OPENAI_CHAT.text(["the index is ready"]))
-    follow = await turn(ide, completion_request(conv, "child-bg", "c_bg"))
+    follow = await ide.turn(completion_request(conv, "child-bg", "c_bg"))
     assert follow.text == "the index is ready" and follow.terminal is None
     assert "Indexed 42 files." in provider.requests[-1].body.decode()
     calls = len(provider.requests)
     # At-least-once delivery: the same completion again never wakes the model.
-    again = await turn(ide, completion_request(conv, "child-bg", "c_bg"))
+    again = await ide.turn(completion_request(conv, "child-bg", "c_bg"))
     assert again.terminal is None and len(provider.requests) == calls
     assert provider.requests[-1].body.decode().count("Indexed 42 files.") == 1
 
@@ -188,7 +177,7 @@ async def test_background_completion_joins_an_active_run(ide: ScriptedIDE, provi
         ide.hold_execs = False
         await ide.release_held()  # the pending tool was not aborted by the completion
 
-    log = await turn(ide, run_request("read", model=MODEL, conversation_id=conv), during=during)
+    log = await ide.turn(run_request("read", model=MODEL, conversation_id=conv), during=during)
     assert log.text == "both handled" and log.terminals == 1
     assert "Indexed 42 files." in provider.requests[1].body.decode()
     assert tool_messages(provider, 1)[0]["tool_call_id"] == "c_r" and "did not finish" not in tool_messages(provider, 1)[0]["content"]
@@ -210,7 +199,7 @@ async def test_cancel_of_a_subtask_leaves_the_parent_running(ide: ScriptedIDE, p
         await ide.append(rid, cancel)
         ide.hold_execs = False
 
-    log = await turn(ide, run_request("delegate", model=MODEL, conversation_id=uuid.uuid4().hex), during=during)
+    log = await ide.turn(run_request("delegate", model=MODEL, conversation_id=uuid.uuid4().hex), during=during)
     assert log.text == "parent carried on" and log.terminals == 1 and log.terminal is None
     aborts = [m.exec_server_control_message.abort.id for m in log.messages if m.WhichOneof("message") == "exec_server_control_message"]
     assert len(aborts) == 1

@@ -20,15 +20,6 @@ def slow_text(pieces: list[str], delay: float = 0.08) -> Reply:
     return reply
 
 
-async def run_turn(ide: ScriptedIDE, request_id: str, message: pb.AgentClientMessage) -> StreamLog:
-    log = StreamLog()
-    reader = asyncio.create_task(ide.stream(request_id, log))
-    resp = await ide.append(request_id, message)
-    assert resp.status_code == 200, resp.text
-    await asyncio.wait_for(reader, 20)
-    return log
-
-
 async def test_same_request_same_conversation_same_event_is_idempotent(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["Hello", " world"]))
     rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
@@ -46,10 +37,10 @@ async def test_same_request_same_conversation_same_event_is_idempotent(ide: Scri
 async def test_same_request_same_conversation_new_run_is_new_generation(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["first"]), OPENAI_CHAT.text(["second"]))
     rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
-    first = await run_turn(ide, rid, run_request("one", model=MODEL, conversation_id=conv))
+    first = await ide.turn(request_id=rid, message=run_request("one", model=MODEL, conversation_id=conv))
     assert first.text == "first" and first.terminal is None
     ide.seqnos[rid] = 0  # the IDE starts a new transport generation at seqno 0
-    second = await run_turn(ide, rid, run_request("two", model=MODEL, conversation_id=conv))
+    second = await ide.turn(request_id=rid, message=run_request("two", model=MODEL, conversation_id=conv))
     assert second.text == "second" and second.terminals == 1 and second.terminal is None
     # Same conversation: the second provider request carries the first turn.
     body = provider.requests[1].json()
@@ -60,7 +51,7 @@ async def test_same_request_same_conversation_new_run_is_new_generation(ide: Scr
 async def test_same_request_different_conversation_conflicts(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["ok"]))
     rid = uuid.uuid4().hex
-    await run_turn(ide, rid, run_request("one", model=MODEL, conversation_id="conv-a"))
+    await ide.turn(request_id=rid, message=run_request("one", model=MODEL, conversation_id="conv-a"))
     resp = await ide.append(rid, run_request("two", model=MODEL, conversation_id="conv-b"), seqno=0)
     assert resp.status_code == 409
     assert resp.json()["code"] == "already_exists"

@@ -10,7 +10,7 @@ import asyncio
 import os
 import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -216,6 +216,26 @@ class ScriptedIDE:
                 reply.interaction_response.CopyFrom(answer(q))
                 reply.interaction_response.id = q.id
                 await self.append(request_id, reply)
+
+    async def turn(
+        self,
+        message: pb.AgentClientMessage,
+        *,
+        request_id: str | None = None,
+        during: Callable[[str, StreamLog], Awaitable[None]] | None = None,
+        timeout: float = 20.0,
+    ) -> StreamLog:
+        """One RunSSE stream with its first append: read it to the end. `during(request_id, log)`
+        runs while the stream is open (to hold, answer or interrupt things mid-run)."""
+        request_id = request_id or uuid.uuid4().hex
+        log = StreamLog()
+        reader = asyncio.create_task(self.stream(request_id, log))
+        resp = await self.append(request_id, message)
+        assert resp.status_code == 200, resp.text
+        if during is not None:
+            await during(request_id, log)
+        await asyncio.wait_for(reader, timeout)
+        return log
 
     async def release_held(self) -> None:
         held, self.held = self.held, []

@@ -26,6 +26,7 @@ from ..protocol import (
     agent_pb2 as pb,
     encode_server_message,
     encode_server_messages,
+    SERVER_HEARTBEAT_FRAME,
     end_stream_error,
     end_stream_ok,
     model_not_found_error,
@@ -34,6 +35,13 @@ from ..protocol import (
 from ..run import (
     Interrupted,
     Message,
+    ModelCycleFinished,
+    ModelCycleStarted,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCallArgsDelta,
+    ToolCallStart,
     ProviderError,
     RunEngine,
     RunSpec,
@@ -44,7 +52,6 @@ from ..run import (
     ToolResultPart,
     Usage,
 )
-from ..run import events as run_events
 from . import updates
 from .history import ConversationHistory, EntryKind, HistoryEntry, blob_id, encode_entry, message_json, system_json
 from .history.request import prompt_mode, render_request_context, render_user_message
@@ -277,7 +284,7 @@ class ConversationRuntime:
                 self._on_tool_batch(cmd)
             case Heartbeat():
                 if not cmd.output.closed:
-                    cmd.output.write(HEARTBEAT_FRAME)
+                    cmd.output.write(SERVER_HEARTBEAT_FRAME)
             case StartRun():
                 self._on_start_run(cmd)
             case Prepared():
@@ -512,34 +519,34 @@ class ConversationRuntime:
         if not self._is_current(run.run_id) or run.output.closed:
             return
         match event:
-            case run_events.TextDelta():
+            case TextDelta():
                 self._end_thinking(run)
                 run.output.write(encode_server_message(updates.text_delta(event.text)))
-            case run_events.ThinkingDelta():
+            case ThinkingDelta():
                 if run.thinking_started is None:
                     run.thinking_started = time.monotonic()
                 run.output.write(encode_server_message(updates.thinking_delta(event.text)))
-            case run_events.ThinkingEnd():
+            case ThinkingEnd():
                 self._end_thinking(run)
-            case run_events.ToolCallStart():
+            case ToolCallStart():
                 self._end_thinking(run)
                 stream = tools.ArgsStream(event.id, event.name, run.model_call_id, workspace_root=run.tool_ctx.workspace_root if run.tool_ctx else None)
                 run.args_streams[event.id] = stream
                 self._write(*(updates.interaction(u) for u in stream.opened()))
-            case run_events.ToolCallArgsDelta():
+            case ToolCallArgsDelta():
                 stream = run.args_streams.get(event.id)
                 if stream is not None:
                     self._write(*(updates.interaction(u) for u in stream.feed(event.delta)))
-            case run_events.Usage():
+            case Usage():
                 if event.output_tokens:
                     run.output_tokens += event.output_tokens
                     self._write(updates.token_delta(run.output_tokens))
                 _add_usage(run.usage, event)
-            case run_events.ModelCycleStarted():
+            case ModelCycleStarted():
                 run.step = event.step
                 run.model_call_id = f"{run.run_id}:{event.step}"
                 self._write(updates.step_started(event.step))
-            case run_events.ModelCycleFinished():
+            case ModelCycleFinished():
                 self._end_thinking(run)
                 self._write(updates.step_completed(event.step, 0))
             case _:
@@ -1190,7 +1197,6 @@ class _RuntimePorts:
 # --------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------
-HEARTBEAT_FRAME = encode_server_message(updates.heartbeat())
 END_STREAM_OK = end_stream_ok()
 END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancelled"))
 

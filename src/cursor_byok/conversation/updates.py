@@ -47,12 +47,6 @@ def step_completed(step: int, duration_ms: int) -> pb.AgentServerMessage:
     return m
 
 
-def heartbeat() -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    m.interaction_update.heartbeat.SetInParent()
-    return m
-
-
 def turn_ended(usage: Usage | None) -> pb.AgentServerMessage:
     m = pb.AgentServerMessage()
     te = m.interaction_update.turn_ended

@@ -17,9 +17,8 @@ import msgspec
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
-from ..protocol import ConnectError
 from ..run import RunEngine, make_provider
-from .asgi import Receive, Scope, Send, reply, reply_error
+from .asgi import Receive, Scope, Send, reply
 from .bidi import handle_append
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
 from .stream import handle_run_sse
@@ -167,4 +166,4 @@ def serve(config: Config) -> int:
     return 0
 
 
-__all__ = ["ConnectError", "Gateway", "create_app", "serve"]
+__all__ = ["Gateway", "create_app", "serve"]
