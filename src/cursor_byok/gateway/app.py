@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 from typing import Any
 
 import httpx
@@ -27,7 +28,10 @@ from .transport import Transports
 log = logging.getLogger("cursor_byok.gateway")
 
 CONFIG_JSON_ENV = "CURSOR_BYOK_CONFIG_JSON"
+DRAIN_TOKEN_ENV = "CURSOR_BYOK_DRAIN_TOKEN"
+DRAIN_PATH = "/__byok-api__/drain"
 SWEEP_SECONDS = 5.0
+DRAIN_SECONDS = 3.0
 
 
 class Gateway:
@@ -80,6 +84,21 @@ class Gateway:
         if self.store is not None:
             await self.store.close()
 
+    def _drain_allowed(self, scope: Scope) -> bool:
+        token = os.environ.get(DRAIN_TOKEN_ENV, "")
+        given = next((v for k, v in scope["headers"] if k == b"x-cursor-byok-drain-token"), b"")
+        return bool(token) and secrets.compare_digest(given, token.encode())
+
+    async def drain(self) -> None:
+        """Graceful stop, before the HTTP server closes its connections: every open RunSSE gets its
+        one terminal frame (unavailable) and a moment to read it."""
+        await self.conversations.shutdown("server shutting down")
+        deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
+        while asyncio.get_running_loop().time() < deadline:
+            if not any(s.readers and not s.terminal_delivered for s in self.conversations.hub.streams()):
+                return
+            await asyncio.sleep(0.02)
+
     def _make_engine(self, model: ModelConfig) -> RunEngine:
         assert self.http is not None
         provider = make_provider(model, resolve_api_key(self.config, model), self.http)
@@ -108,6 +127,9 @@ class Gateway:
         elif method == "POST" and path == RUN_SSE_PATH:
             await handle_run_sse(self, scope, receive, send)
         elif path in HEALTH_PATHS:
+            await reply(send, 204, b"", [])
+        elif path == DRAIN_PATH and method == "POST" and self._drain_allowed(scope):
+            await self.drain()
             await reply(send, 204, b"", [])
         elif self.local_rpcs.handles(path):
             await self.local_rpcs.handle(scope, receive, send)
@@ -150,7 +172,22 @@ def serve(config: Config) -> int:
 
     config.data_path.mkdir(parents=True, exist_ok=True)
     os.environ[CONFIG_JSON_ENV] = msgspec.json.encode(config).decode()
-    server = Granian(
+    token = os.environ[DRAIN_TOKEN_ENV] = secrets.token_hex(16)
+    host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::", "") else config.server.host
+    drain_url = f"http://{host}:{config.server.port}{DRAIN_PATH}"
+
+    class DrainingGranian(Granian):  # type: ignore[misc, valid-type]
+        """Granian closes connections before the app's lifespan shutdown runs; drain first so every
+        open RunSSE ends with its terminal frame instead of a cut connection."""
+
+        def shutdown(self, exit_code: int = 0) -> None:
+            try:
+                httpx.post(drain_url, headers={"x-cursor-byok-drain-token": token}, timeout=DRAIN_SECONDS + 2)
+            except httpx.HTTPError:
+                log.warning("graceful drain did not answer; stopping anyway")
+            super().shutdown(exit_code)
+
+    server = DrainingGranian(
         "cursor_byok.gateway.app:app_from_env",
         address=config.server.host,
         port=config.server.port,
