@@ -9,7 +9,7 @@ import pytest_asyncio
 
 from tests.fakes import FakeProviderServer
 from tests.harness.ide import ScriptedIDE
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import LIVE, ModelSpec, ServerConfig, ServerProcess
 
 MODEL = "byok-test"
 
@@ -63,8 +63,12 @@ async def ide(server: ServerProcess, workspace: Path) -> AsyncIterator[ScriptedI
 
 @pytest.fixture(autouse=True)
 def no_broken_invariants(tmp_path: Path) -> Iterator[None]:
-    """Servers a test starts itself log under its tmp_path: fail the test if one broke an invariant."""
+    """Servers a test starts itself are stopped after it (even when it failed) and log under its
+    tmp_path: fail the test if one broke an invariant."""
+    before = set(LIVE)
     yield
+    for server in LIVE - before:
+        server.stop()
     broken = []
     for log in tmp_path.rglob("server.log"):
         broken += [line for line in log.read_text(errors="replace").splitlines() if any(m in line for m in ServerProcess.INVARIANT_ERRORS)]

@@ -1,6 +1,7 @@
 """Run the real server (`cursor-byok serve`) in a subprocess on a free loopback port."""
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -68,6 +69,16 @@ class ServerConfig:
         return "\n".join(lines)
 
 
+LIVE: set["ServerProcess"] = set()  # every server started and not yet stopped
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """A test run that dies early must not leave servers behind (they would skew later runs)."""
+    for server in list(LIVE):
+        server.kill()
+
+
 class ServerProcess:
     def __init__(self, config: ServerConfig, *, env: dict[str, str] | None = None) -> None:
         self.config = config
@@ -89,6 +100,7 @@ class ServerProcess:
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen([*cmd, "serve", "--config", str(self.config_path)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        LIVE.add(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -114,6 +126,7 @@ class ServerProcess:
             # granian runs the app in a worker process: kill the whole process group.
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        LIVE.discard(self)
 
     # Lines the server logs only when a lifecycle or history invariant broke: a test fails on them.
     INVARIANT_ERRORS = (
@@ -140,6 +153,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
+        LIVE.discard(self)
         return self.proc.returncode
 
     def __enter__(self) -> ServerProcess:

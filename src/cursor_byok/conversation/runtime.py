@@ -53,7 +53,17 @@ from ..run import (
     Usage,
 )
 from . import updates
-from .history import ConversationHistory, EntryKind, HistoryEntry, blob_id, encode_entry, message_json, system_json
+from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord
+from .history import (
+    ConversationHistory,
+    EntryKind,
+    HistoryEntry,
+    blob_id,
+    decode_entry,
+    encode_entry,
+    message_json,
+    system_json,
+)
 from .history.request import prompt_mode, render_request_context, render_user_message
 from .identity import ParentConversationRef, new_run_id
 from .output import OutputStream
@@ -1079,8 +1089,6 @@ class ConversationRuntime:
         store = self.s.store
         if store is None:
             return
-        from .history import decode_entry
-
         record = await store.get_conversation(self.conversation_id)
         if record is not None and record.parent is not None and self.parent is None:
             p = record.parent
@@ -1116,8 +1124,6 @@ class ConversationRuntime:
         store = self.s.store
         if store is None:
             return
-        from ..store import ConversationRecord, ParentRef, RunRecord
-
         model_id = run.run_request.requested_model.model_id or run.run_request.model_details.model_id
         parent = self.parent
         now = _now_ms()
@@ -1236,8 +1242,6 @@ def _as_connect_error(exc: BaseException) -> ConnectError:
 
 
 def _event_record(entry: HistoryEntry) -> Any:
-    from ..store import NewEvent
-
     return NewEvent(event_id=entry.event_id, kind=entry.kind.value, payload=encode_entry(entry.kind, entry.message), run_id=entry.run_id)
 
 

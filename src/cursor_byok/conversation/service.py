@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from ..protocol import ConnectError, agent_pb2 as pb
@@ -112,8 +113,6 @@ class ConversationService:
         possible with a store (a memory-only runtime would lose its history)."""
         if self.services.store is None:
             return 0
-        import time
-
         now = time.monotonic() if now is None else now
         stale = [rt for rt in self.registry.runtimes() if rt.idle and now - rt.last_active > idle_seconds]
         for rt in stale:

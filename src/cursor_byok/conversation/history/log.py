@@ -78,7 +78,9 @@ class ConversationHistory:
         self._ids: set[str] = set()
         self._base = 0  # index of the latest compaction entry (the projection starts there)
         self._latest_context: HistoryEntry | None = None
+        self._base_context: HistoryEntry | None = None  # the request context a compaction kept
         self._chain: list[bytes] = []  # prefix chain of the last projection
+        self._messages: list[Message] = []  # the last projection (its messages are immutable)
         self.prefix_violations = 0
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
@@ -113,7 +115,8 @@ class ConversationHistory:
             self._latest_context = entry
         elif entry.kind is EntryKind.COMPACTION:
             self._base = len(self.entries) - 1
-            self._chain = []  # an explicit prefix reset
+            self._base_context = self._latest_context  # kept across the reset
+            self._chain, self._messages = [], []  # an explicit prefix reset
 
     # -- request context: append-only, compared by content ----------------------------------------
     def latest_context_text(self) -> str | None:
@@ -137,23 +140,23 @@ class ConversationHistory:
         latest request context that preceded it)."""
         window = self.entries[self._base :]
         messages: list[Message] = []
-        if window and window[0].kind is EntryKind.COMPACTION:
-            ctx = self._context_before(self._base)
-            if ctx is not None:
-                messages.append(ctx.message)
+        if window and window[0].kind is EntryKind.COMPACTION and self._base_context is not None:
+            messages.append(self._base_context.message)
         messages.extend(e.message for e in window)
         self._check_prefix(messages)
         return messages
 
-    def _context_before(self, index: int) -> HistoryEntry | None:
-        for e in reversed(self.entries[:index]):
-            if e.kind is EntryKind.REQUEST_CONTEXT:
-                return e
-        return None
-
     def _check_prefix(self, messages: list[Message]) -> None:
-        chain = hotpath.chain([canonical(m) for m in messages])
-        previous = self._chain
+        """Extend the prefix chain over this projection and check it extends the previous one.
+
+        Messages are immutable, so the leading run that is the very same objects as last time keeps
+        its digests; only the rest is encoded and hashed (O(new messages), not O(history))."""
+        previous, prev_messages = self._chain, self._messages
+        same = 0
+        limit = min(len(messages), len(prev_messages))
+        while same < limit and messages[same] is prev_messages[same]:
+            same += 1
+        chain = hotpath.extend(previous[:same], [canonical(m) for m in messages[same:]])
         if previous and not (chain == previous or hotpath.is_strict_prefix(previous, chain)):
             self.prefix_violations += 1
             at = hotpath.common_prefix(previous, chain)
@@ -163,7 +166,7 @@ class ConversationHistory:
             )
             if self.strict_prefix:
                 raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
-        self._chain = chain
+        self._chain, self._messages = chain, messages
 
     @property
     def prefix_chain(self) -> list[bytes]:
