@@ -44,7 +44,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     runtime_idle_seconds: float = 600.0  # an idle conversation leaves memory (its state is in SQLite)
     # After a turn the stream stays open this long for a follow-up on the same request id.
     continuation_window_seconds: float = 2.0
-    blob_ack_timeout_seconds: float = 60.0  # how long a checkpoint waits for the IDE's set_blob acks
+    blob_ack_timeout_seconds: float = 15.0  # how long a checkpoint waits for the IDE's set_blob acks
 
 
 class UpstreamConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -43,6 +43,7 @@ def server_config(tmp_path_factory: pytest.TempPathFactory, shared_provider: Fak
         data_dir=tmp_path_factory.mktemp("server") / "data",
         models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=shared_provider.url + "/v1")],
         runsse_wait_seconds=1.5,
+        extra_server={"blob_ack_timeout_seconds": 1.5},
     )
 
 

@@ -188,3 +188,16 @@ async def test_late_tool_result_never_pollutes_the_next_round(ide: ScriptedIDE, 
     assert "interrupted" in body
     completed = [u for u in log.updates("tool_call_completed") if u.call_id == "call_late"]
     assert len(completed) == 1
+
+
+async def test_client_that_never_acks_blobs_still_ends_its_turn(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    provider.enqueue(OPENAI_CHAT.text(["answer without acks"]))
+    ide.hold_kv = True
+    conv = uuid.uuid4().hex
+    log = await ide.turn(run_request("q", model=MODEL, conversation_id=conv))
+    assert log.text == "answer without acks" and log.terminals == 1 and log.terminal is None
+    assert "turn_ended" in log.kinds() and "conversation_checkpoint_update" not in log.kinds()
+    ide.hold_kv = False
+    after = await follow_up_works(ide, provider, conv)
+    assert "conversation_checkpoint_update" in after.kinds()
+    assert "answer without acks" in provider.requests[-1].body.decode()  # the history kept the turn

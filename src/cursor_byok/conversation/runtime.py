@@ -169,7 +169,7 @@ class RuntimeServices:
     # (model, requested model id, requested parameters) → effort; the model catalog's rule.
     resolve_effort: Callable[[ModelConfig, str, list[tuple[str, str]]], str] | None = None
     continuation_window: float = 2.0
-    blob_ack_timeout: float = 60.0
+    blob_ack_timeout: float = 15.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -932,19 +932,24 @@ class ConversationRuntime:
 
     async def _checkpoint(self, run: ActiveRun) -> None:
         try:
-            state = await self._build_checkpoint(run)
+            state, acked = await self._build_checkpoint(run)
             await self._persist_checkpoint(run, state)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             self.post(CheckpointDone(run.run_id, exc))
             return
-        if self._is_current(run.run_id) and not run.output.closed:
+        if acked and self._is_current(run.run_id) and not run.output.closed:
             run.output.write(encode_server_message(updates.checkpoint(state)))
+        elif not acked:
+            # A client that never acks blobs must not lose its turn: the checkpoint is persisted
+            # here, but one naming blobs the client may not hold is not sent.
+            log.warning("checkpoint blobs were not acked in time; checkpoint not sent", extra={"conversation_id": self.conversation_id})
         self.post(CheckpointDone(run.run_id))
 
-    async def _build_checkpoint(self, run: ActiveRun) -> pb.ConversationStateStructure:
-        """Blobs first (each set_blob acked by the client), then the structure naming them."""
+    async def _build_checkpoint(self, run: ActiveRun) -> tuple[pb.ConversationStateStructure, bool]:
+        """Blobs first (each set_blob acked by the client), then the structure naming them.
+        Returns the state and whether every blob was acked in time."""
         state = pb.ConversationStateStructure()
         if run.run_request.HasField("conversation_state"):
             state.CopyFrom(run.run_request.conversation_state)
@@ -958,14 +963,18 @@ class ConversationRuntime:
             blobs.append(message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name))
         waiters = [self._set_blob(run, data) for data in blobs]
         pending = [w for w in waiters if w is not None]
+        acked = True
         if pending:
-            await asyncio.wait_for(asyncio.gather(*pending), self.s.blob_ack_timeout)
+            try:
+                await asyncio.wait_for(asyncio.gather(*pending), self.s.blob_ack_timeout)
+            except TimeoutError:
+                acked = False
         state.root_prompt_messages_json.extend(blob_id(d) for d in blobs)
         state.mode = run.mode
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window
             state.token_details.used_tokens = min(run.usage.get("input_tokens", 0), 2**32 - 1)
-        return state
+        return state, acked
 
     def _set_blob(self, run: ActiveRun, data: bytes) -> asyncio.Future[None] | None:
         bid = blob_id(data)
