@@ -179,3 +179,46 @@ def test_real_server_with_proxy_starts_answers_and_stops_on_sigint(write_config,
             raise
     assert code == 0, child.stderr.read().decode()
     assert port_is_free(server_port) and port_is_free(proxy_port)
+
+
+def test_ide_gets_the_local_model_list_through_the_proxy_over_tls(write_config, tmp_path: Path):
+    """The IDE's path end to end: TLS for api2.cursor.sh through our proxy (the client trusts only our
+    CA), terminated locally, answered by the real gateway with the configured models."""
+    from cursor_byok.protocol import side_pb2
+
+    server_port, proxy_port = free_port(), free_port()
+    models = (
+        '[upstream]\nbase_url = "http://127.0.0.1:9"\n\n'
+        '[[models]]\nid = "byok-local"\nprovider = "openai-chat"\nmodel = "m"\n'
+        'base_url = "http://127.0.0.1:9/v1"\napi_key_env = "CURSOR_BYOK_TEST_KEY"\ndisplay_name = "My Local Model"\n'
+    )
+    path = write_config(models, server_port=server_port, proxy_port=proxy_port)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "CURSOR_BYOK_TEST_KEY": "k"}
+    env.pop("CURSOR_BYOK_CONFIG", None)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cursor_byok.cli", "serve", "--proxy", "--config", str(path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and child.poll() is None:
+            try:
+                httpx.get(f"http://127.0.0.1:{server_port}/__byok-api__/healthz", timeout=1, trust_env=False)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        verify = client_context(path.parent / "data" / "ca" / "ca.crt")
+        with httpx.Client(proxy=f"http://127.0.0.1:{proxy_port}", verify=verify, trust_env=False, timeout=15) as client:
+            resp = client.post(
+                "https://api2.cursor.sh/aiserver.v1.AiService/AvailableModels",
+                content=b"",
+                headers={"content-type": "application/proto", "authorization": "Bearer user-token"},
+            )
+    finally:
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=30)
+    assert resp.status_code == 200
+    models_reply = side_pb2.AvailableModelsResponse.FromString(resp.content)
+    assert "byok-local" in models_reply.model_names
+    local = [m for m in models_reply.models if m.name == "byok-local"][0]
+    assert local.client_display_name == "My Local Model" and local.supports_agent
