@@ -230,3 +230,41 @@ async def test_background_completion_after_sigkill_gets_exactly_one_follow_up(co
         assert again.terminal is None and len(provider.requests) == calls_before + 1  # never a second follow-up
     finally:
         server.stop()
+
+
+async def test_resume_hydrates_from_the_client_checkpoint_on_a_new_database(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """Our database is gone (a new machine): the IDE's checkpoint and its KV blobs rebuild the history."""
+    first_cfg = ServerConfig(data_dir=tmp_path / "one", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")])
+    conv = uuid.uuid4().hex
+    with ServerProcess(first_cfg) as server:
+        ide = ScriptedIDE(server.base_url, workspace)
+        try:
+            log = await first_turn(ide, provider, conv)
+        finally:
+            await ide.close()
+    checkpoint = [m.conversation_checkpoint_update for m in log.messages if m.WhichOneof("message") == "conversation_checkpoint_update"][-1]
+    blobs = dict(ide.blobs)
+
+    second_cfg = ServerConfig(data_dir=tmp_path / "two", models=first_cfg.models)
+    for corrupt in (True, False):
+        with ServerProcess(second_cfg) as server:
+            ide = ScriptedIDE(server.base_url, workspace)
+            ide.blobs = dict(blobs)
+            ide.corrupt_blobs = corrupt
+            provider.enqueue(OPENAI_CHAT.text(["hydrated answer"]))
+            calls = len(provider.requests)
+            msg = run_request("foxtrot question", model=MODEL, conversation_id=conv, message_id="m9")
+            msg.run_request.conversation_state.CopyFrom(checkpoint)
+            try:
+                resumed = await ide.turn(msg)
+            finally:
+                await ide.close()
+            gets = [kv for kv in ide.kv_log if kv.WhichOneof("message") == "get_blob_args"]
+            assert {kv.get_blob_args.blob_id for kv in gets} == set(checkpoint.root_prompt_messages_json)
+            if corrupt:
+                assert resumed.terminal is not None and resumed.terminal.code == "invalid_argument"
+                assert len(provider.requests) == calls  # a bad blob never reaches the model
+                provider._replies.clear()
+                continue
+            assert resumed.terminal is None and resumed.text == "hydrated answer"
+            assert_history_once(provider.requests[-1].json(), "alpha question", "bravo answer", "foxtrot question")

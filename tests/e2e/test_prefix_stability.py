@@ -10,6 +10,7 @@ from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 
 from .conftest import MODEL
+from .test_tools import completion_request
 
 
 def with_context(msg: pb.AgentClientMessage, rules: str) -> pb.AgentClientMessage:
@@ -57,11 +58,16 @@ async def test_ten_turns_with_tools_context_changes_and_an_injection(ide: Script
             await ide.release_held()
         await asyncio.wait_for(reader, 20)
         assert log.terminals == 1 and log.terminal is None, (turn, log.terminal)
+        if turn == 8:  # a background task finished between turns: a simulated user turn
+            provider.enqueue(OPENAI_CHAT.text(["noted the background result"]))
+            done = await ide.turn(completion_request(conv, "bg-1", "call_bg", MODEL))
+            assert done.terminal is None
 
     raw = [r.raw_items("messages") for r in provider.requests]
-    assert len(raw) == 20  # two calls per turn (the injection joins turn 6's second call)
+    assert len(raw) == 21  # two calls per turn (the injection joins turn 6's), one background follow-up
     assert_each_extends_the_previous(raw)
     final = b"".join(raw[-1]).decode()
     assert final.count("rules A") == 2 and final.count("rules B") == 1  # A → B → A
     assert final.count("an injected note") == 1
+    assert final.count("Indexed 42 files.") == 1
     assert final.count("question 0") == 1

@@ -135,6 +135,8 @@ class ScriptedIDE:
         self.hold_execs = False  # when True, exec requests are recorded but not answered
         self.hold_kv = False  # when True, set_blob requests are recorded but not acked
         self.kv_log: list[pb.KvServerMessage] = []
+        self.blobs: dict[bytes, bytes] = {}  # what the IDE stores for the server (KV set_blob)
+        self.corrupt_blobs = False  # answer get_blob with bytes that do not hash to the id
         self.held: list[tuple[str, pb.ExecServerMessage]] = []
         # MCP servers the IDE has: server id → tool name → handler(args) -> text
         self.mcp_servers: dict[str, dict[str, Callable[[dict], str]]] = {}
@@ -196,6 +198,17 @@ class ScriptedIDE:
         kind = msg.WhichOneof("message")
         if kind == "kv_server_message":
             self.kv_log.append(msg.kv_server_message)
+            kv = msg.kv_server_message
+            if kv.WhichOneof("message") == "set_blob_args":
+                self.blobs[kv.set_blob_args.blob_id] = kv.set_blob_args.blob_data
+            elif kv.WhichOneof("message") == "get_blob_args":
+                reply = pb.AgentClientMessage()
+                reply.kv_client_message.id = kv.id
+                data = self.blobs.get(kv.get_blob_args.blob_id)
+                reply.kv_client_message.get_blob_result.SetInParent()
+                if data is not None:
+                    reply.kv_client_message.get_blob_result.blob_data = data + (b" " if self.corrupt_blobs else b"")
+                await self.append(request_id, reply)
         if kind == "kv_server_message" and msg.kv_server_message.WhichOneof("message") == "set_blob_args" and not self.hold_kv:
             reply = pb.AgentClientMessage()
             reply.kv_client_message.id = msg.kv_server_message.id

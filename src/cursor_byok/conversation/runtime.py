@@ -61,6 +61,7 @@ from .history import (
     blob_id,
     decode_entry,
     encode_entry,
+    message_from_json,
     message_json,
     system_json,
 )
@@ -226,7 +227,7 @@ class ActiveRun:
     thinking_started: float | None = None
     step: int = 0
     model_call_id: str = ""
-    kv_waiters: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    kv_waiters: dict[int, asyncio.Future[pb.KvClientMessage]] = field(default_factory=dict)
     args_streams: dict[str, tools.ArgsStream] = field(default_factory=dict)
     no_model_call: bool = False  # a duplicate of committed input: finish without waking the model
     tool_ctx: tools.ToolContext | None = None
@@ -391,6 +392,8 @@ class ConversationRuntime:
         run.model = model
         await self._ensure_history()
         self._persist_run_started(run)
+        if not self.history.entries and rr.conversation_state.root_prompt_messages_json:
+            await self._hydrate(run)
         env = _request_env(rr)
         run.tool_ctx = tools.ToolContext(
             workspace_root=env.workspace_paths[0] if env is not None and env.workspace_paths else None,
@@ -789,7 +792,7 @@ class ConversationRuntime:
         if msg.WhichOneof("message") == "set_blob_result" and msg.set_blob_result.HasField("error"):
             waiter.set_exception(ConnectError("internal", "the client failed to store a checkpoint blob"))
         else:
-            waiter.set_result(None)
+            waiter.set_result(msg)
 
     # -- conversation actions -------------------------------------------------------------------------------------
     def _on_action(self, request_id: str, action: pb.ConversationAction) -> None:
@@ -976,14 +979,48 @@ class ConversationRuntime:
             state.token_details.used_tokens = min(run.usage.get("input_tokens", 0), 2**32 - 1)
         return state, acked
 
-    def _set_blob(self, run: ActiveRun, data: bytes) -> asyncio.Future[None] | None:
+    async def _hydrate(self, run: ActiveRun) -> None:
+        """Rebuild the history from the client's checkpoint when our database has none (a new
+        machine, a deleted database): root blobs come from the run request's pre-fetched blobs or
+        are asked of the client with get_blob; every blob must hash to its id."""
+        state = run.run_request.conversation_state
+        prefetched = {b.id: b.value for b in run.run_request.pre_fetched_blobs if blob_id(b.value) == b.id}
+        wanted = [bid for bid in state.root_prompt_messages_json if bid not in prefetched]
+        fetched = await asyncio.wait_for(asyncio.gather(*(self._get_blob(run, bid) for bid in wanted)), self.s.blob_ack_timeout)
+        blobs = {**prefetched, **dict(zip(wanted, fetched, strict=True))}
+        entries: list[HistoryEntry] = []
+        for bid in state.root_prompt_messages_json:
+            role, message = message_from_json(blobs[bid])
+            if message is None:
+                continue  # the system prompt: we compile our own
+            kind = {"assistant": EntryKind.ASSISTANT, "tool": EntryKind.TOOL_RESULTS}.get(role, EntryKind.USER)
+            entry = self.history.append(kind, f"hydrated:{bid.hex()}", message, run.run_id)
+            if entry is not None:
+                entries.append(entry)
+        await self._persist_entries(entries, durable=True)
+
+    async def _get_blob(self, run: ActiveRun, bid: bytes) -> bytes:
+        kv_id = self.kv_ids.get(run.request_id, 0) + 1
+        self.kv_ids[run.request_id] = kv_id
+        fut: asyncio.Future[pb.KvClientMessage] = asyncio.get_running_loop().create_future()
+        run.kv_waiters[kv_id] = fut
+        self._write(updates.get_blob(kv_id, bid))
+        reply = await fut
+        result = reply.get_blob_result
+        if not result.HasField("blob_data"):
+            raise ConnectError("not_found", f"checkpoint blob {bid.hex()} is not stored by the client")
+        if blob_id(result.blob_data) != bid:
+            raise ConnectError("invalid_argument", f"checkpoint blob {bid.hex()} does not hash to its id")
+        return result.blob_data
+
+    def _set_blob(self, run: ActiveRun, data: bytes) -> asyncio.Future[pb.KvClientMessage] | None:
         bid = blob_id(data)
         acked = self.acked_blobs.setdefault(run.request_id, set())
         if bid in acked:
             return None
         kv_id = self.kv_ids.get(run.request_id, 0) + 1
         self.kv_ids[run.request_id] = kv_id
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[pb.KvClientMessage] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(lambda f: acked.add(bid) if not f.cancelled() and f.exception() is None else None)
         run.kv_waiters[kv_id] = fut
         self._write(updates.set_blob(kv_id, bid, data))
