@@ -62,11 +62,25 @@ from .history import (
     decode_entry,
     encode_entry,
     message_from_json,
-    message_json,
-    system_json,
+    root_blobs,
 )
 from .history.request import prompt_mode, render_request_context, render_user_message
+from .commands import (
+    CheckpointDone,
+    ClientInput,
+    Command,
+    Detach,
+    EngineDone,
+    FinalizeExpired,
+    Heartbeat,
+    InjectionsTaken,
+    Prepared,
+    Shutdown,
+    StartRun,
+    ToolBatch,
+)
 from .identity import ParentConversationRef, new_run_id
+from .sync import BlobSync
 from .output import OutputStream
 from .state import Outcome, Phase, check_transition
 
@@ -82,81 +96,6 @@ UNFINISHED_TOOL_TEXT = (
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-# --------------------------------------------------------------------------------------------------
-# Commands (everything that reaches the runtime goes through its queue)
-# --------------------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class StartRun:
-    request_id: str
-    output: OutputStream
-    run_request: pb.AgentRunRequest
-    parent: ParentConversationRef | None = None
-
-
-@dataclass(slots=True)
-class ClientInput:
-    request_id: str
-    message: pb.AgentClientMessage
-
-
-@dataclass(slots=True)
-class Heartbeat:
-    output: OutputStream
-
-
-@dataclass(slots=True)
-class ToolBatch:
-    run_id: str
-    calls: list[ToolCallRequest]
-    future: asyncio.Future[list[ToolOutcome]]
-
-
-@dataclass(slots=True)
-class Prepared:
-    run_id: str
-    error: BaseException | None = None
-
-
-@dataclass(slots=True)
-class EngineDone:
-    run_id: str
-    usage: Usage | None = None
-    error: BaseException | None = None
-
-
-@dataclass(slots=True)
-class InjectionsTaken:
-    run_id: str
-
-
-@dataclass(slots=True)
-class CheckpointDone:
-    run_id: str
-    error: BaseException | None = None
-
-
-@dataclass(slots=True)
-class FinalizeExpired:
-    run_id: str
-
-
-@dataclass(slots=True)
-class Detach:
-    request_id: str
-
-
-@dataclass(slots=True)
-class Shutdown:
-    reason: str
-    done: asyncio.Future[None]
-
-
-Command = (
-    StartRun | ClientInput | Heartbeat | ToolBatch | Prepared | EngineDone | InjectionsTaken | CheckpointDone
-    | FinalizeExpired | Detach | Shutdown
-)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -227,7 +166,6 @@ class ActiveRun:
     thinking_started: float | None = None
     step: int = 0
     model_call_id: str = ""
-    kv_waiters: dict[int, asyncio.Future[pb.KvClientMessage]] = field(default_factory=dict)
     args_streams: dict[str, tools.ArgsStream] = field(default_factory=dict)
     no_model_call: bool = False  # a duplicate of committed input: finish without waking the model
     tool_ctx: tools.ToolContext | None = None
@@ -250,8 +188,7 @@ class ConversationRuntime:
         self.next_exec_id = 0  # monotonic per conversation, never reused
         self.todos: list[tools.TodoEntry] = []
         self.shell_output_seen: dict[str, int] = {}
-        self.kv_ids: dict[str, int] = {}  # per request id
-        self.acked_blobs: dict[str, set[bytes]] = {}  # per request id
+        self.blobs = BlobSync()
         self.illegal_transitions = 0
         self.last_active = time.monotonic()
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
@@ -265,6 +202,11 @@ class ConversationRuntime:
 
     def post(self, command: Command) -> None:
         self._queue.put_nowait(command)
+
+    @property
+    def running(self) -> bool:
+        """Its task still consumes commands (not shut down, not evicted)."""
+        return self._task is not None and not self._task.done()
 
     @property
     def idle(self) -> bool:
@@ -727,7 +669,7 @@ class ConversationRuntime:
         elif kind == "interaction_response":
             self._on_interaction_response(run, msg.interaction_response)
         elif kind == "kv_client_message":
-            self._on_kv(run, msg.kv_client_message)
+            self.blobs.on_reply(cmd.request_id, msg.kv_client_message)
         elif kind == "conversation_action":
             self._on_action(cmd.request_id, msg.conversation_action)
         elif kind == "run_request":
@@ -782,17 +724,6 @@ class ConversationRuntime:
         pending = self._pending_for(run, msg.id)
         if pending is not None and run is not None:
             self._step_result(run, pending, lambda: pending.execution.on_interaction_response(msg))
-
-    def _on_kv(self, run: ActiveRun | None, msg: pb.KvClientMessage) -> None:
-        if run is None:
-            return
-        waiter = run.kv_waiters.pop(msg.id, None)
-        if waiter is None or waiter.done():
-            return
-        if msg.WhichOneof("message") == "set_blob_result" and msg.set_blob_result.HasField("error"):
-            waiter.set_exception(ConnectError("internal", "the client failed to store a checkpoint blob"))
-        else:
-            waiter.set_result(msg)
 
     # -- conversation actions -------------------------------------------------------------------------------------
     def _on_action(self, request_id: str, action: pb.ConversationAction) -> None:
@@ -958,13 +889,9 @@ class ConversationRuntime:
             state.CopyFrom(run.run_request.conversation_state)
         del state.root_prompt_messages_json[:]
         del state.pending_tool_calls[:]
-        blobs: list[bytes] = []
-        if run.spec is not None:
-            blobs.append(system_json(run.spec.system))
         model_name = run.model.id if run.model else ""
-        for i, message in enumerate(self.history.project()):
-            blobs.append(message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name))
-        waiters = [self._set_blob(run, data) for data in blobs]
+        blobs = root_blobs(run.spec.system if run.spec else None, self.history.project(), model_name)
+        waiters = [self.blobs.set_blob(run.output, run.request_id, data) for data in blobs]
         pending = [w for w in waiters if w is not None]
         acked = True
         if pending:
@@ -986,7 +913,8 @@ class ConversationRuntime:
         state = run.run_request.conversation_state
         prefetched = {b.id: b.value for b in run.run_request.pre_fetched_blobs if blob_id(b.value) == b.id}
         wanted = [bid for bid in state.root_prompt_messages_json if bid not in prefetched]
-        fetched = await asyncio.wait_for(asyncio.gather(*(self._get_blob(run, bid) for bid in wanted)), self.s.blob_ack_timeout)
+        fetches = (self.blobs.get_blob(run.output, run.request_id, bid) for bid in wanted)
+        fetched = await asyncio.wait_for(asyncio.gather(*fetches), self.s.blob_ack_timeout)
         blobs = {**prefetched, **dict(zip(wanted, fetched, strict=True))}
         entries: list[HistoryEntry] = []
         for bid in state.root_prompt_messages_json:
@@ -998,33 +926,6 @@ class ConversationRuntime:
             if entry is not None:
                 entries.append(entry)
         await self._persist_entries(entries, durable=True)
-
-    async def _get_blob(self, run: ActiveRun, bid: bytes) -> bytes:
-        kv_id = self.kv_ids.get(run.request_id, 0) + 1
-        self.kv_ids[run.request_id] = kv_id
-        fut: asyncio.Future[pb.KvClientMessage] = asyncio.get_running_loop().create_future()
-        run.kv_waiters[kv_id] = fut
-        self._write(updates.get_blob(kv_id, bid))
-        reply = await fut
-        result = reply.get_blob_result
-        if not result.HasField("blob_data"):
-            raise ConnectError("not_found", f"checkpoint blob {bid.hex()} is not stored by the client")
-        if blob_id(result.blob_data) != bid:
-            raise ConnectError("invalid_argument", f"checkpoint blob {bid.hex()} does not hash to its id")
-        return result.blob_data
-
-    def _set_blob(self, run: ActiveRun, data: bytes) -> asyncio.Future[pb.KvClientMessage] | None:
-        bid = blob_id(data)
-        acked = self.acked_blobs.setdefault(run.request_id, set())
-        if bid in acked:
-            return None
-        kv_id = self.kv_ids.get(run.request_id, 0) + 1
-        self.kv_ids[run.request_id] = kv_id
-        fut: asyncio.Future[pb.KvClientMessage] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(lambda f: acked.add(bid) if not f.cancelled() and f.exception() is None else None)
-        run.kv_waiters[kv_id] = fut
-        self._write(updates.set_blob(kv_id, bid, data))
-        return fut
 
     def _on_checkpoint_done(self, cmd: CheckpointDone) -> None:
         if not self._is_current(cmd.run_id) or self.phase is not Phase.CHECKPOINTING:
@@ -1095,10 +996,7 @@ class ConversationRuntime:
     def _stop_tasks(self, run: ActiveRun) -> None:
         if run.task is not None and not run.task.done():
             run.task.cancel()
-        for waiter in run.kv_waiters.values():
-            if not waiter.done():
-                waiter.cancel()
-        run.kv_waiters.clear()
+        self.blobs.cancel(run.request_id)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

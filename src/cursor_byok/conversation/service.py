@@ -121,9 +121,13 @@ class ConversationService:
         return len(stale)
 
     async def shutdown(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
+        """End every runtime (open streams get one terminal). Idempotent: a drain before the HTTP
+        server stops and the lifespan shutdown after it both call this."""
         loop = asyncio.get_running_loop()
         waits = []
         for rt in self.registry.runtimes():
+            if not rt.running:
+                continue
             done: asyncio.Future[None] = loop.create_future()
             rt.post(Shutdown(reason, done))
             waits.append(done)

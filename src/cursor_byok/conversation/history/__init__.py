@@ -1,7 +1,7 @@
 """Canonical conversation history, its provider projection, and checkpoint message blobs."""
 from __future__ import annotations
 
-from .checkpoint import blob_id, message_from_json, message_json, system_json
+from .checkpoint import blob_id, message_from_json, message_json, root_blobs, system_json
 from .log import (
     ConversationHistory,
     EntryKind,
@@ -23,5 +23,6 @@ __all__ = [
     "encode_entry",
     "message_from_json",
     "message_json",
+    "root_blobs",
     "system_json",
 ]

@@ -103,3 +103,11 @@ def message_from_json(data: bytes) -> tuple[str, Message | None]:
     if role not in ("user", "assistant", "tool"):
         raise ValueError(f"unknown message role {role!r} in checkpoint blob")
     return role, Message(role=role, parts=parts)
+
+
+def root_blobs(system_prompt: str | None, messages: list[Message], model_name: str) -> list[bytes]:
+    """The root-prompt blobs of a checkpoint: the system prompt, then every projected message."""
+    blobs = [system_json(system_prompt)] if system_prompt is not None else []
+    for i, message in enumerate(messages):
+        blobs.append(message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name))
+    return blobs

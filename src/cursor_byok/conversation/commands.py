@@ -1,0 +1,84 @@
+"""What reaches a conversation runtime: everything goes through its one command queue."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from ..protocol import agent_pb2 as pb
+from ..run import ToolCallRequest, ToolOutcome, Usage
+from .identity import ParentConversationRef
+from .output import OutputStream
+
+
+@dataclass(slots=True)
+class StartRun:
+    request_id: str
+    output: OutputStream
+    run_request: pb.AgentRunRequest
+    parent: ParentConversationRef | None = None
+
+
+@dataclass(slots=True)
+class ClientInput:
+    request_id: str
+    message: pb.AgentClientMessage
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    output: OutputStream
+
+
+@dataclass(slots=True)
+class ToolBatch:
+    run_id: str
+    calls: list[ToolCallRequest]
+    future: asyncio.Future[list[ToolOutcome]]
+
+
+@dataclass(slots=True)
+class Prepared:
+    run_id: str
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class EngineDone:
+    run_id: str
+    usage: Usage | None = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class InjectionsTaken:
+    run_id: str
+
+
+@dataclass(slots=True)
+class CheckpointDone:
+    run_id: str
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class FinalizeExpired:
+    run_id: str
+
+
+@dataclass(slots=True)
+class Detach:
+    request_id: str
+
+
+@dataclass(slots=True)
+class Shutdown:
+    reason: str
+    done: asyncio.Future[None]
+
+
+Command = (
+    StartRun | ClientInput | Heartbeat | ToolBatch | Prepared | EngineDone | InjectionsTaken | CheckpointDone
+    | FinalizeExpired | Detach | Shutdown
+)
+
+

@@ -1,0 +1,67 @@
+"""KV blob exchange with the IDE (set_blob / get_blob), per request id.
+
+Each request id has its own KvServerMessage id counter (from 1, shared by set and get); a blob
+already acked on a request id is not sent again. Replies arrive as client input and are matched
+by id. Only data moves here: the runtime decides what a failed or missing reply means.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message
+from . import updates
+from .history import blob_id
+from .output import OutputStream
+
+
+class BlobSync:
+    def __init__(self) -> None:
+        self._next_id: dict[str, int] = {}
+        self._acked: dict[str, set[bytes]] = {}
+        self._waiters: dict[tuple[str, int], asyncio.Future[pb.KvClientMessage]] = {}
+
+    def _request(self, request_id: str) -> tuple[int, asyncio.Future[pb.KvClientMessage]]:
+        kv_id = self._next_id.get(request_id, 0) + 1
+        self._next_id[request_id] = kv_id
+        fut: asyncio.Future[pb.KvClientMessage] = asyncio.get_running_loop().create_future()
+        self._waiters[(request_id, kv_id)] = fut
+        return kv_id, fut
+
+    def set_blob(self, output: OutputStream, request_id: str, data: bytes) -> Awaitable[pb.KvClientMessage] | None:
+        """Push one blob; the awaitable resolves on the client's ack (None: acked here before)."""
+        bid = blob_id(data)
+        acked = self._acked.setdefault(request_id, set())
+        if bid in acked:
+            return None
+        kv_id, fut = self._request(request_id)
+        fut.add_done_callback(lambda f: acked.add(bid) if not f.cancelled() and f.exception() is None else None)
+        output.write(encode_server_message(updates.set_blob(kv_id, bid, data)))
+        return fut
+
+    async def get_blob(self, output: OutputStream, request_id: str, bid: bytes) -> bytes:
+        """Ask the client for a blob; it must be there and hash to its id."""
+        kv_id, fut = self._request(request_id)
+        output.write(encode_server_message(updates.get_blob(kv_id, bid)))
+        result = (await fut).get_blob_result
+        if not result.HasField("blob_data"):
+            raise ConnectError("not_found", f"checkpoint blob {bid.hex()} is not stored by the client")
+        if blob_id(result.blob_data) != bid:
+            raise ConnectError("invalid_argument", f"checkpoint blob {bid.hex()} does not hash to its id")
+        return result.blob_data
+
+    def on_reply(self, request_id: str, msg: pb.KvClientMessage) -> None:
+        fut = self._waiters.pop((request_id, msg.id), None)
+        if fut is None or fut.done():
+            return  # a reply nobody waits for (late, or for a cancelled run)
+        if msg.WhichOneof("message") == "set_blob_result" and msg.set_blob_result.HasField("error"):
+            fut.set_exception(ConnectError("internal", "the client failed to store a checkpoint blob"))
+        else:
+            fut.set_result(msg)
+
+    def cancel(self, request_id: str) -> None:
+        """Stop waiting for this request id's replies (its run ended)."""
+        for key in [k for k in self._waiters if k[0] == request_id]:
+            fut = self._waiters.pop(key)
+            if not fut.done():
+                fut.cancel()
