@@ -62,9 +62,11 @@ from .history import (
     decode_entry,
     encode_entry,
     message_from_json,
+    prompt_mode,
+    render_request_context,
+    render_user_message,
     root_blobs,
 )
-from .history.request import prompt_mode, render_request_context, render_user_message
 from .commands import (
     CheckpointDone,
     ClientInput,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .checkpoint import blob_id, message_from_json, message_json, root_blobs, system_json
+from .request import prompt_mode, render_request_context, render_user_message
 from .log import (
     ConversationHistory,
     EntryKind,
@@ -23,6 +24,9 @@ __all__ = [
     "encode_entry",
     "message_from_json",
     "message_json",
+    "prompt_mode",
+    "render_request_context",
+    "render_user_message",
     "root_blobs",
     "system_json",
 ]
