@@ -77,6 +77,13 @@ async def test_end_to_end_agent_task_changes_the_workspace(ide: ScriptedIDE, pro
     assert completed["c_shell"].WhichOneof("tool") == "shell_tool_call"
     assert completed["c_read"].WhichOneof("tool") == "read_tool_call"
 
+    # A checkpoint after each committed step (3 tool rounds), then the final one last.
+    kinds = log.kinds()
+    assert kinds.count("conversation_checkpoint_update") >= 2
+    assert kinds[-1] == "conversation_checkpoint_update"
+    first_checkpoint = kinds.index("conversation_checkpoint_update")
+    assert first_checkpoint < kinds.index("turn_ended")  # a step checkpoint came mid-run
+
     # What the provider saw: tool results fed back, in call order.
     second = provider.requests[1].json()["messages"]
     tool_msgs = [m for m in second if m["role"] == "tool"]

@@ -169,6 +169,9 @@ class ActiveRun:
     step: int = 0
     model_call_id: str = ""
     args_streams: dict[str, tools.ArgsStream] = field(default_factory=dict)
+    side_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # step checkpoints in flight
+    checkpoint_seq: int = 0  # checkpoints started in this run
+    checkpoint_sent: int = 0  # the newest one written to the stream
     no_model_call: bool = False  # a duplicate of committed input: finish without waking the model
     tool_ctx: tools.ToolContext | None = None
 
@@ -503,6 +506,8 @@ class ConversationRuntime:
                 run.step = event.step
                 run.model_call_id = f"{run.run_id}:{event.step}"
                 self._write(updates.step_started(event.step))
+                if event.step > 1:  # the previous step is committed: checkpoint it
+                    self._spawn_step_checkpoint(run)
             case ModelCycleFinished():
                 self._end_thinking(run)
                 self._write(updates.step_completed(event.step, 0))
@@ -866,7 +871,31 @@ class ConversationRuntime:
         self._write(updates.turn_ended(_usage(run.usage)))
         run.task = asyncio.get_running_loop().create_task(self._checkpoint(run))
 
+    def _spawn_step_checkpoint(self, run: ActiveRun) -> None:
+        run.checkpoint_seq += 1
+        task = asyncio.get_running_loop().create_task(self._step_checkpoint(run, run.checkpoint_seq))
+        run.side_tasks.add(task)
+        task.add_done_callback(run.side_tasks.discard)
+
+    async def _step_checkpoint(self, run: ActiveRun, seq: int) -> None:
+        """A checkpoint after a committed step, while the run goes on. Data only: a failure is logged,
+        never fatal, and a step checkpoint never overtakes a newer one (or the final one)."""
+        try:
+            state, acked = await self._build_checkpoint(run)
+            await self._persist_checkpoint(run, state, kind="step")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("step checkpoint failed", exc_info=True, extra={"conversation_id": self.conversation_id})
+            return
+        mid_run = self.phase in (Phase.MODELING, Phase.WAITING_TOOLS, Phase.INTERRUPTING)
+        if acked and mid_run and self._is_current(run.run_id) and seq > run.checkpoint_sent and not run.output.closed:
+            run.checkpoint_sent = seq
+            run.output.write(encode_server_message(updates.checkpoint(state)))
+
     async def _checkpoint(self, run: ActiveRun) -> None:
+        run.checkpoint_seq += 1
+        run.checkpoint_sent = run.checkpoint_seq  # no step checkpoint may follow the final one
         try:
             state, acked = await self._build_checkpoint(run)
             await self._persist_checkpoint(run, state)
@@ -998,6 +1027,8 @@ class ConversationRuntime:
     def _stop_tasks(self, run: ActiveRun) -> None:
         if run.task is not None and not run.task.done():
             run.task.cancel()
+        for task in list(run.side_tasks):
+            task.cancel()
         self.blobs.cancel(run.request_id)
         if self._timer is not None:
             self._timer.cancel()
@@ -1060,11 +1091,11 @@ class ConversationRuntime:
             return
         store.append_events(self.conversation_id, [_event_record(e) for e in entries])
 
-    async def _persist_checkpoint(self, run: ActiveRun, state: pb.ConversationStateStructure) -> None:
+    async def _persist_checkpoint(self, run: ActiveRun, state: pb.ConversationStateStructure, kind: str = "final") -> None:
         store = self.s.store
         if store is None:
             return
-        await store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind="final", run_id=run.run_id)
+        await store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind=kind, run_id=run.run_id)
 
     def _persist_run_started(self, run: ActiveRun) -> None:
         store = self.s.store
