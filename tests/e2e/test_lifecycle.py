@@ -201,3 +201,32 @@ async def test_client_that_never_acks_blobs_still_ends_its_turn(ide: ScriptedIDE
     after = await follow_up_works(ide, provider, conv)
     assert "conversation_checkpoint_update" in after.kinds()
     assert "answer without acks" in provider.requests[-1].body.decode()  # the history kept the turn
+
+
+async def test_follow_up_on_the_same_stream_within_the_continuation_window(tmp_path, provider: FakeProviderServer, workspace) -> None:
+    """After a turn the stream stays open briefly; a user message appended then starts the next run
+    on the same stream, with one terminal after the last run."""
+    from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+    config = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        continuation_window_seconds=3.0,
+    )
+    provider.enqueue(OPENAI_CHAT.text(["first answer"]), OPENAI_CHAT.text(["second answer"]))
+    with ServerProcess(config) as server:
+        ide = ScriptedIDE(server.base_url, workspace)
+        try:
+
+            async def follow_up(rid: str, log: StreamLog) -> None:
+                await wait_until(lambda: log.kinds().count("conversation_checkpoint_update") == 1)
+                await ide.append(rid, user_message_action("and one more thing", "msg-follow"))
+
+            log = await ide.turn(run_request("first", model=MODEL, conversation_id=uuid.uuid4().hex), during=follow_up)
+        finally:
+            await ide.close()
+    assert log.text == "first answersecond answer"
+    assert log.kinds().count("turn_ended") == 2 and log.terminals == 1 and log.terminal is None
+    second = provider.requests[1].json()["messages"]
+    assert any("first answer" in str(m.get("content")) for m in second)
+    assert "and one more thing" in str(second[-1]["content"])
