@@ -31,7 +31,7 @@ def _b(description: str) -> dict[str, Any]:
     return {"type": "boolean", "description": description}
 
 
-_TODO_STATUS = ["pending", "in_progress", "completed", "cancelled"]
+_TASK_ITEM_STATUSES = ["pending", "in_progress", "completed", "cancelled"]
 
 _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "Read": (
@@ -132,7 +132,7 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "todos": {"type": "array", "description": "Todo items.", "items": _obj({
                 "id": _s("Stable identifier of the item."),
                 "content": _s("What needs to be done."),
-                "status": _s("Item state.", enum=_TODO_STATUS),
+                "status": _s("Item state.", enum=_TASK_ITEM_STATUSES),
             }, ["id", "content", "status"])},
             "merge": _b("Update only the listed items instead of replacing the list. Default false."),
         }, ["todos"]),
