@@ -157,11 +157,17 @@ def test_gateway_streaming_vs_bare_granian(benchmark, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}", "BENCH_FRAMES": str(FRAMES), "BENCH_INTERVAL_MS": str(INTERVAL_MS)}
     provider_port = free_port()
     provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.ts_provider", str(provider_port), str(FRAMES), str(INTERVAL_MS)], env=env, cwd=ROOT)
-    bare_port = free_port()
-    bare = subprocess.Popen(
-        [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", "127.0.0.1", "--port", str(bare_port), "--workers", "1", "--no-ws", "benchmarks.support.bare_app:app"],
-        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    env["BENCH_PROVIDER_URL"] = f"http://127.0.0.1:{provider_port}/v1"
+
+    def granian(port: int, target: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--no-ws", target],
+            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    bare_port, proxy_port = free_port(), free_port()
+    bare = granian(bare_port, "benchmarks.support.bare_app:app")
+    bare_proxy = granian(proxy_port, "benchmarks.support.bare_proxy_app:app")
     config = ServerConfig(
         data_dir=tmp_path / "data",
         models=[ModelSpec(id="bench", provider="openai-chat", base_url=f"http://127.0.0.1:{provider_port}/v1", max_output_tokens=1000)],
@@ -171,26 +177,31 @@ def test_gateway_streaming_vs_bare_granian(benchmark, tmp_path: Path) -> None:
     try:
         ours.start()
         wait_healthy(f"http://127.0.0.1:{bare_port}/healthz")
+        wait_healthy(f"http://127.0.0.1:{proxy_port}/healthz")
         results: dict[str, Outcome] = {}
 
         def run_both() -> None:
             results["bare"] = asyncio.run(scenario("127.0.0.1", bare_port, "bench", bare.pid))
+            results["proxy"] = asyncio.run(scenario("127.0.0.1", proxy_port, "bench", bare_proxy.pid))
             results["ours"] = asyncio.run(scenario("127.0.0.1", ours.port, "bench", ours.proc.pid))  # type: ignore[union-attr]
 
         benchmark.pedantic(run_both, rounds=1, iterations=1)
     finally:
         ours.stop()
-        for proc in (provider, bare):
+        for proc in (provider, bare, bare_proxy):
             proc.terminate()
             proc.wait(10)
-    assert not results["ours"].errors and not results["bare"].errors, (results["ours"].errors[:3], results["bare"].errors[:3])
-    o, b = results["ours"].row(), results["bare"].row()
+    assert not any(r.errors for r in results.values()), {k: r.errors[:3] for k, r in results.items()}
+    o, b, p = results["ours"].row(), results["bare"].row(), results["proxy"].row()
     assert results["ours"].frames == TRANSPORTS * FRAMES  # every delta arrived
     benchmark.extra_info.update({f"ours_{k}": round(v, 3) for k, v in o.items()})
     benchmark.extra_info.update({f"bare_{k}": round(v, 3) for k, v in b.items()})
+    benchmark.extra_info.update({f"proxy_{k}": round(v, 3) for k, v in p.items()})
     benchmark.extra_info["p50_ratio"] = round(o["p50_ms"] / b["p50_ms"], 2)
+    benchmark.extra_info["p50_ratio_vs_proxy"] = round(o["p50_ms"] / p["p50_ms"], 2)
     print(f"\n{TRANSPORTS} transports x {APPENDS} appends x {FRAMES} frames, {INTERVAL_MS} ms apart")
     print(f"{'':8}{'frames/s':>12}{'appends/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'RSS MiB':>10}")
-    for name, row in (("ours", o), ("bare", b)):
+    for name, row in (("ours", o), ("bare", b), ("proxy", p)):
         print(f"{name:8}{row['frames_per_s']:>12.0f}{row['appends_per_s']:>12.0f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['rss_mib']:>10.1f}")
     print(f"p50 latency ratio ours/bare: {o['p50_ms'] / b['p50_ms']:.2f}  p99 ratio: {o['p99_ms'] / b['p99_ms']:.2f}")
+    print(f"p50 latency ratio ours/bare-proxy (same provider hop): {o['p50_ms'] / p['p50_ms']:.2f}  p99: {o['p99_ms'] / p['p99_ms']:.2f}")
