@@ -35,13 +35,6 @@ from ..protocol import (
 from ..run import (
     Interrupted,
     Message,
-    ModelCycleFinished,
-    ModelCycleStarted,
-    TextDelta,
-    ThinkingDelta,
-    ThinkingEnd,
-    ToolCallArgsDelta,
-    ToolCallStart,
     ProviderError,
     RunEngine,
     RunSpec,
@@ -56,6 +49,7 @@ from . import updates
 from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord
 from .history import (
     ConversationHistory,
+    background_completion_messages,
     EntryKind,
     HistoryEntry,
     blob_id,
@@ -82,6 +76,7 @@ from .commands import (
     ToolBatch,
 )
 from .identity import ParentConversationRef, new_run_id
+from .presenter import RunPresenter
 from .sync import BlobSync
 from .output import OutputStream
 from .state import Outcome, Phase, check_transition
@@ -163,12 +158,7 @@ class ActiveRun:
     injections: list[Injection] = field(default_factory=list)
     taken: list[Injection] = field(default_factory=list)  # handed to the engine, not yet committed
     injection_ids: set[str] = field(default_factory=set)
-    usage: dict[str, int] = field(default_factory=dict)
-    output_tokens: int = 0
-    thinking_started: float | None = None
-    step: int = 0
-    model_call_id: str = ""
-    args_streams: dict[str, tools.ArgsStream] = field(default_factory=dict)
+    presenter: RunPresenter = field(init=False)
     side_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # step checkpoints in flight
     checkpoint_seq: int = 0  # checkpoints started in this run
     checkpoint_sent: int = 0  # the newest one written to the stream
@@ -315,6 +305,9 @@ class ConversationRuntime:
             run_request=rr,
             mode=mode,
         )
+        env = _request_env(rr)
+        workspace = env.workspace_paths[0] if env is not None and env.workspace_paths else None
+        run.presenter = RunPresenter(run.run_id, workspace, self._write)
         self.run = run
         self.last_run_request = rr
         self._transition(Phase.PREPARING)
@@ -406,7 +399,7 @@ class ConversationRuntime:
                 added.append(entry)
             return added
         if kind == "background_task_completion_action":
-            for key, message in self._background_completions(run, action.background_task_completion_action):
+            for key, message in self._background_completions(action.background_task_completion_action):
                 entry = self.history.append(EntryKind.BACKGROUND_COMPLETION, key, message, run.run_id)
                 if entry is not None:
                     added.append(entry)
@@ -478,47 +471,8 @@ class ConversationRuntime:
     def on_engine_event(self, run: ActiveRun, event: Any) -> None:
         if not self._is_current(run.run_id) or run.output.closed:
             return
-        match event:
-            case TextDelta():
-                self._end_thinking(run)
-                run.output.write(encode_server_message(updates.text_delta(event.text)))
-            case ThinkingDelta():
-                if run.thinking_started is None:
-                    run.thinking_started = time.monotonic()
-                run.output.write(encode_server_message(updates.thinking_delta(event.text)))
-            case ThinkingEnd():
-                self._end_thinking(run)
-            case ToolCallStart():
-                self._end_thinking(run)
-                stream = tools.ArgsStream(event.id, event.name, run.model_call_id, workspace_root=run.tool_ctx.workspace_root if run.tool_ctx else None)
-                run.args_streams[event.id] = stream
-                self._write(*(updates.interaction(u) for u in stream.opened()))
-            case ToolCallArgsDelta():
-                stream = run.args_streams.get(event.id)
-                if stream is not None:
-                    self._write(*(updates.interaction(u) for u in stream.feed(event.delta)))
-            case Usage():
-                if event.output_tokens:
-                    run.output_tokens += event.output_tokens
-                    self._write(updates.token_delta(run.output_tokens))
-                _add_usage(run.usage, event)
-            case ModelCycleStarted():
-                run.step = event.step
-                run.model_call_id = f"{run.run_id}:{event.step}"
-                self._write(updates.step_started(event.step))
-                if event.step > 1:  # the previous step is committed: checkpoint it
-                    self._spawn_step_checkpoint(run)
-            case ModelCycleFinished():
-                self._end_thinking(run)
-                self._write(updates.step_completed(event.step, 0))
-            case _:
-                pass
-
-    def _end_thinking(self, run: ActiveRun) -> None:
-        if run.thinking_started is not None:
-            ms = int((time.monotonic() - run.thinking_started) * 1000)
-            run.thinking_started = None
-            self._write(updates.thinking_completed(ms))
+        if run.presenter.present(event) and run.presenter.step > 1:
+            self._spawn_step_checkpoint(run)  # the previous step is committed: checkpoint it
 
     # -- history port (called by the engine) --------------------------------------------------------------
     def project_history(self) -> list[Message]:
@@ -553,7 +507,7 @@ class ConversationRuntime:
             if e is not None:
                 entries.append(e)
             if inj.notify:
-                out.append(updates.injection_delivered(inj.injection_id, run.step, _now_ms()))
+                out.append(updates.injection_delivered(inj.injection_id, run.presenter.step, _now_ms()))
             if inj.user_message is not None:
                 out.append(updates.user_message_appended(inj.user_message))
         self._persist_entries_nowait(entries)
@@ -585,10 +539,9 @@ class ConversationRuntime:
         self._transition(Phase.WAITING_TOOLS)
         batch = ActiveBatch([], cmd.future)
         run.batch = batch
-        run.args_streams.clear()
         for call in cmd.calls:
-            execution = tools.start_tool(call, run.tool_ctx, model_call_id=run.model_call_id)
-            batch.pending.append(PendingTool(call, execution, run.model_call_id))
+            execution = tools.start_tool(call, run.tool_ctx, model_call_id=run.presenter.model_call_id)
+            batch.pending.append(PendingTool(call, execution, run.presenter.model_call_id))
         for pending in batch.pending:
             pending.started_ms = _now_ms()
             if pending.execution.presentable:
@@ -755,7 +708,7 @@ class ConversationRuntime:
             return
         if kind == "background_task_completion_action":
             if active and run is not None:
-                for key, message in self._background_completions(run, action.background_task_completion_action):
+                for key, message in self._background_completions(action.background_task_completion_action):
                     self._inject(run, key, message, None, "", interrupt=False)
                 return
             self._continue_on_stream(request_id, action)
@@ -796,25 +749,13 @@ class ConversationRuntime:
         rr.action.CopyFrom(action)
         self._on_start_run(StartRun(request_id, target, rr))
 
-    def _background_completions(
-        self, run: ActiveRun, action: pb.BackgroundTaskCompletionAction
-    ) -> list[tuple[str, Message]]:
-        """Simulated user turns for finished background work, keyed so a redelivery is a no-op."""
-        out = []
-        for c in action.completions:
-            kind = pb.BackgroundTaskKind.Name(c.kind).removeprefix("BACKGROUND_TASK_KIND_")
-            key = f"background-completed:{kind}:{c.task_id}:{c.tool_call_id}"
-            if self.history.has(key) or self.history.has(f"injection:{key}"):
-                continue
-            status = pb.BackgroundTaskStatus.Name(c.status).removeprefix("BACKGROUND_TASK_STATUS_").lower()
-            lines = [f"A background {kind.lower()} task finished ({status}): {c.title or c.task_id}."]
-            if c.HasField("detail") and c.detail:
-                lines.append(c.detail)
-            if c.HasField("output_path") and c.output_path:
-                lines.append(f"Its output is in {c.output_path}.")
-            lines.append("Continue the work in light of this result if it matters; otherwise say briefly that it is done.")
-            out.append((key, Message(role="user", parts=[TextPart(text="\n".join(lines))])))
-        return out
+    def _background_completions(self, action: pb.BackgroundTaskCompletionAction) -> list[tuple[str, Message]]:
+        """The completions not yet delivered, as simulated user turns keyed for deduplication."""
+        return [
+            (key, message)
+            for key, message in background_completion_messages(action)
+            if not (self.history.has(key) or self.history.has(f"injection:{key}"))
+        ]
 
     def _user_message(self, run: ActiveRun, um: pb.UserMessage) -> Message:
         return Message(role="user", parts=[TextPart(text=render_user_message(um, self._mode(run)))])
@@ -868,7 +809,7 @@ class ConversationRuntime:
         if self.phase is Phase.INTERRUPTING:
             self._transition(Phase.MODELING)
         self._transition(Phase.CHECKPOINTING)
-        self._write(updates.turn_ended(_usage(run.usage)))
+        self._write(updates.turn_ended(run.presenter.usage_total()))
         run.task = asyncio.get_running_loop().create_task(self._checkpoint(run))
 
     def _spawn_step_checkpoint(self, run: ActiveRun) -> None:
@@ -934,7 +875,7 @@ class ConversationRuntime:
         state.mode = run.mode
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window
-            state.token_details.used_tokens = min(run.usage.get("input_tokens", 0), 2**32 - 1)
+            state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
         return state, acked
 
     async def _hydrate(self, run: ActiveRun) -> None:
@@ -1192,17 +1133,6 @@ def _request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:
     if kind == "resume_action" and action.resume_action.request_context.HasField("env"):
         return action.resume_action.request_context.env
     return None
-
-
-def _add_usage(acc: dict[str, int], usage: Usage) -> None:
-    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
-        value = getattr(usage, name)
-        if value is not None:
-            acc[name] = acc.get(name, 0) + value
-
-
-def _usage(acc: dict[str, int]) -> Usage | None:
-    return Usage(**acc) if acc else None
 
 
 def _as_connect_error(exc: BaseException) -> ConnectError:

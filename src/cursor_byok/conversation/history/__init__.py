@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .checkpoint import blob_id, message_from_json, message_json, root_blobs, system_json
-from .request import prompt_mode, render_request_context, render_user_message
+from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
 from .log import (
     ConversationHistory,
     EntryKind,
@@ -14,6 +14,7 @@ from .log import (
 )
 
 __all__ = [
+    "background_completion_messages",
     "ConversationHistory",
     "EntryKind",
     "HistoryEntry",

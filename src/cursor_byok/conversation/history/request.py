@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ... import prompting
 from ...protocol import agent_pb2 as pb
+from ...run import Message, TextPart
 
 _MODES = {
     pb.AGENT_MODE_ASK: prompting.Mode.ASK,
@@ -57,3 +58,21 @@ def render_request_context(ctx: pb.RequestContext) -> str:
 
 def render_user_message(um: pb.UserMessage, mode: prompting.Mode) -> str:
     return prompting.render_runtime_message(prompting.RuntimeMessage(query=um.text, mode=mode))
+
+
+def background_completion_messages(action: pb.BackgroundTaskCompletionAction) -> list[tuple[str, Message]]:
+    """Each finished background task as a simulated user turn, with the key that makes a
+    redelivery (at-least-once from the IDE) a no-op: background-completed:<KIND>:<task>:<tool call>."""
+    out = []
+    for c in action.completions:
+        kind = pb.BackgroundTaskKind.Name(c.kind).removeprefix("BACKGROUND_TASK_KIND_")
+        status = pb.BackgroundTaskStatus.Name(c.status).removeprefix("BACKGROUND_TASK_STATUS_").lower()
+        lines = [f"A background {kind.lower()} task finished ({status}): {c.title or c.task_id}."]
+        if c.HasField("detail") and c.detail:
+            lines.append(c.detail)
+        if c.HasField("output_path") and c.output_path:
+            lines.append(f"Its output is in {c.output_path}.")
+        lines.append("Continue the work in light of this result if it matters; otherwise say briefly that it is done.")
+        key = f"background-completed:{kind}:{c.task_id}:{c.tool_call_id}"
+        out.append((key, Message(role="user", parts=[TextPart(text="\n".join(lines))])))
+    return out

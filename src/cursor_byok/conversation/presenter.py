@@ -1,0 +1,90 @@
+"""Turns one run's engine events into the Cursor updates the IDE renders (text, thinking, tool-call
+partials, token counts, steps), keeping the little state that takes: open thinking, streamed tool
+arguments, usage so far. Output only: it never touches the lifecycle."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import tools
+from ..protocol import agent_pb2 as pb
+from ..run import (
+    ModelCycleFinished,
+    ModelCycleStarted,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCallArgsDelta,
+    ToolCallStart,
+    Usage,
+)
+from . import updates
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
+class RunPresenter:
+    def __init__(self, run_id: str, workspace_root: str | None, write: Callable[..., None]) -> None:
+        self.run_id = run_id
+        self.workspace_root = workspace_root
+        self._write = write  # (*AgentServerMessage) -> None
+        self.step = 0
+        self.model_call_id = ""
+        self.output_tokens = 0
+        self.usage: dict[str, int] = {}
+        self._thinking_since: float | None = None
+        self._args: dict[str, tools.ArgsStream] = {}
+
+    def present(self, event: Any) -> bool:
+        """Write the updates for one engine event. True when a new model cycle (step) started."""
+        match event:
+            case TextDelta():
+                self.end_thinking()
+                self._write(updates.text_delta(event.text))
+            case ThinkingDelta():
+                if self._thinking_since is None:
+                    self._thinking_since = time.monotonic()
+                self._write(updates.thinking_delta(event.text))
+            case ThinkingEnd():
+                self.end_thinking()
+            case ToolCallStart():
+                self.end_thinking()
+                stream = tools.ArgsStream(event.id, event.name, self.model_call_id, workspace_root=self.workspace_root)
+                self._args[event.id] = stream
+                self._interaction(stream.opened())
+            case ToolCallArgsDelta():
+                stream = self._args.get(event.id)
+                if stream is not None:
+                    self._interaction(stream.feed(event.delta))
+            case Usage():
+                if event.output_tokens:
+                    self.output_tokens += event.output_tokens
+                    self._write(updates.token_delta(self.output_tokens))
+                for name in USAGE_FIELDS:
+                    value = getattr(event, name)
+                    if value is not None:
+                        self.usage[name] = self.usage.get(name, 0) + value
+            case ModelCycleStarted():
+                self.step = event.step
+                self.model_call_id = f"{self.run_id}:{event.step}"
+                self._args.clear()
+                self._write(updates.step_started(event.step))
+                return True
+            case ModelCycleFinished():
+                self.end_thinking()
+                self._write(updates.step_completed(event.step, 0))
+        return False
+
+    def end_thinking(self) -> None:
+        if self._thinking_since is not None:
+            ms = int((time.monotonic() - self._thinking_since) * 1000)
+            self._thinking_since = None
+            self._write(updates.thinking_completed(ms))
+
+    def usage_total(self) -> Usage | None:
+        return Usage(**self.usage) if self.usage else None
+
+    def _interaction(self, items: list[pb.InteractionUpdate]) -> None:
+        if items:
+            self._write(*(updates.interaction(u) for u in items))
