@@ -1,0 +1,74 @@
+"""Directory is architecture: the dependency rules of ARCHITECTURE.md, checked on the source tree."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "cursor_byok"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute names of the cursor_byok modules a file imports (relative imports resolved)."""
+    package = ["cursor_byok", *path.relative_to(SRC).parent.parts]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("cursor_byok"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            if module.startswith("cursor_byok"):
+                names.add(module)
+                names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def files(folder: str) -> list[Path]:
+    return sorted((SRC / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize("folder", ["providers", "run", "prompting"])
+def test_model_side_never_imports_the_cursor_protocol(folder: str) -> None:
+    offenders = {str(p.relative_to(SRC)): sorted(n for n in imported_modules(p) if n.startswith(("cursor_byok.protocol", "cursor_byok.conversation", "cursor_byok.gateway"))) for p in files(folder)}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_tools_never_import_the_conversation_runtime() -> None:
+    offenders = {str(p.relative_to(SRC)): sorted(n for n in imported_modules(p) if n.startswith("cursor_byok.conversation")) for p in files("tools")}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_other_folders_use_only_public_facades() -> None:
+    """Outside a folder, only its package (__init__) is imported, never a private module inside it.
+    The generated protobuf modules are re-exported by `protocol` and reached through it."""
+    folders = [p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    offenders: dict[str, list[str]] = {}
+    for path in SRC.rglob("*.py"):
+        own = path.relative_to(SRC).parts[0]
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if len(parts) >= 3 and parts[1] in folders and parts[1] != own:
+                target = SRC.joinpath(*parts[1:3])
+                # `from cursor_byok.x import name` is fine when `name` is not a module of x.
+                if target.with_suffix(".py").exists() or (target / "__init__.py").exists():
+                    offenders.setdefault(str(path.relative_to(SRC)), []).append(name)
+    assert not offenders
+
+
+def test_only_the_runtime_ends_a_runs_output() -> None:
+    """Closing an OutputStream (the run's single terminal) happens in conversation/runtime.py only."""
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if path.relative_to(SRC).as_posix() in ("conversation/runtime.py", "conversation/output.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "close":
+                target = ast.unparse(node.func.value)
+                if "output" in target or "stream" == target:
+                    offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders
