@@ -268,3 +268,46 @@ async def test_resume_hydrates_from_the_client_checkpoint_on_a_new_database(tmp_
                 continue
             assert resumed.terminal is None and resumed.text == "hydrated answer"
             assert_history_once(provider.requests[-1].json(), "alpha question", "bravo answer", "foxtrot question")
+
+
+async def test_a_result_from_before_a_restart_never_enters_the_new_run(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    """Exec ids restart with a new server process; a late result on the old stream must not be
+    taken for the new run's exec with the same id."""
+    (workspace / "old.txt").write_text("OLD-CONTENT\n")
+    (workspace / "new.txt").write_text("NEW-CONTENT\n")
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    ide.hold_execs = True
+    try:
+        provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_old", "Read", [f'{{"path": "{workspace}/old.txt"}}'])]))
+        _, log, reader = await start_second_turn(ide, conv)
+        await wait_until(lambda: len(ide.held) == 1)
+        await asyncio.sleep(0.2)
+        server.kill()
+        await asyncio.wait_for(reader, 10)
+        old_request, old_exec = ide.held.pop()
+        server.start()
+        provider.enqueue(
+            OPENAI_CHAT.tool_calls([CallSpec("call_new", "Read", [f'{{"path": "{workspace}/new.txt"}}'])]),
+            OPENAI_CHAT.text(["read the new one"]),
+        )
+
+        async def during(rid: str, stream_log: StreamLog) -> None:
+            while not ide.held:
+                await asyncio.sleep(0.02)
+            assert ide.held[0][1].id == old_exec.id  # the same exec id, on a new stream
+            for reply in ide.execute(old_exec):  # the late result, on the old stream
+                await ide.append(old_request, reply)
+            await asyncio.sleep(0.3)
+            ide.hold_execs = False
+            await ide.release_held()
+
+        resumed = await ide.turn(run_request("again", model=MODEL, conversation_id=conv, message_id="m5"), during=during)
+    finally:
+        await ide.close()
+        server.stop()
+    assert resumed.terminal is None and resumed.text == "read the new one"
+    results = [m for m in provider.requests[-1].json()["messages"] if m["role"] == "tool"]
+    new = [m for m in results if m["tool_call_id"] == "call_new"][0]
+    assert "NEW-CONTENT" in new["content"] and "OLD-CONTENT" not in new["content"]

@@ -622,6 +622,12 @@ class ConversationRuntime:
         msg = cmd.message
         kind = msg.WhichOneof("message")
         run = self.run
+        if kind in ("exec_client_message", "exec_client_control_message", "interaction_response"):
+            # Exec ids are only unique within one runtime's lifetime: a result that comes on another
+            # request id than the active run's (an earlier run's stream, before a restart) is late.
+            if run is None or cmd.request_id != run.request_id:
+                log.info("ignoring a tool result from another stream", extra={"conversation_id": self.conversation_id})
+                return
         if kind == "exec_client_message":
             self._on_exec_result(run, msg.exec_client_message)
         elif kind == "exec_client_control_message":
