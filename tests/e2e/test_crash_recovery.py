@@ -298,6 +298,7 @@ async def test_a_result_from_before_a_restart_never_enters_the_new_run(config: S
                 await asyncio.sleep(0.02)
             assert ide.held[0][1].id == old_exec.id  # the same exec id, on a new stream
             for reply in ide.execute(old_exec):  # the late result, on the old stream
+                reply.exec_client_message.ClearField("exec_id")  # only the numeric id to go by
                 await ide.append(old_request, reply)
             await asyncio.sleep(0.3)
             ide.hold_execs = False
