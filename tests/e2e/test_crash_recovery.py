@@ -14,7 +14,7 @@ import pytest
 
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
-from tests.harness.ide import ScriptedIDE, StreamLog, run_request
+from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 MODEL = "byok-crash"
@@ -270,44 +270,49 @@ async def test_resume_hydrates_from_the_client_checkpoint_on_a_new_database(tmp_
             assert_history_once(provider.requests[-1].json(), "alpha question", "bravo answer", "foxtrot question")
 
 
-async def test_a_result_from_before_a_restart_never_enters_the_new_run(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
-    """Exec ids restart with a new server process; a late result on the old stream must not be
-    taken for the new run's exec with the same id."""
+async def test_a_late_result_from_an_earlier_stream_never_enters_a_new_run(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """Exec ids are only unique within one runtime's life: after an idle runtime is evicted (or the
+    server restarts) they start again. A late result on an earlier run's stream must not be taken for
+    the new run's exec with the same id."""
     (workspace / "old.txt").write_text("OLD-CONTENT\n")
     (workspace / "new.txt").write_text("NEW-CONTENT\n")
-    server = ServerProcess(config).start()
+    config = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        extra_server={"runtime_idle_seconds": 0.5},
+    )
     conv = uuid.uuid4().hex
-    ide = ScriptedIDE(server.base_url, workspace)
-    ide.hold_execs = True
-    try:
-        provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_old", "Read", [f'{{"path": "{workspace}/old.txt"}}'])]))
-        _, log, reader = await start_second_turn(ide, conv)
-        await wait_until(lambda: len(ide.held) == 1)
-        await asyncio.sleep(0.2)
-        server.kill()
-        await asyncio.wait_for(reader, 10)
-        old_request, old_exec = ide.held.pop()
-        server.start()
-        provider.enqueue(
-            OPENAI_CHAT.tool_calls([CallSpec("call_new", "Read", [f'{{"path": "{workspace}/new.txt"}}'])]),
-            OPENAI_CHAT.text(["read the new one"]),
-        )
+    with ServerProcess(config) as server:
+        ide = ScriptedIDE(server.base_url, workspace)
+        ide.hold_execs = True
+        try:
+            provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_old", "Read", [f'{{"path": "{workspace}/old.txt"}}'])]))
 
-        async def during(rid: str, stream_log: StreamLog) -> None:
-            while not ide.held:
-                await asyncio.sleep(0.02)
-            assert ide.held[0][1].id == old_exec.id  # the same exec id, on a new stream
-            for reply in ide.execute(old_exec):  # the late result, on the old stream
-                reply.exec_client_message.ClearField("exec_id")  # only the numeric id to go by
-                await ide.append(old_request, reply)
-            await asyncio.sleep(0.3)
-            ide.hold_execs = False
-            await ide.release_held()
+            async def cancel_while_held(rid: str, log: StreamLog) -> None:
+                await wait_until(lambda: len(ide.held) == 1)
+                await ide.append(rid, cancel_message())
 
-        resumed = await ide.turn(run_request("again", model=MODEL, conversation_id=conv, message_id="m5"), during=during)
-    finally:
-        await ide.close()
-        server.stop()
+            await ide.turn(run_request("first", model=MODEL, conversation_id=conv), during=cancel_while_held)
+            old_request, old_exec = ide.held.pop()
+            await asyncio.sleep(6.5)  # the idle runtime is evicted (the sweep runs every 5 s)
+            provider.enqueue(
+                OPENAI_CHAT.tool_calls([CallSpec("call_new", "Read", [f'{{"path": "{workspace}/new.txt"}}'])]),
+                OPENAI_CHAT.text(["read the new one"]),
+            )
+
+            async def late_then_real(rid: str, log: StreamLog) -> None:
+                await wait_until(lambda: len(ide.held) == 1)
+                assert ide.held[0][1].id == old_exec.id  # the same exec id, on a new stream
+                for reply in ide.execute(old_exec):  # the late result, on the old stream
+                    reply.exec_client_message.ClearField("exec_id")  # only the numeric id to go by
+                    assert (await ide.append(old_request, reply)).status_code == 200
+                await asyncio.sleep(0.3)
+                ide.hold_execs = False
+                await ide.release_held()
+
+            resumed = await ide.turn(run_request("again", model=MODEL, conversation_id=conv), during=late_then_real)
+        finally:
+            await ide.close()
     assert resumed.terminal is None and resumed.text == "read the new one"
     results = [m for m in provider.requests[-1].json()["messages"] if m["role"] == "tool"]
     new = [m for m in results if m["tool_call_id"] == "call_new"][0]
