@@ -4,8 +4,6 @@ from __future__ import annotations
 from ..protocol import agent_pb2 as pb
 from ..run import Usage
 
-AgentServerMessage = pb.AgentServerMessage
-
 
 def text_delta(text: str) -> pb.AgentServerMessage:
     m = pb.AgentServerMessage()
