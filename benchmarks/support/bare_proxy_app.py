@@ -10,10 +10,10 @@ import httpx
 import msgspec
 from httpx_sse import EventSource
 
-from cursor_byok.protocol import agent_pb2 as pb, encode_server_message, end_stream_ok
+from benchmarks.support.bare_app import HEADERS, delta
+from cursor_byok.protocol import end_stream_ok
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
-HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 client = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1000))
 
 
@@ -30,12 +30,6 @@ class _Chunk(msgspec.Struct):
 
 
 decode = msgspec.json.Decoder(_Chunk).decode
-
-
-def delta(text: str) -> bytes:
-    m = pb.AgentServerMessage()
-    m.interaction_update.text_delta.text = text
-    return encode_server_message(m)
 
 
 async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]

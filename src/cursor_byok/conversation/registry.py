@@ -35,7 +35,6 @@ class Binding:
     request_id: str
     conversation_id: str
     cursor_run_id: str
-    generation: int = 0
 
 
 R = TypeVar("R")
@@ -62,7 +61,6 @@ class Registry(Generic[R]):
             raise BindingConflict(request_id, current.conversation_id, conversation_id)
         if cursor_run_id and cursor_run_id != current.cursor_run_id:
             current.cursor_run_id = cursor_run_id
-            current.generation += 1
             return current, BindKind.NEW_GENERATION
         return current, BindKind.SAME
 

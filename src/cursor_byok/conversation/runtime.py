@@ -184,7 +184,6 @@ class ConversationRuntime:
         self.todos: list[tools.TodoEntry] = []
         self.shell_output_seen: dict[str, int] = {}
         self.blobs = BlobSync()
-        self.illegal_transitions = 0
         self.last_active = time.monotonic()
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -258,7 +257,6 @@ class ConversationRuntime:
         try:
             check_transition(self.conversation_id, self.phase, target)
         except Exception:
-            self.illegal_transitions += 1
             log.error(
                 "illegal lifecycle transition",
                 extra={"conversation_id": self.conversation_id, "from": self.phase.value, "to": target.value},

@@ -29,7 +29,6 @@ class Transport:
     buffer: hotpath.ReorderBuffer = field(init=False)
     seqno0_raw: bytes = b""
     cursor_run_id: str = ""
-    generation: int = 0
     last_seen: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
@@ -43,7 +42,6 @@ class Transport:
         self.buffer = hotpath.ReorderBuffer(self.window)
         self.seqno0_raw = append.raw
         self.cursor_run_id = cursor_run_id
-        self.generation += 1
 
     async def wait_routed(self, timeout: float) -> bool:
         if self.route is not None:

@@ -81,7 +81,6 @@ class ConversationHistory:
         self._base_context: HistoryEntry | None = None  # the request context a compaction kept
         self._chain: list[bytes] = []  # prefix chain of the last projection
         self._messages: list[Message] = []  # the last projection (its messages are immutable)
-        self.prefix_violations = 0
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
@@ -158,7 +157,6 @@ class ConversationHistory:
             same += 1
         chain = hotpath.extend(previous[:same], [canonical(m) for m in messages[same:]])
         if previous and not (chain == previous or hotpath.is_strict_prefix(previous, chain)):
-            self.prefix_violations += 1
             at = hotpath.common_prefix(previous, chain)
             log.error(
                 "provider history is not an extension of the previous one",
@@ -167,10 +165,6 @@ class ConversationHistory:
             if self.strict_prefix:
                 raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
         self._chain, self._messages = chain, messages
-
-    @property
-    def prefix_chain(self) -> list[bytes]:
-        return list(self._chain)
 
 
 def _text_of(message: Message) -> str:
