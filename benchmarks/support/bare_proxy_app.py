@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import os
 
-import httpx
 import msgspec
 from httpx_sse import EventSource
 
 from benchmarks.support.bare_app import HEADERS, delta
 from cursor_byok.protocol import end_stream_ok
+from cursor_byok.providers import new_http_client
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
-client = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1000))
+client = new_http_client()
 
 
 class _Delta(msgspec.Struct):

@@ -459,9 +459,7 @@ class ModelTestResult:
 
 
 async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_tokens: int) -> ModelTestResult:
-    import httpx
-
-    from .providers import Message, ModelRequest, TextDelta, TextPart, ThinkingDelta, Usage, make_provider
+    from .providers import Message, ModelRequest, TextDelta, TextPart, ThinkingDelta, Usage, make_provider, new_http_client
 
     request = ModelRequest(
         model=model.model,
@@ -476,8 +474,7 @@ async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_toke
     text: list[str] = []
     output_tokens: int | None = None
     first: float | None = None
-    timeout = httpx.Timeout(connect=10.0, read=model.idle_timeout_seconds, write=30.0, pool=10.0)
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    async with new_http_client() as client:  # the provider bounds its own waits
         provider = make_provider(model, api_key, client)
         started = time.perf_counter()
         async for event in provider.stream(request):

@@ -9,6 +9,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from cursor_byok.providers import new_http_client
+
 from .server import FakeProviderServer
 
 # Loading CA certificates costs ~0.1 s per client; the fakes speak plain HTTP, so share one context.
@@ -23,5 +25,5 @@ def fake_server() -> Iterator[FakeProviderServer]:
 
 @pytest_asyncio.fixture
 async def http_client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=_TLS) as client:
+    async with new_http_client(verify=_TLS) as client:
         yield client

@@ -204,6 +204,21 @@ async def test_refusal_is_typed(dialect: Dialect, fake_server, http_client) -> N
 
 
 @dialects
+async def test_reads_split_mid_character_and_mid_crlf_decode_the_same(dialect: Dialect, fake_server, http_client) -> None:
+    # Real streams split wherever the network does: inside a multi-byte character, between the \r
+    # and \n of a CRLF line ending. Cut there, and pause so each piece is a read of its own.
+    pieces = ["héllo ", "wörld 🚀", "!"]
+    body = b"".join(dialect.text(pieces).chunks).replace(b"\n", b"\r\n")
+    cuts = [i for i in range(1, len(body)) if 0x80 <= body[i] < 0xC0 or body[i - 1 : i + 1] == b"\r\n"]
+    assert len(cuts) > 10
+    bounds = [0, *cuts, len(body)]
+    fake_server.enqueue(Reply(chunks=[body[a:b] for a, b in zip(bounds, bounds[1:])], chunk_delay=0.005))
+    events = await collect(provider_for(dialect, fake_server, http_client), request())
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "".join(pieces)
+    assert any(isinstance(e, Finish) for e in events)
+
+
+@dialects
 async def test_stalled_stream_times_out_after_output(dialect: Dialect, fake_server, http_client) -> None:
     reply = dialect.text(["a", "b", "c", "d"])
     reply.stall_after = len(reply.chunks) - 3  # some text is out, the rest never comes

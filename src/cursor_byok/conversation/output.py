@@ -3,7 +3,8 @@
 One `OutputStream` per transport generation (request_id + generation). The conversation runtime is
 its only writer (frames and the single terminal); RunSSE handlers are readers that replay from any
 position and then follow live. Readers never block the writer: appends are O(1) and wake waiting
-readers through one shared future, so several frames produced together go out in one send.
+readers (each through its own future, so no reader's cancellation reaches another), and several
+frames produced together go out in one send.
 """
 from __future__ import annotations
 
@@ -35,18 +36,18 @@ class OutputStream:
     closed_at: float | None = None
     readers: int = 0
     terminal_delivered: bool = False  # some reader has already received the terminal
-    _changed: asyncio.Future[None] | None = None
+    _waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
     def end(self) -> int:
         return self.base + len(self.frames)
 
     def _wake(self) -> None:
-        fut = self._changed
-        if fut is not None:
-            self._changed = None
-            if not fut.done():
-                fut.set_result(None)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def _retain(self, frame: bytes) -> None:
         self.frames.append(frame)
@@ -86,9 +87,9 @@ class OutputStream:
             result = self.read_now(position)
             if result.data or result.finished:
                 return result
-            if self._changed is None:
-                self._changed = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._changed)
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            await fut
 
 
 class OutputHub:

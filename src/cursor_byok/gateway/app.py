@@ -18,7 +18,7 @@ import msgspec
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
-from ..run import RunEngine, make_provider
+from ..run import RunEngine, make_provider, new_http_client
 from .asgi import Receive, Scope, Send, reply
 from .bidi import handle_append
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
@@ -39,7 +39,8 @@ class Gateway:
         self.config = config
         self.transports = Transports(config.server.max_transports, config.server.transport_idle_seconds)
         self.store: Any = None
-        self.http: httpx.AsyncClient | None = None
+        self.http: httpx.AsyncClient | None = None  # upstream passthrough
+        self.provider_http: httpx.AsyncClient | None = None
         self.upstream: Upstream
         self.local_rpcs: LocalRpcs
         self.conversations: ConversationService
@@ -55,6 +56,7 @@ class Gateway:
 
         self.store = await Store.open(self.config.database_path)
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
+        self.provider_http = new_http_client()
         self.upstream = Upstream(self.config.upstream.base_url, self.http)
         self.local_rpcs = LocalRpcs(self.config, self.upstream)
         services = RuntimeServices(
@@ -79,8 +81,9 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         await self.conversations.shutdown("server shutting down")
-        if self.http is not None:
-            await self.http.aclose()
+        for client in (self.http, self.provider_http):
+            if client is not None:
+                await client.aclose()
         if self.store is not None:
             await self.store.close()
 
@@ -100,8 +103,8 @@ class Gateway:
             await asyncio.sleep(0.02)
 
     def _make_engine(self, model: ModelConfig) -> RunEngine:
-        assert self.http is not None
-        provider = make_provider(model, resolve_api_key(self.config, model), self.http)
+        assert self.provider_http is not None
+        provider = make_provider(model, resolve_api_key(self.config, model), self.provider_http)
         return RunEngine(provider)
 
     async def _sweep(self) -> None:

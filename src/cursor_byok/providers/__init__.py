@@ -5,6 +5,7 @@ Nothing here knows about Cursor: requests and events are the neutral types below
 """
 from __future__ import annotations
 
+from .client import new_http_client
 from .errors import (
     AuthError,
     BadRequestError,
@@ -83,4 +84,5 @@ __all__ = [
     "Usage",
     "add_usage",
     "make_provider",
+    "new_http_client",
 ]
