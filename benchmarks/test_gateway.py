@@ -44,6 +44,7 @@ class Outcome:
     appends: int = 0
     seconds: float = 0.0
     rss_kib: int = 0
+    cpu_seconds: float = 0.0  # the server's processes, over the scenario
     errors: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, float]:
@@ -55,18 +56,34 @@ class Outcome:
             "p99_ms": lat[int(len(lat) * 0.99)] / 1e6,
             "mean_ms": statistics.fmean(lat) / 1e6,
             "rss_mib": self.rss_kib / 1024,
+            "cpu_us_per_delta": self.cpu_seconds * 1e6 / max(self.frames, 1),
         }
 
 
-def rss_kib(pid: int) -> int:
-    """Resident memory of a process and its children (granian runs the app in a worker)."""
-    total = 0
-    pids = [pid]
+def _tree(pid: int) -> list[int]:
+    """A process and its children (granian runs the app in a worker)."""
     try:
-        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [pid, *(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
     except OSError:
-        pass
-    for p in pids:
+        return [pid]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children so far."""
+    ticks = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of a process and its children."""
+    total = 0
+    for p in _tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -129,12 +146,14 @@ async def scenario(host: str, port: int, model: str, pid: int) -> Outcome:
     out = Outcome()
     peak = 0
     started = time.monotonic()
+    cpu_before = cpu_seconds(pid)
     work = asyncio.gather(*(one_transport(host, port, model, out) for _ in range(TRANSPORTS)))
     while not work.done():
         peak = max(peak, rss_kib(pid))
         await asyncio.sleep(0.2)
     await work
     out.seconds = time.monotonic() - started
+    out.cpu_seconds = cpu_seconds(pid) - cpu_before
     out.rss_kib = peak
     return out
 
@@ -200,8 +219,8 @@ def test_gateway_streaming_vs_bare_granian(benchmark, tmp_path: Path) -> None:
     benchmark.extra_info["p50_ratio"] = round(o["p50_ms"] / b["p50_ms"], 2)
     benchmark.extra_info["p50_ratio_vs_proxy"] = round(o["p50_ms"] / p["p50_ms"], 2)
     print(f"\n{TRANSPORTS} transports x {APPENDS} appends x {FRAMES} frames, {INTERVAL_MS} ms apart")
-    print(f"{'':8}{'frames/s':>12}{'appends/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'RSS MiB':>10}")
+    print(f"{'':8}{'frames/s':>12}{'appends/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'RSS MiB':>10}{'CPU µs/delta':>14}")
     for name, row in (("ours", o), ("bare", b), ("proxy", p)):
-        print(f"{name:8}{row['frames_per_s']:>12.0f}{row['appends_per_s']:>12.0f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['rss_mib']:>10.1f}")
+        print(f"{name:8}{row['frames_per_s']:>12.0f}{row['appends_per_s']:>12.0f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['rss_mib']:>10.1f}{row['cpu_us_per_delta']:>14.1f}")
     print(f"p50 latency ratio ours/bare: {o['p50_ms'] / b['p50_ms']:.2f}  p99 ratio: {o['p99_ms'] / b['p99_ms']:.2f}")
     print(f"p50 latency ratio ours/bare-proxy (same provider hop): {o['p50_ms'] / p['p50_ms']:.2f}  p99: {o['p99_ms'] / p['p99_ms']:.2f}")

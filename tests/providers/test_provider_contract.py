@@ -3,6 +3,7 @@ provider's real wire format."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import traceback
 
@@ -216,6 +217,16 @@ async def test_reads_split_mid_character_and_mid_crlf_decode_the_same(dialect: D
     events = await collect(provider_for(dialect, fake_server, http_client), request())
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "".join(pieces)
     assert any(isinstance(e, Finish) for e in events)
+
+
+@dialects
+async def test_gzip_encoded_stream_is_decoded(dialect: Dialect, fake_server, http_client) -> None:
+    pieces = ["compressed ", "and ", "streamed"]
+    packed = gzip.compress(b"".join(dialect.text(pieces).chunks))
+    parts = [packed[i : i + 16] for i in range(0, len(packed), 16)]
+    fake_server.enqueue(Reply(chunks=parts, headers={"content-encoding": "gzip"}, chunk_delay=0.002))
+    events = await collect(provider_for(dialect, fake_server, http_client), request())
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "".join(pieces)
 
 
 @dialects

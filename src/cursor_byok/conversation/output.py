@@ -2,15 +2,24 @@
 
 One `OutputStream` per transport generation (request_id + generation). The conversation runtime is
 its only writer (frames and the single terminal); RunSSE handlers are readers that replay from any
-position and then follow live. Readers never block the writer: appends are O(1) and wake waiting
-readers (each through its own future, so no reader's cancellation reaches another), and several
+position and then follow live. Readers never block the writer: appends are O(1), and several
 frames produced together go out in one send.
+
+A reader that has caught up may lend the writer a `Push`: the writer then hands each new frame to
+the client itself, from its own task. Waking the reader's task instead would cost an extra pass of
+the event loop per frame, which under load doubles delta latency (benchmarks/results/gateway.md).
+When a push cannot deliver, the reader is woken and sends as before.
 """
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+Push = Callable[[bytes, bool], bool]
+"""(data, more_body) → True once the data is on its way to the client in order; False when it is
+not (nothing was sent; the reader's own task will send it). Never raises."""
 
 
 class ReplayUnavailable(Exception):
@@ -22,6 +31,17 @@ class ReadResult:
     data: bytes  # concatenated frames (possibly empty)
     position: int  # next position to read from
     finished: bool  # the terminal frame is included in `data` or was read earlier
+    complete: bool = False  # the response already ended: a push delivered the terminal
+
+
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    """A caught-up reader: woken through `wake`, or served by the writer through `push`."""
+
+    position: int
+    wake: asyncio.Future[None]
+    push: Push | None
+    complete: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -36,18 +56,29 @@ class OutputStream:
     closed_at: float | None = None
     readers: int = 0
     terminal_delivered: bool = False  # some reader has already received the terminal
-    _waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    _waiters: list[_Waiter] = field(default_factory=list)
 
     @property
     def end(self) -> int:
         return self.base + len(self.frames)
 
-    def _wake(self) -> None:
-        if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+    def _deliver(self, frame: bytes) -> None:
+        """Hand the frame just retained to every waiting reader: pushed where it can be, else wake."""
+        if not self._waiters:
+            return
+        waiters, self._waiters = self._waiters, []
+        end, more = self.end, not self.closed
+        for w in waiters:
+            if w.wake.done():
+                continue  # that reader was cancelled (its client went away)
+            if w.push is not None and w.position == end - 1 and w.push(frame, more):
+                w.position = end
+                if more:
+                    self._waiters.append(w)
+                    continue
+                w.complete = True
+                self.terminal_delivered = True
+            w.wake.set_result(None)
 
     def _retain(self, frame: bytes) -> None:
         self.frames.append(frame)
@@ -61,7 +92,7 @@ class OutputStream:
         if self.closed:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} is closed")
         self._retain(frame)
-        self._wake()
+        self._deliver(frame)
 
     def close(self, terminal_frame: bytes) -> None:
         """Append the one terminal frame. A second close is a lifecycle bug."""
@@ -70,7 +101,7 @@ class OutputStream:
         self._retain(terminal_frame)
         self.closed = True
         self.closed_at = time.monotonic()
-        self._wake()
+        self._deliver(terminal_frame)
 
     def read_now(self, position: int) -> ReadResult:
         if position < self.base:
@@ -81,15 +112,19 @@ class OutputStream:
         chunk = self.frames[start] if len(self.frames) - start == 1 else b"".join(self.frames[start:])
         return ReadResult(chunk, self.end, self.closed)
 
-    async def read(self, position: int) -> ReadResult:
-        """Everything from `position` on; waits until there is something or the stream is closed."""
+    async def read(self, position: int, push: Push | None = None) -> ReadResult:
+        """Everything from `position` on; waits until there is something or the stream is closed.
+        While it waits, frames written go to `push` (if given) and the wait goes on."""
         while True:
             result = self.read_now(position)
             if result.data or result.finished:
                 return result
-            fut = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            await fut
+            waiter = _Waiter(position, asyncio.get_running_loop().create_future(), push)
+            self._waiters.append(waiter)
+            await waiter.wake
+            if waiter.complete:
+                return ReadResult(b"", waiter.position, True, complete=True)
+            position = waiter.position
 
 
 class OutputHub:

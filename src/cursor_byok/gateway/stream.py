@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..conversation import ReplayUnavailable
 from ..protocol import ConnectError, agent_pb2, decode_unary, end_stream_error
@@ -47,13 +48,15 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     me = asyncio.current_task()
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, me))
+    direct = DirectSend(send)
     stream.readers += 1
     position = 0
     try:
         while True:
             try:
-                result = await stream.read(position)
+                result = await stream.read(position, direct)
             except ReplayUnavailable:
+                await direct.settle()
                 await send(
                     {
                         "type": "http.response.body",
@@ -63,6 +66,9 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
                 )
                 return
             position = result.position
+            await direct.settle()
+            if result.complete:
+                return
             await send({"type": "http.response.body", "body": result.data, "more_body": not result.finished})
             if result.finished:
                 stream.terminal_delivered = True
@@ -75,9 +81,64 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         raise
     finally:
         stream.readers -= 1
+        direct.abandon()
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher
+
+
+class DirectSend:
+    """The `Push` a caught-up RunSSE reader lends its stream's writer: the writer's own task sends
+    each new frame, so a live delta costs no task switch. Granian takes a body chunk without
+    suspending (its send returns an already-finished awaitable), so the send completes inside the
+    writer's call and no cancellation can cut it in half. Should a send ever suspend, a task
+    finishes it and the reader waits for that task (`settle`) before sending anything itself, so
+    frames never reorder."""
+
+    __slots__ = ("_send", "_inflight")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._inflight: asyncio.Future[None] | None = None
+
+    def __call__(self, data: bytes, more: bool) -> bool:
+        if self._inflight is not None:
+            return False  # the reader takes over once the suspended send is done
+        try:
+            step = self._send({"type": "http.response.body", "body": data, "more_body": more}).__await__()
+            yielded = next(step)
+        except StopIteration:
+            return True
+        except Exception:  # noqa: BLE001 - the writer must never fail on a client's behalf
+            log.debug("direct send failed; the reader's task takes over", exc_info=True)
+            return False
+        self._inflight = asyncio.ensure_future(_finish(step, yielded))
+        return True
+
+    async def settle(self) -> None:
+        """Wait for a send the writer started and could not finish at once (re-raising its error)."""
+        if self._inflight is not None:
+            inflight, self._inflight = self._inflight, None
+            await inflight
+
+    def abandon(self) -> None:
+        if self._inflight is not None:
+            self._inflight.cancel()
+
+
+async def _finish(step: Iterator[Any], yielded: Any) -> None:
+    """Drive the rest of an awaitable whose first step already ran, as a Task would: wait for the
+    future it yielded (clearing the flag a Task clears), then resume it, until it returns."""
+    while True:
+        if getattr(yielded, "_asyncio_future_blocking", None) is not None:
+            yielded._asyncio_future_blocking = False
+            await asyncio.wait((yielded,))
+        else:
+            await asyncio.sleep(0)  # a bare yield
+        try:
+            yielded = next(step)
+        except StopIteration:
+            return
 
 
 async def _watch_disconnect(receive: Receive, reader: asyncio.Task[None] | None) -> None:

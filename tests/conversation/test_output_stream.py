@@ -1,0 +1,107 @@
+"""OutputStream: replay, live follow, and frames pushed by the writer to a caught-up reader."""
+from __future__ import annotations
+
+import asyncio
+
+from cursor_byok.conversation import OutputHub
+
+
+class Recorder:
+    """A Push that records what it was handed; `accept` decides whether it delivers."""
+
+    def __init__(self, accept: bool = True) -> None:
+        self.accept = accept
+        self.sent: list[tuple[bytes, bool]] = []
+
+    def __call__(self, data: bytes, more: bool) -> bool:
+        if not self.accept:
+            return False
+        self.sent.append((data, more))
+        return True
+
+
+async def settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_caught_up_reader_is_served_by_the_writer_without_waking() -> None:
+    stream = OutputHub().open("r1")
+    push = Recorder()
+    reader = asyncio.ensure_future(stream.read(0, push))
+    await settle()
+    stream.write(b"a")
+    stream.write(b"b")
+    await settle()
+    assert push.sent == [(b"a", True), (b"b", True)]
+    assert not reader.done()  # nothing for the reader's own task to do
+    stream.close(b"END")
+    result = await reader
+    assert push.sent[-1] == (b"END", False)
+    assert result.complete and result.finished and result.data == b"" and result.position == 3
+    assert stream.terminal_delivered
+
+
+async def test_a_push_that_cannot_deliver_wakes_the_reader_with_everything_since() -> None:
+    stream = OutputHub().open("r1")
+    push = Recorder()
+    reader = asyncio.ensure_future(stream.read(0, push))
+    await settle()
+    stream.write(b"a")
+    push.accept = False
+    stream.write(b"b")
+    stream.write(b"c")  # the reader is no longer waiting: retained for it
+    result = await reader
+    assert push.sent == [(b"a", True)]
+    assert (result.data, result.position, result.finished, result.complete) == (b"bc", 3, False, False)
+
+
+async def test_a_reader_behind_the_writer_replays_before_anything_is_pushed() -> None:
+    stream = OutputHub().open("r1")
+    stream.write(b"a")
+    stream.write(b"b")
+    push = Recorder()
+    first = await stream.read(0, push)
+    assert (first.data, first.position) == (b"ab", 2) and push.sent == []
+    reader = asyncio.ensure_future(stream.read(first.position, push))
+    await settle()
+    stream.write(b"c")
+    stream.close(b"END")
+    assert (await reader).complete
+    assert push.sent == [(b"c", True), (b"END", False)]
+
+
+async def test_a_cancelled_reader_is_never_pushed_to() -> None:
+    stream = OutputHub().open("r1")
+    push = Recorder()
+    reader = asyncio.ensure_future(stream.read(0, push))
+    await settle()
+    reader.cancel()
+    await settle()
+    stream.write(b"a")
+    assert push.sent == []
+
+
+async def test_a_pushing_and_a_pulling_reader_each_get_every_frame_in_order() -> None:
+    stream = OutputHub().open("r1")
+    push = Recorder()
+    pushed = asyncio.ensure_future(stream.read(0, push))
+    pulled: list[bytes] = []
+
+    async def pull() -> None:
+        position = 0
+        while True:
+            result = await stream.read(position)
+            pulled.append(result.data)
+            position = result.position
+            if result.finished:
+                return
+
+    puller = asyncio.ensure_future(pull())
+    await settle()
+    for frame in (b"a", b"b", b"c"):
+        stream.write(frame)
+        await settle()
+    stream.close(b"END")
+    await asyncio.wait_for(asyncio.gather(pushed, puller), 5)
+    assert b"".join(d for d, _ in push.sent) == b"".join(pulled) == b"abcEND"
