@@ -150,6 +150,23 @@ async def test_final_checkpoint_precedes_the_terminal(ide: ScriptedIDE, provider
     assert roles[0] == "system" and roles[-1] == "assistant" and "user" in roles
 
 
+async def test_next_turn_pushes_only_the_blobs_the_clients_checkpoint_lacks(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    conv = uuid.uuid4().hex
+    provider.enqueue(OPENAI_CHAT.text(["first answer"]), OPENAI_CHAT.text(["second answer"]))
+    first = await ide.turn(run_request("one", model=MODEL, conversation_id=conv))
+    held = list(first.messages[-1].conversation_checkpoint_update.root_prompt_messages_json)
+    assert len(held) >= 3  # system, user, assistant
+    ide.kv_log.clear()
+    follow = run_request("two", model=MODEL, conversation_id=conv)
+    follow.run_request.conversation_state.CopyFrom(first.messages[-1].conversation_checkpoint_update)  # as the IDE does
+    second = await ide.turn(follow)
+    roots = list(second.messages[-1].conversation_checkpoint_update.root_prompt_messages_json)
+    assert roots[: len(held)] == held
+    pushed = [kv.set_blob_args.blob_id for kv in ide.kv_log if kv.WhichOneof("message") == "set_blob_args"]
+    assert pushed == roots[len(held):]  # the new user and assistant messages only
+    assert all(blob in ide.blobs for blob in roots)  # and the client holds every blob it names
+
+
 async def test_soft_interrupt_continues_the_same_conversation(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["part "] * 30, 0.05), OPENAI_CHAT.text(["handled the follow-up"]))
     rid, conv = uuid.uuid4().hex, uuid.uuid4().hex

@@ -306,6 +306,7 @@ class ConversationRuntime:
         env = _request_env(rr)
         workspace = env.workspace_paths[0] if env is not None and env.workspace_paths else None
         run.presenter = RunPresenter(run.run_id, workspace, self._write)
+        self.blobs.held_by_client(cmd.request_id, rr.conversation_state.root_prompt_messages_json)
         self.run = run
         self.last_run_request = rr
         self._transition(Phase.PREPARING)

@@ -1,13 +1,14 @@
 """KV blob exchange with the IDE (set_blob / get_blob), per request id.
 
 Each request id has its own KvServerMessage id counter (from 1, shared by set and get); a blob
-already acked on a request id is not sent again. Replies arrive as client input and are matched
+already acked on a request id, or named by the checkpoint the client sent with that request, is
+not sent again. Replies arrive as client input and are matched
 by id. Only data moves here: the runtime decides what a failed or missing reply means.
 """
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 
 from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message
 from . import updates
@@ -27,6 +28,12 @@ class BlobSync:
         fut: asyncio.Future[pb.KvClientMessage] = asyncio.get_running_loop().create_future()
         self._waiters[(request_id, kv_id)] = fut
         return kv_id, fut
+
+    def held_by_client(self, request_id: str, blob_ids: Iterable[bytes]) -> None:
+        """Blob ids the client's own checkpoint names: it stores those (it needs them to resume), so
+        they are not pushed again. Without this every turn, on its new request id, would push the
+        whole history once more."""
+        self._acked.setdefault(request_id, set()).update(blob_ids)
 
     def set_blob(self, output: OutputStream, request_id: str, data: bytes) -> Awaitable[pb.KvClientMessage] | None:
         """Push one blob; the awaitable resolves on the client's ack (None: acked here before)."""
