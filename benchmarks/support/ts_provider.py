@@ -5,13 +5,15 @@
 
 It stands in for a remote provider, so it must cost the machine as little as it can: on a 2-core
 box its CPU is taken from the server under test. Each stream is a timer callback on uvloop that
-writes a pre-built chunk (no task, no sleep future, no JSON encoder per chunk).
+writes a pre-built chunk (no task, no sleep future, no JSON encoder per chunk). Connections are kept
+alive between responses, as real providers' are.
 """
 from __future__ import annotations
 
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 
 import uvloop
 
@@ -23,7 +25,7 @@ END = (
     b'data: {"id":"b","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":500,"total_tokens":510}}\n\n'
     b"data: [DONE]\n\n"
 )
-RESPONSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+RESPONSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
 def chunk(stamp: int) -> bytes:
@@ -32,15 +34,16 @@ def chunk(stamp: int) -> bytes:
 
 
 class _Stream:
-    """Sends FRAMES stamped chunks INTERVAL apart, then the finish chunks, then closes."""
+    """Sends FRAMES stamped chunks INTERVAL apart, then the finish chunks; then `done()`."""
 
-    __slots__ = ("transport", "left", "interval", "loop")
+    __slots__ = ("transport", "left", "interval", "loop", "done")
 
-    def __init__(self, transport: asyncio.Transport, frames: int, interval: float) -> None:
+    def __init__(self, transport: asyncio.Transport, frames: int, interval: float, done: Callable[[], None]) -> None:
         self.transport = transport
         self.left = frames
         self.interval = interval
         self.loop = asyncio.get_running_loop()
+        self.done = done
         transport.write(RESPONSE_HEAD)
         self.tick()
 
@@ -49,7 +52,7 @@ class _Stream:
             return
         if self.left == 0:
             self.transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(END), END))
-            self.transport.close()
+            self.done()
             return
         self.left -= 1
         self.transport.write(chunk(time.monotonic_ns()))
@@ -57,30 +60,42 @@ class _Stream:
 
 
 class _Provider(asyncio.Protocol):
+    """One keep-alive connection: each complete request (headers + Content-Length body) gets one
+    stream; bytes that arrive meanwhile wait for the stream to end."""
+
     def __init__(self, frames: int, interval: float) -> None:
         self.frames, self.interval = frames, interval
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
-        self.started = False
+        self.streaming = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self.started:
-            return
         self.buffer += data
-        head, sep, body = self.buffer.partition(b"\r\n\r\n")
+        self._next()
+
+    def _next(self) -> None:
+        if self.streaming:
+            return
+        head, sep, rest = self.buffer.partition(b"\r\n\r\n")
         if not sep:
             return
         length = 0
         for line in head.split(b"\r\n"):
             if line.lower().startswith(b"content-length:"):
                 length = int(line.split(b":", 1)[1])
-        if len(body) >= length:
-            self.started = True
-            assert self.transport is not None
-            _Stream(self.transport, self.frames, self.interval)
+        if len(rest) < length:
+            return
+        self.buffer = rest[length:]
+        self.streaming = True
+        assert self.transport is not None
+        _Stream(self.transport, self.frames, self.interval, self._ended)
+
+    def _ended(self) -> None:
+        self.streaming = False
+        self._next()
 
 
 async def main(port: int, frames: int, interval_ms: float) -> None:
