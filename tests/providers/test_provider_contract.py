@@ -34,8 +34,9 @@ from cursor_byok.providers import (
     ToolSchema,
     Usage,
     make_provider,
+    new_http_client,
 )
-from tests.fakes import DIALECTS, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model
+from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model
 
 dialects = pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=lambda d: d.kind.value)
 
@@ -308,3 +309,34 @@ async def test_canary_key_never_leaks(dialect: Dialect, fake_server, http_client
     for err in errors:
         texts += [str(err), repr(err), repr(err.args), "".join(traceback.format_exception(err))]
     assert all(CANARY not in text for text in texts)
+
+
+async def test_proxy_from_the_environment_carries_provider_streams(fake_server, monkeypatch) -> None:
+    """Behind a corporate proxy the user sets HTTP(S)_PROXY, and provider traffic must follow it."""
+    request_lines: list[bytes] = []
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        first, _, rest = head.partition(b"\r\n")
+        request_lines.append(first)
+        method, target, version = first.split(b" ")
+        url = httpx.URL(target.decode())
+        length = next((int(v) for k, _, v in (line.partition(b":") for line in rest.split(b"\r\n")) if k.lower() == b"content-length"), 0)
+        body = await reader.readexactly(length)
+        upstream_reader, upstream_writer = await asyncio.open_connection(url.host, url.port)
+        upstream_writer.write(b"%s %s %s\r\n%s%s" % (method, url.raw_path, version, rest, body))
+        while data := await upstream_reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        upstream_writer.close()
+        writer.close()
+
+    proxy = await asyncio.start_server(forward, "127.0.0.1", 0)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
+    for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    fake_server.enqueue(OPENAI_CHAT.text(["through ", "the proxy"]))
+    async with proxy, new_http_client() as client:
+        events = await collect(provider_for(OPENAI_CHAT, fake_server, client), request())
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "through the proxy"
+    assert request_lines == [f"POST {fake_server.url}/v1/chat/completions HTTP/1.1".encode()]
