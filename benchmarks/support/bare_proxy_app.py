@@ -11,10 +11,10 @@ from httpx_sse import EventSource
 
 from benchmarks.support.bare_app import HEADERS, delta
 from cursor_byok.protocol import end_stream_ok
-from cursor_byok.providers import new_http_client
+from cursor_byok.http_client import streaming_client
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
-client = new_http_client()
+client = streaming_client()
 
 
 class _Delta(msgspec.Struct):

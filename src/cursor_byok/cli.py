@@ -459,7 +459,8 @@ class ModelTestResult:
 
 
 async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_tokens: int) -> ModelTestResult:
-    from .providers import Message, ModelRequest, TextDelta, TextPart, ThinkingDelta, Usage, make_provider, new_http_client
+    from .http_client import streaming_client
+    from .providers import Message, ModelRequest, TextDelta, TextPart, ThinkingDelta, Usage, make_provider
 
     request = ModelRequest(
         model=model.model,
@@ -474,7 +475,7 @@ async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_toke
     text: list[str] = []
     output_tokens: int | None = None
     first: float | None = None
-    async with new_http_client() as client:  # the provider bounds its own waits
+    async with streaming_client() as client:  # the provider bounds its own waits
         provider = make_provider(model, api_key, client)
         started = time.perf_counter()
         async for event in provider.stream(request):

@@ -73,6 +73,25 @@ async def test_passthrough_is_byte_identical_and_streams_before_upstream_finishe
     assert seen.headers["accept-encoding"] == "identity"
 
 
+async def test_passthrough_never_replays_a_cookie_the_ide_did_not_send(server: ServerProcess, stand_in: FakeProviderServer) -> None:
+    # Cursor's cookies are the IDE's business: a response's Set-Cookie must not come back on the
+    # next request, and the IDE's own headers go through as they are.
+    stand_in.enqueue(
+        Reply(body=b"one", content_type="application/proto", headers={"set-cookie": "session=abc; Path=/"}),
+        Reply(body=b"two", content_type="application/proto"),
+    )
+    ide_headers = {"content-type": "application/proto", "user-agent": "Cursor/3.14 (test)", "x-ghost-mode": "true"}
+    for body in (b"first", b"second"):  # a fresh IDE-side client each time: it keeps no cookies either
+        async with httpx.AsyncClient(base_url=server.base_url) as client:
+            response = await client.post("/aiserver.v1.AiService/Unary", content=body, headers=ide_headers)
+            assert response.status_code == 200
+    first, second = stand_in.requests
+    assert "cookie" not in second.headers
+    for seen in (first, second):
+        assert seen.headers["user-agent"] == "Cursor/3.14 (test)"
+        assert seen.headers["x-ghost-mode"] == "true"
+
+
 async def test_forged_upstream_url_is_refused(server: ServerProcess, stand_in: FakeProviderServer) -> None:
     async with httpx.AsyncClient(base_url=server.base_url) as client:
         for forged in ("https://evil.example.com/x", "http://api2.cursor.sh/x", "https://cursor.sh.evil.com/x", "https://user@api2.cursor.sh/x"):

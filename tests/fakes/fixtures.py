@@ -9,7 +9,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from cursor_byok.providers import new_http_client
+from cursor_byok.http_client import streaming_client
 
 from .server import FakeProviderServer
 
@@ -25,5 +25,5 @@ def fake_server() -> Iterator[FakeProviderServer]:
 
 @pytest_asyncio.fixture
 async def http_client() -> AsyncIterator[httpx.AsyncClient]:
-    async with new_http_client(verify=_TLS) as client:
+    async with streaming_client(verify=_TLS) as client:
         yield client

@@ -34,8 +34,8 @@ from cursor_byok.providers import (
     ToolSchema,
     Usage,
     make_provider,
-    new_http_client,
 )
+from cursor_byok.http_client import streaming_client
 from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model
 
 dialects = pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=lambda d: d.kind.value)
@@ -336,7 +336,7 @@ async def test_proxy_from_the_environment_carries_provider_streams(fake_server, 
     for name in ("NO_PROXY", "no_proxy", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
     fake_server.enqueue(OPENAI_CHAT.text(["through ", "the proxy"]))
-    async with proxy, new_http_client() as client:
+    async with proxy, streaming_client() as client:
         events = await collect(provider_for(OPENAI_CHAT, fake_server, client), request())
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "through the proxy"
     assert request_lines == [f"POST {fake_server.url}/v1/chat/completions HTTP/1.1".encode()]

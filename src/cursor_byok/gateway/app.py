@@ -18,7 +18,8 @@ import msgspec
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
-from ..run import RunEngine, make_provider, new_http_client
+from ..http_client import passthrough_client, streaming_client
+from ..run import RunEngine, make_provider
 from .asgi import Receive, Scope, Send, reply
 from .bidi import handle_append
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
@@ -55,8 +56,8 @@ class Gateway:
         from ..store import Store
 
         self.store = await Store.open(self.config.database_path)
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
-        self.provider_http = new_http_client()
+        self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
+        self.provider_http = streaming_client()
         self.upstream = Upstream(self.config.upstream.base_url, self.http)
         self.local_rpcs = LocalRpcs(self.config, self.upstream)
         services = RuntimeServices(

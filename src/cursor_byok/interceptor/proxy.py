@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from ..http_client import passthrough_client
 from .ca import LocalCA
 from .http1 import (
     READ_SIZE,
@@ -186,10 +187,9 @@ class InterceptingProxy:
         timeout = httpx.Timeout(
             connect=self.limits.connect_seconds, read=None, write=self.limits.write_seconds, pool=None
         )
-        pool = httpx.Limits(max_connections=None, max_keepalive_connections=32, keepalive_expiry=30.0)
         # trust_env=False: an HTTP(S)_PROXY in the environment may well point at this very proxy.
-        self._gateway_client = httpx.AsyncClient(timeout=timeout, limits=pool, trust_env=False)
-        self._origin_client = httpx.AsyncClient(timeout=timeout, limits=pool, trust_env=False)
+        self._gateway_client = passthrough_client(timeout=timeout, trust_env=False)
+        self._origin_client = passthrough_client(timeout=timeout, trust_env=False)
         try:
             self._server = await asyncio.start_server(
                 self._on_connection,

@@ -5,7 +5,6 @@ Nothing here knows about Cursor: requests and events are the neutral types below
 """
 from __future__ import annotations
 
-from .client import new_http_client
 from .errors import (
     AuthError,
     BadRequestError,
@@ -84,5 +83,4 @@ __all__ = [
     "Usage",
     "add_usage",
     "make_provider",
-    "new_http_client",
 ]

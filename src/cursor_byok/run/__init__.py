@@ -38,7 +38,6 @@ from ..providers import (
     Usage,
     add_usage,
     make_provider,
-    new_http_client,
 )
 from .compaction import ContextEstimator, estimate_tokens
 from .engine import RunEngine, RunResult, RunSpec, RunStop
@@ -112,5 +111,4 @@ __all__ = [
     "add_usage",
     "estimate_tokens",
     "make_provider",
-    "new_http_client",
 ]
