@@ -11,7 +11,31 @@ from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 
-async def test_sigterm_ends_every_open_stream_with_one_terminal(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+import os
+
+import pytest
+
+
+def to_main(proc, sig: int) -> None:  # type: ignore[no-untyped-def]
+    proc.send_signal(sig)
+
+
+def to_group(proc, sig: int) -> None:  # type: ignore[no-untyped-def]
+    os.killpg(proc.pid, sig)  # the server runs in its own session: its pid is the group id
+
+
+@pytest.mark.parametrize(
+    ("deliver", "sig"),
+    [
+        (to_main, signal.SIGTERM),  # docker stop, kill PID
+        (to_group, signal.SIGINT),  # Ctrl-C in a terminal reaches the whole foreground group
+        (to_group, signal.SIGTERM),  # systemd stop (KillMode=control-group)
+    ],
+    ids=["sigterm-main", "ctrl-c-group", "sigterm-group"],
+)
+async def test_stop_signal_ends_every_open_stream_with_one_terminal(
+    deliver, sig: int, tmp_path: Path, provider: FakeProviderServer, workspace: Path  # type: ignore[no-untyped-def]
+) -> None:
     config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id="m", provider="openai-chat", base_url=provider.url + "/v1")])
     server = ServerProcess(config).start()
     for _ in range(3):
@@ -29,7 +53,7 @@ async def test_sigterm_ends_every_open_stream_with_one_terminal(tmp_path: Path, 
         while not all(log.text for log in logs):
             await asyncio.sleep(0.02)
         assert server.proc is not None
-        server.proc.send_signal(signal.SIGTERM)
+        deliver(server.proc, sig)
         await asyncio.wait_for(asyncio.gather(*readers), 20)
         assert server.proc.wait(20) == 0
     finally:

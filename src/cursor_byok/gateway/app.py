@@ -23,6 +23,7 @@ from ..run import RunEngine, make_provider
 from .asgi import Receive, Scope, Send, reply
 from .bidi import handle_append
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
+from .signals import drain_before_worker_stops
 from .stream import handle_run_sse
 from .transport import Transports
 
@@ -47,6 +48,7 @@ class Gateway:
         self.conversations: ConversationService
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
+        self.drained = False  # drain() ran: a stop signal may stop the worker at once
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -96,6 +98,7 @@ class Gateway:
     async def drain(self) -> None:
         """Graceful stop, before the HTTP server closes its connections: every open RunSSE gets its
         one terminal frame (unavailable) and a moment to read it."""
+        self.drained = True
         await self.conversations.shutdown("server shutting down")
         deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
         while asyncio.get_running_loop().time() < deadline:
@@ -166,7 +169,9 @@ def app_from_env() -> Gateway:
     raw = os.environ.get(CONFIG_JSON_ENV)
     if not raw:
         raise RuntimeError(f"{CONFIG_JSON_ENV} is not set")
-    return create_app(msgspec.json.decode(raw.encode(), type=Config))
+    gateway = create_app(msgspec.json.decode(raw.encode(), type=Config))
+    drain_before_worker_stops(gateway.drain, lambda: gateway.drained)
+    return gateway
 
 
 def serve(config: Config) -> int:
