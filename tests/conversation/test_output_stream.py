@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import asyncio
 
-from cursor_byok.conversation import OutputHub
+import pytest
+
+from cursor_byok.conversation import OutputHub, ReplayUnavailable
 
 
 class Recorder:
@@ -105,3 +107,23 @@ async def test_a_pushing_and_a_pulling_reader_each_get_every_frame_in_order() ->
     stream.close(b"END")
     await asyncio.wait_for(asyncio.gather(pushed, puller), 5)
     assert b"".join(d for d, _ in push.sent) == b"".join(pulled) == b"abcEND"
+
+
+async def test_past_the_retention_cap_old_frames_go_and_a_reader_behind_them_is_told() -> None:
+    stream = OutputHub(max_retained_bytes=800).open("r1")
+    for i in range(100):
+        stream.write(bytes([i]) * 10)  # 1,000 bytes in all
+        assert stream.retained_bytes <= 800
+    assert stream.base > 0 and stream.end == 100
+    assert stream.retained_bytes == sum(len(f) for f in stream.frames)
+    with pytest.raises(ReplayUnavailable):
+        stream.read_now(0)  # a reader behind the retained frames is told
+    tail = stream.read_now(stream.base)
+    assert tail.data == b"".join(bytes([i]) * 10 for i in range(stream.base, 100))
+
+
+async def test_a_single_frame_larger_than_the_cap_is_still_delivered() -> None:
+    stream = OutputHub(max_retained_bytes=100).open("r1")
+    stream.write(b"x" * 50)
+    stream.write(b"y" * 500)
+    assert stream.read_now(stream.base).data == b"y" * 500
