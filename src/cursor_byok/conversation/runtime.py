@@ -59,7 +59,7 @@ from .history import (
     prompt_mode,
     render_request_context,
     render_user_message,
-    root_blobs,
+    RootBlobs,
 )
 from .commands import (
     CheckpointDone,
@@ -184,6 +184,7 @@ class ConversationRuntime:
         self.todos: list[tools.TodoEntry] = []
         self.shell_output_seen: dict[str, int] = {}
         self.blobs = BlobSync()
+        self.root_blobs = RootBlobs()
         self.last_active = time.monotonic()
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -867,8 +868,8 @@ class ConversationRuntime:
         del state.root_prompt_messages_json[:]
         del state.pending_tool_calls[:]
         model_name = run.model.id if run.model else ""
-        blobs = root_blobs(run.spec.system if run.spec else None, self.history.project(), model_name)
-        waiters = [self.blobs.set_blob(run.output, run.request_id, data) for data in blobs]
+        blobs = self.root_blobs.build(run.spec.system if run.spec else None, self.history.project(), model_name)
+        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs]
         pending = [w for w in waiters if w is not None]
         acked = True
         if pending:
@@ -876,7 +877,7 @@ class ConversationRuntime:
                 await asyncio.wait_for(asyncio.gather(*pending), self.s.blob_ack_timeout)
             except TimeoutError:
                 acked = False
-        state.root_prompt_messages_json.extend(blob_id(d) for d in blobs)
+        state.root_prompt_messages_json.extend(bid for bid, _ in blobs)
         state.mode = run.mode
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window

@@ -35,9 +35,9 @@ class BlobSync:
         whole history once more."""
         self._acked.setdefault(request_id, set()).update(blob_ids)
 
-    def set_blob(self, output: OutputStream, request_id: str, data: bytes) -> Awaitable[pb.KvClientMessage] | None:
-        """Push one blob; the awaitable resolves on the client's ack (None: acked here before)."""
-        bid = blob_id(data)
+    def set_blob(self, output: OutputStream, request_id: str, bid: bytes, data: bytes) -> Awaitable[pb.KvClientMessage] | None:
+        """Push one blob (`bid` is its id); the awaitable resolves on the client's ack (None: the
+        client holds it already)."""
         acked = self._acked.setdefault(request_id, set())
         if bid in acked:
             return None

@@ -1,7 +1,7 @@
 """Canonical conversation history, its provider projection, and checkpoint message blobs."""
 from __future__ import annotations
 
-from .checkpoint import blob_id, message_from_json, message_json, root_blobs, system_json
+from .checkpoint import RootBlobs, blob_id, message_from_json, message_json, system_json
 from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
 from .log import (
     ConversationHistory,
@@ -28,6 +28,6 @@ __all__ = [
     "prompt_mode",
     "render_request_context",
     "render_user_message",
-    "root_blobs",
+    "RootBlobs",
     "system_json",
 ]
