@@ -10,6 +10,8 @@ import sys
 
 import uvloop
 
+from benchmarks.support.rawhttp import take_request
+
 BODY = b"\x0a\x10" + b"o" * 200
 REPLY = b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ncontent-length: %d\r\n\r\n%s" % (len(BODY), BODY)
 
@@ -24,17 +26,8 @@ class _Origin(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        while True:
-            head, sep, rest = self.buffer.partition(b"\r\n\r\n")
-            if not sep:
-                return
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            if len(rest) < length:
-                return
-            self.buffer = rest[length:]
+        while (rest := take_request(self.buffer)) is not None:
+            self.buffer = rest
             assert self.transport is not None
             self.transport.write(REPLY)
 

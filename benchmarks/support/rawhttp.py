@@ -59,3 +59,16 @@ class Connection:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def take_request(buffer: bytes) -> bytes | None:
+    """For the stand-in servers: what is left of `buffer` after the one complete request (head and
+    Content-Length body) at its front, or None while that request is still incomplete."""
+    head, sep, rest = buffer.partition(b"\r\n\r\n")
+    if not sep:
+        return None
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return rest[length:] if len(rest) >= length else None

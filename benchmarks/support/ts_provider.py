@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import uvloop
 
+from benchmarks.support.rawhttp import take_request
+
 _HEAD = b'data: {"id":"b","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"'
 _TAIL = b'|"},"finish_reason":null}]}\n\n'
 
@@ -79,16 +81,10 @@ class _Provider(asyncio.Protocol):
     def _next(self) -> None:
         if self.streaming:
             return
-        head, sep, rest = self.buffer.partition(b"\r\n\r\n")
-        if not sep:
+        rest = take_request(self.buffer)
+        if rest is None:
             return
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
-        if len(rest) < length:
-            return
-        self.buffer = rest[length:]
+        self.buffer = rest
         self.streaming = True
         assert self.transport is not None
         _Stream(self.transport, self.frames, self.interval, self._ended)
