@@ -215,3 +215,18 @@ async def test_out_of_order_appends_are_delivered_once_in_order(ide: ScriptedIDE
     tool_msgs = [m for m in second if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_msgs] == [c.id for c in calls]
     assert all(f"content of {n}" in m["content"] for m, n in zip(tool_msgs, "abcd"))
+
+
+async def test_a_whole_turn_over_h2c(server, provider: FakeProviderServer, workspace) -> None:  # type: ignore[no-untyped-def]
+    # The IDE may speak HTTP/2: the stream, its live frames (sent from the producing task) and the
+    # single terminal must come out the same as over HTTP/1.1.
+    provider.enqueue(slow_text(["over ", "h2 ", "too"], 0.05))
+    ide = ScriptedIDE(server.base_url, workspace, http2=True)
+    try:
+        assert (await ide.client.get("/__byok-api__/healthz")).http_version == "HTTP/2"
+        log = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex))
+    finally:
+        await ide.close()
+    assert log.text == "over h2 too"
+    assert log.terminals == 1 and log.terminal is None and not log.broken
+    assert log.kinds()[-1] == "conversation_checkpoint_update"

@@ -126,7 +126,8 @@ class ScriptedIDE:
 
     def __init__(self, base_url: str, workspace: Path | None = None, *, http2: bool = False) -> None:
         self.base_url = base_url.rstrip("/")
-        self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http2=http2)
+        # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
+        self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not http2, http2=http2)
         self.workspace = workspace
         self.seqnos: dict[str, int] = {}
         self.exec_log: list[pb.ExecServerMessage] = []
