@@ -22,15 +22,13 @@ httpx_aiohttp.transport.AIOHTTP_EXC_MAP[aiohttp.ClientConnectionError] = httpx.N
 # aiohttp's pool has no "unbounded": the transport maps a missing limit to aiohttp's default of 100
 # connections, which would queue the 101st concurrent stream. Streams are bounded upstream of here
 # (server.max_transports), so this only has to stay out of the way.
-MAX_CONNECTIONS = 4096
-KEEPALIVE_SECONDS = 30.0
+_LIMITS = httpx.Limits(max_connections=4096, keepalive_expiry=30.0)
 
 
 def streaming_client(*, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> httpx.AsyncClient:
     """A client for model provider streams; the caller owns it (`await client.aclose()`). Proxies
     from the environment apply when `trust_env` is set, as with a plain httpx client."""
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, keepalive_expiry=KEEPALIVE_SECONDS)
-    return HttpxAiohttpClient(verify=verify, trust_env=trust_env, limits=limits)
+    return HttpxAiohttpClient(verify=verify, trust_env=trust_env, limits=_LIMITS)
 
 
 class _KeepNoCookies(http.cookiejar.DefaultCookiePolicy):
@@ -43,10 +41,9 @@ def passthrough_client(*, timeout: httpx.Timeout, trust_env: bool = True) -> htt
     response's Set-Cookie on the next request, which the IDE never sent. (Like any HTTP client it
     fills in a user agent and accept header only when the request has none; duplicate request
     header lines reach the origin joined into one, which HTTP defines as equivalent.)"""
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, keepalive_expiry=KEEPALIVE_SECONDS)
     return HttpxAiohttpClient(
         timeout=timeout,
-        limits=limits,
+        limits=_LIMITS,
         trust_env=trust_env,
         cookies=http.cookiejar.CookieJar(policy=_KeepNoCookies()),
     )

@@ -21,8 +21,7 @@ from typing import Any
 
 log = logging.getLogger("cursor_byok.gateway")
 
-
-ALONE_GRACE_SECONDS = 10.0
+ALONE_GRACE_SECONDS = 10.0  # a worker signalled alone waits this long for the main process to stop it
 
 
 def drain_before_worker_stops(drain: Callable[[], Awaitable[None]], drained: Callable[[], bool]) -> bool:

@@ -257,8 +257,8 @@ class HttpStreamProvider(abc.ABC):
         )
 
     def _describe(self, exc: BaseException) -> str:
-        # The transport wraps its own errors in httpx's types, not always aptly (a dropped
-        # connection can arrive as ConnectTimeout); the original says what happened.
+        # The transport wraps aiohttp's errors in httpx's types; the original names what happened
+        # ("Cannot connect to host …" rather than a bare class name).
         cause = exc.__cause__ or exc
         text = str(cause)
         return self._redact(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)

@@ -105,10 +105,6 @@ def message_from_json(data: bytes) -> tuple[str, Message | None]:
     return role, Message(role=role, parts=parts)
 
 
-def _message_blob(message: Message, position: int, model_name: str) -> bytes:
-    return message_json(message, "1" if message.role == "assistant" else f"m{position}", model_name)
-
-
 class RootBlobs:
     """The root-prompt blobs of a conversation's checkpoints, as (blob id, bytes): the system
     prompt, then every projected message, each built once.
@@ -134,7 +130,7 @@ class RootBlobs:
             if i < len(cached) and cached[i][0] is message and cached[i][1] == model_name:
                 entry = cached[i]
             else:
-                data = _message_blob(message, i, model_name)
+                data = message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name)
                 entry = (message, model_name, (blob_id(data), data))
             fresh.append(entry)
             out.append(entry[2])
