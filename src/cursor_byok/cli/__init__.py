@@ -1,0 +1,63 @@
+"""`cursor-byok`: run the server, check the setup, and wire the Cursor IDE to it.
+
+    cursor-byok serve [--config PATH] [--host H] [--port P] [--data-dir DIR] [--proxy|--no-proxy]
+    cursor-byok doctor [--check-providers]
+    cursor-byok config path|validate
+    cursor-byok models list|test MODEL_ID
+    cursor-byok conversations list|show ID|export ID
+    cursor-byok cursor enable|disable|status
+    cursor-byok ca init|show|install
+
+One module per command group; this one only composes them. A bad config is one line on stderr
+(`cursor-byok: <path>: <key>: <problem>`) and exit status 2. Heavy subsystems (gateway, providers,
+store) are imported inside the commands that need them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..config import CONFIG_ENV, ConfigError
+from . import ca, config, conversations, cursor, doctor, models, serve
+from .common import PROG, CommandError, echo, setup_logging
+
+COMMAND_GROUPS = (serve, doctor, config, models, conversations, cursor, ca)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Options every subcommand accepts, before or after its name.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
+    common.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS)
+    common.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=argparse.SUPPRESS)
+
+    parser = argparse.ArgumentParser(prog=PROG, description="Cursor's agent backend, run locally on your own model keys.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format (default: text)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in COMMAND_GROUPS:
+        group.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    setup_logging(args.log_format, args.log_level)
+    try:
+        return int(args.handler(args) or 0)
+    except ConfigError as exc:
+        echo(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except CommandError as exc:
+        echo(f"{PROG}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+__all__ = ["CommandError", "build_parser", "main"]

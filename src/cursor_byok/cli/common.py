@@ -1,0 +1,131 @@
+"""What every command shares: the error type, logging set-up, config loading and output helpers."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..config import Config, ModelConfig, load
+
+PROG = "cursor-byok"
+REQUIRE_COMPILED_ENV = "CURSOR_BYOK_REQUIRE_COMPILED"
+GATEWAY_HEALTH_PATH = "/__byok-api__/healthz"
+PROXY_HEALTH_PATH = "/__byok-proxy__/healthz"
+
+
+class CommandError(Exception):
+    """A failed command: one line on stderr, then exit with `code`."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_STANDARD_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def _record_extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_RECORD_FIELDS and not k.startswith("_")}
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, and any `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in _record_extras(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class TextLogFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = _record_extras(record)
+        if extras:
+            line += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+        return line
+
+
+def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None = None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonLogFormatter() if fmt == "json" else TextLogFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, "_cursor_byok", False):
+            root.removeHandler(old)
+    handler._cursor_byok = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # httpx logs every request at INFO; that is noise on a CLI unless debugging.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+
+
+
+def load_config(args: Any, *, must_exist: bool = False) -> Config:
+    return load(getattr(args, "config", None), must_exist=must_exist)
+
+
+def connect_host(host: str) -> str:
+    """Where a client on this machine reaches a server bound to `host`."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def gateway_url(cfg: Config) -> str:
+    return f"http://{url_host(connect_host(cfg.server.host))}:{cfg.server.port}"
+
+
+def proxy_url(cfg: Config, port: int | None = None) -> str:
+    return f"http://{url_host(connect_host(cfg.proxy.host))}:{cfg.proxy.port if port is None else port}"
+
+
+def echo(*parts: object, file: TextIO | None = None) -> None:
+    print(*parts, file=file or sys.stdout, flush=True)
+
+
+def model_or_fail(cfg: Config, model_id: str) -> ModelConfig:
+    model = cfg.model(model_id)
+    if model is None:
+        known = ", ".join(m.id for m in cfg.models) or "none configured"
+        raise CommandError(f"unknown model {model_id!r} (configured: {known})")
+    return model
+
+
+
+def table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def port_number(text: str) -> int:
+    """argparse type for a port option."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value < 65536:
+        raise argparse.ArgumentTypeError(f"port out of range: {value}")
+    return value

@@ -1,0 +1,27 @@
+"""`cursor-byok config path|validate`."""
+from __future__ import annotations
+
+import argparse
+
+from ..config import config_path, resolve_api_key
+from .common import echo, load_config
+
+
+def cmd_config_path(args: argparse.Namespace) -> int:
+    echo(config_path(args.config).absolute())
+    return 0
+
+
+def cmd_config_validate(args: argparse.Namespace) -> int:
+    cfg = load_config(args, must_exist=True)
+    for model in cfg.models:
+        resolve_api_key(cfg, model)  # a missing env var or a bad secrets file is a config error too
+    echo(f"ok: {cfg.source}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    config_cmd = sub.add_parser("config", help="config file helpers")
+    config_sub = config_cmd.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    config_sub.add_parser("path", parents=[common], help="print the config file path in use").set_defaults(handler=cmd_config_path)
+    config_sub.add_parser("validate", parents=[common], help="validate the config file and its secrets").set_defaults(handler=cmd_config_validate)

@@ -1,0 +1,106 @@
+"""`cursor-byok cursor enable|disable|status`: point the Cursor IDE's settings.json at the proxy."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import Config
+from .common import CommandError, echo, load_config, proxy_url
+
+if TYPE_CHECKING:
+    from ..cursor_settings import CursorSettings
+
+
+def _cursor_settings(args: argparse.Namespace, cfg: Config) -> CursorSettings:
+    from ..cursor_settings import (
+        BACKUP_FILE_NAME,
+        CursorSettings,
+        default_settings_path,
+    )
+
+    path = Path(args.settings).expanduser() if args.settings else default_settings_path()
+    return CursorSettings(path, cfg.data_path / BACKUP_FILE_NAME)
+
+
+def cmd_cursor_enable(args: argparse.Namespace) -> int:
+    from ..cursor_settings import SettingsError
+    from ..interceptor import CAState, ca_trust_state
+
+    cfg = load_config(args)
+    trust = ca_trust_state(cfg.data_path)
+    if trust.state in (CAState.MISSING, CAState.INVALID) and not args.force:
+        raise CommandError(
+            f"local CA is {trust.state.value}: run `cursor-byok ca init` and `cursor-byok ca install` first "
+            "(or pass --force)"
+        )
+    if trust.state is CAState.UNTRUSTED:
+        echo(f"warning: the local CA is not trusted yet: {trust.detail}", file=sys.stderr)
+    url = args.proxy_url or proxy_url(cfg)
+    settings = _cursor_settings(args, cfg)
+    try:
+        changed = settings.enable(url, proxy_support=args.proxy_support)
+    except SettingsError as exc:
+        raise CommandError(str(exc)) from None
+    echo(f"enabled: {settings.path} now points Cursor at {url}")
+    echo(f"changed: {', '.join(changed) if changed else 'nothing (already set)'}")
+    echo("next: run `cursor-byok serve --proxy`, then quit Cursor completely and start it again")
+    return 0
+
+
+def cmd_cursor_disable(args: argparse.Namespace) -> int:
+    from ..cursor_settings import SettingsError
+
+    cfg = load_config(args)
+    settings = _cursor_settings(args, cfg)
+    try:
+        touched = settings.disable()
+    except SettingsError as exc:
+        raise CommandError(str(exc)) from None
+    if touched:
+        echo(f"disabled: restored {', '.join(touched)} in {settings.path}")
+        echo("next: quit Cursor completely and start it again")
+    else:
+        echo(f"nothing to undo in {settings.path}")
+    return 0
+
+
+def cmd_cursor_status(args: argparse.Namespace) -> int:
+    from ..cursor_settings import MANAGED_KEYS, SettingsError
+
+    cfg = load_config(args)
+    settings = _cursor_settings(args, cfg)
+    url = args.proxy_url or proxy_url(cfg)
+    try:
+        status = settings.status(url)
+    except SettingsError as exc:
+        raise CommandError(str(exc)) from None
+    echo(f"settings: {status.path}{'' if status.exists else ' (does not exist)'}")
+    echo(f"state: {status.state.value} (expected proxy {url})")
+    for key in MANAGED_KEYS:
+        value = status.values.get(key)
+        echo(f"  {key}: {'(unset)' if key not in status.values else json.dumps(value)}")
+    echo(f"backup: {'present' if status.backup_present else 'none'} ({settings.backup_path})")
+    for warning in status.warnings:
+        echo(f"warning: {warning}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    cursor = sub.add_parser("cursor", help="point the Cursor IDE at the proxy (settings.json)")
+    cursor_sub = cursor.add_subparsers(dest="cursor_command", metavar="ACTION", required=True)
+    for name, handler, text in (
+        ("enable", cmd_cursor_enable, "set Cursor's proxy keys (your previous values are saved)"),
+        ("disable", cmd_cursor_disable, "restore Cursor's previous settings exactly"),
+        ("status", cmd_cursor_status, "show what Cursor's settings say"),
+    ):
+        p = cursor_sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("--settings", metavar="PATH", help="Cursor's User/settings.json (default: per platform)")
+        if name != "disable":
+            p.add_argument("--proxy-url", metavar="URL", help="default: http://<proxy.host>:<proxy.port> from the config")
+        if name == "enable":
+            p.add_argument("--proxy-support", choices=("override", "on"), default="override")
+            p.add_argument("--force", action="store_true", help="enable even if the local CA does not exist yet")
+        p.set_defaults(handler=handler)

@@ -1,0 +1,118 @@
+"""`cursor-byok models list|test`."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import dataclass
+
+from ..config import Config, ConfigError, ModelConfig, ProviderKind, resolve_api_key
+from .common import CommandError, echo, load_config, model_or_fail, table
+
+
+def key_present(cfg: Config, model: ModelConfig) -> str:
+    if not (model.api_key_env or model.api_key_secret):
+        return "-"
+    try:
+        resolve_api_key(cfg, model)
+    except ConfigError:
+        return "no"
+    return "yes"
+
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    if not cfg.models:
+        echo(f"no models configured in {cfg.source}")
+        return 0
+    rows = [("ID", "PROVIDER", "MODEL", "CONTEXT", "KEY")]
+    for m in cfg.models:
+        rows.append((m.id, ProviderKind(m.provider).value, m.model, str(m.context_window), key_present(cfg, m)))
+    for line in table(rows):
+        echo(line)
+    return 0
+
+
+@dataclass(slots=True)
+class ModelTestResult:
+    text: str
+    ttft_ms: float | None
+    total_ms: float
+    output_tokens: int | None
+    tokens_per_second: float | None
+
+
+async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_tokens: int) -> ModelTestResult:
+    from ..http_client import streaming_client
+    from ..providers import (
+        Message,
+        ModelRequest,
+        TextDelta,
+        TextPart,
+        ThinkingDelta,
+        Usage,
+        make_provider,
+    )
+
+    request = ModelRequest(
+        model=model.model,
+        system="You are a helpful assistant. Answer briefly.",
+        messages=[Message(role="user", parts=[TextPart(text=prompt)])],
+        tools=[],
+        max_tokens=max_tokens,
+        effort=model.default_effort or None,
+        thinking_budget=model.thinking_budget_tokens or None,
+        extra_params={},
+    )
+    text: list[str] = []
+    output_tokens: int | None = None
+    first: float | None = None
+    async with streaming_client() as client:  # the provider bounds its own waits
+        provider = make_provider(model, api_key, client)
+        started = time.perf_counter()
+        async for event in provider.stream(request):
+            if isinstance(event, (TextDelta, ThinkingDelta)) and event.text and first is None:
+                first = time.perf_counter()
+            if isinstance(event, TextDelta):
+                text.append(event.text)
+            elif isinstance(event, Usage) and event.output_tokens is not None:
+                output_tokens = event.output_tokens
+        ended = time.perf_counter()
+    ttft = (first - started) * 1000 if first is not None else None
+    rate = None
+    if output_tokens and first is not None and ended > first:
+        rate = output_tokens / (ended - first)
+    return ModelTestResult("".join(text), ttft, (ended - started) * 1000, output_tokens, rate)
+
+
+def cmd_models_test(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    model = model_or_fail(cfg, args.model_id)
+    api_key = resolve_api_key(cfg, model)
+    from ..providers import ProviderError
+
+    max_tokens = min(args.max_tokens, model.max_output_tokens)
+    try:
+        result = asyncio.run(run_model_test(model, api_key, args.prompt, max_tokens))
+    except ProviderError as exc:
+        raise CommandError(f"model {model.id}: {exc}") from None
+    echo(result.text.strip() or "(no text)")
+    echo(
+        f"ttft: {'n/a' if result.ttft_ms is None else f'{result.ttft_ms:.0f} ms'}"
+        f"  total: {result.total_ms:.0f} ms"
+        f"  output tokens: {'n/a' if result.output_tokens is None else result.output_tokens}"
+        f"  tokens/s: {'n/a' if result.tokens_per_second is None else f'{result.tokens_per_second:.1f}'}"
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    models = sub.add_parser("models", help="configured models")
+    models_sub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    models_sub.add_parser("list", parents=[common], help="list configured models").set_defaults(handler=cmd_models_list)
+    p = models_sub.add_parser("test", parents=[common], help="send one prompt and report latency and speed")
+    p.add_argument("model_id", metavar="MODEL_ID")
+    p.add_argument("--prompt", default="Say hello in five words.")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.set_defaults(handler=cmd_models_test)

@@ -1,0 +1,93 @@
+"""`cursor-byok serve`: the server, and the intercepting proxy beside it when enabled."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..config import Config, ConfigError
+from .common import CommandError, gateway_url, load_config, port_number, proxy_url
+
+if TYPE_CHECKING:
+    from ..interceptor import ProxyThread
+
+log = logging.getLogger("cursor_byok.cli")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    server = cfg.server
+    if args.host is not None:
+        server = msgspec.structs.replace(server, host=args.host)
+    if args.port is not None:
+        server = msgspec.structs.replace(server, port=args.port)
+    if args.data_dir is not None:
+        server = msgspec.structs.replace(server, data_dir=str(Path(args.data_dir).expanduser().absolute()))
+    proxy_cfg = cfg.proxy
+    if args.proxy is not None:
+        proxy_cfg = msgspec.structs.replace(proxy_cfg, enabled=args.proxy)
+    if args.proxy_port is not None:
+        proxy_cfg = msgspec.structs.replace(proxy_cfg, port=args.proxy_port)
+    cfg = msgspec.structs.replace(cfg, server=server, proxy=proxy_cfg)
+    if not 0 < cfg.server.port < 65536:
+        raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
+
+    gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
+
+    proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
+    try:
+        return int(gateway.serve(cfg) or 0)
+    finally:
+        if proxy_thread is not None:
+            proxy_thread.stop()
+            log.info("proxy stopped")
+
+
+def _start_proxy(cfg: Config) -> ProxyThread:
+    from ..interceptor import (
+        CAError,
+        CAState,
+        InterceptingProxy,
+        LocalCA,
+        ProxyThread,
+        ca_trust_state,
+    )
+
+    try:
+        ca, created = LocalCA.load_or_create(cfg.data_path)
+    except CAError as exc:
+        raise CommandError(str(exc)) from None
+    if created:
+        log.warning(
+            "created a local CA; trust it once with `cursor-byok ca install`",
+            extra={"ca_cert": str(ca.paths.cert), "fingerprint": ca.fingerprint},
+        )
+    else:
+        trust = ca_trust_state(cfg.data_path)
+        if trust.state is not CAState.TRUSTED:
+            log.warning("local CA is %s: %s", trust.state.value, trust.detail)
+    proxy = InterceptingProxy(ca, gateway_url(cfg), cfg.proxy.host, cfg.proxy.port)
+    thread = ProxyThread(proxy)
+    try:
+        port = thread.start()
+    except OSError as exc:
+        raise CommandError(
+            f"proxy cannot listen on {cfg.proxy.host}:{cfg.proxy.port}: {exc.strerror or exc} "
+            "(another cursor-byok running? change [proxy] port or pass --proxy-port)"
+        ) from None
+    log.info("proxy listening", extra={"proxy_url": proxy_url(cfg, port), "gateway": gateway_url(cfg)})
+    return thread
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("serve", parents=[common], help="run the server (and optionally the proxy for the IDE)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=port_number)
+    p.add_argument("--data-dir", metavar="DIR")
+    p.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=None, help="also run the intercepting proxy the IDE uses (default: [proxy] enabled)")
+    p.add_argument("--proxy-port", type=port_number, metavar="N")
+    p.set_defaults(handler=cmd_serve)
