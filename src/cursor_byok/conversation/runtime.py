@@ -30,7 +30,6 @@ from ..protocol import (
     end_stream_error,
     end_stream_ok,
     model_not_found_error,
-    provider_error,
 )
 from ..run import (
     Interrupted,
@@ -77,6 +76,7 @@ from .commands import (
 )
 from .identity import ParentConversationRef, new_run_id
 from .presenter import RunPresenter
+from .provider_errors import connect_error_for
 from .sync import BlobSync
 from .output import OutputStream
 from .state import Outcome, Phase, check_transition
@@ -1145,7 +1145,7 @@ def _as_connect_error(exc: BaseException) -> ConnectError:
     if isinstance(exc, ConnectError):
         return exc
     if isinstance(exc, ProviderError):
-        return provider_error(str(exc), retryable=bool(getattr(exc, "retryable", False)))
+        return connect_error_for(exc)
     if isinstance(exc, ConfigError):
         return ConnectError("failed_precondition", str(exc))
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
