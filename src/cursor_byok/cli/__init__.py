@@ -51,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except ConfigError as exc:
-        echo(f"{PROG}: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            echo(f"{PROG}: {problem}", file=sys.stderr)
         return 2
     except CommandError as exc:
         echo(f"{PROG}: {exc}", file=sys.stderr)
