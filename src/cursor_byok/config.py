@@ -336,3 +336,44 @@ def resolve_api_key(cfg: Config, model: ModelConfig) -> str:
             raise ConfigError(f"{cfg.source}: {where}: {model.api_key_secret!r} not in the secrets file")
         return secrets[model.api_key_secret]
     return ""
+
+
+_TABLE_HEADER = re.compile(r"^[ \t]*\[\[?[^\]\n]*\]\]?[ \t]*(?:#.*)?$", re.M)
+_PROXY_HEADER = re.compile(r"^[ \t]*\[[ \t]*proxy[ \t]*\][ \t]*(?:#.*)?$", re.M)
+_ENABLED_LINE = re.compile(r"^([ \t]*enabled[ \t]*=[ \t]*)false\b", re.M)
+
+
+def enable_proxy_in_file(path: Path) -> bool:
+    """Turn the intercepting proxy on in the config file (`[proxy] enabled = true`) with a minimal
+    textual edit that keeps comments and layout; creates the file if there is none. Returns False
+    when it was on already. Raises ConfigError, saying what to do by hand, when the file's
+    [proxy] is not a plain table this edit can safely change."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    cfg = parse(tomllib.loads(text), str(path)) if text else None
+    if cfg is not None and cfg.proxy.enabled:
+        return False
+    header = _PROXY_HEADER.search(text)
+    if header is None:
+        new = text + ("\n" if text and not text.endswith("\n") else "") + ("\n" if text else "") + "[proxy]\nenabled = true\n"
+    else:
+        nxt = _TABLE_HEADER.search(text, header.end())
+        end = nxt.start() if nxt else len(text)
+        section = text[header.end() : end]
+        if _ENABLED_LINE.search(section):
+            section = _ENABLED_LINE.sub(r"\1true", section, count=1)
+        else:
+            section = "\nenabled = true" + section
+        new = text[: header.end()] + section + text[end:]
+    try:
+        edited = parse(tomllib.loads(new), str(path))
+    except (tomllib.TOMLDecodeError, ConfigError):
+        edited = None
+    if edited is None or not edited.proxy.enabled:
+        raise ConfigError(f"{path}: proxy.enabled: cannot turn it on here; set `enabled = true` under [proxy] yourself")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(new, encoding="utf-8")
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    return True

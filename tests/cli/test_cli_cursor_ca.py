@@ -114,3 +114,69 @@ def test_cursor_enable_refuses_an_unparseable_settings_file(run_cli, write_confi
     [line] = result.err_lines
     assert "cannot parse (line 1, column 10" in line and "left untouched" in line
     assert settings.read_text() == '{ "a": 1 "b": 2 }'
+
+
+def test_cursor_enable_turns_the_proxy_on_in_the_config(run_cli, write_config, tmp_path: Path):
+    from cursor_byok.config import load
+
+    path = write_config("# my models go here\n", proxy_port=18996)
+    assert load(path).proxy.enabled is False
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    run_cli("ca", "init", "--config", str(path))
+    result = run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    assert result.code == 0, result.err
+    assert f"proxy: turned on in {path} ([proxy] enabled = true)" in result.out.splitlines()
+    assert load(path).proxy.enabled is True and "# my models go here" in path.read_text()
+    again = run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    assert "proxy: turned on" not in again.out
+
+
+def test_cursor_enable_refuses_when_it_cannot_turn_the_proxy_on(run_cli, write_config, tmp_path: Path):
+    path = tmp_path / "inline.toml"
+    path.write_text(f'proxy = {{ port = 18995 }}\n[server]\ndata_dir = "{tmp_path / "data"}"\n')
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    result = run_cli("cursor", "enable", "--force", "--settings", str(settings), "--config", str(path))
+    assert result.code == 2
+    assert result.err_lines == [
+        f"cursor-byok: {path}: proxy.enabled: cannot turn it on here; set `enabled = true` under [proxy] yourself"
+    ]
+    assert not settings.exists()  # Cursor is not pointed at a proxy nothing would serve
+
+
+def test_cursor_enable_needs_force_where_cursor_is_not_installed(run_cli, write_config, isolated_home: Path):
+    path = write_config()
+    run_cli("ca", "init", "--config", str(path))
+    result = run_cli("cursor", "enable", "--config", str(path))
+    user_dir = isolated_home / ".config" / "Cursor" / "User"
+    assert result.code == 1
+    assert result.err_lines[-1] == (
+        f"cursor-byok: {user_dir} does not exist: is Cursor installed for this user? "
+        "Pass --settings PATH for another location, or --force to create it"
+    )
+    assert not user_dir.exists()
+    assert run_cli("cursor", "enable", "--force", "--config", str(path)).code == 0
+    assert (user_dir / "settings.json").exists()
+
+
+def test_cursor_disable_keeps_a_value_changed_since_enable_unless_forced(run_cli, write_config, tmp_path: Path):
+    path = write_config()
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    original = '{\n  "http.proxy": "http://corp-proxy:3128"\n}\n'
+    settings.write_text(original)
+    run_cli("ca", "init", "--config", str(path))
+    enabled = run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    assert "chain: hosts other than *.cursor.sh go on through http://corp-proxy:3128, as before" in enabled.out
+    edited = jsonc.set_value(settings.read_text(), "http.proxy", '"http://new-proxy:8080"')
+    settings.write_text(edited)
+    refused = run_cli("cursor", "disable", "--config", str(path))  # finds the file enable edited
+    assert refused.code == 1
+    assert refused.err_lines == [
+        f"cursor-byok: {settings}: http.proxy changed since `cursor-byok cursor enable`; left untouched "
+        "(`cursor-byok cursor disable --force` restores the saved values anyway)"
+    ]
+    assert settings.read_text() == edited
+    forced = run_cli("cursor", "disable", "--force", "--config", str(path))
+    assert forced.code == 0 and settings.read_text() == original
