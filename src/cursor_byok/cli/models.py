@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
@@ -93,10 +94,17 @@ def cmd_models_test(args: argparse.Namespace) -> int:
     from ..providers import ProviderError
 
     max_tokens = min(args.max_tokens, model.max_output_tokens)
+    # A failure is this command's one line below; the server-style log of it would repeat it.
+    provider_log = logging.getLogger("cursor_byok.providers")
+    level = provider_log.level
+    if args.log_level != "debug":
+        provider_log.setLevel(logging.ERROR)
     try:
         result = asyncio.run(run_model_test(model, api_key, args.prompt, max_tokens))
     except ProviderError as exc:
-        raise CommandError(f"model {model.id}: {exc}") from None
+        raise CommandError(exc.explain()) from None
+    finally:
+        provider_log.setLevel(level)
     echo(result.text.strip() or "(no text)")
     echo(
         f"ttft: {'n/a' if result.ttft_ms is None else f'{result.ttft_ms:.0f} ms'}"
