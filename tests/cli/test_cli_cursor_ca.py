@@ -180,3 +180,56 @@ def test_cursor_disable_keeps_a_value_changed_since_enable_unless_forced(run_cli
     assert settings.read_text() == edited
     forced = run_cli("cursor", "disable", "--force", "--config", str(path))
     assert forced.code == 0 and settings.read_text() == original
+
+
+def write_unconstrained_ca(data_dir: Path) -> str:
+    """A CA as older releases made it: no name constraints. Returns its fingerprint."""
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from cursor_byok.interceptor import certificate_fingerprint
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cursor-byok local CA")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    (data_dir / "ca").mkdir(parents=True)
+    (data_dir / "ca" / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (data_dir / "ca" / "ca.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return certificate_fingerprint(cert)
+
+
+def test_ca_init_rotate_replaces_an_unconstrained_ca_and_says_what_to_retrust(run_cli, write_config):
+    path = write_config()
+    data_dir = path.parent / "data"
+    old = write_unconstrained_ca(data_dir)
+    kept = run_cli("ca", "init", "--config", str(path))
+    assert kept.code == 0 and FINGERPRINT.search(kept.out).group(1) == old
+    assert kept.err_lines == [
+        "warning: this CA (made by an older release) can sign for any host; "
+        "replace it with one limited to *.cursor.sh: `cursor-byok ca init --rotate`"
+    ]
+    assert "signs for: any host (run `cursor-byok ca init --rotate`)" in run_cli("ca", "show", "--config", str(path)).out
+
+    rotated = run_cli("ca", "init", "--rotate", "--config", str(path))
+    assert rotated.code == 0, rotated.err
+    lines = rotated.out.splitlines()
+    assert lines[0] == f"replaced: {data_dir / 'ca' / 'ca.crt'} (the old key is deleted)"
+    assert lines[1] == f"old sha256 fingerprint: {old}"
+    new = re.fullmatch(r"new sha256 fingerprint: (\S+) \(signs only for \*\.cursor\.sh\)", lines[2]).group(1)
+    assert new != old
+    assert lines[3].startswith("next: trust the new CA with `cursor-byok ca install --run`")
+    cert = x509.load_pem_x509_certificate((data_dir / "ca" / "ca.crt").read_bytes())
+    assert cert.extensions.get_extension_for_class(x509.NameConstraints).value.permitted_subtrees == [x509.DNSName("cursor.sh")]
+    assert "signs for: *.cursor.sh only (name constraints)" in run_cli("ca", "show", "--config", str(path)).out
+    assert run_cli("ca", "init", "--config", str(path)).err == ""

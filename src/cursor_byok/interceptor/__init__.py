@@ -5,7 +5,15 @@ host is tunnelled untouched.
 """
 from __future__ import annotations
 
-from .ca import CA_COMMON_NAME, CAError, CAPaths, LeafCertificate, LocalCA, certificate_fingerprint
+from .ca import (
+    CA_COMMON_NAME,
+    PERMITTED_DOMAINS,
+    CAError,
+    CAPaths,
+    LeafCertificate,
+    LocalCA,
+    certificate_fingerprint,
+)
 from .proxy import UPSTREAM_URL_HEADER, InterceptingProxy, ProxyLimits, ProxyStats, is_cursor_host
 from .thread import ProxyThread
 from .trust import (
@@ -14,6 +22,7 @@ from .trust import (
     TrustReport,
     ca_trust_state,
     format_commands,
+    has_name_constraints,
     trust_commands,
 )
 
@@ -26,6 +35,7 @@ __all__ = [
     "LeafCertificate",
     "LinuxTrustPaths",
     "LocalCA",
+    "PERMITTED_DOMAINS",
     "ProxyLimits",
     "ProxyStats",
     "ProxyThread",
@@ -34,6 +44,7 @@ __all__ = [
     "ca_trust_state",
     "certificate_fingerprint",
     "format_commands",
+    "has_name_constraints",
     "is_cursor_host",
     "trust_commands",
 ]

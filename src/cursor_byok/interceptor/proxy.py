@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import httpx
 
 from ..http_client import passthrough_client
-from .ca import LocalCA
+from .ca import LocalCA, is_permitted_host
 from .http1 import (
     READ_SIZE,
     HttpError,
@@ -42,9 +42,8 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 
 
 def is_cursor_host(host: str) -> bool:
-    """The default interception rule: cursor.sh itself and every subdomain."""
-    host = host.lower().rstrip(".")
-    return host == "cursor.sh" or host.endswith(".cursor.sh")
+    """The default interception rule: cursor.sh itself and every subdomain (the CA's permitted names)."""
+    return is_permitted_host(host)
 
 
 @dataclass(frozen=True, slots=True)
