@@ -7,19 +7,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from ..config import Config, ConfigError, ModelConfig, ProviderKind, resolve_api_key
-from .common import CommandError, echo, load_config, model_or_fail, table
-
-
-def key_present(cfg: Config, model: ModelConfig) -> str:
-    if not (model.api_key_env or model.api_key_secret):
-        return "-"
-    try:
-        resolve_api_key(cfg, model)
-    except ConfigError:
-        return "no"
-    return "yes"
-
+from ..config import ModelConfig, ProviderKind, resolve_api_key
+from .common import CommandError, echo, key_status, load_config, model_or_fail, table
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
@@ -29,7 +18,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         return 0
     rows = [("ID", "PROVIDER", "MODEL", "CONTEXT", "KEY")]
     for m in cfg.models:
-        rows.append((m.id, ProviderKind(m.provider).value, m.model, str(m.context_window), key_present(cfg, m)))
+        key = key_status(cfg, m)
+        rows.append((m.id, ProviderKind(m.provider).value, m.model, str(m.context_window), "-" if not key.needed else "yes" if key.present else "no"))
     for line in table(rows):
         echo(line)
     return 0
