@@ -15,6 +15,8 @@ store) are imported inside the commands that need them.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -59,6 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`cursor-byok ca show | head -2`): nothing more to say to it. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # a bug: still one line for the user, the traceback only when asked
+        logging.getLogger("cursor_byok.cli").debug("unexpected error", exc_info=exc)
+        echo(
+            f"{PROG}: unexpected {type(exc).__name__}: {exc} "
+            "(a bug; `--log-level debug` shows where, please report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 __all__ = ["CommandError", "build_parser", "main"]

@@ -100,10 +100,14 @@ def cmd_conversations_export(args: argparse.Namespace) -> int:
     text = json.dumps(exported, indent=2, ensure_ascii=False) + "\n"
     if args.out:
         out = Path(args.out).expanduser()
-        # Conversations hold code and prompts: the export is private like the database.
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            # Conversations hold code and prompts: the export is private like the database.
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            hint = f"create {out.parent} first, or" if not out.parent.is_dir() else "check the path, or"
+            raise CommandError(f"cannot write {out}: {exc.strerror} ({hint} choose another --out)") from None
         echo(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
