@@ -4,13 +4,14 @@
     cursor-byok doctor [--check-providers]
     cursor-byok config path|validate
     cursor-byok models list|test MODEL_ID
-    cursor-byok conversations list|show ID|export ID
+    cursor-byok conversations list|show ID|export ID|delete ID|prune --older-than AGE
     cursor-byok cursor enable|disable|status
-    cursor-byok ca init|show|install
+    cursor-byok ca init [--rotate]|show|install
 
-One module per command group; this one only composes them. A bad config is one line on stderr
-(`cursor-byok: <path>: <key>: <problem>`) and exit status 2. Heavy subsystems (gateway, providers,
-store) are imported inside the commands that need them.
+One module per command group; this one only composes them. A bad config is one line per problem on
+stderr (`cursor-byok: <path>: <key>: <problem>`) and exit status 2; any other failure is one line
+and exit status 1, never a traceback. Heavy subsystems (gateway, providers, store) are imported
+inside the commands that need them.
 """
 from __future__ import annotations
 
