@@ -36,7 +36,9 @@ class _KeepNoCookies(http.cookiejar.DefaultCookiePolicy):
         return False
 
 
-def passthrough_client(*, timeout: httpx.Timeout, trust_env: bool = True, proxy: str | None = None) -> httpx.AsyncClient:
+def passthrough_client(
+    *, timeout: httpx.Timeout, trust_env: bool = True, proxy: httpx.Proxy | str | None = None
+) -> httpx.AsyncClient:
     """A client that relays the IDE's own requests. It keeps no cookies: a cookie jar would replay one
     response's Set-Cookie on the next request, which the IDE never sent. (Like any HTTP client it
     fills in a user agent and accept header only when the request has none; duplicate request
