@@ -11,6 +11,8 @@ import base64
 import ssl
 from urllib.parse import unquote, urlsplit
 
+import httpx
+
 from .http1 import HttpError
 
 
@@ -18,21 +20,29 @@ class UpstreamDialer:
     """Opens a byte stream to host:port, through `proxy_url` (an http:// proxy) when one is set."""
 
     def __init__(self, proxy_url: str | None, connect_seconds: float) -> None:
-        self.proxy_url = proxy_url or None
         self._connect_seconds = connect_seconds
         self._proxy: tuple[str, int] | None = None
         self._auth: str | None = None
         self.shown = ""  # the proxy as it may be printed (credentials masked)
-        if self.proxy_url:
-            parts = urlsplit(self.proxy_url)
+        if proxy_url:
+            parts = urlsplit(proxy_url)
             if parts.scheme != "http" or not parts.hostname:
-                raise ValueError(f"upstream proxy must be an http:// URL, got {self.proxy_url!r}")
+                raise ValueError(f"upstream proxy must be an http:// URL, got {parts.scheme}://{parts.hostname}")
             self._proxy = (parts.hostname, parts.port or 80)
             netloc = parts.netloc.rpartition("@")[2]
             self.shown = f"http://{'***@' if parts.username else ''}{netloc}"
             if parts.username is not None:
                 user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
                 self._auth = "Basic " + base64.b64encode(user_pass.encode("utf-8")).decode("ascii")
+
+    @property
+    def http_proxy(self) -> httpx.Proxy | None:
+        """The proxy for plain-HTTP requests through an HTTP client (credentials as a header)."""
+        if self._proxy is None:
+            return None
+        host, port = self._proxy
+        netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return httpx.Proxy(f"http://{netloc}", headers={"Proxy-Authorization": self._auth} if self._auth else None)
 
     async def open(
         self, host: str, port: int, *, tls: ssl.SSLContext | None = None, server_hostname: str | None = None

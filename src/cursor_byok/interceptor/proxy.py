@@ -193,7 +193,7 @@ class InterceptingProxy:
         )
         # trust_env=False: an HTTP(S)_PROXY in the environment may well point at this very proxy.
         self._gateway_client = passthrough_client(timeout=timeout, trust_env=False)
-        self._origin_client = passthrough_client(timeout=timeout, trust_env=False, proxy=self.dialer.proxy_url)
+        self._origin_client = passthrough_client(timeout=timeout, trust_env=False, proxy=self.dialer.http_proxy)
         try:
             self._server = await asyncio.start_server(
                 self._on_connection,
