@@ -215,3 +215,14 @@ def test_invalid_config_is_reported_and_exits_2(run_cli, write_config, tmp_path:
     assert result.code == 2
     assert lines_by_name(result.out)["config"][0] == "FAIL"
     assert len(result.err_lines) == 1 and result.err_lines[0].startswith(f"cursor-byok: {path}: server.nested")
+
+
+def test_a_previous_proxy_that_cannot_be_chained_is_named_not_used(run_cli, write_config, tmp_path: Path, caplog):
+    path = write_config(proxy_port=free_port())
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"http.proxy": "socks5://corp:1080"}')
+    run_cli("cursor", "enable", "--force", "--settings", str(settings), "--config", str(path))
+    _, detail = lines_by_name(run_cli("doctor", "--config", str(path)).out)["proxy chain"]
+    assert "-> every other host directly" in detail
+    assert "socks5://corp:1080 is not an http:// proxy and is not chained" in caplog.text

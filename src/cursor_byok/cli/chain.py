@@ -6,6 +6,7 @@ go through it too (unless HTTPS_PROXY already says where they go).
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,8 @@ from urllib.parse import urlsplit
 
 from ..config import Config
 from .common import proxy_url
+
+log = logging.getLogger("cursor_byok.cli")
 
 if TYPE_CHECKING:
     from ..cursor_settings import CursorSettings
@@ -54,6 +57,15 @@ def corporate_proxy(cfg: Config) -> str | None:
     record = enable_record(cfg.data_path / BACKUP_FILE_NAME)
     replaced = record.replaced_proxy if record is not None else None
     if replaced is None or replaced.rstrip("/") == proxy_url(cfg):
+        return None
+    if "://" not in replaced:  # Cursor (like VS Code) also takes a bare host:port
+        replaced = "http://" + replaced
+    if urlsplit(replaced).scheme != "http":
+        log.warning(
+            "Cursor's previous proxy %s is not an http:// proxy and is not chained; "
+            "set [proxy] upstream_proxy to an http:// proxy to chain one",
+            shown_url(replaced),
+        )
         return None
     return replaced
 
