@@ -182,15 +182,21 @@ def test_cursor_pointed_at_a_proxy_that_is_not_running_or_not_ours_fails(run_cli
     assert checks["cursor proxy"] == ("ok", f"Cursor's proxy http://127.0.0.1:{ours_port} is a running cursor-byok proxy")
 
 
-def test_doctor_shows_the_proxy_chain(run_cli, write_config, tmp_path: Path, monkeypatch):
-    monkeypatch.delenv("HTTPS_PROXY", raising=False)
-    monkeypatch.delenv("https_proxy", raising=False)
+def chain_after_enable(run_cli, write_config, tmp_path: Path, previous_proxy: str) -> tuple[str, str, Path]:
+    """Enable over a settings file whose http.proxy was `previous_proxy`: doctor's chain line."""
     path = write_config(proxy_port=free_port())
     settings = tmp_path / "User" / "settings.json"
     settings.parent.mkdir()
-    settings.write_text('{"http.proxy": "http://user:pw@corp-proxy:3128"}')
+    settings.write_text(f'{{"http.proxy": "{previous_proxy}"}}')
     run_cli("cursor", "enable", "--force", "--settings", str(settings), "--config", str(path))
     status, detail = lines_by_name(run_cli("doctor", "--config", str(path)).out)["proxy chain"]
+    return status, detail, settings
+
+
+def test_doctor_shows_the_proxy_chain(run_cli, write_config, tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    status, detail, settings = chain_after_enable(run_cli, write_config, tmp_path, "http://user:pw@corp-proxy:3128")
     port = jsonc.loads(settings.read_text())["http.proxy"].rpartition(":")[2]
     assert status == "info"
     assert detail == (
@@ -218,11 +224,6 @@ def test_invalid_config_is_reported_and_exits_2(run_cli, write_config, tmp_path:
 
 
 def test_a_previous_proxy_that_cannot_be_chained_is_named_not_used(run_cli, write_config, tmp_path: Path, caplog):
-    path = write_config(proxy_port=free_port())
-    settings = tmp_path / "User" / "settings.json"
-    settings.parent.mkdir()
-    settings.write_text('{"http.proxy": "socks5://corp:1080"}')
-    run_cli("cursor", "enable", "--force", "--settings", str(settings), "--config", str(path))
-    _, detail = lines_by_name(run_cli("doctor", "--config", str(path)).out)["proxy chain"]
+    _, detail, _ = chain_after_enable(run_cli, write_config, tmp_path, "socks5://corp:1080")
     assert "-> every other host directly" in detail
     assert "socks5://corp:1080 is not an http:// proxy and is not chained" in caplog.text
