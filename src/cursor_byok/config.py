@@ -211,7 +211,7 @@ def _looks_like_a_key(env_name: str) -> bool:
     """True when an `*_env` value is not a variable name but, by its shape, the secret itself."""
     if not _ENV_NAME.fullmatch(env_name):
         return True
-    # A long mixed-case or digit-laden token is a key that happens to be word characters only.
+    # A long token of lower-case letters and digits is a key that happens to be word characters only.
     return len(env_name) >= 24 and any(c.islower() for c in env_name) and any(c.isdigit() for c in env_name)
 
 
@@ -348,7 +348,10 @@ def enable_proxy_in_file(path: Path) -> bool:
     textual edit that keeps comments and layout; creates the file if there is none. Returns False
     when it was on already. Raises ConfigError, saying what to do by hand, when the file's
     [proxy] is not a plain table this edit can safely change."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     cfg = parse(tomllib.loads(text), str(path)) if text else None
     if cfg is not None and cfg.proxy.enabled:
         return False
@@ -370,10 +373,13 @@ def enable_proxy_in_file(path: Path) -> bool:
         edited = None
     if edited is None or not edited.proxy.enabled:
         raise ConfigError(f"{path}: proxy.enabled: cannot turn it on here; set `enabled = true` under [proxy] yourself")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(new, encoding="utf-8")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(new, encoding="utf-8")
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write: {exc.strerror} (set `enabled = true` under [proxy] yourself)") from None
     return True
