@@ -5,15 +5,7 @@ host is tunnelled untouched.
 """
 from __future__ import annotations
 
-from .ca import (
-    CA_COMMON_NAME,
-    PERMITTED_DOMAINS,
-    CAError,
-    CAPaths,
-    LeafCertificate,
-    LocalCA,
-    certificate_fingerprint,
-)
+from .ca import CA_COMMON_NAME, CAError, CAPaths, LeafCertificate, LocalCA, certificate_fingerprint
 from .proxy import UPSTREAM_URL_HEADER, InterceptingProxy, ProxyLimits, ProxyStats, is_cursor_host
 from .thread import ProxyThread
 from .trust import (
@@ -35,7 +27,6 @@ __all__ = [
     "LeafCertificate",
     "LinuxTrustPaths",
     "LocalCA",
-    "PERMITTED_DOMAINS",
     "ProxyLimits",
     "ProxyStats",
     "ProxyThread",
