@@ -275,3 +275,15 @@ def test_serve_starts_the_proxy_when_cursor_is_pointed_at_it(run_cli, write_conf
     stand_in.configs.clear()
     assert run_cli("serve", "--no-proxy", "--config", str(path)).code == 0
     assert stand_in.configs[0].proxy.enabled is False
+
+
+def test_only_a_standing_enable_of_this_data_dir_starts_the_proxy(run_cli, write_config, stand_in, isolated_home: Path):
+    proxy_port = free_port()
+    path = write_config(proxy_port=proxy_port)
+    default_settings = isolated_home / ".config" / "Cursor" / "User" / "settings.json"
+    default_settings.parent.mkdir(parents=True)
+    default_settings.write_text(json.dumps({"http.proxy": f"http://127.0.0.1:{proxy_port}"}))  # set by hand, or for another server
+    result = run_cli("serve", "--config", str(path))
+    assert result.code == 0, result.err
+    assert stand_in.configs[0].proxy.enabled is False
+    assert "  proxy: off" in result.out.splitlines()[-3]

@@ -37,11 +37,17 @@ def cursor_settings(cfg: Config, explicit: str | None = None) -> CursorSettings:
 
 
 def cursor_uses_our_proxy(cfg: Config) -> bool:
-    """Cursor's settings send its traffic to this config's proxy."""
-    from ..cursor_settings import PROXY_KEY, SettingsError
+    """`cursor enable` with this data dir pointed Cursor at this config's proxy, and the settings
+    file still says so. (Only a standing enable counts: another data dir's server, a test server
+    say, must not start a proxy because of the user's own Cursor.)"""
+    from ..cursor_settings import BACKUP_FILE_NAME, PROXY_KEY, CursorSettings, SettingsError, enable_record
 
+    backup = cfg.data_path / BACKUP_FILE_NAME
+    record = enable_record(backup)
+    if record is None:
+        return False
     try:
-        values = cursor_settings(cfg).status().values
+        values = CursorSettings(record.settings_path, backup).status().values
     except SettingsError:
         return False
     return values.get(PROXY_KEY) == proxy_url(cfg)
