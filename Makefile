@@ -17,6 +17,7 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ext/*.pyx)
 	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
 	touch $@
 
+# The intercepting proxy starts too when [proxy] is enabled or Cursor's settings point at it.
 serve: $(STAMP)
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 

@@ -10,8 +10,11 @@ import os
 import re
 import stat
 import tomllib
+import typing
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import platformdirs
@@ -22,7 +25,13 @@ DEFAULT_UPSTREAM = "https://api2.cursor.sh"
 
 
 class ConfigError(Exception):
-    """A configuration problem, worded as one line that names the bad key or file."""
+    """Configuration problems, each worded as one line that names the bad key or file. `str()` is the
+    first one (with a count of the rest); `problems` holds them all."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        self.problems = list(problems) or [message]
+        more = len(self.problems) - 1
+        super().__init__(self.problems[0] + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""))
 
 
 class ProviderKind(str, enum.Enum):
@@ -58,6 +67,9 @@ class ProxyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = 8788
+    # Where tunnels to hosts we do not intercept go on to (a corporate proxy). Empty: the
+    # http.proxy that `cursor-byok cursor enable` replaced in Cursor's settings, if any.
+    upstream_proxy: str = ""
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -138,11 +150,12 @@ def _toml_type(name: str) -> str:
     return _TOML_TYPES.get(name, name)
 
 
-def _describe(err: msgspec.ValidationError) -> str:
+def _describe(err: msgspec.ValidationError, prefix: str = "") -> str:
     """msgspec's message as `<toml key>: <problem>`, e.g. `server.port: expected integer, got string`."""
     text = str(err)
     msg, _, where = text.partition(" - at `")
-    key = where.rstrip("`").removeprefix("$").lstrip(".") if where else ""
+    path = where.rstrip("`").removeprefix("$") if where else ""
+    key = (prefix + path).lstrip(".")
     if m := re.fullmatch(r"Object missing required field `(.+)`", msg):
         key, msg = (f"{key}.{m.group(1)}" if key else m.group(1)), "missing required key"
     elif m := re.fullmatch(r"Object contains unknown field `(.+)`", msg):
@@ -158,29 +171,111 @@ def _describe(err: msgspec.ValidationError) -> str:
     return f"{key}: {msg}" if key else msg
 
 
-def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
-    """Validate a decoded TOML document. Raises ConfigError naming the bad key."""
-    if "source" in data:
-        raise ConfigError(f"{source}: source: unknown key")
+def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
+    return tp if isinstance(tp, type) and issubclass(tp, msgspec.Struct) else None
+
+
+def _shape_problems(value: Any, struct: type[msgspec.Struct], where: str) -> Iterator[str]:
+    """Every unknown key, missing key and wrong type in one table (msgspec stops at the first)."""
+    if not isinstance(value, dict):
+        yield f"{where}: expected table, got {_toml_type(type(value).__name__)}"
+        return
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    for key, item in value.items():
+        field = fields.get(key)
+        name = f"{where}.{key}" if where else key
+        if field is None or (not where and key == "source"):
+            yield f"{name}: unknown key"
+            continue
+        nested = _struct_type(field.type)
+        element = _struct_type(typing.get_args(field.type)[0]) if typing.get_origin(field.type) is list else None
+        if nested is not None:
+            yield from _shape_problems(item, nested, name)
+        elif element is not None and isinstance(item, list):
+            for i, entry in enumerate(item):
+                yield from _shape_problems(entry, element, f"{name}[{i}]")
+        else:
+            try:
+                msgspec.convert(item, field.type, strict=True)
+            except msgspec.ValidationError as exc:
+                yield _describe(exc, name)
+    for field in fields.values():
+        if field.required and field.encode_name not in value:
+            yield f"{where}.{field.encode_name}: missing required key" if where else f"{field.encode_name}: missing required key"
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _looks_like_a_key(env_name: str) -> bool:
+    """True when an `*_env` value is not a variable name but, by its shape, the secret itself."""
+    if not _ENV_NAME.fullmatch(env_name):
+        return True
+    # A long token of lower-case letters and digits is a key that happens to be word characters only.
+    return len(env_name) >= 24 and any(c.islower() for c in env_name) and any(c.isdigit() for c in env_name)
+
+
+def _url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
     try:
-        cfg = msgspec.convert(data, Config, strict=True)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme not in schemes or not parts.hostname:
+        return f"not a URL: expected {' or '.join(f'{s}://host[:port]/…' for s in schemes)}"
+    return None
+
+
+def _same_address(a: str, b: str) -> bool:
+    wildcard = ("", "0.0.0.0", "::")
+    return a == b or a in wildcard or b in wildcard
+
+
+def _meaning_problems(cfg: Config) -> Iterator[str]:
+    """What a well-formed config can still get wrong: ids, ranges, URLs, ports, keys, references."""
     seen: set[str] = set()
     for i, m in enumerate(cfg.models):
+        at = f"models[{i}]"
         if not m.id:
-            raise ConfigError(f"{source}: models[{i}].id: must not be empty")
-        if m.id in seen:
-            raise ConfigError(f"{source}: models[{i}].id: duplicate model id {m.id!r}")
+            yield f"{at}.id: must not be empty"
+        elif m.id in seen:
+            yield f"{at}.id: duplicate model id {m.id!r}"
         seen.add(m.id)
         if m.api_key_env and m.api_key_secret:
-            raise ConfigError(f"{source}: models[{i}]: set api_key_env or api_key_secret, not both")
+            yield f"{at}: set api_key_env or api_key_secret, not both"
+        if m.api_key_env and _looks_like_a_key(m.api_key_env):
+            # Never echo it: it is most likely the key itself.
+            yield (
+                f"{at}.api_key_env: this looks like an API key, not the name of an environment variable: "
+                "put the key in the environment (export NAME=...) and write NAME here"
+            )
         if m.context_window <= 0 or m.max_output_tokens <= 0:
-            raise ConfigError(f"{source}: models[{i}]: context_window and max_output_tokens must be > 0")
+            yield f"{at}: context_window and max_output_tokens must be > 0"
+        if m.base_url and (problem := _url_problem(m.base_url)):
+            yield f"{at}.base_url: {problem}"
+        if m.default_effort and m.efforts and m.default_effort not in m.efforts:
+            yield f"{at}.default_effort: {m.default_effort!r} is not one of its efforts ({', '.join(m.efforts)})"
+    if problem := _url_problem(cfg.upstream.base_url):
+        yield f"upstream.base_url: {problem}"
+    if cfg.proxy.upstream_proxy and (problem := _url_problem(cfg.proxy.upstream_proxy, ("http",))):
+        yield f"proxy.upstream_proxy: {problem}"
     if not 0 < cfg.server.port < 65536:
-        raise ConfigError(f"{source}: server.port: must be between 1 and 65535")
+        yield "server.port: must be between 1 and 65535"
     if not 0 <= cfg.proxy.port < 65536:
-        raise ConfigError(f"{source}: proxy.port: must be between 0 and 65535")
+        yield "proxy.port: must be between 0 and 65535"
+    elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):
+        yield f"proxy.port: {cfg.proxy.port} is also server.port: give the proxy another port"
+
+
+def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
+    """Validate a decoded TOML document. Raises ConfigError naming every bad key."""
+    problems = list(_shape_problems(data, Config, ""))
+    if not problems:
+        cfg = msgspec.convert(data, Config, strict=True)
+        problems = list(_meaning_problems(cfg))
+    if problems:
+        lines = [f"{source}: {p}" for p in problems]
+        raise ConfigError(lines[0], lines)
     cfg.source = source
     return cfg
 
@@ -241,3 +336,50 @@ def resolve_api_key(cfg: Config, model: ModelConfig) -> str:
             raise ConfigError(f"{cfg.source}: {where}: {model.api_key_secret!r} not in the secrets file")
         return secrets[model.api_key_secret]
     return ""
+
+
+_TABLE_HEADER = re.compile(r"^[ \t]*\[\[?[^\]\n]*\]\]?[ \t]*(?:#.*)?$", re.M)
+_PROXY_HEADER = re.compile(r"^[ \t]*\[[ \t]*proxy[ \t]*\][ \t]*(?:#.*)?$", re.M)
+_ENABLED_LINE = re.compile(r"^([ \t]*enabled[ \t]*=[ \t]*)false\b", re.M)
+
+
+def enable_proxy_in_file(path: Path) -> bool:
+    """Turn the intercepting proxy on in the config file (`[proxy] enabled = true`) with a minimal
+    textual edit that keeps comments and layout; creates the file if there is none. Returns False
+    when it was on already. Raises ConfigError, saying what to do by hand, when the file's
+    [proxy] is not a plain table this edit can safely change."""
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    cfg = parse(tomllib.loads(text), str(path)) if text else None
+    if cfg is not None and cfg.proxy.enabled:
+        return False
+    header = _PROXY_HEADER.search(text)
+    if header is None:
+        new = text + ("\n" if text and not text.endswith("\n") else "") + ("\n" if text else "") + "[proxy]\nenabled = true\n"
+    else:
+        nxt = _TABLE_HEADER.search(text, header.end())
+        end = nxt.start() if nxt else len(text)
+        section = text[header.end() : end]
+        if _ENABLED_LINE.search(section):
+            section = _ENABLED_LINE.sub(r"\1true", section, count=1)
+        else:
+            section = "\nenabled = true" + section
+        new = text[: header.end()] + section + text[end:]
+    try:
+        edited = parse(tomllib.loads(new), str(path))
+    except (tomllib.TOMLDecodeError, ConfigError):
+        edited = None
+    if edited is None or not edited.proxy.enabled:
+        raise ConfigError(f"{path}: proxy.enabled: cannot turn it on here; set `enabled = true` under [proxy] yourself")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(new, encoding="utf-8")
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write: {exc.strerror} (set `enabled = true` under [proxy] yourself)") from None
+    return True

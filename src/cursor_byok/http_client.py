@@ -36,14 +36,18 @@ class _KeepNoCookies(http.cookiejar.DefaultCookiePolicy):
         return False
 
 
-def passthrough_client(*, timeout: httpx.Timeout, trust_env: bool = True) -> httpx.AsyncClient:
+def passthrough_client(
+    *, timeout: httpx.Timeout, trust_env: bool = True, proxy: httpx.Proxy | str | None = None
+) -> httpx.AsyncClient:
     """A client that relays the IDE's own requests. It keeps no cookies: a cookie jar would replay one
     response's Set-Cookie on the next request, which the IDE never sent. (Like any HTTP client it
     fills in a user agent and accept header only when the request has none; duplicate request
-    header lines reach the origin joined into one, which HTTP defines as equivalent.)"""
+    header lines reach the origin joined into one, which HTTP defines as equivalent.) `proxy`, when
+    given, is used for every request."""
     return HttpxAiohttpClient(
         timeout=timeout,
         limits=_LIMITS,
         trust_env=trust_env,
+        proxy=proxy,
         cookies=http.cookiejar.CookieJar(policy=_KeepNoCookies()),
     )

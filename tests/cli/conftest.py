@@ -44,7 +44,10 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
 def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
     def run(*args: str) -> CliResult:
         capsys.readouterr()
-        code = cli.main(list(args))
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            code = int(exc.code or 0)
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)
 

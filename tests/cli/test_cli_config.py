@@ -121,3 +121,53 @@ def test_a_real_process_prints_one_line_and_no_traceback(write_config, tmp_path:
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [f"cursor-byok: {path}: upstream.base_url: expected string, got integer"]
+
+
+def test_validate_reports_every_problem_one_line_each(run_cli, write_config, tmp_path: Path, monkeypatch):
+    pasted = "sk-proj-Abc123def456ghi789jkl012mno345"
+    monkeypatch.delenv("CLI_TEST_MISSING_A", raising=False)
+    body = (
+        '[upstream]\nbase_url = "api2.cursor.sh"\n\n'
+        '[[models]]\nid = "a"\nprovider = "openai-chat"\nmodel = "m"\nbase_url = "not a url"\n'
+        f'api_key_env = "{pasted}"\n'
+        'efforts = ["low", "high"]\ndefault_effort = "max"\n\n'
+        '[[models]]\nid = "b"\nprovider = "anthropic"\nmodel = "m"\ncontext_window = "big"\ntemperature = 1\n'
+    )
+    path = write_config(body, server_port=18123, proxy_port=18123)
+    result = run_cli("config", "validate", "--config", str(path))
+    assert result.code == 2 and result.out == ""
+    problems = [line.removeprefix(f"cursor-byok: {path}: ") for line in result.err_lines]
+    assert problems == [
+        "models[1].context_window: expected integer, got string",
+        "models[1].temperature: unknown key",
+    ]  # the shape first: nothing else can be checked on a table that does not parse
+    path.write_text(path.read_text().replace('context_window = "big"\ntemperature = 1\n', ""))
+    result = run_cli("config", "validate", "--config", str(path))
+    problems = [line.removeprefix(f"cursor-byok: {path}: ") for line in result.err_lines]
+    assert result.code == 2
+    assert problems == [
+        "models[0].api_key_env: this looks like an API key, not the name of an environment variable: "
+        "put the key in the environment (export NAME=...) and write NAME here",
+        "models[0].base_url: not a URL: expected http://host[:port]/… or https://host[:port]/…",
+        "models[0].default_effort: 'max' is not one of its efforts (low, high)",
+        "upstream.base_url: not a URL: expected http://host[:port]/… or https://host[:port]/…",
+        "proxy.port: 18123 is also server.port: give the proxy another port",
+    ]
+    assert pasted not in result.out + result.err
+    # every command refuses the same file with the same lines
+    assert run_cli("models", "list", "--config", str(path)).err_lines == result.err_lines
+
+
+def test_validate_reports_every_missing_key(run_cli, write_config, monkeypatch):
+    monkeypatch.delenv("CLI_TEST_KEY_ONE", raising=False)
+    monkeypatch.delenv("CLI_TEST_KEY_TWO", raising=False)
+    path = write_config(
+        MODEL.replace("CLI_TEST_ANTHROPIC_KEY", "CLI_TEST_KEY_ONE")
+        + MODEL.replace("byok-sonnet", "byok-two").replace("CLI_TEST_ANTHROPIC_KEY", "CLI_TEST_KEY_TWO")
+    )
+    result = run_cli("config", "validate", "--config", str(path))
+    assert result.code == 2
+    assert [line.split(": ", 2)[2] for line in result.err_lines] == [
+        "models[0].api_key_env: environment variable CLI_TEST_KEY_ONE is not set (model 'byok-sonnet')",
+        "models[1].api_key_env: environment variable CLI_TEST_KEY_TWO is not set (model 'byok-two')",
+    ]

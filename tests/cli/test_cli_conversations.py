@@ -64,20 +64,17 @@ def test_list_is_most_recent_first(run_cli, write_config):
     assert [c["conversation_id"] for c in json.loads(run_cli("conversations", "list", "--json", "--offset", "2", "--config", str(path)).out)] == ["conv-old"]
 
 
-def test_show_prints_the_record(run_cli, write_config):
+def test_show_accepts_a_unique_prefix_and_names_the_parent(run_cli, write_config):
     path = write_config()
     populate(db_path(path))
-    result = run_cli("conversations", "show", "conv-child", "--config", str(path))
+    result = run_cli("conversations", "show", "conv-ch", "--config", str(path))
     assert result.code == 0, result.err
-    fields = dict(line.split(None, 1) for line in result.out.splitlines())
-    assert fields["conversation_id"] == "conv-child"
-    assert fields["model_id"] == "byok-b"
-    assert json.loads(fields["parent"]) == {
-        "parent_conversation_id": "conv-new",
-        "parent_run_id": "run-1",
-        "parent_tool_call_id": "tool-7",
-    }
-    assert fields["runs"] == "0"
+    lines = result.out.splitlines()
+    assert lines[0].startswith("conversation conv-child: model byok-b, mode -, created ")
+    assert lines[1] == "sub-task of conv-new (run run-1, tool call tool-7)"
+    ambiguous = run_cli("conversations", "show", "conv-", "--config", str(path))
+    assert ambiguous.code == 2
+    assert ambiguous.err_lines == ["cursor-byok: 'conv-' matches several conversations (conv-child, conv-new, …): give more of the id"]
     result = run_cli("conversations", "show", "nope", "--config", str(path))
     assert result.code == 1 and result.err_lines == ["cursor-byok: no conversation 'nope'"]
 
@@ -90,6 +87,7 @@ def test_export_writes_json_to_stdout_or_a_private_file(run_cli, write_config, t
     exported = json.loads(result.out)
     assert exported["conversation"]["conversation_id"] == "conv-new"
     assert [e["event_id"] for e in exported["events"]] == ["ev-1"]
+    assert exported["events"][0]["payload"] == {"text": "hi"}  # decoded, not base64
 
     out = tmp_path / "export.json"
     result = run_cli("conversations", "export", "conv-new", "--out", str(out), "--config", str(path))

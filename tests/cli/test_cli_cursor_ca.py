@@ -114,3 +114,122 @@ def test_cursor_enable_refuses_an_unparseable_settings_file(run_cli, write_confi
     [line] = result.err_lines
     assert "cannot parse (line 1, column 10" in line and "left untouched" in line
     assert settings.read_text() == '{ "a": 1 "b": 2 }'
+
+
+def test_cursor_enable_turns_the_proxy_on_in_the_config(run_cli, write_config, tmp_path: Path):
+    from cursor_byok.config import load
+
+    path = write_config("# my models go here\n", proxy_port=18996)
+    assert load(path).proxy.enabled is False
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    run_cli("ca", "init", "--config", str(path))
+    result = run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    assert result.code == 0, result.err
+    assert f"proxy: turned on in {path} ([proxy] enabled = true)" in result.out.splitlines()
+    assert load(path).proxy.enabled is True and "# my models go here" in path.read_text()
+    again = run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    assert "proxy: turned on" not in again.out
+
+
+def test_cursor_enable_refuses_when_it_cannot_turn_the_proxy_on(run_cli, write_config, tmp_path: Path):
+    path = tmp_path / "inline.toml"
+    path.write_text(f'proxy = {{ port = 18995 }}\n[server]\ndata_dir = "{tmp_path / "data"}"\n')
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    result = run_cli("cursor", "enable", "--force", "--settings", str(settings), "--config", str(path))
+    assert result.code == 2
+    assert result.err_lines == [
+        f"cursor-byok: {path}: proxy.enabled: cannot turn it on here; set `enabled = true` under [proxy] yourself"
+    ]
+    assert not settings.exists()  # Cursor is not pointed at a proxy nothing would serve
+
+
+def test_cursor_enable_needs_force_where_cursor_is_not_installed(run_cli, write_config, isolated_home: Path):
+    path = write_config()
+    run_cli("ca", "init", "--config", str(path))
+    result = run_cli("cursor", "enable", "--config", str(path))
+    user_dir = isolated_home / ".config" / "Cursor" / "User"
+    assert result.code == 1
+    assert result.err_lines[-1] == (
+        f"cursor-byok: {user_dir} does not exist: is Cursor installed for this user? "
+        "Pass --settings PATH for another location, or --force to create it"
+    )
+    assert not user_dir.exists()
+    assert run_cli("cursor", "enable", "--force", "--config", str(path)).code == 0
+    assert (user_dir / "settings.json").exists()
+
+
+def test_cursor_disable_keeps_a_value_changed_since_enable_unless_forced(run_cli, write_config, tmp_path: Path):
+    path = write_config()
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    original = '{\n  "http.proxy": "http://corp-proxy:3128"\n}\n'
+    settings.write_text(original)
+    run_cli("ca", "init", "--config", str(path))
+    enabled = run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    assert "chain: hosts other than *.cursor.sh go on through http://corp-proxy:3128, as before" in enabled.out
+    edited = jsonc.set_value(settings.read_text(), "http.proxy", '"http://new-proxy:8080"')
+    settings.write_text(edited)
+    refused = run_cli("cursor", "disable", "--config", str(path))  # finds the file enable edited
+    assert refused.code == 1
+    assert refused.err_lines == [
+        f"cursor-byok: {settings}: http.proxy changed since `cursor-byok cursor enable`; left untouched "
+        "(`cursor-byok cursor disable --force` restores the saved values anyway)"
+    ]
+    assert settings.read_text() == edited
+    forced = run_cli("cursor", "disable", "--force", "--config", str(path))
+    assert forced.code == 0 and settings.read_text() == original
+
+
+def write_unconstrained_ca(data_dir: Path) -> str:
+    """A CA as older releases made it: no name constraints. Returns its fingerprint."""
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from cursor_byok.interceptor import certificate_fingerprint
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cursor-byok local CA")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    (data_dir / "ca").mkdir(parents=True)
+    (data_dir / "ca" / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (data_dir / "ca" / "ca.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return certificate_fingerprint(cert)
+
+
+def test_ca_init_rotate_replaces_an_unconstrained_ca_and_says_what_to_retrust(run_cli, write_config):
+    path = write_config()
+    data_dir = path.parent / "data"
+    old = write_unconstrained_ca(data_dir)
+    kept = run_cli("ca", "init", "--config", str(path))
+    assert kept.code == 0 and FINGERPRINT.search(kept.out).group(1) == old
+    assert kept.err_lines == [
+        "warning: this CA (made by an older release) can sign for any host; "
+        "replace it with one limited to *.cursor.sh: `cursor-byok ca init --rotate`"
+    ]
+    assert "signs for: any host (run `cursor-byok ca init --rotate`)" in run_cli("ca", "show", "--config", str(path)).out
+
+    rotated = run_cli("ca", "init", "--rotate", "--config", str(path))
+    assert rotated.code == 0, rotated.err
+    lines = rotated.out.splitlines()
+    assert lines[0] == f"replaced: {data_dir / 'ca' / 'ca.crt'} (the old key is deleted)"
+    assert lines[1] == f"old sha256 fingerprint: {old}"
+    new = re.fullmatch(r"new sha256 fingerprint: (\S+) \(signs only for \*\.cursor\.sh\)", lines[2]).group(1)
+    assert new != old
+    assert lines[3].startswith("next: trust the new CA with `cursor-byok ca install --run`")
+    cert = x509.load_pem_x509_certificate((data_dir / "ca" / "ca.crt").read_bytes())
+    assert cert.extensions.get_extension_for_class(x509.NameConstraints).value.permitted_subtrees == [x509.DNSName("cursor.sh")]
+    assert "signs for: *.cursor.sh only (name constraints)" in run_cli("ca", "show", "--config", str(path)).out
+    assert run_cli("ca", "init", "--config", str(path)).err == ""

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from cursor_byok import hotpath
+from cursor_byok.cursor_settings import jsonc
+
+from tests.harness.server import free_port
 
 KEY = "sk-doctor-secret-value"
 
@@ -108,6 +111,17 @@ def test_check_providers_probes_base_urls_without_the_key(run_cli, write_config,
     assert len(handler.seen) == 1
 
 
+def fixes_by_name(out: str) -> dict[str, str]:
+    """The `fix:` line printed under each failed or warned check."""
+    fixes, last = {}, None
+    for line in out.splitlines():
+        if line.startswith("      fix: ") and last:
+            fixes[last] = line.removeprefix("      fix: ")
+        elif not line.startswith(" "):
+            last = line.partition(" ")[2].strip().partition(": ")[0] or None
+    return fixes
+
+
 def test_ports_in_use_are_told_apart(run_cli, write_config, http_server, tmp_path: Path):
     proxy_port, _ = http_server(health_path="/__byok-proxy__/healthz")
     with socket.socket() as busy:
@@ -117,19 +131,78 @@ def test_ports_in_use_are_told_apart(run_cli, write_config, http_server, tmp_pat
         path = write_config(server_port=server_port, proxy_port=proxy_port)
         result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
     checks = lines_by_name(result.out)
-    assert checks["server port"] == ("warn", f"127.0.0.1:{server_port} in use by another program")
+    assert checks["server port"] == ("FAIL", f"127.0.0.1:{server_port} in use by another program")
+    assert fixes_by_name(result.out)["server port"] == f"stop the program listening on 127.0.0.1:{server_port}, or set another [server] port"
     assert checks["proxy port"] == ("ok", f"127.0.0.1:{proxy_port} in use by a running cursor-byok proxy")
-    assert result.code == 0
+    assert result.code == 1 and result.out.splitlines()[-1] == "1 check(s) failed"
 
 
-def test_cursor_settings_and_ca_states_are_reported(run_cli, write_config, tmp_path: Path):
-    path = write_config(proxy_port=18997)
-    settings = tmp_path / "settings.json"
+def test_a_proxy_port_held_by_another_program_fails(run_cli, write_config, http_server, tmp_path: Path):
+    other_port, _ = http_server()  # answers, but not as our proxy
+    path = write_config(proxy_port=other_port)
+    result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
+    assert lines_by_name(result.out)["proxy port"] == ("FAIL", f"127.0.0.1:{other_port} in use by another program")
+    assert "set another [proxy] port" in fixes_by_name(result.out)["proxy port"]
+    assert result.code == 1
+
+
+def test_cursor_pointed_at_a_proxy_that_is_not_running_or_not_ours_fails(run_cli, write_config, http_server, tmp_path: Path):
+    ours_port, _ = http_server(health_path="/__byok-proxy__/healthz")
+    path = write_config(proxy_port=free_port())
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
     run_cli("ca", "init", "--config", str(path))
-    run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
-    checks = lines_by_name(run_cli("doctor", "--settings", str(settings), "--config", str(path)).out)
+    assert run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path)).code == 0
+    proxy = jsonc.loads(settings.read_text())["http.proxy"]
+
+    result = run_cli("doctor", "--config", str(path))  # finds the settings file enable edited
+    checks, fixes = lines_by_name(result.out), fixes_by_name(result.out)
     assert checks["cursor settings"] == ("ok", f"proxy keys set in {settings}")
-    assert checks["local CA"][0] in ("ok", "warn") and "missing" not in checks["local CA"][1]
+    assert checks["cursor proxy"] == ("FAIL", f"Cursor's settings point at {proxy} but nothing listens there: Cursor has no network at all")
+    assert fixes["cursor proxy"] == "cursor-byok serve (with [proxy] enabled = true, or --proxy); or `cursor-byok cursor disable`"
+    # the CA exists but this machine does not trust it, while Cursor is pointed at the proxy
+    status, detail = checks["local CA"]
+    assert status == "FAIL" and detail.startswith("present-untrusted") and "will reject every *.cursor.sh certificate" in detail
+    assert fixes["local CA"] == "cursor-byok ca install --run"
+    assert result.code == 1 and "all required checks passed" not in result.out
+
+    # a program that is not our proxy on that port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", int(proxy.rpartition(":")[2])))
+        squatter.listen()
+        result = run_cli("doctor", "--config", str(path))
+    assert lines_by_name(result.out)["cursor proxy"] == (
+        "FAIL", f"Cursor's settings point at {proxy}, where a program that is not cursor-byok's proxy listens"
+    )
+
+    # our proxy answering there
+    path.write_text(path.read_text().replace(f"port = {proxy.rpartition(':')[2]}", f"port = {ours_port}"))
+    run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    checks = lines_by_name(run_cli("doctor", "--config", str(path)).out)
+    assert checks["cursor proxy"] == ("ok", f"Cursor's proxy http://127.0.0.1:{ours_port} is a running cursor-byok proxy")
+
+
+def chain_after_enable(run_cli, write_config, tmp_path: Path, previous_proxy: str) -> tuple[str, str, Path]:
+    """Enable over a settings file whose http.proxy was `previous_proxy`: doctor's chain line."""
+    path = write_config(proxy_port=free_port())
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(f'{{"http.proxy": "{previous_proxy}"}}')
+    run_cli("cursor", "enable", "--force", "--settings", str(settings), "--config", str(path))
+    status, detail = lines_by_name(run_cli("doctor", "--config", str(path)).out)["proxy chain"]
+    return status, detail, settings
+
+
+def test_doctor_shows_the_proxy_chain(run_cli, write_config, tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    status, detail, settings = chain_after_enable(run_cli, write_config, tmp_path, "http://user:pw@corp-proxy:3128")
+    port = jsonc.loads(settings.read_text())["http.proxy"].rpartition(":")[2]
+    assert status == "info"
+    assert detail == (
+        f"Cursor -> http://127.0.0.1:{port} (cursor-byok: *.cursor.sh answered locally) -> http://***@corp-proxy:3128 "
+        "for every other host; the server's own requests via http://***@corp-proxy:3128"
+    )
 
 
 def test_python_twin_fails_when_compiled_is_required(run_cli, write_config, monkeypatch, tmp_path: Path):
@@ -148,3 +221,9 @@ def test_invalid_config_is_reported_and_exits_2(run_cli, write_config, tmp_path:
     assert result.code == 2
     assert lines_by_name(result.out)["config"][0] == "FAIL"
     assert len(result.err_lines) == 1 and result.err_lines[0].startswith(f"cursor-byok: {path}: server.nested")
+
+
+def test_a_previous_proxy_that_cannot_be_chained_is_named_not_used(run_cli, write_config, tmp_path: Path, caplog):
+    _, detail, _ = chain_after_enable(run_cli, write_config, tmp_path, "socks5://corp:1080")
+    assert "-> every other host directly" in detail
+    assert "socks5://corp:1080 is not an http:// proxy and is not chained" in caplog.text

@@ -126,7 +126,7 @@ def test_models_test_reports_provider_errors_in_one_line(run_cli, write_config, 
     result = run_cli("models", "test", "byok-fast", "--config", str(path))
     assert result.code == 1
     [line] = result.err_lines
-    assert line.startswith("cursor-byok: model byok-fast: ")
+    assert line.startswith("cursor-byok: the provider rejected the API key for model byok-fast (HTTP 401): ")
     assert KEY not in result.out + result.err
 
 

@@ -222,3 +222,68 @@ def test_ide_gets_the_local_model_list_through_the_proxy_over_tls(write_config, 
     assert "byok-local" in models_reply.model_names
     local = [m for m in models_reply.models if m.name == "byok-local"][0]
     assert local.client_display_name == "My Local Model" and local.supports_agent
+
+
+def test_serve_prints_a_start_summary(run_cli, write_config, stand_in, monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("SUMMARY_KEY_PRESENT", "sk-summary-secret-1234")
+    monkeypatch.delenv("SUMMARY_KEY_MISSING", raising=False)
+    server_port = free_port()
+    models = (
+        '[[models]]\nid = "byok-a"\nprovider = "anthropic"\nmodel = "claude-x"\nbase_url = "http://127.0.0.1:9"\n'
+        'api_key_env = "SUMMARY_KEY_PRESENT"\n\n'
+        '[[models]]\nid = "byok-b"\nprovider = "openai-chat"\nmodel = "gpt-y"\napi_key_env = "SUMMARY_KEY_MISSING"\n'
+    )
+    path = write_config(models, server_port=server_port)
+    result = run_cli("serve", "--config", str(path))
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == [
+        f"cursor-byok {cursor_byok.__version__} serving on http://127.0.0.1:{server_port}",
+        f"  data dir: {tmp_path / 'data'}",
+        "  model byok-a: anthropic claude-x at http://127.0.0.1:9, key $SUMMARY_KEY_PRESENT present",
+        "  model byok-b: openai-chat gpt-y, key MISSING (export SUMMARY_KEY_MISSING=<your key> in the shell that runs the server)",
+        "  proxy: off (Cursor's agent reaches this server only through it: `cursor-byok serve --proxy`)",
+        "  upstream: https://api2.cursor.sh",
+        "  next: set the missing key (above) and restart; then `cursor-byok doctor`",
+    ]
+    assert "sk-summary-secret-1234" not in result.out + result.err
+
+
+def test_serve_starts_the_proxy_when_cursor_is_pointed_at_it(run_cli, write_config, stand_in, monkeypatch, tmp_path: Path):
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "")  # restored after the test: serve sets some of them
+        monkeypatch.delenv(name)
+    proxy_port = free_port()
+    path = write_config(proxy_port=proxy_port)
+    settings = tmp_path / "User" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"http.proxy": "http://corp.example:3128"}')
+    run_cli("ca", "init", "--config", str(path))
+    run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
+    # even with [proxy] switched off again by hand, Cursor's settings decide
+    path.write_text(path.read_text().replace("enabled = true", "enabled = false"))
+    result = run_cli("serve", "--config", str(path))
+    assert result.code == 0, result.err
+    [cfg] = stand_in.configs
+    assert cfg.proxy.enabled
+    out = result.out.splitlines()
+    assert f"  proxy: on at http://127.0.0.1:{proxy_port} (intercepts *.cursor.sh only; other hosts via http://corp.example:3128)" in out
+    assert "  upstream: https://api2.cursor.sh via http://corp.example:3128" in out
+    assert out[-1] == "  next: `cursor-byok doctor` checks the whole chain; restart Cursor fully to pick your models"
+    assert os.environ["HTTPS_PROXY"] == "http://corp.example:3128"
+    assert "127.0.0.1" in os.environ["NO_PROXY"].split(",")
+    # an explicit --no-proxy still wins
+    stand_in.configs.clear()
+    assert run_cli("serve", "--no-proxy", "--config", str(path)).code == 0
+    assert stand_in.configs[0].proxy.enabled is False
+
+
+def test_only_a_standing_enable_of_this_data_dir_starts_the_proxy(run_cli, write_config, stand_in, isolated_home: Path):
+    proxy_port = free_port()
+    path = write_config(proxy_port=proxy_port)
+    default_settings = isolated_home / ".config" / "Cursor" / "User" / "settings.json"
+    default_settings.parent.mkdir(parents=True)
+    default_settings.write_text(json.dumps({"http.proxy": f"http://127.0.0.1:{proxy_port}"}))  # set by hand, or for another server
+    result = run_cli("serve", "--config", str(path))
+    assert result.code == 0, result.err
+    assert stand_in.configs[0].proxy.enabled is False
+    assert "  proxy: off" in result.out.splitlines()[-3]

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from cursor_byok.cursor_settings import (
     MANAGED_KEYS,
     CursorSettings,
+    EnableRecord,
     IntegrationState,
     SettingsError,
     default_settings_path,
+    enable_record,
     jsonc,
 )
 
@@ -111,12 +113,57 @@ def test_enable_twice_keeps_the_first_backup(paths):
 
 def test_missing_file_is_created_and_removed_again(paths):
     settings_path, backup = paths
+    settings_path.parent.mkdir(parents=True)
     cs = CursorSettings(settings_path, backup)
     assert not cs.status().exists
     cs.enable(PROXY)
     assert managed_values(settings_path.read_text()) == EXPECTED
     cs.disable()
     assert not settings_path.exists()
+
+
+def test_enable_refuses_where_cursor_is_not_installed_unless_told(paths):
+    settings_path, backup = paths
+    cs = CursorSettings(settings_path, backup)
+    with pytest.raises(SettingsError, match=r"User does not exist: is Cursor installed for this user\?.*--force"):
+        cs.enable(PROXY)
+    assert not settings_path.parent.exists() and not backup.exists()
+    cs.enable(PROXY, create_user_dir=True)
+    assert managed_values(settings_path.read_text()) == EXPECTED
+
+
+def test_disable_refuses_to_overwrite_a_value_changed_since_enable(paths):
+    settings_path, backup = paths
+    settings_path.parent.mkdir(parents=True)
+    original = '{\n    "http.proxy": "http://corp-proxy:3128",\n}\n'
+    settings_path.write_text(original)
+    cs = CursorSettings(settings_path, backup)
+    cs.enable(PROXY)
+    assert enable_record(backup) == EnableRecord(settings_path, "http://corp-proxy:3128")
+    changed_by_user = jsonc.set_value(settings_path.read_text(), "http.proxy", '"http://user:secret@other:8080"')
+    settings_path.write_text(changed_by_user)
+    with pytest.raises(SettingsError) as info:
+        cs.disable()
+    assert "http.proxy changed since `cursor-byok cursor enable`" in str(info.value) and "--force" in str(info.value)
+    assert "secret" not in str(info.value)
+    assert settings_path.read_text() == changed_by_user and backup.exists()
+    assert cs.disable(force=True) == list(MANAGED_KEYS)
+    assert settings_path.read_text() == original and enable_record(backup) is None
+
+
+def test_a_version_1_backup_still_restores(paths):
+    settings_path, backup = paths
+    settings_path.parent.mkdir(parents=True)
+    settings_path.write_text(USER_FILE)
+    cs = CursorSettings(settings_path, backup)
+    cs.enable(PROXY)
+    data = json.loads(backup.read_text())
+    data["version"] = 1
+    del data["applied"]
+    backup.write_text(json.dumps(data))
+    settings_path.write_text(jsonc.set_value(settings_path.read_text(), "http.proxySupport", '"on"'))
+    assert cs.disable() == list(MANAGED_KEYS)  # nothing recorded to compare with: restores as before
+    assert settings_path.read_text() == USER_FILE
 
 
 @pytest.mark.parametrize("original", ["{}", "{}\n", "{ }", "{\n}\n", "  \n"])

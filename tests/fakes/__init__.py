@@ -14,6 +14,7 @@ from typing import Any
 from cursor_byok.config import ModelConfig, ProviderKind
 
 from .anthropic import AnthropicDialect
+from .corporate_proxy import FakeCorporateProxy
 from .dialect import CallSpec, Dialect, UsageSpec, sse
 from .openai_chat import OpenAIChatDialect
 from .openai_responses import OpenAIResponsesDialect
@@ -47,6 +48,7 @@ __all__ = [
     "AnthropicDialect",
     "CallSpec",
     "Dialect",
+    "FakeCorporateProxy",
     "FakeProviderServer",
     "OpenAIChatDialect",
     "OpenAIResponsesDialect",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import ssl
 import stat
 import subprocess
 from pathlib import Path
@@ -156,3 +157,90 @@ def test_trust_commands_per_platform(tmp_path: Path):
     linux = " && ".join(format_commands(trust_commands(cert, "linux"), "linux"))
     assert str(cert) in linux
     assert "update-ca-certificates" in linux or "update-ca-trust extract" in linux
+
+
+def sign_with_the_ca_key(data_dir: Path, name: str, tmp: Path) -> ssl.SSLContext:
+    """A server certificate for `name` signed with the CA's own key, the way a thief holding a
+    leaked key would (LocalCA.issue refuses such names)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    ca_cert = x509.load_pem_x509_certificate((data_dir / "ca" / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((data_dir / "ca" / "ca.key").read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    try:
+        san: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        san = x509.DNSName(name)
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([san]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = tmp / f"leaf-{name}.pem"
+    pem.write_bytes(
+        cert.public_bytes(serialization.Encoding.PEM)
+        + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(pem))
+    return ctx
+
+
+def handshake(server_ctx: ssl.SSLContext, cafile: Path, hostname: str) -> None:
+    """A full TLS handshake in memory: a client trusting only our CA against `server_ctx`."""
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(cafile=str(cafile))
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname=hostname)
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(20):
+        for name, side in (("client", client), ("server", server)):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            return
+    raise AssertionError("handshake did not finish")
+
+
+def test_name_constraints_let_the_ca_vouch_for_cursor_hosts_only(tmp_path: Path):
+    ca = LocalCA.create(tmp_path)
+    constraints = ca.certificate.extensions.get_extension_for_class(x509.NameConstraints)
+    assert constraints.critical
+    assert constraints.value.permitted_subtrees == [x509.DNSName("cursor.sh")]
+    assert ca.name_constrained
+    handshake(ca.server_context("api2.cursor.sh"), ca.paths.cert, "api2.cursor.sh")  # ours verifies
+    handshake(sign_with_the_ca_key(tmp_path, "api3.cursor.sh", tmp_path), ca.paths.cert, "api3.cursor.sh")
+    for foreign in ("example.com", "cursor.sh.evil.com", "github.com"):
+        with pytest.raises(ssl.SSLCertVerificationError, match="permitted subtree violation|name constraint"):
+            handshake(sign_with_the_ca_key(tmp_path, foreign, tmp_path), ca.paths.cert, foreign)
+    with pytest.raises(ssl.SSLCertVerificationError, match="excluded subtree violation|name constraint"):
+        handshake(sign_with_the_ca_key(tmp_path, "127.0.0.1", tmp_path), ca.paths.cert, "127.0.0.1")
+    with pytest.raises(CAError, match="signs only for cursor.sh"):
+        ca.issue("example.com")
+
+
+def test_rotate_replaces_an_unconstrained_ca(tmp_path: Path):
+    old = LocalCA.create(tmp_path)
+    rotated, old_fingerprint = LocalCA.rotate(tmp_path)
+    new = LocalCA.load(tmp_path)
+    assert old_fingerprint == old.fingerprint != new.fingerprint == rotated.fingerprint and new.name_constrained
+    assert sorted(p.name for p in new.paths.directory.iterdir()) == ["ca.crt", "ca.key"]

@@ -350,3 +350,54 @@ async def test_bad_targets_inside_a_tunnel_get_400(proxy, ca, gateway, target):
     writer.close()
     assert reply.startswith(b"HTTP/1.1 400")
     assert gateway.seen == []
+
+
+async def test_a_corporate_proxy_carries_everything_not_intercepted(ca, gateway):
+    """Chaining: tunnels the proxy does not open and plain-HTTP requests to other hosts go through
+    the corporate proxy Cursor used before; *.cursor.sh stays with us."""
+    import base64
+
+    from interceptor_support import free_port
+
+    from tests.fakes import FakeCorporateProxy
+
+    async def reverse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data[::-1])
+            await writer.drain()
+        writer.close()
+
+    remote = await asyncio.start_server(reverse, "127.0.0.1", 0)
+    remote_port = remote.sockets[0].getsockname()[1]
+    closed = free_port()
+    route = {"example.test": ("127.0.0.1", remote_port), "gone.test": ("127.0.0.1", closed)}
+    with FakeCorporateProxy(route=lambda host, port: route[host]) as corp:
+        corp_port = corp.url.rpartition(":")[2]
+        proxy = InterceptingProxy(ca, gateway.url, upstream_proxy=f"http://alice:s%3Acret@127.0.0.1:{corp_port}")
+        await proxy.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"CONNECT example.test:443 HTTP/1.1\r\nHost: example.test:443\r\n\r\n")
+            status = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            writer.write(b"ping")
+            back = await asyncio.wait_for(reader.readexactly(4), 5)
+            writer.close()
+
+            async with via_proxy(proxy, ca) as client:
+                intercepted = await client.get(f"https://api2.cursor.sh{MODELS_PATH}")
+            async with httpx.AsyncClient(proxy=proxy.url, trust_env=False) as client:
+                plain = await client.get("http://example.test/page")
+
+            refused = await raw_exchange(proxy.port, b"CONNECT gone.test:443 HTTP/1.1\r\n\r\n")
+        finally:
+            await proxy.stop()
+            remote.close()
+            await remote.wait_closed()
+    assert status.startswith(b"HTTP/1.1 200") and back == b"gnip"
+    assert corp.connects == ["example.test:443", "gone.test:443"]  # never api2.cursor.sh
+    assert corp.auth[0] == "Basic " + base64.b64encode(b"alice:s:cret").decode()
+    assert intercepted.content == MODELS_BYTES and len(gateway.seen) == 1
+    assert plain.text == "via corporate proxy"
+    assert corp.requests[0].startswith(b"GET http://example.test/page HTTP/1.1\r\n")
+    assert refused.startswith(b"HTTP/1.1 502") and f"the upstream proxy http://***@127.0.0.1:{corp_port} refused CONNECT gone.test:443".encode() in refused
+    assert b"cret" not in refused

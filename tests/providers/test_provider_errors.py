@@ -14,8 +14,11 @@ from cursor_byok.providers import (
     ContextLengthError,
     FailoverProvider,
     Message,
+    MismatchError,
+    ModelNotFoundError,
     ModelRequest,
     OverloadedError,
+    PermissionDeniedError,
     RateLimitError,
     RetryPolicy,
     ServerError,
@@ -24,7 +27,7 @@ from cursor_byok.providers import (
     TextPart,
     make_provider,
 )
-from tests.fakes import ANTHROPIC, OPENAI_CHAT, FakeProviderServer, Reply, fake_model, sse
+from tests.fakes import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, FakeProviderServer, Reply, fake_model, sse
 
 REQUEST = ModelRequest(model="ignored", system="s", messages=[Message("user", [TextPart("hi")])], max_tokens=64)
 KEY = "sk-canary-in-stream-0123456789"
@@ -71,8 +74,10 @@ async def test_a_retry_after_beyond_the_policy_is_not_waited_out(fake_server, ht
      ContextLengthError),
     (400, {"error": {"message": "This model's maximum context length is 8192 tokens", "type": "BadRequestError"}},
      ContextLengthError),  # vLLM-style wording without a code
-    (404, {"error": {"message": "The model `nope` does not exist", "type": "invalid_request_error"}}, BadRequestError),
-    (403, {"type": "error", "error": {"type": "permission_error", "message": "no access"}}, AuthError),
+    (404, {"error": {"message": "The model `nope` does not exist", "type": "invalid_request_error"}}, ModelNotFoundError),
+    (404, {"error": {"message": "Not Found", "type": "not_found_error"}}, MismatchError),  # a path, not a model
+    (400, {"error": {"message": "bad tool schema", "type": "invalid_request_error"}}, BadRequestError),
+    (403, {"type": "error", "error": {"type": "permission_error", "message": "no access"}}, PermissionDeniedError),
     (500, {"error": {"message": "boom", "type": "server_error"}}, ServerError),
     (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, OverloadedError),
 ])
@@ -91,8 +96,49 @@ async def test_plain_text_error_body(fake_server, http_client) -> None:
 
 async def test_non_stream_success_body_is_an_error(fake_server, http_client) -> None:
     fake_server.enqueue(json_reply(200, {"id": "x", "choices": []}))
-    with pytest.raises(ServerError, match="expected an event stream"):
+    with pytest.raises(MismatchError, match="expected an event stream"):
+        await collect(provider(ProviderKind.OPENAI_CHAT, fake_server, http_client, retries=2))
+    assert len(fake_server.requests) == 1  # asking again cannot help
+
+
+@pytest.mark.parametrize(("configured", "answering"), [
+    (ProviderKind.OPENAI_CHAT, ANTHROPIC),
+    (ProviderKind.ANTHROPIC, OPENAI_CHAT),
+    (ProviderKind.OPENAI_RESPONSES, OPENAI_CHAT),
+    (ProviderKind.OPENAI_CHAT, OPENAI_RESPONSES),
+])
+async def test_a_stream_in_another_providers_format_is_a_mismatch(fake_server, http_client, configured, answering) -> None:
+    fake_server.enqueue(answering.text(["hello"]))
+    p = provider(configured, fake_server, http_client, retries=2)
+    with pytest.raises(MismatchError) as info:
+        await collect(p)
+    assert len(fake_server.requests) == 1
+    explained = info.value.explain()
+    assert f"the answer from {p.model.base_url} is not in the {configured.value} format model {p.model.id} is configured for" in explained
+    assert "check its `provider` kind and `base_url`" in explained
+
+
+async def test_explanations_name_the_model_the_status_and_what_to_wait(fake_server, http_client) -> None:
+    fake_server.enqueue(OPENAI_CHAT.auth_error(echo=KEY), OPENAI_CHAT.rate_limited({"retry-after": "20"}))
+    p = provider(ProviderKind.OPENAI_CHAT, fake_server, http_client)
+    with pytest.raises(AuthError) as auth:
+        await collect(p)
+    assert auth.value.explain().startswith(f"the provider rejected the API key for model {p.model.id} (HTTP 401)")
+    assert KEY not in auth.value.explain()
+    with pytest.raises(RateLimitError) as limited:
+        await collect(p)
+    assert limited.value.explain().startswith(f"the provider is rate-limiting model {p.model.id} (HTTP 429); retry after 20s")
+
+
+async def test_a_failure_is_logged_once_with_status_and_request_id_never_the_key(fake_server, http_client, caplog) -> None:
+    fake_server.enqueue(Reply(status=401, body=msgspec.json.encode({"error": {"message": f"bad key {KEY}", "code": "invalid_api_key"}}),
+                              content_type="application/json", headers={"x-request-id": "req_abc123"}))
+    with caplog.at_level("WARNING", logger="cursor_byok.providers"), pytest.raises(AuthError) as info:
         await collect(provider(ProviderKind.OPENAI_CHAT, fake_server, http_client))
+    assert info.value.request_id == "req_abc123"
+    [record] = [r for r in caplog.records if r.getMessage().startswith("provider request failed")]
+    assert (record.status, record.provider_request_id, record.error_kind) == (401, "req_abc123", "auth")
+    assert KEY not in record.getMessage() and "[REDACTED]" in record.getMessage()
 
 
 async def test_key_echoed_inside_a_stream_is_redacted(fake_server, http_client) -> None:

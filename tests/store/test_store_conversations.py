@@ -103,3 +103,24 @@ async def test_export_is_json_able_and_complete(store: Store, conversation) -> N
     assert exported["deliveries"][0]["state"] == "pending"
     assert exported["usage"][0]["input_tokens"] == 7
     assert await store.export_conversation("missing") is None
+
+
+async def test_ids_by_prefix_and_usage_by_run(store, conversation, raw_db) -> None:
+    for cid in ("abc-1", "abc-2", "abd-1", "ab"):
+        store.upsert_conversation(conversation(cid))
+    store.record_usage(UsageRecord("byok-a", "anthropic", 10, run_id="r1", conversation_id="abc-1", input_tokens=5, output_tokens=1))
+    store.record_usage(UsageRecord("byok-a", "anthropic", 20, run_id="r1", conversation_id="abc-1", input_tokens=7, output_tokens=2))
+    store.record_usage(UsageRecord("byok-a", "anthropic", 30, run_id="r2", conversation_id="abc-1", input_tokens=1, output_tokens=1, ttft_ms=40))
+    await store.flush()
+    assert await store.find_conversation_ids("abc") == ["abc-1", "abc-2"]
+    assert await store.find_conversation_ids("abc-2") == ["abc-2"]
+    assert await store.find_conversation_ids("ab", limit=10) == ["ab", "abc-1", "abc-2", "abd-1"]
+    assert await store.find_conversation_ids("zz") == [] and await store.find_conversation_ids("") == []
+    usage = await store.usage_by_run("abc-1")
+    assert list(usage) == ["r2", "r1"]
+    assert (usage["r1"].input_tokens, usage["r1"].output_tokens, usage["r1"].calls) == (12, 3, 2)
+    assert usage["r2"].mean_ttft_ms == 40
+    plan = " ".join(str(row) for row in raw_db().execute(
+        "EXPLAIN QUERY PLAN SELECT conversation_id FROM conversations WHERE conversation_id >= ? AND conversation_id < ?",
+        ("abc", "abd")))
+    assert "USING" in plan and "INDEX" in plan  # a range scan, not a full table scan

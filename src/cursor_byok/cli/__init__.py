@@ -4,17 +4,20 @@
     cursor-byok doctor [--check-providers]
     cursor-byok config path|validate
     cursor-byok models list|test MODEL_ID
-    cursor-byok conversations list|show ID|export ID
+    cursor-byok conversations list|show ID|export ID|delete ID|prune --older-than AGE
     cursor-byok cursor enable|disable|status
-    cursor-byok ca init|show|install
+    cursor-byok ca init [--rotate]|show|install
 
-One module per command group; this one only composes them. A bad config is one line on stderr
-(`cursor-byok: <path>: <key>: <problem>`) and exit status 2. Heavy subsystems (gateway, providers,
-store) are imported inside the commands that need them.
+One module per command group; this one only composes them. A bad config is one line per problem on
+stderr (`cursor-byok: <path>: <key>: <problem>`) and exit status 2; any other failure is one line
+and exit status 1, never a traceback. Heavy subsystems (gateway, providers, store) are imported
+inside the commands that need them.
 """
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -51,13 +54,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except ConfigError as exc:
-        echo(f"{PROG}: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            echo(f"{PROG}: {problem}", file=sys.stderr)
         return 2
     except CommandError as exc:
         echo(f"{PROG}: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`cursor-byok ca show | head -2`): nothing more to say to it. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # a bug: still one line for the user, the traceback only when asked
+        logging.getLogger("cursor_byok.cli").debug("unexpected error", exc_info=exc)
+        echo(
+            f"{PROG}: unexpected {type(exc).__name__}: {exc} "
+            "(a bug; `--log-level debug` shows where, please report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 __all__ = ["CommandError", "build_parser", "main"]

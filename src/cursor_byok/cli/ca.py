@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 from .common import CommandError, echo, load_config
 
@@ -13,6 +14,8 @@ def cmd_ca_init(args: argparse.Namespace) -> int:
 
     cfg = load_config(args)
     try:
+        if args.rotate and LocalCA.exists(cfg.data_path):
+            return _rotate(cfg.data_path)
         ca, created = LocalCA.load_or_create(cfg.data_path)
     except CAError as exc:
         raise CommandError(str(exc)) from None
@@ -21,6 +24,25 @@ def cmd_ca_init(args: argparse.Namespace) -> int:
     echo(f"valid until: {ca.not_valid_after:%Y-%m-%d}")
     if created:
         echo("next: `cursor-byok ca install` shows the command that makes your system trust it")
+    elif not ca.name_constrained:
+        echo(
+            "warning: this CA (made by an older release) can sign for any host; "
+            "replace it with one limited to *.cursor.sh: `cursor-byok ca init --rotate`",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _rotate(data_dir: Path) -> int:
+    from ..interceptor import LocalCA
+
+    ca, old = LocalCA.rotate(data_dir)
+    echo(f"replaced: {ca.paths.cert} (the old key is deleted)")
+    echo(f"old sha256 fingerprint: {old or 'unreadable'}")
+    echo(f"new sha256 fingerprint: {ca.fingerprint} (signs only for *.cursor.sh)")
+    echo("next: trust the new CA with `cursor-byok ca install --run` (on Linux it replaces the old file); on macOS "
+         "delete the old \"cursor-byok local CA\" in Keychain Access, on Windows "
+         "`certutil -delstore Root \"cursor-byok local CA\"` first; then restart `cursor-byok serve` and Cursor")
     return 0
 
 
@@ -40,6 +62,7 @@ def cmd_ca_show(args: argparse.Namespace) -> int:
     echo(f"key: {ca.paths.key} (never leaves this machine)")
     echo(f"sha256 fingerprint: {ca.fingerprint}")
     echo(f"valid until: {ca.not_valid_after:%Y-%m-%d}")
+    echo(f"signs for: {'*.cursor.sh only (name constraints)' if ca.name_constrained else 'any host (run `cursor-byok ca init --rotate`)'}")
     echo(f"trust: {trust.state.value}{f' ({trust.detail})' if trust.detail else ''}")
     return 0
 
@@ -87,7 +110,9 @@ def cmd_ca_install(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     ca = sub.add_parser("ca", help="the local CA the proxy signs *.cursor.sh certificates with")
     ca_sub = ca.add_subparsers(dest="ca_command", metavar="ACTION", required=True)
-    ca_sub.add_parser("init", parents=[common], help="create the CA if missing; print path and fingerprint").set_defaults(handler=cmd_ca_init)
+    p = ca_sub.add_parser("init", parents=[common], help="create the CA if missing; print path and fingerprint")
+    p.add_argument("--rotate", action="store_true", help="replace the existing CA with a new one (re-trust it afterwards)")
+    p.set_defaults(handler=cmd_ca_init)
     p = ca_sub.add_parser("show", parents=[common], help="path, fingerprint and trust state")
     p.add_argument("--pem", action="store_true", help="print the certificate (PEM) only")
     p.set_defaults(handler=cmd_ca_show)

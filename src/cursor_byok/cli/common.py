@@ -7,9 +7,10 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..config import Config, ModelConfig, load
+from ..config import Config, ConfigError, ModelConfig, load, resolve_api_key
 
 PROG = "cursor-byok"
 REQUIRE_COMPILED_ENV = "CURSOR_BYOK_REQUIRE_COMPILED"
@@ -104,6 +105,33 @@ def proxy_url(cfg: Config, port: int | None = None) -> str:
 
 def echo(*parts: object, file: TextIO | None = None) -> None:
     print(*parts, file=file or sys.stdout, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStatus:
+    """Whether a model's API key can be read, and where it comes from (never the key itself)."""
+
+    needed: bool
+    present: bool
+    source: str = ""  # "$NAME" or "secret 'name'"
+    problem: str = ""  # why it is missing
+    fix: str = ""  # the command or edit that provides it
+
+
+def key_status(cfg: Config, model: ModelConfig) -> KeyStatus:
+    if not (model.api_key_env or model.api_key_secret):
+        return KeyStatus(needed=False, present=False)
+    source = f"${model.api_key_env}" if model.api_key_env else f"secret {model.api_key_secret!r}"
+    try:
+        resolve_api_key(cfg, model)
+    except ConfigError as exc:
+        fix = (
+            f"export {model.api_key_env}=<your key> in the shell that runs the server"
+            if model.api_key_env
+            else f"add {model.api_key_secret} = \"<your key>\" to the secrets file (chmod 600)"
+        )
+        return KeyStatus(needed=True, present=False, source=source, problem=str(exc), fix=fix)
+    return KeyStatus(needed=True, present=True, source=source)
 
 
 def model_or_fail(cfg: Config, model_id: str) -> ModelConfig:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import config_path, resolve_api_key
+from ..config import ConfigError, config_path, resolve_api_key
 from .common import echo, load_config
 
 
@@ -14,8 +14,15 @@ def cmd_config_path(args: argparse.Namespace) -> int:
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
     cfg = load_config(args, must_exist=True)
+    # A missing env var or a bad secrets file is a config problem too; report every model's.
+    problems: list[str] = []
     for model in cfg.models:
-        resolve_api_key(cfg, model)  # a missing env var or a bad secrets file is a config error too
+        try:
+            resolve_api_key(cfg, model)
+        except ConfigError as exc:
+            problems += [p for p in exc.problems if p not in problems]
+    if problems:
+        raise ConfigError(problems[0], problems)
     echo(f"ok: {cfg.source}")
     return 0
 

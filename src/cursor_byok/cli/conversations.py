@@ -1,12 +1,15 @@
-"""`cursor-byok conversations list|show|export`: read the store while the server may be running."""
+"""`cursor-byok conversations list|show|export|delete|prune`: the store, while the server may be running."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import datetime as dt
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import msgspec
 
 from ..config import Config
 from .common import CommandError, echo, load_config, table
+from .transcript import decode_payload, message_lines, run_line
 
 
 def when(ms: int | None) -> str:
@@ -62,52 +66,162 @@ def cmd_conversations_list(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _resolve(store: Any, given: str) -> str:
+    """A full conversation id from itself or a unique prefix of it."""
+    if await store.get_conversation(given) is not None:
+        return given
+    matches = await store.find_conversation_ids(given, limit=3)
+    if not matches:
+        raise CommandError(f"no conversation {given!r}")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:2]) + (", …" if len(matches) > 2 else "")
+        raise CommandError(f"{given!r} matches several conversations ({shown}): give more of the id", code=2)
+    return matches[0]
+
+
+def _open_store_or_fail(cfg: Config, given: str) -> None:
+    if not database_exists(cfg):
+        raise CommandError(f"no conversation {given!r} ({cfg.database_path} does not exist)")
+
+
+_EVENT_PAGE = 500
+
+
 def cmd_conversations_show(args: argparse.Namespace) -> int:
     cfg = load_config(args)
-    if not database_exists(cfg):
-        raise CommandError(f"no conversation {args.conversation_id!r} ({cfg.database_path} does not exist)")
+    _open_store_or_fail(cfg, args.conversation_id)
 
-    async def fetch(store: Any) -> tuple[Any, list[Any]]:
-        record = await store.get_conversation(args.conversation_id)
-        runs = await store.list_runs(args.conversation_id) if record is not None else []
-        return record, runs
+    async def fetch(store: Any) -> list[str]:
+        cid = await _resolve(store, args.conversation_id)
+        record = await store.get_conversation(cid)
+        runs = {r.run_id: r for r in await store.list_runs(cid)}
+        usage = await store.usage_by_run(cid)
+        head = f"conversation {cid}: model {record.model_id or '-'}, mode {record.mode or '-'}, "
+        head += f"created {when(record.created_at_ms)}, updated {when(record.updated_at_ms)}"
+        lines = [head + (f", {record.title!r}" if record.title else "")]
+        if record.parent is not None:
+            p = record.parent
+            lines.append(f"sub-task of {p.parent_conversation_id} (run {p.parent_run_id}, tool call {p.parent_tool_call_id})")
+        shown: set[str] = set()
+        current: str | None = None
 
-    record, runs = asyncio.run(with_store(cfg, fetch))
-    if record is None:
-        raise CommandError(f"no conversation {args.conversation_id!r}")
-    data = msgspec.to_builtins(record)
-    for key in ("created_at_ms", "updated_at_ms"):
-        data[key.removesuffix("_ms")] = when(data.pop(key))
-    data["runs"] = len(runs)
-    width = max(len(k) for k in data)
-    for key, value in data.items():
-        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else ("-" if value is None else value)
-        echo(f"{key.ljust(width)}  {shown}")
+        def end_run(run_id: str | None) -> None:
+            if run_id in runs and run_id not in shown:
+                shown.add(run_id)
+                lines.append(run_line(runs[run_id], usage.get(run_id)))
+
+        after = 0
+        while page := await store.load_events(cid, after, _EVENT_PAGE):
+            for event in page:
+                if event.run_id != current:
+                    end_run(current)
+                    current = event.run_id
+                entry = decode_payload(event.payload)
+                if isinstance(entry, dict):
+                    lines += [f"  {line}" for line in message_lines(str(entry.get("kind", event.kind)), entry.get("message") or {})]
+            after = page[-1].seq
+        end_run(current)
+        for run_id in runs:  # runs that committed no history (failed early)
+            end_run(run_id)
+        return lines
+
+    for line in asyncio.run(with_store(cfg, fetch)):
+        echo(line)
     return 0
+
+
+def _decoded_export(exported: dict[str, Any]) -> dict[str, Any]:
+    """The store's export with history payloads, checkpoint states and deliveries decoded (the
+    store gives bytes as base64)."""
+    from google.protobuf import json_format
+
+    from ..protocol import agent_pb2
+
+    for event in exported["events"]:
+        event["payload"] = decode_payload(base64.b64decode(event["payload"]))
+    for checkpoint in exported["checkpoints"]:
+        state = agent_pb2.ConversationStateStructure.FromString(base64.b64decode(checkpoint["state"]))
+        checkpoint["state"] = json_format.MessageToDict(state)
+    for delivery in exported["deliveries"]:
+        if delivery.get("payload"):
+            delivery["payload"] = decode_payload(base64.b64decode(delivery["payload"]))
+    return exported
 
 
 def cmd_conversations_export(args: argparse.Namespace) -> int:
     cfg = load_config(args)
-    if not database_exists(cfg):
-        raise CommandError(f"no conversation {args.conversation_id!r} ({cfg.database_path} does not exist)")
+    _open_store_or_fail(cfg, args.conversation_id)
 
     async def fetch(store: Any) -> dict[str, Any] | None:
-        return await store.export_conversation(args.conversation_id)
+        return await store.export_conversation(await _resolve(store, args.conversation_id))
 
     exported = asyncio.run(with_store(cfg, fetch))
     if exported is None:
         raise CommandError(f"no conversation {args.conversation_id!r}")
-    text = json.dumps(exported, indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(_decoded_export(exported), indent=2, ensure_ascii=False) + "\n"
     if args.out:
         out = Path(args.out).expanduser()
-        # Conversations hold code and prompts: the export is private like the database.
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            # Conversations hold code and prompts: the export is private like the database.
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            hint = f"create {out.parent} first, or" if not out.parent.is_dir() else "check the path, or"
+            raise CommandError(f"cannot write {out}: {exc.strerror} ({hint} choose another --out)") from None
         echo(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _report_deletion(result: Any) -> int:
+    for cid in result.busy:
+        echo(f"kept {cid}: a run is in progress (try again when it has finished)", file=sys.stderr)
+    echo(f"deleted {len(result.deleted)} conversation(s)" + (f": {', '.join(result.deleted)}" if 0 < len(result.deleted) <= 20 else ""))
+    return 1 if result.busy else 0
+
+
+def cmd_conversations_delete(args: argparse.Namespace) -> int:
+    from ..store import delete_conversations
+
+    cfg = load_config(args)
+    _open_store_or_fail(cfg, args.conversation_id)
+
+    async def delete(store: Any) -> Any:
+        cid = await _resolve(store, args.conversation_id)
+        await store.close()  # flushes; the deletion runs on its own connection
+        return await delete_conversations(cfg.database_path, [cid])
+
+    return _report_deletion(asyncio.run(with_store(cfg, delete)))
+
+
+_AGE = re.compile(r"(\d+)([smhdw])")
+_AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def age(text: str) -> int:
+    """argparse type for --older-than: 30d, 12h, 2w… as milliseconds."""
+    m = _AGE.fullmatch(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not an age: {text!r} (use e.g. 30d, 12h, 2w)")
+    return int(m.group(1)) * _AGE_SECONDS[m.group(2)] * 1000
+
+
+def cmd_conversations_prune(args: argparse.Namespace) -> int:
+    from ..store import prune_conversations
+
+    cfg = load_config(args)
+    if not database_exists(cfg):
+        echo(f"deleted 0 conversation(s) ({cfg.database_path} does not exist)")
+        return 0
+    cutoff = int(time.time() * 1000) - args.older_than
+
+    async def prune(store: Any) -> Any:
+        await store.close()  # migrated and flushed; the deletion runs on its own connection
+        return await prune_conversations(cfg.database_path, cutoff)
+
+    return _report_deletion(asyncio.run(with_store(cfg, prune)))
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -118,10 +232,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_conversations_list)
-    p = conv_sub.add_parser("show", parents=[common], help="one conversation's record")
+    p = conv_sub.add_parser("show", parents=[common], help="a conversation's transcript (ID or a unique prefix of it)")
     p.add_argument("conversation_id", metavar="ID")
     p.set_defaults(handler=cmd_conversations_show)
-    p = conv_sub.add_parser("export", parents=[common], help="everything stored about a conversation, as JSON")
+    p = conv_sub.add_parser("export", parents=[common], help="everything stored about a conversation, as decoded JSON")
     p.add_argument("conversation_id", metavar="ID")
     p.add_argument("--out", metavar="FILE")
     p.set_defaults(handler=cmd_conversations_export)
+    p = conv_sub.add_parser("delete", parents=[common], help="delete a conversation and its sub-tasks")
+    p.add_argument("conversation_id", metavar="ID")
+    p.set_defaults(handler=cmd_conversations_delete)
+    p = conv_sub.add_parser("prune", parents=[common], help="delete conversations not updated for a while")
+    p.add_argument("--older-than", type=age, required=True, metavar="AGE", help="e.g. 30d, 12h, 2w")
+    p.set_defaults(handler=cmd_conversations_prune)

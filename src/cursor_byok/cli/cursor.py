@@ -4,25 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..config import Config
+from ..config import config_path, enable_proxy_in_file
+from .chain import corporate_proxy, cursor_settings, shown_url
 from .common import CommandError, echo, load_config, proxy_url
-
-if TYPE_CHECKING:
-    from ..cursor_settings import CursorSettings
-
-
-def _cursor_settings(args: argparse.Namespace, cfg: Config) -> CursorSettings:
-    from ..cursor_settings import (
-        BACKUP_FILE_NAME,
-        CursorSettings,
-        default_settings_path,
-    )
-
-    path = Path(args.settings).expanduser() if args.settings else default_settings_path()
-    return CursorSettings(path, cfg.data_path / BACKUP_FILE_NAME)
 
 
 def cmd_cursor_enable(args: argparse.Namespace) -> int:
@@ -39,14 +24,22 @@ def cmd_cursor_enable(args: argparse.Namespace) -> int:
     if trust.state is CAState.UNTRUSTED:
         echo(f"warning: the local CA is not trusted yet: {trust.detail}", file=sys.stderr)
     url = args.proxy_url or proxy_url(cfg)
-    settings = _cursor_settings(args, cfg)
+    # Never point Cursor at a port nothing will serve: our proxy must be on in the config first
+    # (a ConfigError here says how to do it by hand).
+    turned_on = url == proxy_url(cfg) and enable_proxy_in_file(config_path(args.config))
+    settings = cursor_settings(cfg, args.settings)
     try:
-        changed = settings.enable(url, proxy_support=args.proxy_support)
+        changed = settings.enable(url, proxy_support=args.proxy_support, create_user_dir=args.force)
     except SettingsError as exc:
         raise CommandError(str(exc)) from None
     echo(f"enabled: {settings.path} now points Cursor at {url}")
     echo(f"changed: {', '.join(changed) if changed else 'nothing (already set)'}")
-    echo("next: run `cursor-byok serve --proxy`, then quit Cursor completely and start it again")
+    if turned_on:
+        echo(f"proxy: turned on in {config_path(args.config)} ([proxy] enabled = true)")
+    corporate = corporate_proxy(cfg)
+    if corporate:
+        echo(f"chain: hosts other than *.cursor.sh go on through {shown_url(corporate)}, as before")
+    echo("next: (re)start `cursor-byok serve` (it runs the proxy now), then quit Cursor completely and start it again")
     return 0
 
 
@@ -54,9 +47,9 @@ def cmd_cursor_disable(args: argparse.Namespace) -> int:
     from ..cursor_settings import SettingsError
 
     cfg = load_config(args)
-    settings = _cursor_settings(args, cfg)
+    settings = cursor_settings(cfg, args.settings)
     try:
-        touched = settings.disable()
+        touched = settings.disable(force=args.force)
     except SettingsError as exc:
         raise CommandError(str(exc)) from None
     if touched:
@@ -71,7 +64,7 @@ def cmd_cursor_status(args: argparse.Namespace) -> int:
     from ..cursor_settings import MANAGED_KEYS, SettingsError
 
     cfg = load_config(args)
-    settings = _cursor_settings(args, cfg)
+    settings = cursor_settings(cfg, args.settings)
     url = args.proxy_url or proxy_url(cfg)
     try:
         status = settings.status(url)
@@ -102,5 +95,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
             p.add_argument("--proxy-url", metavar="URL", help="default: http://<proxy.host>:<proxy.port> from the config")
         if name == "enable":
             p.add_argument("--proxy-support", choices=("override", "on"), default="override")
-            p.add_argument("--force", action="store_true", help="enable even if the local CA does not exist yet")
+            p.add_argument("--force", action="store_true", help="enable even without a local CA, or where Cursor's user dir does not exist")
+        if name == "disable":
+            p.add_argument("--force", action="store_true", help="restore the saved values even over ones changed since `enable`")
         p.set_defaults(handler=handler)

@@ -5,7 +5,6 @@ import argparse
 import asyncio
 import enum
 import os
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,20 +16,21 @@ from ..config import (
     ModelConfig,
     ProviderKind,
     config_path,
-    resolve_api_key,
 )
+from .chain import corporate_proxy, cursor_settings, describe_chain
 from .common import (
     GATEWAY_HEALTH_PATH,
     PROXY_HEALTH_PATH,
     REQUIRE_COMPILED_ENV,
-    connect_host,
     echo,
+    key_status,
     load_config,
     proxy_url,
-    url_host,
 )
+from .ports import PortState, port_state
 
 PROVIDER_CHECK_TIMEOUT = 5.0
+_REBUILD = "make clean serve (from the source checkout, with a C compiler)"
 _DEFAULT_BASE_URLS = {
     ProviderKind.OPENAI_CHAT: "https://api.openai.com/v1",
     ProviderKind.OPENAI_RESPONSES: "https://api.openai.com/v1",
@@ -50,6 +50,7 @@ class Check:
     name: str
     status: CheckStatus
     detail: str
+    fix: str = ""  # the command (or edit) that fixes a FAIL or WARN
 
 
 def hotpath_check(environ: dict[str, str] | None = None) -> Check:
@@ -71,8 +72,8 @@ def hotpath_check(environ: dict[str, str] | None = None) -> Check:
     expected = [name for name in python if name in built]
     if required or expected:
         why = f"{REQUIRE_COMPILED_ENV}=1" if required else f"compiled build present for {', '.join(expected)}"
-        return Check("hot path", CheckStatus.FAIL, f"{summary} ({why}, but the pure-Python twin is active)")
-    return Check("hot path", CheckStatus.WARN, f"{summary} (not compiled: run `make serve` or reinstall with a compiler)")
+        return Check("hot path", CheckStatus.FAIL, f"{summary} ({why}, but the pure-Python twin is active)", _REBUILD)
+    return Check("hot path", CheckStatus.WARN, f"{summary} (not compiled)", _REBUILD)
 
 
 def _key_checks(cfg: Config) -> list[Check]:
@@ -81,16 +82,13 @@ def _key_checks(cfg: Config) -> list[Check]:
     checks = []
     for model in cfg.models:
         name = f"model {model.id}"
-        if not (model.api_key_env or model.api_key_secret):
+        key = key_status(cfg, model)
+        if not key.needed:
             checks.append(Check(name, CheckStatus.INFO, "no API key configured (fine for local servers)"))
-            continue
-        try:
-            resolve_api_key(cfg, model)
-        except ConfigError as exc:
-            checks.append(Check(name, CheckStatus.FAIL, str(exc)))
-            continue
-        source = f"${model.api_key_env}" if model.api_key_env else f"secret {model.api_key_secret!r}"
-        checks.append(Check(name, CheckStatus.OK, f"key present ({source})"))
+        elif not key.present:
+            checks.append(Check(name, CheckStatus.FAIL, key.problem, key.fix))
+        else:
+            checks.append(Check(name, CheckStatus.OK, f"key present ({key.source})"))
     return checks
 
 
@@ -108,7 +106,10 @@ async def _provider_checks(cfg: Config) -> list[Check]:
             # No key is sent: this only says whether the endpoint answers at all.
             response = await client.get(url)
         except httpx.HTTPError as exc:
-            return Check(f"reach {model.id}", CheckStatus.FAIL, f"{url}: unreachable ({exc.__class__.__name__})")
+            return Check(
+                f"reach {model.id}", CheckStatus.FAIL, f"{url}: unreachable ({exc.__class__.__name__})",
+                f"check base_url of model {model.id} and your network, then `cursor-byok models test {model.id}`",
+            )
         ms = (time.perf_counter() - started) * 1000
         return Check(f"reach {model.id}", CheckStatus.OK, f"{url}: HTTP {response.status_code} in {ms:.0f} ms")
 
@@ -116,79 +117,94 @@ async def _provider_checks(cfg: Config) -> list[Check]:
         return list(await asyncio.gather(*(probe(client, m) for m in cfg.models)))
 
 
-def _port_state(host: str, port: int, health_path: str) -> tuple[bool, bool]:
-    """(free, ours): can we bind it; if not, does a cursor-byok health endpoint answer there."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        if os.name == "posix":
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-            return True, False
-        except OSError:
-            pass
-    import httpx
-
-    try:
-        url = f"http://{url_host(connect_host(host))}:{port}{health_path}"
-        response = httpx.get(url, timeout=1.0, trust_env=False)
-        return False, response.status_code == 204
-    except httpx.HTTPError:
-        return False, False
-
-
-def _ca_check(cfg: Config) -> Check:
-    from ..interceptor import CAState, ca_trust_state
+def _ca_check(cfg: Config, cursor_pointed: bool) -> Check:
+    from ..interceptor import CAState, ca_trust_state, has_name_constraints
 
     report = ca_trust_state(cfg.data_path)
     detail = report.state.value + (f" ({report.detail})" if report.detail else "")
     if report.state is CAState.TRUSTED:
+        if not has_name_constraints(cfg.data_path):
+            return Check("local CA", CheckStatus.WARN, "trusted, but it can sign for any host (made by an older release)",
+                         "cursor-byok ca init --rotate")
         return Check("local CA", CheckStatus.OK, f"trusted, sha256 {report.fingerprint}")
-    severe = report.state in (CAState.MISSING, CAState.INVALID) and cfg.proxy.enabled
-    return Check("local CA", CheckStatus.FAIL if severe else CheckStatus.WARN, detail)
+    needed = cfg.proxy.enabled or cursor_pointed
+    if report.state in (CAState.MISSING, CAState.INVALID):
+        fix = "cursor-byok ca init && cursor-byok ca install --run"
+        return Check("local CA", CheckStatus.FAIL if needed else CheckStatus.WARN, detail, fix)
+    if report.state is CAState.UNTRUSTED and cursor_pointed:
+        return Check(
+            "local CA", CheckStatus.FAIL,
+            f"{detail}; Cursor is pointed at the proxy and will reject every *.cursor.sh certificate",
+            "cursor-byok ca install --run",
+        )
+    return Check("local CA", CheckStatus.WARN, detail, "cursor-byok ca install --run" if report.state is CAState.UNTRUSTED else "")
 
 
-def _cursor_settings_check(cfg: Config, settings_path: str | None) -> Check:
-    from ..cursor_settings import (
-        BACKUP_FILE_NAME,
-        CursorSettings,
-        IntegrationState,
-        SettingsError,
-        default_settings_path,
-    )
+def _cursor_settings_check(cfg: Config, settings_path: str | None) -> tuple[Check, str | None]:
+    """The settings check, and the loopback proxy URL Cursor is pointed at (None if not)."""
+    from ..cursor_settings import PROXY_KEY, IntegrationState, SettingsError, is_loopback_proxy
 
-    path = Path(settings_path).expanduser() if settings_path else default_settings_path()
+    settings = cursor_settings(cfg, settings_path)
+    path = settings.path
     try:
-        status = CursorSettings(path, cfg.data_path / BACKUP_FILE_NAME).status(proxy_url(cfg))
+        status = settings.status(proxy_url(cfg))
     except SettingsError as exc:
-        return Check("cursor settings", CheckStatus.WARN, str(exc))
+        return Check("cursor settings", CheckStatus.WARN, str(exc)), None
     if not status.exists:
-        return Check("cursor settings", CheckStatus.INFO, f"{path} does not exist (Cursor not installed for this user?)")
+        return Check("cursor settings", CheckStatus.INFO, f"{path} does not exist (Cursor not installed for this user?)"), None
+    current = status.values.get(PROXY_KEY)
+    pointed = current if is_loopback_proxy(current) else None
     extra = ("; " + "; ".join(status.warnings)) if status.warnings else ""
     if status.state is IntegrationState.ENABLED:
-        return Check("cursor settings", CheckStatus.WARN if extra else CheckStatus.OK, f"proxy keys set in {path}{extra}")
-    if status.state is IntegrationState.PARTIAL:
-        return Check(
-            "cursor settings",
-            CheckStatus.WARN,
-            f"proxy keys partly set or for another URL in {path} (run `cursor-byok cursor enable`){extra}",
+        check = Check("cursor settings", CheckStatus.WARN if extra else CheckStatus.OK, f"proxy keys set in {path}{extra}")
+    elif status.state is IntegrationState.PARTIAL:
+        check = Check(
+            "cursor settings", CheckStatus.WARN,
+            f"proxy keys partly set or for another URL in {path}{extra}", "cursor-byok cursor enable",
         )
-    return Check("cursor settings", CheckStatus.INFO, f"not enabled in {path} (`cursor-byok cursor enable`){extra}")
+    else:
+        check = Check("cursor settings", CheckStatus.INFO, f"not enabled in {path} (`cursor-byok cursor enable`){extra}")
+    return check, pointed
+
+
+def _pointed_proxy_check(cfg: Config, pointed: str) -> Check:
+    """Cursor sends all its traffic to `pointed`: something that is our proxy must answer there."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(pointed)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    state = port_state("127.0.0.1" if host == "localhost" else host, port, PROXY_HEALTH_PATH)
+    ours = pointed.rstrip("/") == proxy_url(cfg)
+    if state is PortState.OURS:
+        if ours:
+            return Check("cursor proxy", CheckStatus.OK, f"Cursor's proxy {pointed} is a running cursor-byok proxy")
+        return Check("cursor proxy", CheckStatus.WARN, f"Cursor's proxy {pointed} is a cursor-byok proxy, but not this config's "
+                     f"({proxy_url(cfg)})", "cursor-byok cursor enable")
+    serve = "cursor-byok serve (with [proxy] enabled = true, or --proxy)" if ours else "cursor-byok cursor enable, then cursor-byok serve"
+    if state is PortState.FREE:
+        return Check("cursor proxy", CheckStatus.FAIL,
+                     f"Cursor's settings point at {pointed} but nothing listens there: Cursor has no network at all",
+                     f"{serve}; or `cursor-byok cursor disable`")
+    return Check("cursor proxy", CheckStatus.FAIL,
+                 f"Cursor's settings point at {pointed}, where a program that is not cursor-byok's proxy listens",
+                 f"stop that program, or set another [proxy] port and run {serve}")
 
 
 def _port_checks(cfg: Config) -> list[Check]:
     checks = []
-    for name, host, port, health, what in (
-        ("server port", cfg.server.host, cfg.server.port, GATEWAY_HEALTH_PATH, "cursor-byok server"),
-        ("proxy port", cfg.proxy.host, cfg.proxy.port, PROXY_HEALTH_PATH, "cursor-byok proxy"),
+    for name, table_name, host, port, health, what in (
+        ("server port", "server", cfg.server.host, cfg.server.port, GATEWAY_HEALTH_PATH, "cursor-byok server"),
+        ("proxy port", "proxy", cfg.proxy.host, cfg.proxy.port, PROXY_HEALTH_PATH, "cursor-byok proxy"),
     ):
-        free, ours = _port_state(host, port, health)
+        state = port_state(host, port, health)
         where = f"{host}:{port}"
-        if free:
+        if state is PortState.FREE:
             checks.append(Check(name, CheckStatus.OK, f"{where} free"))
-        elif ours:
+        elif state is PortState.OURS:
             checks.append(Check(name, CheckStatus.OK, f"{where} in use by a running {what}"))
         else:
-            checks.append(Check(name, CheckStatus.WARN, f"{where} in use by another program"))
+            checks.append(Check(name, CheckStatus.FAIL, f"{where} in use by another program",
+                                f"stop the program listening on {where}, or set another [{table_name}] port"))
     return checks
 
 
@@ -198,16 +214,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args)
     except ConfigError as exc:
-        checks.append(Check("config", CheckStatus.FAIL, str(exc)))
+        checks.append(Check("config", CheckStatus.FAIL, str(exc), "correct the lines below, then `cursor-byok config validate`"))
         _print_checks(checks)
         raise
     checks.append(Check("config", CheckStatus.OK, f"{cfg.source}" if path.exists() else f"{path} not found; using defaults"))
     checks.extend(_key_checks(cfg))
     if args.check_providers and cfg.models:
         checks.extend(asyncio.run(_provider_checks(cfg)))
-    checks.append(_ca_check(cfg))
-    checks.append(_cursor_settings_check(cfg, args.settings))
+    settings_check, pointed = _cursor_settings_check(cfg, args.settings)
+    cursor_pointed = pointed is not None and pointed.rstrip("/") == proxy_url(cfg)
+    checks.append(_ca_check(cfg, cursor_pointed))
+    checks.append(settings_check)
+    if pointed is not None:
+        checks.append(_pointed_proxy_check(cfg, pointed))
     checks.extend(_port_checks(cfg))
+    if cfg.proxy.enabled or cursor_pointed:
+        checks.append(Check("proxy chain", CheckStatus.INFO, describe_chain(cfg, corporate_proxy(cfg), os.environ)))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
     echo(f"{len(failed)} check(s) failed" if failed else "all required checks passed")
@@ -217,6 +239,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _print_checks(checks: Sequence[Check]) -> None:
     for check in checks:
         echo(f"{check.status.value:<5} {check.name}: {check.detail}")
+        if check.fix and check.status in (CheckStatus.FAIL, CheckStatus.WARN):
+            echo(f"      fix: {check.fix}")
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

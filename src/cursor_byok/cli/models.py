@@ -3,22 +3,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
-from ..config import Config, ConfigError, ModelConfig, ProviderKind, resolve_api_key
-from .common import CommandError, echo, load_config, model_or_fail, table
-
-
-def key_present(cfg: Config, model: ModelConfig) -> str:
-    if not (model.api_key_env or model.api_key_secret):
-        return "-"
-    try:
-        resolve_api_key(cfg, model)
-    except ConfigError:
-        return "no"
-    return "yes"
-
+from ..config import ModelConfig, ProviderKind, resolve_api_key
+from .common import CommandError, echo, key_status, load_config, model_or_fail, table
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
@@ -28,7 +18,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         return 0
     rows = [("ID", "PROVIDER", "MODEL", "CONTEXT", "KEY")]
     for m in cfg.models:
-        rows.append((m.id, ProviderKind(m.provider).value, m.model, str(m.context_window), key_present(cfg, m)))
+        key = key_status(cfg, m)
+        rows.append((m.id, ProviderKind(m.provider).value, m.model, str(m.context_window), "-" if not key.needed else "yes" if key.present else "no"))
     for line in table(rows):
         echo(line)
     return 0
@@ -93,10 +84,17 @@ def cmd_models_test(args: argparse.Namespace) -> int:
     from ..providers import ProviderError
 
     max_tokens = min(args.max_tokens, model.max_output_tokens)
+    # A failure is this command's one line below; the server-style log of it would repeat it.
+    provider_log = logging.getLogger("cursor_byok.providers")
+    level = provider_log.level
+    if args.log_level != "debug":
+        provider_log.setLevel(logging.ERROR)
     try:
         result = asyncio.run(run_model_test(model, api_key, args.prompt, max_tokens))
     except ProviderError as exc:
-        raise CommandError(f"model {model.id}: {exc}") from None
+        raise CommandError(exc.explain()) from None
+    finally:
+        provider_log.setLevel(level)
     echo(result.text.strip() or "(no text)")
     echo(
         f"ttft: {'n/a' if result.ttft_ms is None else f'{result.ttft_ms:.0f} ms'}"

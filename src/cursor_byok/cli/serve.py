@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ..config import Config, ConfigError
+from . import startup
+from .chain import corporate_proxy
 from .common import CommandError, gateway_url, load_config, port_number, proxy_url
 
 if TYPE_CHECKING:
@@ -35,10 +37,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = msgspec.structs.replace(cfg, server=server, proxy=proxy_cfg)
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
+    cfg = startup.prepare(cfg, args.proxy)
 
     gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
 
     proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
+    startup.print_summary(cfg)
     try:
         return int(gateway.serve(cfg) or 0)
     finally:
@@ -70,7 +74,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
         trust = ca_trust_state(cfg.data_path)
         if trust.state is not CAState.TRUSTED:
             log.warning("local CA is %s: %s", trust.state.value, trust.detail)
-    proxy = InterceptingProxy(ca, gateway_url(cfg), cfg.proxy.host, cfg.proxy.port)
+    proxy = InterceptingProxy(ca, gateway_url(cfg), cfg.proxy.host, cfg.proxy.port, upstream_proxy=corporate_proxy(cfg))
     thread = ProxyThread(proxy)
     try:
         port = thread.start()

@@ -30,7 +30,6 @@ from ..protocol import (
     end_stream_error,
     end_stream_ok,
     model_not_found_error,
-    provider_error,
 )
 from ..run import (
     Interrupted,
@@ -77,6 +76,8 @@ from .commands import (
 )
 from .identity import ParentConversationRef, new_run_id
 from .presenter import RunPresenter
+from .provider_errors import connect_error_for
+from .run_report import report_run_finished
 from .sync import BlobSync
 from .output import OutputStream
 from .state import Outcome, Phase, check_transition
@@ -985,6 +986,16 @@ class ConversationRuntime:
         run = self.run
         assert run is not None
         self._persist_run_finished(run, outcome, error)
+        report_run_finished(
+            self.s.store,
+            conversation_id=self.conversation_id,
+            run_id=run.run_id,
+            model=run.model,
+            started_ms=run.started_ms,
+            presenter=run.presenter,
+            outcome=outcome.value,
+            error_code=error.code if error else None,
+        )
 
     def _on_shutdown(self, cmd: Shutdown) -> None:
         run = self.run
@@ -1145,7 +1156,7 @@ def _as_connect_error(exc: BaseException) -> ConnectError:
     if isinstance(exc, ConnectError):
         return exc
     if isinstance(exc, ProviderError):
-        return provider_error(str(exc), retryable=bool(getattr(exc, "retryable", False)))
+        return connect_error_for(exc)
     if isinstance(exc, ConfigError):
         return ConnectError("failed_precondition", str(exc))
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):

@@ -1,8 +1,9 @@
 """Point Cursor at our proxy through its User/settings.json, and put everything back afterwards.
 
 `enable` sets four keys and saves the user's previous values (raw text, so formatting survives)
-in a backup file in our data dir; `disable` restores them exactly and removes keys that did not
-exist before. Every write is a minimal textual edit, written atomically, keeping the file mode.
+in a backup file in our data dir, with the values it set; `disable` restores them exactly and
+removes keys that did not exist before, but not over a value the user changed in between (unless
+forced). Every write is a minimal textual edit, written atomically, keeping the file mode.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 from . import jsonc
 
 BACKUP_FILE_NAME = "cursor-settings-backup.json"
-BACKUP_VERSION = 1
+BACKUP_VERSION = 2  # 2 added the values `enable` set ("applied"); version 1 files still load
 PROXY_KEY = "http.proxy"
 PROXY_SUPPORT_KEY = "http.proxySupport"
 DISABLE_HTTP2_KEY = "cursor.general.disableHttp2"
@@ -58,6 +59,7 @@ class _Backup:
     blank_text: str = ""  # the original whitespace of a blank file
     empty_inner: str | None = None  # text between the braces of an originally empty object
     previous: dict[str, str | None] = field(default_factory=dict)  # key -> raw value text or None
+    applied: dict[str, Any] = field(default_factory=dict)  # key -> the value `enable` set
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,22 +69,27 @@ class _Backup:
             "blank_text": self.blank_text,
             "empty_inner": self.empty_inner,
             "keys": [{"key": k, "previous": v} for k, v in self.previous.items()],
+            "applied": self.applied,
         }
 
     @classmethod
     def from_json(cls, data: Any, where: Path) -> _Backup:
         try:
-            if data["version"] != BACKUP_VERSION:
+            if data["version"] not in (1, BACKUP_VERSION):
                 raise SettingsError(f"{where}: unsupported backup version {data['version']!r}")
             previous = {str(e["key"]): e["previous"] for e in data["keys"]}
             if any(v is not None and not isinstance(v, str) for v in previous.values()):
                 raise TypeError("previous values must be strings or null")
+            applied = data.get("applied", {})
+            if not isinstance(applied, dict):
+                raise TypeError("applied must be an object")
             return cls(
                 settings_path=str(data["settings_path"]),
                 origin=str(data["origin"]),
                 blank_text=str(data.get("blank_text", "")),
                 empty_inner=data.get("empty_inner"),
                 previous=previous,
+                applied=applied,
             )
         except (KeyError, TypeError) as exc:
             raise SettingsError(f"{where}: malformed backup ({exc})") from None
@@ -135,6 +142,46 @@ def _encode(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _read_backup(path: Path) -> _Backup | None:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        raise SettingsError(f"{path}: not JSON; fix or delete it") from None
+    return _Backup.from_json(data, path)
+
+
+@dataclass(frozen=True, slots=True)
+class EnableRecord:
+    """What a standing `enable` remembers: which settings file it edited, and the http.proxy value it
+    replaced there (a corporate proxy Cursor used before), if that was a string."""
+
+    settings_path: Path
+    replaced_proxy: str | None
+
+
+def enable_record(backup_path: str | Path) -> EnableRecord | None:
+    """The record of the `enable` in force, None when there is none (or the backup is unreadable:
+    `status`, `enable` and `disable` report that)."""
+    try:
+        backup = _read_backup(Path(backup_path).expanduser())
+    except SettingsError:
+        return None
+    if backup is None:
+        return None
+    raw = backup.previous.get(PROXY_KEY)
+    try:
+        replaced = jsonc.loads(raw) if raw is not None else None
+    except jsonc.JsoncError:
+        replaced = None
+    return EnableRecord(Path(backup.settings_path), replaced if isinstance(replaced, str) and replaced else None)
+
+
 class CursorSettings:
     """One Cursor settings.json plus the backup that remembers what we changed in it."""
 
@@ -175,17 +222,7 @@ class CursorSettings:
         return values
 
     def _load_backup(self) -> _Backup | None:
-        try:
-            raw = self.backup_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SettingsError(f"{self.backup_path}: cannot read: {exc.strerror}") from None
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError:
-            raise SettingsError(f"{self.backup_path}: not JSON; fix or delete it") from None
-        return _Backup.from_json(data, self.backup_path)
+        return _read_backup(self.backup_path)
 
     def status(self, proxy_url: str | None = None) -> SettingsStatus:
         text = self._read()
@@ -218,8 +255,10 @@ class CursorSettings:
         return SettingsStatus(self.path, True, state, values, backup_present, tuple(warnings))
 
     # ---- writing --------------------------------------------------------------------------
-    def enable(self, proxy_url: str, *, proxy_support: str = "override") -> list[str]:
-        """Set our keys; returns the keys whose value changed. Safe to run again (keeps the first backup)."""
+    def enable(self, proxy_url: str, *, proxy_support: str = "override", create_user_dir: bool = False) -> list[str]:
+        """Set our keys; returns the keys whose value changed. Safe to run again (keeps the first backup).
+        Refuses where the settings file's directory does not exist (Cursor not installed for this
+        user?) unless `create_user_dir`."""
         wanted = desired_values(proxy_url, proxy_support)
         text = self._read()
         backup = self._load_backup()
@@ -227,6 +266,11 @@ class CursorSettings:
             raise SettingsError(
                 f"{self.backup_path}: holds a backup of {backup.settings_path}; "
                 "run `cursor-byok cursor disable` for that file first"
+            )
+        if not create_user_dir and not self._target().parent.is_dir():
+            raise SettingsError(
+                f"{self.path.parent} does not exist: is Cursor installed for this user? "
+                "Pass --settings PATH for another location, or --force to create it"
             )
         if text is None:
             origin, blank, text = "created", "", "{}"
@@ -239,6 +283,8 @@ class CursorSettings:
             empty_inner = text[doc.open_brace + 1 : doc.close_brace] if not doc.members else None
             previous = {key: jsonc.value_text(text, key) for key in MANAGED_KEYS}
             backup = _Backup(str(self.path), origin, blank, empty_inner, previous)
+        if backup.applied != wanted:
+            backup.applied = wanted
             self._write_backup(backup)
         new_text = text
         changed: list[str] = []
@@ -252,8 +298,9 @@ class CursorSettings:
             self._write(new_text)
         return changed
 
-    def disable(self) -> list[str]:
+    def disable(self, *, force: bool = False) -> list[str]:
         """Restore the values saved by `enable` (removing keys that did not exist); returns touched keys.
+        A key the user changed since `enable` is not overwritten unless `force`: SettingsError names it.
 
         Without a backup, only a loopback `http.proxy` (ours, by all signs) and its companions go.
         """
@@ -277,7 +324,19 @@ class CursorSettings:
         if text is None:  # the file went away meanwhile: nothing of ours is left in it
             self.backup_path.unlink(missing_ok=True)
             return []
-        self._parse(text)
+        doc = self._parse(text)
+        if not force:
+            current = self._current_values(text, doc)
+            changed = [
+                key for key, value in backup.applied.items()
+                if key in backup.previous and (key not in current or not _same(current[key], value))
+            ]
+            if changed:
+                # Values are not shown: a proxy URL may carry credentials.
+                raise SettingsError(
+                    f"{self.path}: {', '.join(changed)} changed since `cursor-byok cursor enable`; "
+                    "left untouched (`cursor-byok cursor disable --force` restores the saved values anyway)"
+                )
         touched: list[str] = []
         for key in reversed(list(backup.previous)):
             before = text

@@ -14,6 +14,7 @@ from .trust import (
     TrustReport,
     ca_trust_state,
     format_commands,
+    has_name_constraints,
     trust_commands,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "ca_trust_state",
     "certificate_fingerprint",
     "format_commands",
+    "has_name_constraints",
     "is_cursor_host",
     "trust_commands",
 ]

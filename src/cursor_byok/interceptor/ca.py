@@ -1,7 +1,9 @@
 """The local certificate authority the intercepting proxy signs its *.cursor.sh leaf certificates with.
 
 The CA lives at <data_dir>/ca/ca.crt + ca.key (directory 0700, key 0600). The key is generated on
-this machine and never leaves it; only the certificate is handed to the OS trust store.
+this machine and never leaves it; only the certificate is handed to the OS trust store. The CA
+carries X.509 name constraints: it can only vouch for the intercepted domains, so even a leaked key
+cannot impersonate any other site to this machine.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ CA_DIR_NAME = "ca"
 CA_CERT_NAME = "ca.crt"
 CA_KEY_NAME = "ca.key"
 CA_VALIDITY = dt.timedelta(days=3650)
+# The only names the CA may sign for (each with all its subdomains): Cursor's own hosts.
+PERMITTED_DOMAINS = ("cursor.sh",)
 # Apple rejects TLS server certificates valid for more than 825 days; stay well under it.
 LEAF_VALIDITY = dt.timedelta(days=397)
 # Tolerate a client clock that runs a little behind ours.
@@ -35,6 +39,23 @@ CLOCK_SKEW = dt.timedelta(days=1)
 
 class CAError(Exception):
     """The CA files are missing, unreadable or inconsistent (one line, names the file)."""
+
+
+def is_permitted_host(host: str) -> bool:
+    """`host` is one of the permitted domains or a subdomain of one."""
+    host = host.lower().rstrip(".")
+    return any(host == d or host.endswith("." + d) for d in PERMITTED_DOMAINS)
+
+
+def _name_constraints() -> x509.NameConstraints:
+    # Permitted DNS subtrees alone leave IP addresses unconstrained: exclude all of them.
+    return x509.NameConstraints(
+        permitted_subtrees=[x509.DNSName(d) for d in PERMITTED_DOMAINS],
+        excluded_subtrees=[
+            x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
+            x509.IPAddress(ipaddress.ip_network("::/0")),
+        ],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +158,7 @@ class LocalCA:
                 ),
                 critical=True,
             )
+            .add_extension(_name_constraints(), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .sign(key, hashes.SHA256())
         )
@@ -179,6 +201,22 @@ class LocalCA:
         return cls(cert, key, paths)
 
     @classmethod
+    def rotate(cls, data_dir: str | Path) -> tuple[LocalCA, str | None]:
+        """Replace the CA (old key and certificate are deleted) with a new, name-constrained one.
+        Returns it and the old certificate's fingerprint (None if there was none readable)."""
+        paths = CAPaths.for_data_dir(data_dir)
+        try:
+            old: str | None = certificate_fingerprint(x509.load_pem_x509_certificate(paths.cert.read_bytes()))
+        except (OSError, ValueError):
+            old = None
+        for path in (paths.cert, paths.key):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise CAError(f"{path}: cannot remove: {exc.strerror}") from None
+        return cls.create(data_dir), old
+
+    @classmethod
     def load_or_create(cls, data_dir: str | Path) -> tuple[LocalCA, bool]:
         """(ca, created). A stray key without a certificate (interrupted init) is replaced."""
         if cls.exists(data_dir):
@@ -198,10 +236,22 @@ class LocalCA:
     def not_valid_after(self) -> dt.datetime:
         return self.certificate.not_valid_after_utc
 
+    @property
+    def name_constrained(self) -> bool:
+        """False for a CA made by an older release, which can sign for any host."""
+        try:
+            self.certificate.extensions.get_extension_for_class(x509.NameConstraints)
+        except x509.ExtensionNotFound:
+            return False
+        return True
+
     # ---- leaf certificates ---------------------------------------------------------------
     def issue(self, host: str) -> LeafCertificate:
-        """A server certificate for `host` (cached per host for the life of this object)."""
+        """A server certificate for `host` (cached per host for the life of this object). Only for
+        permitted hosts: verifiers would refuse anything else (name constraints)."""
         host = host.lower().rstrip(".")
+        if not is_permitted_host(host):
+            raise CAError(f"{host}: the local CA signs only for {', '.join(PERMITTED_DOMAINS)} and its subdomains")
         with self._lock:
             leaf = self._leaves.get(host)
             if leaf is None:

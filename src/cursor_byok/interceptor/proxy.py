@@ -6,7 +6,9 @@ off the tunnel and forward each one to the gateway over plain HTTP with the orig
 `x-server-upstream-url`. Responses stream back as they arrive (RunSSE is one long response).
 WebSocket upgrades on intercepted hosts go to the real host instead (the gateway serves none).
 CONNECT to any other host is a raw TCP tunnel: bytes are piped untouched, no TLS termination.
-Plain-HTTP absolute-form requests are forwarded (to the gateway for intercepted hosts).
+Plain-HTTP absolute-form requests are forwarded (to the gateway for intercepted hosts). With an
+`upstream_proxy` (the corporate proxy Cursor used before), everything not sent to the gateway goes
+through it.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 import httpx
 
 from ..http_client import passthrough_client
-from .ca import LocalCA
+from .ca import LocalCA, is_permitted_host
+from .dialer import UpstreamDialer
 from .http1 import (
     READ_SIZE,
     HttpError,
@@ -42,9 +45,8 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 
 
 def is_cursor_host(host: str) -> bool:
-    """The default interception rule: cursor.sh itself and every subdomain."""
-    host = host.lower().rstrip(".")
-    return host == "cursor.sh" or host.endswith(".cursor.sh")
+    """The default interception rule: cursor.sh itself and every subdomain (the CA's permitted names)."""
+    return is_permitted_host(host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,7 @@ class InterceptingProxy:
         limits: ProxyLimits | None = None,
         upstream_tls: ssl.SSLContext | None = None,
         upstream_address: Callable[[str, int], tuple[str, int]] | None = None,
+        upstream_proxy: str | None = None,
     ) -> None:
         self._ca = ca
         self._gateway = httpx.URL(gateway_url)
@@ -161,6 +164,7 @@ class InterceptingProxy:
         self._listen_port = listen_port
         self._intercept = intercept
         self.limits = limits or ProxyLimits()
+        self.dialer = UpstreamDialer(upstream_proxy, self.limits.connect_seconds)
         # Used only for WebSocket upgrades on intercepted hosts, which go to the real host.
         self._upstream_tls = upstream_tls
         self._upstream_address = upstream_address or (lambda host, port: (host, port))
@@ -189,7 +193,7 @@ class InterceptingProxy:
         )
         # trust_env=False: an HTTP(S)_PROXY in the environment may well point at this very proxy.
         self._gateway_client = passthrough_client(timeout=timeout, trust_env=False)
-        self._origin_client = passthrough_client(timeout=timeout, trust_env=False)
+        self._origin_client = passthrough_client(timeout=timeout, trust_env=False, proxy=self.dialer.http_proxy)
         try:
             self._server = await asyncio.start_server(
                 self._on_connection,
@@ -281,11 +285,7 @@ class InterceptingProxy:
             await writer.start_tls(ctx, ssl_handshake_timeout=self.limits.handshake_seconds)
             await self._serve_requests(reader, writer, _Origin(host, port))
             return
-        try:
-            async with asyncio.timeout(self.limits.connect_seconds):
-                up_reader, up_writer = await asyncio.open_connection(host, port)
-        except (OSError, TimeoutError) as exc:
-            raise HttpError(502, f"cannot connect to {host}:{port}: {exc.__class__.__name__}") from None
+        up_reader, up_writer = await self.dialer.open(host, port)
         self.stats.raw_tunnels += 1
         try:
             writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -480,13 +480,7 @@ class InterceptingProxy:
         """A WebSocket (or other) upgrade on an intercepted host: splice it to the real host over TLS."""
         host, port = self._upstream_address(origin.host, origin.port)
         tls = self._upstream_tls or ssl.create_default_context()
-        try:
-            async with asyncio.timeout(self.limits.connect_seconds):
-                up_reader, up_writer = await asyncio.open_connection(
-                    host, port, ssl=tls, server_hostname=origin.host
-                )
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            raise HttpError(502, f"cannot reach {origin.host}:{origin.port}: {exc.__class__.__name__}") from None
+        up_reader, up_writer = await self.dialer.open(host, port, tls=tls, server_hostname=origin.host)
         self.stats.upgrades += 1
         try:
             up_writer.write(raw_head)

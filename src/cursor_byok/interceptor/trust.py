@@ -156,6 +156,14 @@ def ca_trust_state(
     return TrustReport(CAState.UNKNOWN, "cannot check trust on this platform", ca.fingerprint)
 
 
+def has_name_constraints(data_dir: str | Path) -> bool:
+    """The CA in `data_dir` exists and can sign only for the intercepted domains."""
+    try:
+        return LocalCA.load(data_dir).name_constrained
+    except CAError:
+        return False
+
+
 def _needs_sudo() -> bool:
     return os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() != 0
 

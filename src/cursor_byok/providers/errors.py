@@ -18,6 +18,9 @@ import msgspec
 
 class ErrorKind(str, enum.Enum):
     AUTH = "auth"
+    PERMISSION = "permission"
+    MODEL_NOT_FOUND = "model_not_found"
+    MISMATCH = "mismatch"  # the answer is not in the configured provider's format
     RATE_LIMIT = "rate_limit"
     OVERLOADED = "overloaded"
     CONTEXT_LENGTH = "context_length"
@@ -31,7 +34,8 @@ class ErrorKind(str, enum.Enum):
 
 class ProviderError(Exception):
     """A failed provider call. `retryable` says whether the same request may succeed if sent again
-    (adapters retry only before the first streamed event)."""
+    (adapters retry only before the first streamed event). The adapter that raised it fills in
+    which model it was for (`context`), so `explain()` can say what happened in the user's terms."""
 
     kind: ErrorKind = ErrorKind.SERVER
     default_retryable: bool = False
@@ -43,12 +47,16 @@ class ProviderError(Exception):
         status: int | None = None,
         retry_after: float | None = None,
         retryable: bool | None = None,
+        request_id: str | None = None,
+        context: ErrorContext | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.retry_after = retry_after
         self.retryable = self.default_retryable if retryable is None else retryable
+        self.request_id = request_id  # the provider's id for the failed request, for its support
+        self.context = context
 
     def __repr__(self) -> str:
         return (
@@ -57,8 +65,47 @@ class ProviderError(Exception):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        kwargs = {"status": self.status, "retry_after": self.retry_after, "retryable": self.retryable}
+        kwargs = {
+            "status": self.status,
+            "retry_after": self.retry_after,
+            "retryable": self.retryable,
+            "request_id": self.request_id,
+            "context": self.context,
+        }
         return (_rebuild, (type(self), self.message, kwargs))
+
+    def explain(self) -> str:
+        """One line for the user: what the provider said, for which model, and what to check."""
+        ctx = self.context
+        if ctx is None:
+            return self.message
+        model = f"model {ctx.model_id}"
+        http = f"HTTP {self.status}" if self.status is not None else "in the stream"
+        detail = f": {self.message}"
+        if self.kind is ErrorKind.AUTH:
+            return f"the provider rejected the API key for {model} ({http}){detail}"
+        if self.kind is ErrorKind.PERMISSION:
+            return f"the provider refused {model} with this API key ({http}){detail}"
+        if self.kind is ErrorKind.MODEL_NOT_FOUND:
+            return f"the provider does not know the model {ctx.upstream_model!r} configured for {model} ({http}){detail}"
+        if self.kind is ErrorKind.RATE_LIMIT:
+            wait = f"; retry after {self.retry_after:.0f}s" if self.retry_after is not None else ""
+            return f"the provider is rate-limiting {model} ({http}){wait}{detail}"
+        if self.kind is ErrorKind.MISMATCH:
+            return (
+                f"the answer from {ctx.base_url} is not in the {ctx.provider_kind} format {model} is configured "
+                f"for ({self.message}): check its `provider` kind and `base_url`"
+            )
+        return f"{model}{detail}"
+
+
+class ErrorContext(msgspec.Struct, frozen=True):
+    """Which configured model a provider error is about (no key, nothing secret)."""
+
+    model_id: str
+    upstream_model: str
+    provider_kind: str
+    base_url: str
 
 
 def _rebuild(cls: type[ProviderError], message: str, kwargs: dict[str, Any]) -> ProviderError:
@@ -67,6 +114,17 @@ def _rebuild(cls: type[ProviderError], message: str, kwargs: dict[str, Any]) -> 
 
 class AuthError(ProviderError):
     kind = ErrorKind.AUTH
+
+
+class PermissionDeniedError(AuthError):
+    kind = ErrorKind.PERMISSION
+
+
+class MismatchError(ProviderError):
+    """The base URL answered, but not in the configured provider's format (wrong `provider` kind or
+    `base_url`): sending the same request again cannot help."""
+
+    kind = ErrorKind.MISMATCH
 
 
 class RateLimitError(ProviderError):
@@ -99,6 +157,10 @@ class StreamCutError(ProviderError):
 
 class BadRequestError(ProviderError):
     kind = ErrorKind.BAD_REQUEST
+
+
+class ModelNotFoundError(BadRequestError):
+    kind = ErrorKind.MODEL_NOT_FOUND
 
 
 class ServerError(ProviderError):
@@ -145,15 +207,16 @@ _CONTEXT_PATTERN = re.compile(
 _TYPE_TO_CLASS: dict[str, type[ProviderError]] = {
     # Anthropic error.type values
     "authentication_error": AuthError,
-    "permission_error": AuthError,
+    "permission_error": PermissionDeniedError,
     "rate_limit_error": RateLimitError,
     "overloaded_error": OverloadedError,
     "api_error": ServerError,
     "request_too_large": ContextLengthError,
     "invalid_request_error": BadRequestError,
-    "not_found_error": BadRequestError,
+    "not_found_error": ModelNotFoundError,
     # OpenAI error.code / error.type values
     "invalid_api_key": AuthError,
+    "model_not_found": ModelNotFoundError,
     "rate_limit_exceeded": RateLimitError,
     "insufficient_quota": RateLimitError,
     "server_is_overloaded": OverloadedError,
@@ -242,9 +305,16 @@ def classify(
             cls = _TYPE_TO_CLASS[key]
             if cls is not BadRequestError:
                 break
+    if status == 404 or cls is ModelNotFoundError:
+        # A 404 names either the model (the provider does not know it) or the path (the base URL
+        # belongs to another kind of provider, or to none).
+        named_model = info.code == "model_not_found" or "model" in info.message.lower()
+        cls = ModelNotFoundError if named_model else MismatchError
     if status is not None:
-        if status in (401, 403):
+        if status == 401:
             cls = AuthError
+        elif status == 403:
+            cls = PermissionDeniedError
         elif status == 429:
             cls = RateLimitError
         elif status in (503, 529) and cls is not ContextLengthError:

@@ -16,11 +16,12 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder  # the public API onl
 
 from ..config import ModelConfig
 from .errors import (
+    ErrorContext,
     IdleTimeoutError,
+    MismatchError,
     NetworkError,
     ProviderError,
     Redactor,
-    ServerError,
     StreamCutError,
     classify,
     parse_error_body,
@@ -31,6 +32,8 @@ from .types import ModelRequest, StreamEvent
 _log = logging.getLogger("cursor_byok.providers")
 
 _ERROR_BODY_CAP = 64 * 1024
+# Where providers put their id for a request (OpenAI and compatibles; Anthropic).
+_REQUEST_ID_HEADERS = ("x-request-id", "request-id")
 _CONNECT_TIMEOUT = 30.0
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -104,6 +107,7 @@ class HttpStreamProvider(abc.ABC):
         self._headers.setdefault("content-type", "application/json")
         self._headers.setdefault("accept", "text/event-stream")
         self.url = self.endpoint(model.base_url)
+        self._context = ErrorContext(model.id, model.model, self.family, model.base_url or self.url)
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._timeout = httpx.Timeout(
@@ -178,10 +182,19 @@ class HttpStreamProvider(abc.ABC):
                             for event in translator.feed(sse.event, sse.data):
                                 emitted = True
                                 yield event
+                    except msgspec.DecodeError as exc:  # includes ValidationError: JSON of another shape
+                        raise MismatchError(f"{self.family}: unexpected event ({self._redact(str(exc))})") from None
                     finally:
                         watch.close()
                         await chunks.aclose()
-                    for event in translator.close():
+                    try:
+                        closing = translator.close()
+                    except StreamCutError:
+                        if emitted or not reader.seen:
+                            raise
+                        # Events came, and none of them meant anything to this adapter.
+                        raise MismatchError(f"{self.family}: no event of the expected format") from None
+                    for event in closing:
                         emitted = True
                         yield event
                 finally:
@@ -191,12 +204,30 @@ class HttpStreamProvider(abc.ABC):
                 attempt += 1
                 delay = None if emitted else self._retry.delay(attempt, err)
                 if delay is None:
+                    self._report(err)
                     raise
                 _log.warning(
                     "%s: %s; retry %d/%d in %.2fs",
                     self.family, err.message, attempt, self._retry.max_retries, delay,
                 )
                 await self._sleep(delay)
+
+    def _report(self, err: ProviderError) -> None:
+        """Give up on `err`: name the model it is about and log it once, with the provider's status
+        and request id (the message is already redacted; the key is never logged)."""
+        if err.context is None:
+            err.context = self._context
+        _log.warning(
+            "provider request failed: %s",
+            err.message,
+            extra={
+                "model": self.model.id,
+                "provider_kind": self.family,
+                "error_kind": err.kind.value,
+                "status": err.status,
+                "provider_request_id": err.request_id,
+            },
+        )
 
     async def _open(self, body: bytes) -> httpx.Response:
         """Send the request; return a successful event-stream response or raise a typed error."""
@@ -238,23 +269,28 @@ class HttpStreamProvider(abc.ABC):
 
     async def _status_error(self, response: httpx.Response) -> ProviderError:
         body = await self._read_capped(response)
-        return classify(
+        err = classify(
             status=response.status_code,
             info=parse_error_body(body),
             redact=self._redact,
             provider=self.family,
             retry_after=parse_retry_after(response.headers),
         )
+        err.request_id = _request_id(response)
+        return err
 
     async def _unexpected_body(self, response: httpx.Response, content_type: str) -> ProviderError:
         body = await self._read_capped(response)
         info = parse_error_body(body)
         if "json" in content_type and (info.type or info.code):
-            return classify(status=None, info=info, redact=self._redact, provider=self.family)
-        return ServerError(
-            f"{self.family}: expected an event stream, got {content_type or 'no content type'!r}",
-            status=response.status_code,
-        )
+            err = classify(status=None, info=info, redact=self._redact, provider=self.family)
+        else:
+            err = MismatchError(
+                f"{self.family}: expected an event stream, got {content_type or 'no content type'!r}",
+                status=response.status_code,
+            )
+        err.request_id = _request_id(response)
+        return err
 
     def _describe(self, exc: BaseException) -> str:
         # The transport wraps aiohttp's errors in httpx's types; the original names what happened
@@ -264,17 +300,25 @@ class HttpStreamProvider(abc.ABC):
         return self._redact(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)
 
 
+def _request_id(response: httpx.Response) -> str | None:
+    for name in _REQUEST_ID_HEADERS:
+        if value := response.headers.get(name):
+            return value[:200]
+    return None
+
+
 class _SSEReader:
     """Body bytes → server-sent events, with httpx-sse's decoders fed directly: its EventSource
     wraps them in two async-generator layers over httpx's text layer, ~6 µs per chunk that a busy
     server pays tens of thousands of times a second."""
 
-    __slots__ = ("_text", "_lines", "_events")
+    __slots__ = ("_text", "_lines", "_events", "seen")
 
     def __init__(self) -> None:
         self._text = _Utf8Decoder("replace")  # SSE is UTF-8 by definition; a bad byte becomes U+FFFD
         self._lines = SSELineDecoder()
         self._events = SSEDecoder()
+        self.seen = False  # any event at all arrived
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         return self._dispatch(self._lines.decode(self._text.decode(chunk)))
@@ -285,7 +329,10 @@ class _SSEReader:
 
     def _dispatch(self, lines: list[str]) -> list[ServerSentEvent]:
         decode = self._events.decode
-        return [sse for sse in map(decode, lines) if sse is not None]
+        events = [sse for sse in map(decode, lines) if sse is not None]
+        if events:
+            self.seen = True
+        return events
 
 
 class _IdleWatch:

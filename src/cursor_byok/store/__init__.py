@@ -17,6 +17,7 @@ from .errors import (
     StoreError,
     WriteFailedError,
 )
+from .maintenance import Deletion, delete_conversations, prune_conversations
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Migration
 from .records import (
     AppendResult,
@@ -52,6 +53,7 @@ __all__ = [
     "CheckpointKind",
     "CheckpointRecord",
     "ConversationRecord",
+    "Deletion",
     "DeliveryRecord",
     "DeliveryState",
     "EventAppend",
@@ -75,4 +77,6 @@ __all__ = [
     "UsageTotals",
     "WriteFailedError",
     "blob_id_of",
+    "delete_conversations",
+    "prune_conversations",
 ]

@@ -228,7 +228,23 @@ _DELIVERIES = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CORE, _OBSERVABILITY, _DELIVERIES)
+_DELETIONS = Migration(
+    4,
+    "whole conversations can be deleted (history stays append-only otherwise)",
+    (
+        # A deletion lists its conversations here inside its own transaction and empties the table
+        # again before committing: only their history events may go.
+        "CREATE TABLE conversation_deletions (conversation_id TEXT PRIMARY KEY NOT NULL) STRICT",
+        "DROP TRIGGER history_events_no_delete",
+        """
+        CREATE TRIGGER history_events_no_delete BEFORE DELETE ON history_events
+        WHEN OLD.conversation_id NOT IN (SELECT conversation_id FROM conversation_deletions)
+        BEGIN SELECT RAISE(ABORT, 'history_events are append-only'); END
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS)
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 
 _VERSION_TABLE = """

@@ -493,6 +493,31 @@ class Store:
         )
         return [_conversation(r) for r in rows]
 
+    async def find_conversation_ids(self, prefix: str, limit: int = 2) -> list[str]:
+        """Ids starting with `prefix`, in order, at most `limit` (a primary-key range scan)."""
+        if not prefix:
+            return []
+        # Every string with the prefix sorts in [prefix, prefix with its last character bumped).
+        upper = prefix[:-1] + chr(min(ord(prefix[-1]) + 1, 0x10FFFF))
+        rows = await self._read(
+            "SELECT conversation_id FROM conversations WHERE conversation_id >= ? AND conversation_id < ? "
+            "ORDER BY conversation_id LIMIT ?",
+            (prefix, upper, limit),
+        )
+        return [str(r[0]) for r in rows]
+
+    async def usage_by_run(self, conversation_id: str, limit: int = 1000) -> dict[str, UsageTotals]:
+        """Token usage summed per run of one conversation (newest runs first, at most `limit`)."""
+        rows = await self._read(
+            "SELECT run_id, provider, model_id, COUNT(*), SUM(input_tokens), SUM(output_tokens), "
+            "SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(reasoning_tokens), "
+            "COALESCE(SUM(duration_ms), 0), AVG(ttft_ms) FROM usage "
+            "WHERE conversation_id = ? AND run_id IS NOT NULL GROUP BY run_id "
+            "ORDER BY MAX(created_at_ms) DESC LIMIT ?",
+            (conversation_id, limit),
+        )
+        return {str(r[0]): UsageTotals(*r[1:]) for r in rows}
+
     async def lookup_binding(self, request_id: str) -> BindingRecord | None:
         rows = await self._read(
             "SELECT request_id, conversation_id, cursor_run_id, created_at_ms "

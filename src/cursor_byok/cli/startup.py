@@ -1,0 +1,80 @@
+"""What `serve` decides and says before it serves: start the proxy when Cursor is pointed at it,
+refuse a port another program holds, send the server's own requests through the corporate proxy
+Cursor used before, and a start summary a new user can act on."""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, MutableMapping
+
+import msgspec
+
+from .. import __version__
+from ..config import Config, ProviderKind
+from .chain import corporate_proxy, cursor_uses_our_proxy, outbound_proxy_env, shown_url
+from .common import GATEWAY_HEALTH_PATH, PROG, CommandError, echo, gateway_url, key_status, proxy_url
+from .ports import PortState, port_state
+
+log = logging.getLogger("cursor_byok.cli")
+
+
+def prepare(cfg: Config, proxy_flag: bool | None, environ: MutableMapping[str, str] | None = None) -> Config:
+    """The config to serve with (proxy on when Cursor uses it and no flag said otherwise); raises
+    CommandError when the server's port is taken; adds the outbound proxy to `environ` (default:
+    this process's environment, which the gateway's workers inherit)."""
+    environ = os.environ if environ is None else environ
+    if proxy_flag is None and not cfg.proxy.enabled and cursor_uses_our_proxy(cfg):
+        log.info("Cursor's settings point at the proxy: starting it too")
+        cfg = msgspec.structs.replace(cfg, proxy=msgspec.structs.replace(cfg.proxy, enabled=True))
+    where = f"{cfg.server.host}:{cfg.server.port}"
+    state = port_state(cfg.server.host, cfg.server.port, GATEWAY_HEALTH_PATH)
+    if state is PortState.OURS:
+        raise CommandError(f"a cursor-byok server already runs on {where}: stop it first, or pass --port N")
+    if state is PortState.OTHER:
+        raise CommandError(f"cannot listen on {where}: another program holds it (stop it, or set [server] port / pass --port N)")
+    environ.update(outbound_proxy_env(corporate_proxy(cfg), environ))
+    return cfg
+
+
+def summary(cfg: Config, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The start summary: address, data dir, models and keys, proxy, upstream, what to do next."""
+    environ = os.environ if environ is None else environ
+    lines = [f"{PROG} {__version__} serving on {gateway_url(cfg)}", f"  data dir: {cfg.data_path}"]
+    missing = []
+    for model in cfg.models:
+        key = key_status(cfg, model)
+        if not key.needed:
+            state = "no key needed"
+        elif key.present:
+            state = f"key {key.source} present"
+        else:
+            state = f"key MISSING ({key.fix})"
+            missing.append(model.id)
+        where = f" at {model.base_url}" if model.base_url else ""
+        lines.append(f"  model {model.id}: {ProviderKind(model.provider).value} {model.model}{where}, {state}")
+    if not cfg.models:
+        lines.append("  models: none configured (Cursor will only see its own; add [[models]] to the config)")
+    corporate = corporate_proxy(cfg)
+    if cfg.proxy.enabled:
+        beyond = f"; other hosts via {shown_url(corporate)}" if corporate else ""
+        lines.append(f"  proxy: on at {proxy_url(cfg)} (intercepts *.cursor.sh only{beyond})")
+    else:
+        lines.append("  proxy: off (Cursor's agent reaches this server only through it: `cursor-byok serve --proxy`)")
+    outbound = environ.get("HTTPS_PROXY") or environ.get("https_proxy")
+    lines.append(f"  upstream: {cfg.upstream.base_url}" + (f" via {shown_url(outbound)}" if outbound else ""))
+    if missing:
+        next_step = f"set the missing key{'s' * (len(missing) > 1)} (above) and restart; then `cursor-byok doctor`"
+    elif cfg.proxy.enabled and cursor_uses_our_proxy(cfg):
+        next_step = "`cursor-byok doctor` checks the whole chain; restart Cursor fully to pick your models"
+    else:
+        next_step = "`cursor-byok doctor`, then `cursor-byok cursor enable` to point Cursor at the proxy"
+    lines.append(f"  next: {next_step}")
+    return lines
+
+
+def print_summary(cfg: Config) -> None:
+    for line in summary(cfg):
+        echo(line)
+
+
+__all__ = ["prepare", "print_summary", "summary"]

@@ -1,0 +1,113 @@
+"""Removing whole conversations (`conversations delete` and `prune --older-than`).
+
+History is append-only for the server: a trigger refuses to delete any event. Removing a whole
+conversation, with its sub-task conversations, is the one exception: the deleting transaction lists
+them in `conversation_deletions` (which the trigger lets through) and empties that table before it
+commits. It runs on its own short-lived connection, so it never interleaves with a Store's batched
+writes, and it leaves alone a conversation whose run is still in progress. Usage rows stay (they
+have no foreign keys on purpose); content-addressed blobs are shared and are not collected here.
+"""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Tables holding a conversation's rows, children first (foreign keys point at conversations).
+_OWNED_TABLES = ("history_events", "checkpoints", "background_deliveries", "request_bindings", "runs", "conversations")
+_BATCH = 100
+
+
+@dataclass(slots=True)
+class Deletion:
+    deleted: list[str] = field(default_factory=list)  # conversations removed, sub-tasks included
+    busy: list[str] = field(default_factory=list)  # left alone: a run of theirs is in progress
+
+
+def _marks(ids: Sequence[str]) -> str:
+    return ",".join("?" * len(ids))
+
+
+def _with_subtasks(conn: sqlite3.Connection, roots: Sequence[str]) -> list[str]:
+    ids, frontier = list(roots), list(roots)
+    while frontier:
+        rows = conn.execute(
+            f"SELECT conversation_id FROM conversations WHERE parent_conversation_id IN ({_marks(frontier)})", frontier
+        ).fetchall()
+        frontier = [r[0] for r in rows if r[0] not in ids]
+        ids += frontier
+    return ids
+
+
+def _delete_batch(conn: sqlite3.Connection, roots: Sequence[str], result: Deletion) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        doomed: list[str] = []
+        for root in roots:
+            family = _with_subtasks(conn, [root])
+            running = conn.execute(
+                f"SELECT 1 FROM runs WHERE outcome IS NULL AND conversation_id IN ({_marks(family)}) LIMIT 1", family
+            ).fetchone()
+            if running:
+                result.busy.append(root)
+            else:
+                doomed += family
+        if doomed:
+            conn.executemany("INSERT OR IGNORE INTO conversation_deletions VALUES (?)", [(c,) for c in doomed])
+            for table in _OWNED_TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE conversation_id IN ({_marks(doomed)})", doomed)
+            conn.execute("DELETE FROM conversation_deletions")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    result.deleted += doomed
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _delete(path: Path, ids: Sequence[str]) -> Deletion:
+    result = Deletion()
+    with _connect(path) as conn:
+        for start in range(0, len(ids), _BATCH):
+            _delete_batch(conn, ids[start : start + _BATCH], result)
+    return result
+
+
+def _prune(path: Path, older_than_ms: int) -> Deletion:
+    """Root conversations last updated before `older_than_ms`, oldest first, a batch at a time."""
+    result = Deletion()
+    after: tuple[int, str] = (-1, "")
+    with _connect(path) as conn:
+        while True:
+            rows = conn.execute(
+                "SELECT updated_at_ms, conversation_id FROM conversations "
+                "WHERE updated_at_ms < ? AND (updated_at_ms, conversation_id) > (?, ?) "
+                "AND parent_conversation_id IS NULL ORDER BY updated_at_ms, conversation_id LIMIT ?",
+                (older_than_ms, *after, _BATCH),
+            ).fetchall()
+            if not rows:
+                return result
+            _delete_batch(conn, [r[1] for r in rows], result)
+            after = (rows[-1][0], rows[-1][1])
+
+
+async def delete_conversations(path: Path | str, conversation_ids: Sequence[str]) -> Deletion:
+    """Delete these conversations and their sub-task conversations (the database must exist and be
+    migrated: open a Store on it first)."""
+    return await asyncio.to_thread(_delete, Path(path), list(conversation_ids))
+
+
+async def prune_conversations(path: Path | str, older_than_ms: int) -> Deletion:
+    """Delete every root conversation (with its sub-tasks) not updated since `older_than_ms`."""
+    return await asyncio.to_thread(_prune, Path(path), older_than_ms)
+
+
+__all__ = ["Deletion", "delete_conversations", "prune_conversations"]
