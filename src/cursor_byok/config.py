@@ -208,9 +208,13 @@ def _model_key(cfg: Config, model: ModelConfig, field: str) -> str:
     return f"model {model.id!r} {field}"
 
 
-def _secrets(cfg: Config) -> dict[str, str]:
-    raw = cfg.secrets_file or str(default_config_path().with_name("secrets.toml"))
-    p = Path(raw).expanduser()
+def secrets_path(cfg: Config) -> Path:
+    """The 0600 secrets file: `secrets_file`, else `secrets.toml` in the user config dir."""
+    return Path(cfg.secrets_file or default_config_path().with_name("secrets.toml")).expanduser()
+
+
+def load_secrets(cfg: Config) -> dict[str, str]:
+    p = secrets_path(cfg)
     try:
         st = p.stat()
     except OSError as exc:
@@ -235,7 +239,7 @@ def resolve_api_key(cfg: Config, model: ModelConfig) -> str:
             )
         return key
     if model.api_key_secret:
-        secrets = _secrets(cfg)
+        secrets = load_secrets(cfg)
         if model.api_key_secret not in secrets:
             where = _model_key(cfg, model, "api_key_secret")
             raise ConfigError(f"{cfg.source}: {where}: {model.api_key_secret!r} not in the secrets file")
