@@ -1,0 +1,163 @@
+"""Turn candidates into an import plan against the existing config, and carry it out.
+
+Existing model ids are never overwritten. Literal keys go to the secrets file (created 0600) under a
+name the model refers to by `api_key_secret`; variable names become `api_key_env`. The config file
+gets new `[[models]]` tables appended (its own text and comments stay as they are), and the result
+is validated before anything is written.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from ..config import Config, parse
+from .formats import Candidate, ForeignConfig, SourceFormat
+
+MASK = "********"
+
+
+class Outcome(str, enum.Enum):
+    IMPORTED = "imported"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReport:
+    id: str
+    outcome: Outcome
+    detail: str  # provider and model when imported, the reason when skipped
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ImportPlan:
+    source: Path
+    format: SourceFormat
+    config_path: Path
+    secrets_path: Path
+    tables: list[dict[str, Any]] = field(default_factory=list)  # new [[models]] tables
+    secrets: dict[str, str] = field(default_factory=dict)  # new secret name -> key
+    reports: list[ModelReport] = field(default_factory=list)
+
+    @property
+    def imported(self) -> int:
+        return sum(r.outcome is Outcome.IMPORTED for r in self.reports)
+
+    def config_toml(self) -> str:
+        return tomli_w.dumps({"models": self.tables}) if self.tables else ""
+
+    def secrets_toml(self, *, masked: bool) -> str:
+        return tomli_w.dumps({name: MASK if masked else key for name, key in self.secrets.items()})
+
+
+def _secret_for(key: str, hint: str, known: dict[str, str]) -> str:
+    """The secret name holding `key`: an existing one with the same value, else a free name."""
+    for name, value in known.items():
+        if value == key:
+            return name
+    name, n = hint, 1
+    while name in known:
+        n += 1
+        name = f"{hint}-{n}"
+    known[name] = key
+    return name
+
+
+def _table(candidate: Candidate, key_field: tuple[str, str] | None) -> dict[str, Any]:
+    """Plain keys first (the key reference right after `model`), sub-tables last."""
+    plain = {k: v for k, v in candidate.fields.items() if not isinstance(v, dict) and v != ""}
+    tables = {k: v for k, v in candidate.fields.items() if isinstance(v, dict)}
+    table: dict[str, Any] = {"id": candidate.id}
+    for name, value in plain.items():
+        table[name] = value
+        if name == "model" and key_field is not None:
+            table[key_field[0]] = key_field[1]
+    return table | tables
+
+
+def plan_import(
+    foreign: ForeignConfig,
+    source: Path,
+    existing: Config,
+    config_path: Path,
+    secrets_path: Path,
+    existing_secrets: dict[str, str],
+) -> ImportPlan:
+    plan = ImportPlan(source, foreign.format, config_path, secrets_path)
+    configured = {m.id for m in existing.models}
+    seen: set[str] = set()
+    known = dict(existing_secrets)
+    for candidate in foreign.candidates:
+        skip = candidate.skip
+        if not skip and not candidate.id:
+            skip = "no name to make a model id from"
+        elif not skip and candidate.id in configured:
+            skip = "model id already configured"
+        elif not skip and candidate.id in seen:
+            skip = "same model id earlier in the file"
+        if skip:  # notes on what a model's import leaves out do not matter when it is skipped
+            plan.reports.append(ModelReport(candidate.id or "?", Outcome.SKIPPED, skip))
+            continue
+        seen.add(candidate.id)
+        key_field: tuple[str, str] | None = None
+        if candidate.key is not None and candidate.key.env:
+            key_field = ("api_key_env", candidate.key.env)
+        elif candidate.key is not None:
+            name = _secret_for(candidate.key.literal, candidate.secret_name, known)
+            if name not in existing_secrets:
+                plan.secrets[name] = candidate.key.literal
+            key_field = ("api_key_secret", name)
+        plan.tables.append(_table(candidate, key_field))
+        detail = f"{candidate.fields['provider']} {candidate.fields['model']}"
+        plan.reports.append(ModelReport(candidate.id, Outcome.IMPORTED, detail, tuple(candidate.notes)))
+    return plan
+
+
+def merged_config_text(plan: ImportPlan, current: str) -> str:
+    """The config file after the import: its current text, then the new tables."""
+    if not plan.tables:
+        return current
+    head = ""
+    if current:
+        head = (current if current.endswith("\n") else current + "\n") + "\n"
+    return f"{head}# imported from {plan.source}\n{plan.config_toml()}"
+
+
+def validate(plan: ImportPlan, current: str) -> None:
+    """Raise ConfigError when the merged file would not load (nothing is written then)."""
+    parse(tomllib.loads(merged_config_text(plan, current)), str(plan.config_path))
+
+
+def _append_secrets(plan: ImportPlan) -> None:
+    text = plan.secrets_toml(masked=False)
+    plan.secrets_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(plan.secrets_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        # The loader already checked it is 0600; add after its last line.
+        ends_open = not plan.secrets_path.read_bytes().endswith(b"\n") and plan.secrets_path.stat().st_size > 0
+        fd = os.open(plan.secrets_path, os.O_WRONLY | os.O_APPEND)
+        text = ("\n" if ends_open else "") + text
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
+def apply(plan: ImportPlan, current: str) -> None:
+    """Write the secrets, then the config (replaced whole, keeping its mode)."""
+    if plan.secrets:
+        _append_secrets(plan)
+    if not plan.tables:
+        return
+    target = plan.config_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.import")
+    tmp.write_text(merged_config_text(plan, current), encoding="utf-8")
+    if target.exists():
+        os.chmod(tmp, target.stat().st_mode & 0o777)
+    os.replace(tmp, target)
