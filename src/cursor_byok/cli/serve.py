@@ -11,6 +11,7 @@ import msgspec
 
 from ..config import Config, ConfigError
 from .common import CommandError, gateway_url, load_config, port_number, proxy_url
+from .first_run import warn_if_no_models
 
 if TYPE_CHECKING:
     from ..interceptor import ProxyThread
@@ -20,6 +21,7 @@ log = logging.getLogger("cursor_byok.cli")
 
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = load_config(args)
+    warn_if_no_models(cfg, args)
     server = cfg.server
     if args.host is not None:
         server = msgspec.structs.replace(server, host=args.host)
