@@ -116,7 +116,7 @@ def test_reference_app_settings_map_to_config_keys_and_the_rest_is_reported(run_
     assert local["provider"] == "openai-chat" and "api_key_secret" not in local and "api_key_env" not in local
     out = result.out
     assert "header 'X-Trace' is not a fixed text value: not imported" in out
-    assert "'store' is null (TOML cannot express it): not imported" in out
+    assert "'store' is or holds null (TOML cannot express it): not imported" in out
     assert "thinkingBudgetTokens not imported" in out
     assert "skipped  gemini-direct: modelAdapters[3]: type 'gemini' is not openai or anthropic" in out
 

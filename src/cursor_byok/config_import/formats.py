@@ -125,12 +125,20 @@ def headers(raw: Any, what: str, notes: list[str]) -> dict[str, str]:
     return kept
 
 
+def _holds_null(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_holds_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_null(v) for v in value)
+    return value is None
+
+
 def params(raw: dict[str, Any], what: str, notes: list[str]) -> dict[str, Any]:
     """Request-body parameters; TOML has no null, so a null (the other tool's 'remove') is reported."""
     kept: dict[str, Any] = {}
     for name, value in raw.items():
-        if value is None:
-            notes.append(f"{what}: {name!r} is null (TOML cannot express it): not imported")
+        if _holds_null(value):
+            notes.append(f"{what}: {name!r} is or holds null (TOML cannot express it): not imported")
         else:
             kept[str(name)] = value
     return kept
@@ -331,14 +339,20 @@ def _ccr_provider(index: int, entry: dict[str, Any]) -> list[Candidate]:
 # -- detection -------------------------------------------------------------------------------------
 
 
-def _entries(data: dict[str, Any], key: str) -> list[tuple[int, dict[str, Any]]]:
+def _read_entries(data: dict[str, Any], key: str, read: Callable[[int, dict[str, Any]], list[Candidate]]) -> list[Candidate]:
     items = data[key]
     if not isinstance(items, list):
         raise SourceError(f"{key} is not a list")
-    return [(i, item) for i, item in enumerate(items) if isinstance(item, dict)]
+    found: list[Candidate] = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            found += read(i, item)
+        else:
+            found.append(Candidate(f"{key}[{i}]", {}, skip=f"{key}[{i}]: not a mapping"))
+    return found
 
 
-def _parse(data: Any, environ: Mapping[str, str]) -> ForeignConfig:
+def parse_foreign(data: Any, environ: Mapping[str, str]) -> ForeignConfig:
     if not isinstance(data, dict):
         raise SourceError("top level is not a mapping")
     readers: list[tuple[str, SourceFormat, Callable[[int, dict[str, Any]], list[Candidate]]]] = [
@@ -348,7 +362,7 @@ def _parse(data: Any, environ: Mapping[str, str]) -> ForeignConfig:
     ]
     for key, fmt, read in readers:
         if key in data:
-            return ForeignConfig(fmt, [c for i, entry in _entries(data, key) for c in read(i, entry)])
+            return ForeignConfig(fmt, _read_entries(data, key, read))
     raise SourceError("not a known format (expected modelAdapters, model_list or Providers at the top level)")
 
 
@@ -365,6 +379,6 @@ def read_foreign_config(path: Path, environ: Mapping[str, str]) -> ForeignConfig
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise SourceError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {str(exc).splitlines()[0]}") from None
     try:
-        return _parse(data, environ)
+        return parse_foreign(data, environ)
     except SourceError as exc:
         raise SourceError(f"{path}: {exc}") from None
