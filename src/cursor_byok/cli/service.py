@@ -123,7 +123,7 @@ def _linux(command: list[str], names: list[str], environ: dict[str, str]) -> Ser
         "[Service]\n"
         "Type=simple\n"
         f"ExecStart={' '.join(_systemd_arg(a) for a in command)}\n"
-        f"EnvironmentFile={_systemd_arg(str(env_file.path))}\n"
+        f"EnvironmentFile={str(env_file.path).replace('%', '%%')}\n"  # a path, not words: no quoting
         "Restart=on-failure\n"
         "RestartSec=5\n"
         "\n"
@@ -279,6 +279,8 @@ def cmd_service_uninstall(args: argparse.Namespace) -> int:
         return 0
     if any(f.path.exists() for f in definitions):
         _run_all(plan.stop, plan, "the service is still installed")
+    else:
+        echo("the service is not installed")
     for file in definitions:
         if file.path.exists():
             file.path.unlink()
