@@ -294,6 +294,7 @@ def _litellm_model(index: int, entry: dict[str, Any], environ: Mapping[str, str]
     if extra_params := params(body, "litellm_params", notes):
         fields["extra_params"] = extra_params
     notes += [f"litellm_params.{k} not imported (no matching setting)" for k in lp if k not in _LITELLM_HANDLED | _LITELLM_BODY_PARAMS]
+    notes += [f"{k} not imported (no matching setting)" for k in entry if k not in ("model_name", "litellm_params", "model_info")]
     candidate.fields = fields
     return candidate
 
