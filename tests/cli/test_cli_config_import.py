@@ -166,6 +166,30 @@ def test_existing_models_text_and_secrets_are_kept(run_cli: Callable, config_dir
     assert tomllib.loads(secrets.read_text())["local-qwen"] == "sk-someone-else"
 
 
+def test_short_models_still_become_model_tables_after_the_configs_own_tables(run_cli: Callable, config_dir: Path, tmp_path: Path) -> None:
+    config_dir.mkdir(parents=True)
+    config = config_dir / "config.toml"
+    config.write_text("[proxy]\nport = 8788\n")
+    source = tmp_path / "short.yaml"
+    source.write_text("model_list:\n  - model_name: a\n    litellm_params: {model: openai/a}\n")
+    assert run_cli("config", "import", str(source)).code == 0
+    assert config.read_text().endswith("[[models]]\nid = \"a\"\nprovider = \"openai-chat\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"a\"\n")
+    assert [m.id for m in load(config).models] == ["a"]
+
+
+def test_a_config_with_an_inline_models_array_is_left_alone(run_cli: Callable, config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-openai")
+    config_dir.mkdir(parents=True)
+    config = config_dir / "config.toml"
+    original = 'models = [{ id = "mine", provider = "anthropic", model = "m" }]\n'
+    config.write_text(original)
+    result = run_cli("config", "import", str(FIXTURES / "litellm.yaml"))
+    assert result.code == 2 and len(result.err_lines) == 1
+    assert result.err_lines[0].startswith(f"cursor-byok: {config}: new [[models]] tables cannot be appended to this file (")
+    assert result.err_lines[0].endswith("): add them by hand")
+    assert config.read_text() == original and not (config_dir / "secrets.toml").exists()
+
+
 def test_a_taken_secret_name_gets_a_new_one(run_cli: Callable, config_dir: Path) -> None:
     config_dir.mkdir(parents=True)
     secrets = config_dir / "secrets.toml"

@@ -16,7 +16,7 @@ from typing import Any
 
 import tomli_w
 
-from ..config import Config, parse
+from ..config import Config, ConfigError, parse
 from .formats import Candidate, ForeignConfig, SourceFormat
 
 MASK = "********"
@@ -50,10 +50,17 @@ class ImportPlan:
         return sum(r.outcome is Outcome.IMPORTED for r in self.reports)
 
     def config_toml(self) -> str:
-        return tomli_w.dumps({"models": self.tables}) if self.tables else ""
+        return "\n".join(_array_table(table) for table in self.tables)
 
     def secrets_toml(self, *, masked: bool) -> str:
         return tomli_w.dumps({name: MASK if masked else key for name, key in self.secrets.items()})
+
+
+def _array_table(table: dict[str, Any]) -> str:
+    """One `[[models]]` table. Rendered as the table `[models]` (tomli_w writes short tables in an
+    array inline, as `models = [...]`, which cannot follow the config's own tables) whose first
+    line becomes the array-of-tables header; sub-tables (`[models.extra_params]`) then belong to it."""
+    return "[[models]]\n" + tomli_w.dumps({"models": table}).removeprefix("[models]\n")
 
 
 def _secret_for(key: str, hint: str, known: dict[str, str]) -> str:
@@ -130,8 +137,16 @@ def merged_config_text(plan: ImportPlan, current: str) -> str:
 
 
 def validate(plan: ImportPlan, current: str) -> None:
-    """Raise ConfigError when the merged file would not load (nothing is written then)."""
-    parse(tomllib.loads(merged_config_text(plan, current)), str(plan.config_path))
+    """Raise ConfigError when the merged file would not load, or would not hold every new model
+    (nothing is written then)."""
+    where = str(plan.config_path)
+    try:
+        merged = parse(tomllib.loads(merged_config_text(plan, current)), where)
+        before = len(tomllib.loads(current).get("models", []))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: new [[models]] tables cannot be appended to this file ({exc}): add them by hand") from None
+    if len(merged.models) != before + len(plan.tables):
+        raise ConfigError(f"{where}: new [[models]] tables cannot be appended to this file: add them by hand")
 
 
 def _append_secrets(plan: ImportPlan) -> None:
