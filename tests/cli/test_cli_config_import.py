@@ -200,6 +200,19 @@ def test_a_taken_secret_name_gets_a_new_one(run_cli: Callable, config_dir: Path)
     assert models_by_id(config_dir / "config.toml")["claude-sonnet"]["api_key_secret"] == "claude-sonnet-2"
 
 
+def test_a_secrets_file_that_cannot_take_the_new_keys_is_left_alone(run_cli: Callable, config_dir: Path) -> None:
+    config_dir.mkdir(parents=True)
+    secrets = config_dir / "secrets.toml"
+    # The loader reads top-level keys only; an appended key would land inside this table.
+    original = '[claude-sonnet]\nnote = "a table, not a key"\n'
+    secrets.write_text(original)
+    secrets.chmod(0o600)
+    result = run_cli("config", "import", str(FIXTURES / "litellm.yaml"))
+    assert result.code == 2
+    assert result.err_lines == [f"cursor-byok: {secrets}: new keys cannot be appended to this file: add them by hand"]
+    assert secrets.read_text() == original and not (config_dir / "config.toml").exists()
+
+
 def test_a_secrets_file_others_can_read_stops_the_import_before_anything_is_written(run_cli: Callable, config_dir: Path) -> None:
     config_dir.mkdir(parents=True)
     secrets = config_dir / "secrets.toml"

@@ -70,7 +70,7 @@ def test_any_document_is_rejected_in_one_line_or_imported_as_valid_tables(docume
         return
     existing = parse(tomllib.loads(CURRENT))
     plan = plan_import(foreign, Path("source"), existing, Path("/nonexistent/config.toml"), Path("/nonexistent/secrets.toml"), {})
-    validate(plan, CURRENT)  # raises ConfigError unless the merged file loads and holds every new table
+    validate(plan, CURRENT, "")  # raises ConfigError unless the merged file loads and holds every new table
     assert plan.imported == len(plan.tables) and len(plan.reports) == len(foreign.candidates)
     assert set(plan.secrets.values()) <= {c.key.literal for c in foreign.candidates if c.key}
     assert SECRET not in merged_config_text(plan, CURRENT)

@@ -22,11 +22,11 @@ def cmd_config_import(args: argparse.Namespace) -> int:
     # A broken config is reported as it is, before anything is written; a missing one is created.
     existing = load_config(args) if target.exists() else parse({}, str(target))
     secrets_file = secrets_path(existing)
-    current = target.read_text(encoding="utf-8") if target.exists() else ""
-    plan = plan_import(
-        foreign, source, existing, target, secrets_file, load_secrets(existing) if secrets_file.exists() else {}
-    )
-    validate(plan, current)
+    config_text = target.read_text(encoding="utf-8") if target.exists() else ""
+    known_secrets = load_secrets(existing) if secrets_file.exists() else {}  # also checks its mode
+    secrets_text = secrets_file.read_text(encoding="utf-8") if secrets_file.exists() else ""
+    plan = plan_import(foreign, source, existing, target, secrets_file, known_secrets)
+    validate(plan, config_text, secrets_text)
 
     echo(f"{source}: {foreign.format.value}")
     for report in plan.reports:
@@ -41,7 +41,7 @@ def cmd_config_import(args: argparse.Namespace) -> int:
             echo(f"\n# would add to {secrets_file} (mode 0600):")
             echo(plan.secrets_toml(masked=True).rstrip("\n"))
     else:
-        apply(plan, current)
+        apply(plan, config_text, secrets_text)
     skipped = sum(r.outcome is Outcome.SKIPPED for r in plan.reports)
     summary = f"imported {plan.imported}, skipped {skipped}, total {len(plan.reports)}"
     if args.dry_run:

@@ -126,53 +126,56 @@ def plan_import(
     return plan
 
 
+def _joined(current: str, addition: str) -> str:
+    if not current:
+        return addition
+    return (current if current.endswith("\n") else current + "\n") + "\n" + addition
+
+
 def merged_config_text(plan: ImportPlan, current: str) -> str:
     """The config file after the import: its current text, then the new tables."""
-    if not plan.tables:
-        return current
-    head = ""
-    if current:
-        head = (current if current.endswith("\n") else current + "\n") + "\n"
-    return f"{head}# imported from {plan.source}\n{plan.config_toml()}"
+    return _joined(current, f"# imported from {plan.source}\n{plan.config_toml()}") if plan.tables else current
 
 
-def validate(plan: ImportPlan, current: str) -> None:
-    """Raise ConfigError when the merged file would not load, or would not hold every new model
-    (nothing is written then)."""
+def merged_secrets_text(plan: ImportPlan, current: str) -> str:
+    return _joined(current, plan.secrets_toml(masked=False)) if plan.secrets else current
+
+
+def validate(plan: ImportPlan, config_text: str, secrets_text: str) -> None:
+    """Raise ConfigError unless both merged files load and hold everything new (nothing is
+    written then)."""
     where = str(plan.config_path)
     try:
-        merged = parse(tomllib.loads(merged_config_text(plan, current)), where)
-        before = len(tomllib.loads(current).get("models", []))
+        merged = parse(tomllib.loads(merged_config_text(plan, config_text)), where)
+        before = len(tomllib.loads(config_text).get("models", []))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: new [[models]] tables cannot be appended to this file ({exc}): add them by hand") from None
     if len(merged.models) != before + len(plan.tables):
         raise ConfigError(f"{where}: new [[models]] tables cannot be appended to this file: add them by hand")
-
-
-def _append_secrets(plan: ImportPlan) -> None:
-    text = plan.secrets_toml(masked=False)
-    plan.secrets_path.parent.mkdir(parents=True, exist_ok=True)
+    where = str(plan.secrets_path)
     try:
-        fd = os.open(plan.secrets_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        # The loader already checked it is 0600; add after its last line.
-        ends_open = not plan.secrets_path.read_bytes().endswith(b"\n") and plan.secrets_path.stat().st_size > 0
-        fd = os.open(plan.secrets_path, os.O_WRONLY | os.O_APPEND)
-        text = ("\n" if ends_open else "") + text
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        stored = tomllib.loads(merged_secrets_text(plan, secrets_text))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: new keys cannot be appended to this file ({exc}): add them by hand") from None
+    if any(stored.get(name) != key for name, key in plan.secrets.items()):
+        raise ConfigError(f"{where}: new keys cannot be appended to this file: add them by hand")
+
+
+def _replace(path: Path, text: str, mode: int) -> None:
+    """Write `path` whole through a temporary file that has `mode` from its creation on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.import")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w", encoding="utf-8") as out:
         out.write(text)
+    os.chmod(tmp, mode)  # the umask may have taken bits away
+    os.replace(tmp, path)
 
 
-def apply(plan: ImportPlan, current: str) -> None:
-    """Write the secrets, then the config (replaced whole, keeping its mode)."""
+def apply(plan: ImportPlan, config_text: str, secrets_text: str) -> None:
+    """Write the secrets (0600), then the config (keeping its mode)."""
     if plan.secrets:
-        _append_secrets(plan)
-    if not plan.tables:
-        return
-    target = plan.config_path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.import")
-    tmp.write_text(merged_config_text(plan, current), encoding="utf-8")
-    if target.exists():
-        os.chmod(tmp, target.stat().st_mode & 0o777)
-    os.replace(tmp, target)
+        _replace(plan.secrets_path, merged_secrets_text(plan, secrets_text), 0o600)
+    if plan.tables:
+        mode = plan.config_path.stat().st_mode & 0o777 if plan.config_path.exists() else 0o644
+        _replace(plan.config_path, merged_config_text(plan, config_text), mode)
