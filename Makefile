@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?=
 PORT ?=
 
-.PHONY: serve test soak bench wheel clean
+.PHONY: serve test soak bench wheels clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,9 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -q -s benchmarks -p no:timeout --benchmark-columns=min,median,mean,ops --benchmark-sort=name
 
-wheel: $(STAMP)
-	$(BIN)/pip wheel --no-deps -w dist .
+# An sdist plus a manylinux wheel per CPython 3.11-3.13 found ($PYTHONS, PATH, pyenv), into dist/.
+wheels: $(STAMP)
+	$(BIN)/python scripts/wheels.py --out dist
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info src/cursor_byok/hotpath/*.so src/cursor_byok/hotpath/*.c ext/*.c

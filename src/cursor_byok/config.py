@@ -215,7 +215,7 @@ def _looks_like_a_key(env_name: str) -> bool:
     return len(env_name) >= 24 and any(c.islower() for c in env_name) and any(c.isdigit() for c in env_name)
 
 
-def _url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+def url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a bad port
@@ -251,13 +251,13 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
             )
         if m.context_window <= 0 or m.max_output_tokens <= 0:
             yield f"{at}: context_window and max_output_tokens must be > 0"
-        if m.base_url and (problem := _url_problem(m.base_url)):
+        if m.base_url and (problem := url_problem(m.base_url)):
             yield f"{at}.base_url: {problem}"
         if m.default_effort and m.efforts and m.default_effort not in m.efforts:
             yield f"{at}.default_effort: {m.default_effort!r} is not one of its efforts ({', '.join(m.efforts)})"
-    if problem := _url_problem(cfg.upstream.base_url):
+    if problem := url_problem(cfg.upstream.base_url):
         yield f"upstream.base_url: {problem}"
-    if cfg.proxy.upstream_proxy and (problem := _url_problem(cfg.proxy.upstream_proxy, ("http",))):
+    if cfg.proxy.upstream_proxy and (problem := url_problem(cfg.proxy.upstream_proxy, ("http",))):
         yield f"proxy.upstream_proxy: {problem}"
     if not 0 < cfg.server.port < 65536:
         yield "server.port: must be between 1 and 65535"
@@ -303,9 +303,13 @@ def _model_key(cfg: Config, model: ModelConfig, field: str) -> str:
     return f"model {model.id!r} {field}"
 
 
-def _secrets(cfg: Config) -> dict[str, str]:
-    raw = cfg.secrets_file or str(default_config_path().with_name("secrets.toml"))
-    p = Path(raw).expanduser()
+def secrets_path(cfg: Config) -> Path:
+    """The 0600 secrets file: `secrets_file`, else `secrets.toml` in the user config dir."""
+    return Path(cfg.secrets_file or default_config_path().with_name("secrets.toml")).expanduser()
+
+
+def load_secrets(cfg: Config) -> dict[str, str]:
+    p = secrets_path(cfg)
     try:
         st = p.stat()
     except OSError as exc:
@@ -330,7 +334,7 @@ def resolve_api_key(cfg: Config, model: ModelConfig) -> str:
             )
         return key
     if model.api_key_secret:
-        secrets = _secrets(cfg)
+        secrets = load_secrets(cfg)
         if model.api_key_secret not in secrets:
             where = _model_key(cfg, model, "api_key_secret")
             raise ConfigError(f"{cfg.source}: {where}: {model.api_key_secret!r} not in the secrets file")

@@ -80,8 +80,10 @@ def _kill_leftovers() -> None:
 
 
 class ServerProcess:
-    def __init__(self, config: ServerConfig, *, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: ServerConfig, *, env: dict[str, str] | None = None, cursor_byok: Path | None = None) -> None:
+        """`cursor_byok`: the executable to run (default: this interpreter's installation)."""
         self.config = config
+        self.executable = cursor_byok
         self.port = free_port()
         self.config_path = config.data_dir / "config.toml"
         self.extra_env = env or {}
@@ -96,8 +98,8 @@ class ServerProcess:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config.toml(self.port))
         env = {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
-        exe = Path(sys.executable).with_name("cursor-byok")
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
+        exe = self.executable or Path(sys.executable).with_name("cursor-byok")
+        cmd = [str(exe)] if self.executable or exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen([*cmd, "serve", "--config", str(self.config_path)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         LIVE.add(self)

@@ -2,11 +2,12 @@
 
     cursor-byok serve [--config PATH] [--host H] [--port P] [--data-dir DIR] [--proxy|--no-proxy]
     cursor-byok doctor [--check-providers]
-    cursor-byok config path|validate
+    cursor-byok config path|validate|init|import PATH
     cursor-byok models list|test MODEL_ID
     cursor-byok conversations list|show ID|export ID|delete ID|prune --older-than AGE
     cursor-byok cursor enable|disable|status
     cursor-byok ca init [--rotate]|show|install
+    cursor-byok service install|uninstall|status [--dry-run]
 
 One module per command group; this one only composes them. A bad config is one line per problem on
 stderr (`cursor-byok: <path>: <key>: <problem>`) and exit status 2; any other failure is one line
@@ -23,10 +24,10 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, ConfigError
-from . import ca, config, conversations, cursor, doctor, models, serve
+from . import ca, config, conversations, cursor, doctor, models, serve, service
 from .common import PROG, CommandError, echo, setup_logging
 
-COMMAND_GROUPS = (serve, doctor, config, models, conversations, cursor, ca)
+COMMAND_GROUPS = (serve, doctor, config, models, conversations, cursor, ca, service)
 
 
 def build_parser() -> argparse.ArgumentParser:

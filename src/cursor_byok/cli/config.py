@@ -1,9 +1,10 @@
-"""`cursor-byok config path|validate`."""
+"""`cursor-byok config path|validate` (and `init`, `import` from their own modules)."""
 from __future__ import annotations
 
 import argparse
 
 from ..config import ConfigError, config_path, resolve_api_key
+from . import config_import, first_run
 from .common import echo, load_config
 
 
@@ -32,3 +33,5 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     config_sub = config_cmd.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     config_sub.add_parser("path", parents=[common], help="print the config file path in use").set_defaults(handler=cmd_config_path)
     config_sub.add_parser("validate", parents=[common], help="validate the config file and its secrets").set_defaults(handler=cmd_config_validate)
+    first_run.register(config_sub, common)
+    config_import.register(config_sub, common)

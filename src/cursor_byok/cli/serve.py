@@ -13,6 +13,7 @@ from ..config import Config, ConfigError
 from . import startup
 from .chain import corporate_proxy
 from .common import CommandError, gateway_url, load_config, port_number, proxy_url
+from .first_run import warn_if_no_models
 
 if TYPE_CHECKING:
     from ..interceptor import ProxyThread
@@ -43,6 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
     startup.print_summary(cfg)
+    warn_if_no_models(cfg, args)  # after the pre-flight refusals: a refused start says one line
     try:
         return int(gateway.serve(cfg) or 0)
     finally:
