@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -12,6 +13,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of the live (not zombie) processes in session `sid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp session ...: comm may hold spaces, so split after its ")".
+        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+        if int(session) == sid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def listeners(port: int) -> int:
+    """How many TCP sockets listen on `port` (any address, IPv4 or IPv6)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as fh:
+            next(fh)
+            for line in fh:
+                local, _remote, state = line.split()[1:4]
+                count += state == "0A" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
 
 
 def free_port() -> int:
@@ -95,11 +125,8 @@ class ServerProcess:
     def start(self, timeout: float = 20.0) -> ServerProcess:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config.toml(self.port))
-        env = {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
-        exe = Path(sys.executable).with_name("cursor-byok")
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen([*cmd, "serve", "--config", str(self.config_path)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(self.command(), env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         LIVE.add(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -114,6 +141,27 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server did not become healthy:\n{self.log()}")
 
+    def command(self) -> list[str]:
+        exe = Path(sys.executable).with_name("cursor-byok")
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
+        return [*cmd, "serve", "--config", str(self.config_path)]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
+
+    def run_to_exit(self, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run `serve` on this config in the foreground and wait for it to exit (for one that must
+        refuse to start); its output is captured, and a run that does not exit is killed."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config.toml(self.port))
+        child = subprocess.Popen(self.command(), env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            out, err = child.communicate()
+        return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-8000:]
@@ -121,12 +169,24 @@ class ServerProcess:
             return ""
 
     def kill(self) -> None:
-        """SIGKILL: a crash, no shutdown handlers run."""
-        if self.proc is not None and self.proc.poll() is None:
-            # granian runs the app in a worker process: kill the whole process group.
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGKILL of every process the server started (its session): cleanup, no shutdown handlers run."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
         LIVE.discard(self)
+
+    def kill_main(self) -> None:
+        """SIGKILL of the main `serve` process only, as the OOM killer or a crash does: anything it
+        started is left running, and must end by itself."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def survivors(self) -> list[int]:
+        """Live processes of this server's session other than the main one (it was started as a
+        session leader, so its pid is the session id)."""
+        return [] if self.proc is None else [pid for pid in session_members(self.proc.pid) if pid != self.proc.pid]
 
     # Lines the server logs only when a lifecycle or history invariant broke: a test fails on them.
     INVARIANT_ERRORS = (
@@ -151,8 +211,9 @@ class ServerProcess:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+                pass
+        if self.proc.returncode is None or self.survivors():
+            self.kill()  # cleanup only: a test that cares checks survivors() or the code first
         LIVE.discard(self)
         return self.proc.returncode
 
