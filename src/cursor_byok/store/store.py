@@ -344,7 +344,7 @@ class Store:
         bound, to another conversation. Binding it again to the same conversation is idempotent
         (a given cursor_run_id replaces the stored one) and resolves to ALREADY_BOUND.
         """
-        self._check_open()
+        self._check_writable()
         if not request_id or not conversation_id:
             raise ValueError("request_id and conversation_id must be non-empty")
         reserved = self._bindings.reserve(request_id, conversation_id)
@@ -666,6 +666,9 @@ class Store:
     def _check_open(self) -> None:
         if self._closing:
             raise StoreClosedError(f"store {self.path} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
         if self._writer_conn is None:
             raise StoreClosedError(f"store {self.path} is open read-only")
 
@@ -675,7 +678,7 @@ class Store:
         return list(await self._reader.execute_fetchall(sql, params))
 
     def _enqueue(self, op: WriteOp) -> asyncio.Future[Any]:
-        self._check_open()
+        self._check_writable()
         future: asyncio.Future[Any] = self._loop.create_future()
         op.future = future
         self._queue.append(op)
