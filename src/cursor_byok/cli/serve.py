@@ -4,12 +4,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..config import Config, ConfigError
+from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, display_address
 from .common import CommandError, gateway_url, load_config, port_number, proxy_url
 
 if TYPE_CHECKING:
@@ -36,11 +38,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
 
-    gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
-
-    proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
     try:
-        return int(gateway.serve(cfg) or 0)
+        # First the data dir, then the port: a second server on the same data dir is named as such.
+        with DataDirLock.acquire(cfg.data_path) as lock:
+            listener = bind_listener(cfg.server.host, cfg.server.port)
+            lock.record(address=display_address(cfg.server.host, cfg.server.port))
+            return _serve(cfg, listener)
+    except (DataDirError, PortUnavailable) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _serve(cfg: Config, listener: socket.socket) -> int:
+    """The gateway in this process (it owns the listener from here), the proxy in a thread beside
+    it; both end with this process, however it ends."""
+    try:
+        gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
+        proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
+    except BaseException:
+        listener.close()
+        raise
+    try:
+        return int(gateway.serve(cfg, listener) or 0)
     finally:
         if proxy_thread is not None:
             proxy_thread.stop()

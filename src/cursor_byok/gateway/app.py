@@ -1,39 +1,41 @@
 """The ASGI app: RunSSE, BidiAppend, health, local side RPCs, and the upstream catch-all.
 
-Raw ASGI (no framework) keeps the per-request overhead to a dict lookup. Served by granian on uvloop,
-HTTP/1.1 and h2c, plain http on loopback (which is also the Cursor CLI's direct mode).
+Raw ASGI (no framework) keeps the per-request overhead to a dict lookup. Served by granian's
+embedded server on this process's uvloop loop, HTTP/1.1 and h2c, plain http on loopback (which is
+also the Cursor CLI's direct mode). One process and no worker: nothing can outlive a crash of it and
+keep the port or the database, and a stop signal drains open streams before connections close.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import os
-import secrets
+import signal
+import socket
+import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import msgspec
 
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
 from ..http_client import passthrough_client, streaming_client
+from ..instance import BACKLOG, DataDirError, storage_problem
 from ..run import RunEngine, make_provider
+from ..store import StoreError
 from .asgi import Receive, Scope, Send, reply
 from .bidi import handle_append
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
-from .signals import drain_before_worker_stops
 from .stream import handle_run_sse
 from .transport import Transports
 
 log = logging.getLogger("cursor_byok.gateway")
 
-CONFIG_JSON_ENV = "CURSOR_BYOK_CONFIG_JSON"
-DRAIN_TOKEN_ENV = "CURSOR_BYOK_DRAIN_TOKEN"
-DRAIN_PATH = "/__byok-api__/drain"
 SWEEP_SECONDS = 5.0
-DRAIN_SECONDS = 3.0
+DRAIN_SECONDS = 2.0  # how long open streams get to read their terminal frame on a stop signal
+STOP_SECONDS = 3.0  # a stop signal ends the process within this, however busy its connections are
 
 
 class Gateway:
@@ -48,7 +50,6 @@ class Gateway:
         self.conversations: ConversationService
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
-        self.drained = False  # drain() ran: a stop signal may stop the worker at once
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -83,22 +84,17 @@ class Gateway:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        await self.conversations.shutdown("server shutting down")
+        if hasattr(self, "conversations"):  # absent when startup failed early
+            await self.conversations.shutdown("server shutting down")
         for client in (self.http, self.provider_http):
             if client is not None:
                 await client.aclose()
         if self.store is not None:
             await self.store.close()
 
-    def _drain_allowed(self, scope: Scope) -> bool:
-        token = os.environ.get(DRAIN_TOKEN_ENV, "")
-        given = next((v for k, v in scope["headers"] if k == b"x-cursor-byok-drain-token"), b"")
-        return bool(token) and secrets.compare_digest(given, token.encode())
-
     async def drain(self) -> None:
         """Graceful stop, before the HTTP server closes its connections: every open RunSSE gets its
         one terminal frame (unavailable) and a moment to read it."""
-        self.drained = True
         await self.conversations.shutdown("server shutting down")
         deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
         while asyncio.get_running_loop().time() < deadline:
@@ -120,13 +116,8 @@ class Gateway:
 
     # -- ASGI --------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
         path = scope["path"]
         method = scope["method"]
         if method == "POST" and path == BIDI_APPEND_PATH:
@@ -135,81 +126,104 @@ class Gateway:
             await handle_run_sse(self, scope, receive, send)
         elif path in HEALTH_PATHS:
             await reply(send, 204, b"", [])
-        elif path == DRAIN_PATH and method == "POST" and self._drain_allowed(scope):
-            await self.drain()
-            await reply(send, 204, b"", [])
         elif self.local_rpcs.handles(path):
             await self.local_rpcs.handle(scope, receive, send)
         else:
             await self.upstream.forward(scope, receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.startup()
-                except Exception as exc:
-                    log.exception("startup failed")
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
 
 def create_app(config: Config) -> Gateway:
     return Gateway(config)
 
 
-def app_from_env() -> Gateway:
-    """Granian factory: the config travels to the worker as JSON in the environment."""
-    raw = os.environ.get(CONFIG_JSON_ENV)
-    if not raw:
-        raise RuntimeError(f"{CONFIG_JSON_ENV} is not set")
-    gateway = create_app(msgspec.json.decode(raw.encode(), type=Config))
-    drain_before_worker_stops(gateway.drain, lambda: gateway.drained)
-    return gateway
+def serve(config: Config, listener: socket.socket) -> int:
+    """Serve on `listener` (bound by the caller, handed over) in this process until SIGINT/SIGTERM.
+    Raises DataDirError (one line) when the database cannot be opened."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows: no uvloop
+        return asyncio.run(_serve(config, listener))
+    return uvloop.run(_serve(config, listener))
 
 
-def serve(config: Config) -> int:
-    """Run the gateway under granian (uvloop, HTTP/1.1 + h2c) until SIGINT/SIGTERM."""
-    from granian import Granian
-    from granian.constants import HTTPModes, Interfaces, Loops
+async def _serve(config: Config, listener: socket.socket) -> int:
+    gateway = create_app(config)
+    try:
+        await gateway.startup()
+    except (StoreError, sqlite3.Error, OSError) as exc:
+        listener.close()
+        await gateway.shutdown()
+        raise DataDirError(storage_problem(exc, config.database_path)) from None
+    server = _embedded_server(gateway, listener)
+    serving = asyncio.create_task(server.serve())
+    stop = asyncio.Event()
+    draining: list[asyncio.Task[None]] = []
 
-    config.data_path.mkdir(parents=True, exist_ok=True)
-    os.environ[CONFIG_JSON_ENV] = msgspec.json.encode(config).decode()
-    token = os.environ[DRAIN_TOKEN_ENV] = secrets.token_hex(16)
-    host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::", "") else config.server.host
-    drain_url = f"http://{host}:{config.server.port}{DRAIN_PATH}"
+    def on_signal() -> None:
+        if draining:
+            draining[0].cancel()  # asked twice: stop now
+        stop.set()
 
-    class DrainingGranian(Granian):  # type: ignore[misc, valid-type]
-        """Granian closes connections before the app's lifespan shutdown runs; drain first so every
-        open RunSSE ends with its terminal frame instead of a cut connection."""
+    _on_stop_signals(on_signal)
+    log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait((serving, stopping), return_when=asyncio.FIRST_COMPLETED)
+    failed = serving.done()  # granian's serving task ends by itself only when it broke
+    if failed:
+        log.error("the HTTP server stopped unexpectedly; shutting down")
+    deadline = asyncio.get_running_loop().time() + STOP_SECONDS
+    draining.append(asyncio.create_task(gateway.drain()))
+    with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+        await asyncio.wait_for(draining[0], DRAIN_SECONDS)
+    server.stop()
+    with contextlib.suppress(TimeoutError):
+        # Connections still open now (a long upstream passthrough, a slow client) are cut.
+        await asyncio.wait_for(asyncio.shield(serving), max(0.1, deadline - asyncio.get_running_loop().time()))
+    stopping.cancel()
+    await gateway.shutdown()
+    return 1 if failed else 0
 
-        def shutdown(self, exit_code: int = 0) -> None:
-            try:
-                httpx.post(drain_url, headers={"x-cursor-byok-drain-token": token}, timeout=DRAIN_SECONDS + 2)
-            except httpx.HTTPError:
-                log.warning("graceful drain did not answer; stopping anyway")
-            super().shutdown(exit_code)
 
-    server = DrainingGranian(
-        "cursor_byok.gateway.app:app_from_env",
-        address=config.server.host,
-        port=config.server.port,
-        interface=Interfaces.ASGI,
-        loop=Loops.uvloop,
+def _on_stop_signals(callback: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, callback)
+        except NotImplementedError:  # pragma: no cover - Windows event loops
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(callback))
+
+
+def _embedded_server(app: Gateway, listener: socket.socket) -> Any:
+    """Granian's embedded server (on the running loop; no lifespan: `_serve` starts and stops the
+    app itself), serving on our listening socket. Granian would bind its own with SO_REUSEPORT,
+    which lets another process share the port; its one socket hook is overridden to take ours."""
+    from granian._granian import SocketHolder
+    from granian.constants import HTTPModes, Interfaces
+    from granian.log import LogLevels
+    from granian.server.embed import Server
+
+    fd = listener.detach()
+
+    class ExclusiveSocketServer(Server):  # type: ignore[misc]
+        def _init_shared_socket(self) -> None:
+            self._ssp = None
+            self._shd = SocketHolder(fd, False, BACKLOG)
+
+    server = ExclusiveSocketServer(
+        app,
+        address=app.config.server.host,
+        port=app.config.server.port,
+        interface=Interfaces.ASGINL,
         http=HTTPModes.auto,
-        workers=1,
-        factory=True,
+        websockets=False,
+        backlog=BACKLOG,
+        log_level=LogLevels.warning,
+        # granian's records go to our handlers (and format), not to its own stdout handler
+        log_dictconfig={"loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": True}}},
         log_access=False,
     )
-    log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
-    server.serve()
-    return 0
+    logging.getLogger("_granian").addFilter(lambda record: "experimental" not in record.getMessage())
+    return server
 
 
 __all__ = ["Gateway", "create_app", "serve"]
