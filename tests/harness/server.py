@@ -70,13 +70,16 @@ class ServerConfig:
     output_retention_seconds: float = 60.0
     continuation_window_seconds: float = 0.2
     extra_server: dict[str, object] = field(default_factory=dict)
+    # Where the server keeps its state, when not in data_dir (which then holds only the config and
+    # the log): e.g. a file system mounted for one test.
+    state_dir: Path | None = None
 
     def toml(self, port: int) -> str:
         lines = [
             "[server]",
             'host = "127.0.0.1"',
             f"port = {port}",
-            f'data_dir = "{self.data_dir}"',
+            f'data_dir = "{self.state_dir or self.data_dir}"',
             f"runsse_wait_seconds = {self.runsse_wait_seconds}",
             f"output_retention_seconds = {self.output_retention_seconds}",
             f"continuation_window_seconds = {self.continuation_window_seconds}",
@@ -109,12 +112,20 @@ def _kill_leftovers() -> None:
         server.kill()
 
 
+def in_mount_namespace(*setup: str) -> list[str]:
+    """A command prefix: run the rest in new user and mount namespaces after the `setup` shell
+    commands, so mounts made there (a read-only or size-limited file system) are seen by that
+    process only and vanish with it. Works unprivileged where user namespaces are allowed."""
+    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-ec", "; ".join(setup) + '; exec "$@"', "sh"]
+
+
 class ServerProcess:
-    def __init__(self, config: ServerConfig, *, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: ServerConfig, *, env: dict[str, str] | None = None, wrap: list[str] | None = None) -> None:
         self.config = config
         self.port = free_port()
         self.config_path = config.data_dir / "config.toml"
         self.extra_env = env or {}
+        self.wrap = wrap or []  # a command prefix, e.g. in_mount_namespace(...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config.data_dir / "server.log"
 
@@ -141,20 +152,22 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server did not become healthy:\n{self.log()}")
 
-    def command(self) -> list[str]:
+    def command(self, *args: str) -> list[str]:
+        """`cursor-byok <args> --config <this server's config>` (`serve` by default)."""
         exe = Path(sys.executable).with_name("cursor-byok")
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
-        return [*cmd, "serve", "--config", str(self.config_path)]
+        return [*self.wrap, *cmd, *(args or ("serve",)), "--config", str(self.config_path)]
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
 
-    def run_to_exit(self, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-        """Run `serve` on this config in the foreground and wait for it to exit (for one that must
-        refuse to start); its output is captured, and a run that does not exit is killed."""
+    def run_to_exit(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run `cursor-byok <args>` (`serve` by default) on this config in the foreground and wait
+        for it to exit (a serve that must refuse to start, a doctor); its output is captured, and a
+        run that does not exit is killed."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config.toml(self.port))
-        child = subprocess.Popen(self.command(), env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        child = subprocess.Popen(self.command(*args), env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = child.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
