@@ -34,8 +34,13 @@ from .transport import Transports
 log = logging.getLogger("cursor_byok.gateway")
 
 SWEEP_SECONDS = 5.0
-DRAIN_SECONDS = 2.0  # how long open streams get to read their terminal frame on a stop signal
-STOP_SECONDS = 3.0  # a stop signal ends the process within this, however busy its connections are
+# A stop signal ends the process within 3 s, however busy its connections are: open streams get
+# DRAIN_SECONDS to read their terminal frame, the HTTP server closes gracefully until CUT_SECONDS,
+# then whatever request is still running (a long upstream stream, a stuck client) is cancelled and
+# the server gets CUT_GRACE_SECONDS to let go of it.
+DRAIN_SECONDS = 1.5
+CUT_SECONDS = 2.5
+CUT_GRACE_SECONDS = 0.5
 
 
 class Gateway:
@@ -50,6 +55,10 @@ class Gateway:
         self.conversations: ConversationService
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
+        self.stopping = False
+        self._cut = False
+        self._requests: set[asyncio.Task[Any]] = set()  # every HTTP request being handled
+        self.waiting_readers: set[asyncio.Task[Any]] = set()  # RunSSE requests still waiting for their stream
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -95,12 +104,20 @@ class Gateway:
     async def drain(self) -> None:
         """Graceful stop, before the HTTP server closes its connections: every open RunSSE gets its
         one terminal frame (unavailable) and a moment to read it."""
+        self.stopping = True
+        for reader in list(self.waiting_readers):
+            reader.cancel()
         await self.conversations.shutdown("server shutting down")
         deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
         while asyncio.get_running_loop().time() < deadline:
             if not any(s.readers and not s.terminal_delivered for s in self.conversations.hub.streams()):
                 return
             await asyncio.sleep(0.02)
+
+    def cut_requests(self) -> None:
+        self._cut = True
+        for request in list(self._requests):
+            request.cancel()
 
     def _make_engine(self, model: ModelConfig) -> RunEngine:
         assert self.provider_http is not None
@@ -118,6 +135,19 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        me = asyncio.current_task()
+        assert me is not None
+        self._requests.add(me)
+        try:
+            await self._route(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self._cut:
+                raise
+            # cut at the stop deadline: no error to report, the connection just ends
+        finally:
+            self._requests.discard(me)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         method = scope["method"]
         if method == "POST" and path == BIDI_APPEND_PATH:
@@ -171,14 +201,15 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     failed = serving.done()  # granian's serving task ends by itself only when it broke
     if failed:
         log.error("the HTTP server stopped unexpectedly; shutting down")
-    deadline = asyncio.get_running_loop().time() + STOP_SECONDS
+    loop = asyncio.get_running_loop()
+    cut_at = loop.time() + CUT_SECONDS
     draining.append(asyncio.create_task(gateway.drain()))
     with contextlib.suppress(asyncio.CancelledError, TimeoutError):
         await asyncio.wait_for(draining[0], DRAIN_SECONDS)
     server.stop()
-    with contextlib.suppress(TimeoutError):
-        # Connections still open now (a long upstream passthrough, a slow client) are cut.
-        await asyncio.wait_for(asyncio.shield(serving), max(0.1, deadline - asyncio.get_running_loop().time()))
+    if not (await asyncio.wait((serving,), timeout=max(0.0, cut_at - loop.time())))[0]:
+        gateway.cut_requests()
+        await asyncio.wait((serving,), timeout=CUT_GRACE_SECONDS)
     stopping.cancel()
     await gateway.shutdown()
     return 1 if failed else 0
