@@ -8,6 +8,7 @@ OS, never read from the file.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import json
@@ -88,7 +89,6 @@ class DataDirLock:
 
     def __init__(self, data_dir: Path, fd: int) -> None:
         self.data_dir = data_dir
-        self.path = data_dir / LOCK_FILE_NAME
         self._fd: int | None = fd
 
     @classmethod
@@ -129,7 +129,8 @@ class DataDirLock:
             return
         fd, self._fd = self._fd, None
         try:
-            os.ftruncate(fd, 0)
+            with contextlib.suppress(OSError):  # the record is a description only
+                os.ftruncate(fd, 0)
             _unlock(fd)
         finally:
             os.close(fd)
