@@ -41,9 +41,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         # First the data dir, then the port: a second server on the same data dir is named as such.
         with DataDirLock.acquire(cfg.data_path) as lock:
-            listener = bind_listener(cfg.server.host, cfg.server.port)
             lock.record(address=display_address(cfg.server.host, cfg.server.port))
-            return _serve(cfg, listener)
+            return _serve(cfg, bind_listener(cfg.server.host, cfg.server.port))
     except (DataDirError, PortUnavailable) as exc:
         raise CommandError(str(exc)) from None
 
