@@ -182,7 +182,7 @@ class ServerProcess:
             return ""
 
     def kill(self) -> None:
-        """SIGKILL of every process the server started (its session): cleanup, no shutdown handlers run."""
+        """SIGKILL of the server's whole process group: cleanup, no shutdown handlers run."""
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -2,8 +2,8 @@
 shares, and storage faults explained in one line.
 
     with DataDirLock.acquire(config.data_path) as lock:      # DataDirBusy names the running one
+        lock.record(address=display_address(host, port))      # PID, address, start time
         listener = bind_listener(host, port)                  # PortUnavailable: one line
-        lock.record(address=display_address(host, port))
         ...serve on listener...
 """
 from __future__ import annotations
