@@ -74,7 +74,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     stop_asked.cancel()
     failed = serving.done()  # granian's serving task ends by itself only when it broke
     if failed:
-        log.error("the HTTP server stopped unexpectedly; shutting down")
+        log.error("the HTTP server stopped unexpectedly; shutting down", exc_info=serving.exception())
     loop = asyncio.get_running_loop()
     cut_at = loop.time() + CUT_SECONDS
     draining = asyncio.create_task(gateway.drain())
