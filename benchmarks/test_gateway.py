@@ -61,7 +61,7 @@ class Outcome:
 
 
 def _tree(pid: int) -> list[int]:
-    """A process and its children (granian runs the app in a worker)."""
+    """A process and its children (a server that runs the app in a worker process has one)."""
     try:
         return [pid, *(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
     except OSError:

@@ -97,3 +97,41 @@ def test_export_writes_json_to_stdout_or_a_private_file(run_cli, write_config, t
         assert stat.S_IMODE(out.stat().st_mode) == 0o600
     result = run_cli("conversations", "export", "nope", "--config", str(path))
     assert result.code == 1 and result.err_lines == ["cursor-byok: no conversation 'nope'"]
+
+
+def schema_version(db: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0])
+
+
+def test_while_a_server_owns_the_data_dir_the_database_is_only_read(run_cli, write_config):
+    """A read command next to a running server is no second writer: not even the migrations a
+    writer would apply run. With nobody holding the data dir, the same command opens it normally."""
+    from cursor_byok.instance import DataDirLock
+    from cursor_byok.store import MIGRATIONS
+
+    path = write_config()
+    db = db_path(path)
+
+    async def old_database() -> None:
+        store = await Store.open(db, migrations=MIGRATIONS[:2])  # an older schema (the transcript reads usage, from 2)
+        await store.upsert_conversation(ConversationRecord("conv-1", 1_700_000_000_000, 1_700_000_000_000, title="Kept"))
+        await store.close()
+
+    asyncio.run(old_database())
+
+    def read_beside_a_server(*commands: tuple[str, ...]) -> None:
+        with DataDirLock.acquire(db.parent) as server:  # what a running `serve` holds
+            server.record(address="127.0.0.1:8787")
+            for args in commands:
+                result = run_cli("conversations", *args, "--config", str(path))
+                assert result.code == 0 and "conv-1" in result.out, result.err
+
+    read_beside_a_server(("list",), ("show", "conv-1"))
+    assert schema_version(db) == 2
+    result = run_cli("conversations", "list", "--config", str(path))
+    assert result.code == 0 and "conv-1" in result.out
+    assert schema_version(db) == len(MIGRATIONS)
+    read_beside_a_server(("export", "conv-1"))

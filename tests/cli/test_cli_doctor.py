@@ -227,3 +227,29 @@ def test_a_previous_proxy_that_cannot_be_chained_is_named_not_used(run_cli, writ
     _, detail, _ = chain_after_enable(run_cli, write_config, tmp_path, "socks5://corp:1080")
     assert "-> every other host directly" in detail
     assert "socks5://corp:1080 is not an http:// proxy and is not chained" in caplog.text
+
+
+def test_the_data_dir_lock_holder_is_shown_and_a_stale_file_is_fine(run_cli, write_config, tmp_path: Path):
+    import os
+
+    from cursor_byok.instance import LOCK_FILE_NAME, DataDirLock
+
+    path = write_config()
+    data_dir = tmp_path / "data"
+    result = run_cli("doctor", "--settings", str(tmp_path / "none.json"), "--config", str(path))
+    assert lines_by_name(result.out)["data dir"] == ("info", f"{data_dir} does not exist yet (created on first start)")
+
+    data_dir.mkdir()
+    # What a killed server leaves behind: a record nobody holds the lock for.
+    (data_dir / LOCK_FILE_NAME).write_text('{"pid": 999999, "command": "serve", "address": "127.0.0.1:8787"}\n')
+    result = run_cli("doctor", "--settings", str(tmp_path / "none.json"), "--config", str(path))
+    checks = lines_by_name(result.out)
+    assert checks["data dir lock"] == ("ok", "free: no server is using this data dir")
+    assert checks["data dir"][0] == "ok" and "writable" in checks["data dir"][1]
+    assert result.code == 0, result.out
+
+    with DataDirLock.acquire(data_dir) as lock:  # what a running server holds
+        lock.record(address="127.0.0.1:8787")
+        result = run_cli("doctor", "--settings", str(tmp_path / "none.json"), "--config", str(path))
+    status, detail = lines_by_name(result.out)["data dir lock"]
+    assert status == "ok" and detail.startswith(f"held by cursor-byok serve (PID {os.getpid()}, listening on 127.0.0.1:8787, since ")

@@ -2,14 +2,13 @@
 says where the config is and what to run next."""
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cursor_byok.config import ProviderKind, load
+from cursor_byok.config import ProviderKind, config_path, load
 from cursor_byok.cli.first_run import warn_if_no_models
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
@@ -72,5 +71,5 @@ def test_serve_with_a_model_says_nothing_about_models(tmp_path: Path) -> None:
 def test_no_config_file_at_all_is_named_too(isolated_home: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = isolated_home / ".config" / "cursor-byok" / "config.toml"
     with caplog.at_level(logging.WARNING, logger="cursor_byok.cli"):
-        warn_if_no_models(load(), argparse.Namespace(config=None))
+        warn_if_no_models(load(), config_path(None))
     assert [r.getMessage().split(". Next:")[0] for r in caplog.records] == [f"no models configured: {path} does not exist"]

@@ -49,7 +49,7 @@ def test_serve_on_a_port_another_program_holds(write_config, env):
         port = squatter.getsockname()[1]
         path = write_config(server_port=port)
         done = run("serve", "--config", str(path), "--log-level", "warning", env=env)
-    assert_one_line(done, 1, f"cannot listen on 127.0.0.1:{port}: another program holds it", "pass --port N")
+    assert_one_line(done, 1, f"cannot listen on 127.0.0.1:{port}: the port is already in use", "choose another port with --port")
     assert done.stdout == ""  # no "serving" summary for a server that never served
 
 

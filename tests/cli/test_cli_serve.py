@@ -1,7 +1,7 @@
 """`serve`: flags over config, the proxy beside the gateway, clean shutdown.
 
-Most tests put a stand-in `cursor_byok.gateway` module in place (its `serve(config)` runs a tiny
-HTTP server on the configured address and talks to it through the proxy); the last one runs the
+Most tests put a stand-in `cursor_byok.gateway` module in place (its `serve(config, listener)` runs a tiny
+HTTP server on the listening socket `serve` bound and talks to it through the proxy); the last ones run the
 real server in a child process.
 """
 from __future__ import annotations
@@ -38,26 +38,29 @@ class StandInGateway:
         self.configs: list[Config] = []
         self.seen_heads: list[bytes] = []
         self.responses: list[httpx.Response] = []
+        self.listeners: list[tuple[str, int]] = []  # where the socket each serve() got listens
 
     def module(self) -> types.ModuleType:
         module = types.ModuleType("cursor_byok.gateway")
         module.serve = self.serve  # type: ignore[attr-defined]
         return module
 
-    def serve(self, config: Config) -> int:
+    def serve(self, config: Config, listener: socket.socket) -> int:
         self.configs.append(config)
-        if config.proxy.enabled:
-            asyncio.run(self._through_proxy(config))
+        self.listeners.append(listener.getsockname())
+        with listener:
+            if config.proxy.enabled:
+                asyncio.run(self._through_proxy(config, listener))
         return 0
 
-    async def _through_proxy(self, config: Config) -> None:
+    async def _through_proxy(self, config: Config, listener: socket.socket) -> None:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self.seen_heads.append(await reader.readuntil(b"\r\n\r\n"))
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\ngateway")
             await writer.drain()
             writer.close()
 
-        server = await asyncio.start_server(handle, config.server.host, config.server.port)
+        server = await asyncio.start_server(handle, sock=listener)
         try:
             verify = client_context(config.data_path / "ca" / "ca.crt")
             async with httpx.AsyncClient(proxy=f"http://127.0.0.1:{config.proxy.port}", verify=verify, trust_env=False) as client:
@@ -99,6 +102,7 @@ def test_flags_override_the_config(run_cli, write_config, stand_in, tmp_path: Pa
     assert result.code == 0, result.err
     [cfg] = stand_in.configs
     assert (cfg.server.host, cfg.server.port, cfg.server.data_dir) == ("127.0.0.1", port, str(tmp_path / "elsewhere"))
+    assert stand_in.listeners == [("127.0.0.1", port)]
     assert cfg.proxy.enabled is False
     assert cfg.source == str(path)
     assert stand_in.responses == []

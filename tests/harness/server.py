@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -12,6 +13,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of the live (not zombie) processes in session `sid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp session ...: comm may hold spaces, so split after its ")".
+        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+        if int(session) == sid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def listeners(port: int) -> int:
+    """How many TCP sockets listen on `port` (any address, IPv4 or IPv6)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as fh:
+            next(fh)
+            for line in fh:
+                local, _remote, state = line.split()[1:4]
+                count += state == "0A" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
 
 
 def free_port() -> int:
@@ -40,13 +70,16 @@ class ServerConfig:
     output_retention_seconds: float = 60.0
     continuation_window_seconds: float = 0.2
     extra_server: dict[str, object] = field(default_factory=dict)
+    # Where the server keeps its state, when not in data_dir (which then holds only the config and
+    # the log): e.g. a file system mounted for one test.
+    state_dir: Path | None = None
 
     def toml(self, port: int) -> str:
         lines = [
             "[server]",
             'host = "127.0.0.1"',
             f"port = {port}",
-            f'data_dir = "{self.data_dir}"',
+            f'data_dir = "{self.state_dir or self.data_dir}"',
             f"runsse_wait_seconds = {self.runsse_wait_seconds}",
             f"output_retention_seconds = {self.output_retention_seconds}",
             f"continuation_window_seconds = {self.continuation_window_seconds}",
@@ -79,14 +112,25 @@ def _kill_leftovers() -> None:
         server.kill()
 
 
+def in_mount_namespace(*setup: str) -> list[str]:
+    """A command prefix: run the rest in new user and mount namespaces after the `setup` shell
+    commands, so mounts made there (a read-only or size-limited file system) are seen by that
+    process only and vanish with it. Works unprivileged where user namespaces are allowed."""
+    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-ec", "; ".join(setup) + '; exec "$@"', "sh"]
+
+
 class ServerProcess:
-    def __init__(self, config: ServerConfig, *, env: dict[str, str] | None = None, cursor_byok: Path | None = None) -> None:
-        """`cursor_byok`: the executable to run (default: this interpreter's installation)."""
+    def __init__(
+        self, config: ServerConfig, *, env: dict[str, str] | None = None, wrap: list[str] | None = None, cursor_byok: Path | None = None
+    ) -> None:
+        """`cursor_byok`: the executable to run (default: this interpreter's installation); `wrap`: a
+        command prefix (see `in_mount_namespace`)."""
         self.config = config
         self.executable = cursor_byok
         self.port = free_port()
         self.config_path = config.data_dir / "config.toml"
         self.extra_env = env or {}
+        self.wrap = wrap or []  # a command prefix, e.g. in_mount_namespace(...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config.data_dir / "server.log"
 
@@ -97,11 +141,8 @@ class ServerProcess:
     def start(self, timeout: float = 20.0) -> ServerProcess:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config.toml(self.port))
-        env = {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
-        exe = self.executable or Path(sys.executable).with_name("cursor-byok")
-        cmd = [str(exe)] if self.executable or exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen([*cmd, "serve", "--config", str(self.config_path)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(self.command(), env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         LIVE.add(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -116,6 +157,29 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server did not become healthy:\n{self.log()}")
 
+    def command(self, *args: str) -> list[str]:
+        """`cursor-byok <args> --config <this server's config>` (`serve` by default)."""
+        exe = self.executable or Path(sys.executable).with_name("cursor-byok")
+        cmd = [str(exe)] if self.executable or exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
+        return [*self.wrap, *cmd, *(args or ("serve",)), "--config", str(self.config_path)]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
+
+    def run_to_exit(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run `cursor-byok <args>` (`serve` by default) on this config in the foreground and wait
+        for it to exit (a serve that must refuse to start, a doctor); its output is captured, and a
+        run that does not exit is killed."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config.toml(self.port))
+        child = subprocess.Popen(self.command(*args), env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            out, err = child.communicate()
+        return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-8000:]
@@ -123,12 +187,24 @@ class ServerProcess:
             return ""
 
     def kill(self) -> None:
-        """SIGKILL: a crash, no shutdown handlers run."""
-        if self.proc is not None and self.proc.poll() is None:
-            # granian runs the app in a worker process: kill the whole process group.
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGKILL of the server's whole process group: cleanup, no shutdown handlers run."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
         LIVE.discard(self)
+
+    def kill_main(self) -> None:
+        """SIGKILL of the main `serve` process only, as the OOM killer or a crash does: anything it
+        started is left running, and must end by itself."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def survivors(self) -> list[int]:
+        """Live processes of this server's session other than the main one (it was started as a
+        session leader, so its pid is the session id)."""
+        return [] if self.proc is None else [pid for pid in session_members(self.proc.pid) if pid != self.proc.pid]
 
     # Lines the server logs only when a lifecycle or history invariant broke: a test fails on them.
     INVARIANT_ERRORS = (
@@ -153,8 +229,9 @@ class ServerProcess:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+                pass
+        if self.proc.returncode is None or self.survivors():
+            self.kill()  # cleanup only: a test that cares checks survivors() or the code first
         LIVE.discard(self)
         return self.proc.returncode
 

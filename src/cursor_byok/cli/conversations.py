@@ -28,13 +28,27 @@ def when(ms: int | None) -> str:
 
 
 async def with_store(cfg: Config, action: Callable[[Any], Any]) -> Any:
+    """Run `action(store)`. A running server owns the database: then it is only read (no
+    migrations, no writer); otherwise the data dir's lock is held meanwhile, so that no server
+    starts writing beside us."""
+    from ..instance import DataDirError, DataDirLock
     from ..store import Store
 
-    store = await Store.open(cfg.database_path)
     try:
-        return await action(store)
+        lock: DataDirLock | None = DataDirLock.acquire(cfg.data_path, patience=0.0)
+    except DataDirError:  # held by a server (or the data dir is read-only): read only
+        lock = None
+    try:
+        if lock is not None:
+            lock.record(command="conversations")
+        store = await Store.open(cfg.database_path, read_only=lock is None)
+        try:
+            return await action(store)
+        finally:
+            await store.close()
     finally:
-        await store.close()
+        if lock is not None:
+            lock.release()
 
 
 def database_exists(cfg: Config) -> bool:

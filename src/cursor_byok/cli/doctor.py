@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import enum
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -208,6 +209,37 @@ def _port_checks(cfg: Config) -> list[Check]:
     return checks
 
 
+LOW_SPACE_BYTES = 64 * 1024 * 1024
+NO_SPACE_BYTES = 1024 * 1024
+
+
+def _data_dir_checks(cfg: Config) -> list[Check]:
+    """Who holds the data dir (a stale lock file nobody holds is fine), whether a server could write
+    there, and whether the database is healthy."""
+    from ..instance import database_problem, lock_holder
+
+    data_dir = cfg.data_path
+    if not data_dir.exists():
+        return [Check("data dir", CheckStatus.INFO, f"{data_dir} does not exist yet (created on first start)")]
+    holder = lock_holder(data_dir)
+    checks = [Check("data dir lock", CheckStatus.OK, f"held by {holder.describe()}" if holder else "free: no server is using this data dir")]
+    free = shutil.disk_usage(data_dir).free
+    if not os.access(data_dir, os.W_OK):
+        checks.append(Check("data dir", CheckStatus.FAIL, f"{data_dir} is not writable: make it writable, or point [server] data_dir (or --data-dir) elsewhere"))
+    elif free < NO_SPACE_BYTES:
+        checks.append(Check("data dir", CheckStatus.FAIL, f"no space left on the disk of {data_dir} ({free // 1024} KiB free): free disk space"))
+    elif free < LOW_SPACE_BYTES:
+        checks.append(Check("data dir", CheckStatus.WARN, f"{data_dir}: only {free // 2**20} MiB free on its disk"))
+    else:
+        checks.append(Check("data dir", CheckStatus.OK, f"{data_dir} writable, {free // 2**20} MiB free"))
+    problem = database_problem(cfg.database_path)
+    if problem:
+        checks.append(Check("database", CheckStatus.FAIL, problem))
+    elif cfg.database_path.exists():
+        checks.append(Check("database", CheckStatus.OK, f"{cfg.database_path} passes SQLite's quick check"))
+    return checks
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks: list[Check] = [hotpath_check()]
     path = config_path(getattr(args, "config", None))
@@ -230,6 +262,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.extend(_port_checks(cfg))
     if cfg.proxy.enabled or cursor_pointed:
         checks.append(Check("proxy chain", CheckStatus.INFO, describe_chain(cfg, corporate_proxy(cfg), os.environ)))
+    checks.extend(_data_dir_checks(cfg))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
     echo(f"{len(failed)} check(s) failed" if failed else "all required checks passed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config import Config, ProviderKind, config_path
 from .common import CommandError, echo
@@ -101,11 +102,11 @@ def cmd_config_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def warn_if_no_models(cfg: Config, args: argparse.Namespace) -> None:
+def warn_if_no_models(cfg: Config, config_file: Path) -> None:
     """`serve` with no models still serves (everything goes upstream), but says how to add one."""
     if cfg.models:
         return
-    path = config_path(getattr(args, "config", None)).absolute()
+    path = config_file.absolute()
     state = "has no [[models]] table" if path.exists() else "does not exist"
     log.warning(
         "no models configured: %s %s. Next: `cursor-byok config init` writes a commented config there, "

@@ -4,12 +4,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, config_path
+from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, display_address
 from . import startup
 from .chain import corporate_proxy
 from .common import CommandError, gateway_url, load_config, port_number, proxy_url
@@ -40,13 +42,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
     cfg = startup.prepare(cfg, args.proxy)
 
-    gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
-
-    proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
-    startup.print_summary(cfg)
-    warn_if_no_models(cfg, args)  # after the pre-flight refusals: a refused start says one line
     try:
-        return int(gateway.serve(cfg) or 0)
+        # First the data dir, then the port: a second server on the same data dir is named as such.
+        with DataDirLock.acquire(cfg.data_path) as lock:
+            lock.record(address=display_address(cfg.server.host, cfg.server.port))
+            return _serve(cfg, bind_listener(cfg.server.host, cfg.server.port), config_path(getattr(args, "config", None)))
+    except (DataDirError, PortUnavailable) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
+    """The gateway in this process (it owns the listener from here), the proxy in a thread beside
+    it; both end with this process, however it ends."""
+    try:
+        gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
+        proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
+    except BaseException:
+        listener.close()
+        raise
+    startup.print_summary(cfg)
+    warn_if_no_models(cfg, config_file)
+    try:
+        return int(gateway.serve(cfg, listener) or 0)
     finally:
         if proxy_thread is not None:
             proxy_thread.stop()

@@ -1,5 +1,5 @@
 """What `serve` decides and says before it serves: start the proxy when Cursor is pointed at it,
-refuse a port another program holds, send the server's own requests through the corporate proxy
+send the server's own requests through the corporate proxy
 Cursor used before, and a start summary a new user can act on."""
 from __future__ import annotations
 
@@ -12,26 +12,19 @@ import msgspec
 from .. import __version__
 from ..config import Config, ProviderKind
 from .chain import corporate_proxy, cursor_uses_our_proxy, outbound_proxy_env, shown_url
-from .common import GATEWAY_HEALTH_PATH, PROG, CommandError, echo, gateway_url, key_status, proxy_url
-from .ports import PortState, port_state
+from .common import PROG, echo, gateway_url, key_status, proxy_url
 
 log = logging.getLogger("cursor_byok.cli")
 
 
 def prepare(cfg: Config, proxy_flag: bool | None, environ: MutableMapping[str, str] | None = None) -> Config:
-    """The config to serve with (proxy on when Cursor uses it and no flag said otherwise); raises
-    CommandError when the server's port is taken; adds the outbound proxy to `environ` (default:
-    this process's environment, which the gateway's workers inherit)."""
+    """The config to serve with (proxy on when Cursor uses it and no flag said otherwise); adds the
+    outbound proxy to `environ` (default: this process's environment, which the server's outbound
+    clients read). The port is refused later, by the bind itself, after the data-dir lock."""
     environ = os.environ if environ is None else environ
     if proxy_flag is None and not cfg.proxy.enabled and cursor_uses_our_proxy(cfg):
         log.info("Cursor's settings point at the proxy: starting it too")
         cfg = msgspec.structs.replace(cfg, proxy=msgspec.structs.replace(cfg.proxy, enabled=True))
-    where = f"{cfg.server.host}:{cfg.server.port}"
-    state = port_state(cfg.server.host, cfg.server.port, GATEWAY_HEALTH_PATH)
-    if state is PortState.OURS:
-        raise CommandError(f"a cursor-byok server already runs on {where}: stop it first, or pass --port N")
-    if state is PortState.OTHER:
-        raise CommandError(f"cannot listen on {where}: another program holds it (stop it, or set [server] port / pass --port N)")
     environ.update(outbound_proxy_env(corporate_proxy(cfg), environ))
     return cfg
 

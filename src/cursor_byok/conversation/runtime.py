@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 
 from .. import prompting, tools
 from ..config import Config, ConfigError, ModelConfig
+from ..instance import storage_problem
 from ..protocol import (
     ConnectError,
     agent_pb2 as pb,
@@ -45,7 +47,7 @@ from ..run import (
     Usage,
 )
 from . import updates
-from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord
+from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreError
 from .history import (
     ConversationHistory,
     background_completion_messages,
@@ -1161,6 +1163,9 @@ def _as_connect_error(exc: BaseException) -> ConnectError:
         return ConnectError("failed_precondition", str(exc))
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return ConnectError("deadline_exceeded", "timed out waiting for the client")
+    if isinstance(exc, (StoreError, sqlite3.Error)):  # disk full, read-only, damaged: this run fails, loudly
+        log.error("run failed: its conversation could not be saved", exc_info=exc)
+        return ConnectError("unavailable", f"cannot save the conversation: {storage_problem(exc)}")
     log.error("run failed with an unexpected error", exc_info=exc)
     return ConnectError("internal", f"{type(exc).__name__}: {exc}")
 

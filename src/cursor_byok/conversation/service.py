@@ -121,8 +121,8 @@ class ConversationService:
         return len(stale)
 
     async def shutdown(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
-        """End every runtime (open streams get one terminal). Idempotent: a drain before the HTTP
-        server stops and the lifespan shutdown after it both call this."""
+        """End every runtime (open streams get one terminal). Idempotent: the drain before the HTTP
+        server stops and the gateway's shutdown after it both call this."""
         loop = asyncio.get_running_loop()
         waits = []
         for rt in self.registry.runtimes():

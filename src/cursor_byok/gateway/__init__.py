@@ -1,6 +1,7 @@
 """The HTTP face of the server: RunSSE, BidiAppend, health and the upstream catch-all."""
 from __future__ import annotations
 
-from .app import Gateway, create_app, serve
+from .app import Gateway, create_app
+from .serve import serve
 
 __all__ = ["Gateway", "create_app", "serve"]

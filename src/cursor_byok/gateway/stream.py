@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .app import Gateway
 
 log = logging.getLogger("cursor_byok.gateway.stream")
+SHUTTING_DOWN = ConnectError("unavailable", "server shutting down")
 
 
 async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
@@ -35,18 +36,32 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         await reply_error(send, err)
         return
     wait = gw.config.server.runsse_wait_seconds
-    if not await transport.wait_routed(wait):
+    if gw.stopping:
+        await _only_terminal(send, SHUTTING_DOWN)
+        return
+    me = asyncio.current_task()
+    gw.waiting_readers.add(me)  # a stop ends the wait (the reader is cancelled) with unavailable
+    try:
+        routed = await transport.wait_routed(wait)
+        local = routed and transport.route is Route.LOCAL
+        stream = await gw.conversations.hub.wait_for(request_id, wait) if local else None
+    except asyncio.CancelledError:
+        if not gw.stopping:
+            raise
+        await _only_terminal(send, SHUTTING_DOWN)
+        return
+    finally:
+        gw.waiting_readers.discard(me)
+    if not routed:
         await _only_terminal(send, ConnectError("deadline_exceeded", f"no BidiAppend for request {request_id} within {wait:g}s"))
         return
-    if transport.route is Route.UPSTREAM:
+    if not local:
         await gw.upstream.forward(scope, receive, send, body=body)
         return
-    stream = await gw.conversations.hub.wait_for(request_id, wait)
     if stream is None:
         await _only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
-    me = asyncio.current_task()
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, me))
     direct = DirectSend(send)
     stream.readers += 1

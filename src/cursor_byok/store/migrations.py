@@ -270,6 +270,17 @@ async def _current_version(conn: aiosqlite.Connection) -> int:
     return int(list(rows)[0][0])
 
 
+async def stored_version(conn: aiosqlite.Connection, migrations: Sequence[Migration], *, path: str) -> int:
+    """The database's schema version, read without changing anything (0: not initialised).
+    Raises SchemaTooNewError like `apply_migrations`."""
+    rows = await conn.execute_fetchall("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'")
+    version = await _current_version(conn) if list(rows) else 0
+    supported = migrations[-1].version if migrations else 0
+    if version > supported:
+        raise SchemaTooNewError(path, version, supported)
+    return version
+
+
 async def apply_migrations(
     conn: aiosqlite.Connection, migrations: Sequence[Migration], *, path: str
 ) -> int:

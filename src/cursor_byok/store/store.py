@@ -64,7 +64,7 @@ from .errors import (
     StoreError,
     WriteFailedError,
 )
-from .migrations import MIGRATIONS, Migration, apply_migrations
+from .migrations import MIGRATIONS, Migration, apply_migrations, stored_version
 from .records import (
     AppendResult,
     BindingRecord,
@@ -172,7 +172,7 @@ class Store:
         self,
         *,
         path: Path,
-        writer: aiosqlite.Connection,
+        writer: aiosqlite.Connection | None,
         reader: aiosqlite.Connection,
         clock: Callable[[], int],
         max_batch_ops: int,
@@ -210,12 +210,15 @@ class Store:
         max_batch_ops: int = 2_048,
         clock: Callable[[], int] | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
+        read_only: bool = False,
     ) -> Store:
         """Open (creating it and its parent dirs if needed) and migrate the database at `path`.
 
         Raises SchemaTooNewError for a database written by a newer release and MigrationError
         if a migration fails (that migration is rolled back; earlier ones stay).
         `migrations` exists for upgrade tests and tooling; the server uses the default.
+        `read_only`: the read connection only (no migrations, no writer task), for reading a
+        database another process owns; every write raises StoreClosedError.
         """
         if sqlite3.sqlite_version_info < _MIN_SQLITE:
             raise StoreError(
@@ -227,16 +230,19 @@ class Store:
         sync = Synchronous(synchronous.upper() if isinstance(synchronous, str) else synchronous)
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        writer = await _connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms,
-                                read_only=False)
+        writer = None if read_only else await _connect(
+            path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=False)
         reader: aiosqlite.Connection | None = None
         try:
-            version = await apply_migrations(writer, migrations, path=str(path))
-            level = await _pragma(writer, "synchronous")
-            if _SYNCHRONOUS_LEVELS.get(level) is not sync:
-                raise StoreError(f"could not set synchronous={sync.value} (got {level!r})")
+            if writer is not None:
+                version = await apply_migrations(writer, migrations, path=str(path))
+                level = await _pragma(writer, "synchronous")
+                if _SYNCHRONOUS_LEVELS.get(level) is not sync:
+                    raise StoreError(f"could not set synchronous={sync.value} (got {level!r})")
             reader = await _connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms,
                                     read_only=True)
+            if writer is None:
+                version = await stored_version(reader, migrations, path=str(path))
             store = cls(
                 path=path,
                 writer=writer,
@@ -252,11 +258,13 @@ class Store:
                 )
                 store._bindings.load((str(r[0]), str(r[1])) for r in rows)
         except BaseException:
-            await writer.close()
+            if writer is not None:
+                await writer.close()
             if reader is not None:
                 await reader.close()
             raise
-        store._writer_task = asyncio.create_task(store._write_loop(), name=f"store-writer:{path}")
+        if writer is not None:
+            store._writer_task = asyncio.create_task(store._write_loop(), name=f"store-writer:{path}")
         return store
 
     async def __aenter__(self) -> Store:
@@ -294,7 +302,8 @@ class Store:
         finally:
             self._closed = True
             await self._reader.close()
-            await self._writer_conn.close()
+            if self._writer_conn is not None:
+                await self._writer_conn.close()
 
     # -------------------------------------------------------------------------------- writes
 
@@ -335,7 +344,7 @@ class Store:
         bound, to another conversation. Binding it again to the same conversation is idempotent
         (a given cursor_run_id replaces the stored one) and resolves to ALREADY_BOUND.
         """
-        self._check_open()
+        self._check_writable()
         if not request_id or not conversation_id:
             raise ValueError("request_id and conversation_id must be non-empty")
         reserved = self._bindings.reserve(request_id, conversation_id)
@@ -683,13 +692,18 @@ class Store:
         if self._closing:
             raise StoreClosedError(f"store {self.path} is closed")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._writer_conn is None:
+            raise StoreClosedError(f"store {self.path} is open read-only")
+
     async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
         if self._closed:
             raise StoreClosedError(f"store {self.path} is closed")
         return list(await self._reader.execute_fetchall(sql, params))
 
     def _enqueue(self, op: WriteOp) -> asyncio.Future[Any]:
-        self._check_open()
+        self._check_writable()
         future: asyncio.Future[Any] = self._loop.create_future()
         op.future = future
         self._queue.append(op)

@@ -1,0 +1,125 @@
+"""Run the gateway in this process: granian's embedded server on this process's uvloop loop.
+
+One process and no worker: nothing can outlive a crash of it and keep the port or the database.
+SIGINT or SIGTERM (to the process or its whole group) stops it within 3 s, however busy its
+connections are: open RunSSE streams get their one `unavailable` terminal and DRAIN_SECONDS to read
+it, the HTTP server then closes gracefully until CUT_SECONDS, whatever request still runs is
+cancelled, and the server gets CUT_GRACE_SECONDS to let go of it. A second signal skips the rest of
+the drain.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from ..config import Config
+from ..instance import BACKLOG, DataDirError, storage_problem
+from ..store import StoreError
+from .app import DRAIN_SECONDS, Gateway, create_app
+
+log = logging.getLogger("cursor_byok.gateway")
+
+CUT_SECONDS = 2.5
+CUT_GRACE_SECONDS = 0.5
+
+
+def serve(config: Config, listener: socket.socket) -> int:
+    """Serve on `listener` (bound by the caller, handed over) until SIGINT/SIGTERM; returns the exit
+    status. Raises DataDirError (one line) when the database cannot be opened."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows: no uvloop
+        return asyncio.run(_serve(config, listener))
+    return uvloop.run(_serve(config, listener))
+
+
+class _StopSignals:
+    """The first SIGINT/SIGTERM asks for a graceful stop; another one calls `on_repeat`."""
+
+    def __init__(self) -> None:
+        self.received = asyncio.Event()
+        self.on_repeat: Callable[[], object] = lambda: None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._on_signal)
+            except NotImplementedError:  # pragma: no cover - Windows event loops
+                signal.signal(sig, lambda *_: loop.call_soon_threadsafe(self._on_signal))
+
+    def _on_signal(self) -> None:
+        if self.received.is_set():
+            self.on_repeat()
+        self.received.set()
+
+
+async def _serve(config: Config, listener: socket.socket) -> int:
+    gateway = create_app(config)
+    try:
+        await gateway.startup()
+    except (StoreError, sqlite3.Error, OSError) as exc:
+        listener.close()
+        await gateway.shutdown()
+        raise DataDirError(storage_problem(exc, config.database_path)) from None
+    signals = _StopSignals()
+    server = _embedded_server(gateway, listener)
+    serving = asyncio.create_task(server.serve())
+    log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
+    stop_asked = asyncio.create_task(signals.received.wait())
+    await asyncio.wait((serving, stop_asked), return_when=asyncio.FIRST_COMPLETED)
+    stop_asked.cancel()
+    failed = serving.done()  # granian's serving task ends by itself only when it broke
+    if failed:
+        log.error("the HTTP server stopped unexpectedly; shutting down", exc_info=serving.exception())
+    loop = asyncio.get_running_loop()
+    cut_at = loop.time() + CUT_SECONDS
+    draining = asyncio.create_task(gateway.drain())
+    signals.on_repeat = draining.cancel
+    await asyncio.wait((draining,), timeout=DRAIN_SECONDS)
+    if not draining.done():
+        draining.cancel()
+    elif not draining.cancelled() and draining.exception() is not None:
+        log.error("draining open streams failed", exc_info=draining.exception())
+    server.stop()
+    if not (await asyncio.wait((serving,), timeout=max(0.0, cut_at - loop.time())))[0]:
+        gateway.cut_requests()
+        await asyncio.wait((serving,), timeout=CUT_GRACE_SECONDS)
+    await gateway.shutdown()
+    return 1 if failed else 0
+
+
+def _embedded_server(app: Gateway, listener: socket.socket) -> Any:
+    """Granian's embedded server (on the running loop; no lifespan: `_serve` starts and stops the
+    app itself), serving on our listening socket. Granian would bind its own with SO_REUSEPORT,
+    which lets another process share the port; its one socket hook is overridden to take ours."""
+    from granian._granian import SocketHolder
+    from granian.constants import HTTPModes, Interfaces
+    from granian.log import LogLevels
+    from granian.server.embed import Server
+
+    fd = listener.detach()
+
+    class ExclusiveSocketServer(Server):  # type: ignore[misc]
+        def _init_shared_socket(self) -> None:
+            self._ssp = None
+            self._shd = SocketHolder(fd, False, BACKLOG)
+
+    server = ExclusiveSocketServer(
+        app,
+        address=app.config.server.host,
+        port=app.config.server.port,
+        interface=Interfaces.ASGINL,
+        http=HTTPModes.auto,
+        websockets=False,
+        backlog=BACKLOG,
+        log_level=LogLevels.warning,
+        # granian's records go to our handlers (and format), not to its own stdout handler
+        log_dictconfig={"loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": True}}},
+        log_access=False,
+    )
+    logging.getLogger("_granian").addFilter(lambda record: "experimental" not in record.getMessage())
+    return server

@@ -1,0 +1,28 @@
+"""What makes one running server the only one: the data dir's lock, the listening socket nobody
+shares, and storage faults explained in one line.
+
+    with DataDirLock.acquire(config.data_path) as lock:      # DataDirBusy names the running one
+        lock.record(address=display_address(host, port))      # PID, address, start time
+        listener = bind_listener(host, port)                  # PortUnavailable: one line
+        ...serve on listener...
+"""
+from __future__ import annotations
+
+from .listener import BACKLOG, PortUnavailable, bind_listener, display_address
+from .lock import LOCK_FILE_NAME, DataDirBusy, DataDirError, DataDirLock, Holder, lock_holder
+from .storage import database_problem, storage_problem
+
+__all__ = [
+    "BACKLOG",
+    "LOCK_FILE_NAME",
+    "DataDirBusy",
+    "DataDirError",
+    "DataDirLock",
+    "Holder",
+    "PortUnavailable",
+    "bind_listener",
+    "database_problem",
+    "display_address",
+    "lock_holder",
+    "storage_problem",
+]
