@@ -71,6 +71,14 @@ def injection_queued(injection_id: str) -> pb.AgentServerMessage:
     return m
 
 
+def injection_queued_for_next_turn(injection_id: str) -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    s = m.interaction_update.context_injection_state
+    s.injection_id = injection_id
+    s.state.queued_for_next_turn.SetInParent()
+    return m
+
+
 def injection_delivered(injection_id: str, step: int, at_ms: int) -> pb.AgentServerMessage:
     m = pb.AgentServerMessage()
     s = m.interaction_update.context_injection_state
