@@ -149,13 +149,17 @@ def rate_limited() -> list[Reply]:
     return [OPENAI_CHAT.rate_limited({"retry-after": "0"}) for _ in range(3)]  # the adapter's retries too
 
 
+def overloaded() -> list[Reply]:
+    return [OPENAI_CHAT.overloaded() for _ in range(3)]
+
+
 def cut_mid_stream() -> list[Reply]:
     reply = OPENAI_CHAT.text(["partial ", "never ", "finished"])
     reply.cut_after = 2  # after the first text: too late for the adapter to retry
     return [reply]
 
 
-@pytest.mark.parametrize("failure", ["rate_limited", "network_error", "cancel"])
+@pytest.mark.parametrize("failure", ["rate_limited", "overloaded", "network_error", "cancel"])
 async def test_retrying_a_failed_turn_calls_the_model(ide: ScriptedIDE, provider: FakeProviderServer, failure: str) -> None:
     conv = uuid.uuid4().hex
     message = run_request("golf question", model=MODEL, conversation_id=conv, message_id="m-golf")
@@ -168,7 +172,7 @@ async def test_retrying_a_failed_turn_calls_the_model(ide: ScriptedIDE, provider
 
         failed = await ide.turn(message, during=stop)
     else:
-        provider.enqueue(*(rate_limited() if failure == "rate_limited" else cut_mid_stream()))
+        provider.enqueue(*{"rate_limited": rate_limited, "overloaded": overloaded, "network_error": cut_mid_stream}[failure]())
         failed = await ide.turn(message)
     assert failed.terminals == 1 and failed.terminal is not None
     calls = len(provider.requests)
@@ -181,6 +185,35 @@ async def test_retrying_a_failed_turn_calls_the_model(ide: ScriptedIDE, provider
     # Answered now: the same message once more does not wake the model.
     again = await ide.turn(run_request("golf question", model=MODEL, conversation_id=conv, message_id="m-golf"))
     assert again.terminal is None and len(provider.requests) == calls + 1
+
+
+async def test_retrying_a_turn_cut_by_a_crash_calls_the_model(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")])
+    conv = uuid.uuid4().hex
+    server = ServerProcess(config).start()
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        provider.enqueue(slow_text(["zulu "] * 60))
+
+        async def crash(rid: str, log: StreamLog) -> None:
+            await wait_until(lambda: "zulu" in log.text)
+            server.kill()
+
+        cut = await ide.turn(run_request("golf question", model=MODEL, conversation_id=conv, message_id="m-crash"), during=crash)
+        assert cut.terminals == 0  # the stream died with the server
+    finally:
+        await ide.close()
+    server.start()
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        provider.enqueue(OPENAI_CHAT.text(["hotel answer"]))
+        calls = len(provider.requests)
+        log = await ide.turn(run_request("golf question", model=MODEL, conversation_id=conv, message_id="m-crash"))
+    finally:
+        await ide.close()
+        server.stop()
+    assert log.terminal is None and log.text == "hotel answer" and len(provider.requests) == calls + 1
+    assert user_turns_sent(provider, -1, "golf question") == 1
 
 
 # -- 4. actions belong to the stream they came on -------------------------------------------------------
