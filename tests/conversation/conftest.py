@@ -2,28 +2,14 @@
 fake provider server (tests/harness/inprocess.py)."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.fakes import FakeProviderServer
+from tests.fakes.fixtures import provider, shared_provider  # noqa: F401  (fixtures)
 from tests.harness.inprocess import Rig
-
-
-@pytest.fixture(scope="module")
-def shared_provider() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture
-def provider(shared_provider: FakeProviderServer) -> FakeProviderServer:
-    with shared_provider._lock:
-        shared_provider.requests.clear()
-        shared_provider._replies.clear()
-    shared_provider.respond_with(None)
-    return shared_provider
 
 
 @pytest.fixture

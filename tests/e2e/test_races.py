@@ -15,29 +15,8 @@ from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, run_reques
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .conftest import MODEL
+from .test_lifecycle import slow_text, user_message_action, wait_until
 from .test_tools import completion_request
-
-
-async def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.02)
-
-
-def slow_text(pieces: list[str], delay: float = 0.05) -> Reply:
-    reply = OPENAI_CHAT.text(pieces)
-    reply.chunk_delay = delay
-    return reply
-
-
-def user_message_action(text: str, message_id: str) -> pb.AgentClientMessage:
-    msg = pb.AgentClientMessage()
-    um = msg.conversation_action.user_message_action.user_message
-    um.text = text
-    um.message_id = message_id
-    return msg
 
 
 def inject_user_context(text: str, injection_id: str, expected_run_id: str) -> pb.AgentClientMessage:

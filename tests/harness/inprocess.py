@@ -17,7 +17,7 @@ import httpx
 from cursor_byok import config as cfg, hotpath
 from cursor_byok.conversation import ConversationRuntime, ConversationService, OutputHub, RuntimeServices
 from cursor_byok.conversation.history import EntryKind, decode_entry
-from cursor_byok.protocol import ConnectError, agent_pb2 as pb, parse_end_stream
+from cursor_byok.protocol import ConnectError, agent_pb2 as pb
 from cursor_byok.run import RunEngine, make_provider
 from cursor_byok.store import Store
 from tests.fakes import FakeProviderServer
@@ -76,15 +76,7 @@ class InProcessIDE(ScriptedIDE):
             while True:
                 result = await output.read(position)
                 position = result.position
-                log.raw.extend(result.data)
-                for flags, payload in decoder.feed(result.data):
-                    if flags & hotpath.FLAG_END_STREAM:
-                        log.terminals += 1
-                        log.terminal = parse_end_stream(payload)
-                    else:
-                        item = pb.AgentServerMessage.FromString(payload)
-                        log.messages.append(item)
-                        await self._react(request_id, item)
+                await self._take(request_id, log, decoder, result.data)
                 if result.finished or (stop is not None and stop.is_set()):
                     return log
         finally:
