@@ -163,13 +163,14 @@ def _on_active(situation: Situation, stream: Stream, kind: str | None, action: p
         return Inject(items, interrupt=False)
     if kind == "inject_context_action":
         ica = action.inject_context_action
-        stale = _stale_injection(stream, ica)
-        if stale is not None:
-            return stale
+        refused = _refused_injection(stream, ica)
+        if refused is not None:
+            return refused
         if not running:
             return FollowUp(stream.key, action, ica.injection_id)
         item = injected_context(ica, situation.mode)
-        return Inject((item,), interrupt=True) if item is not None else Ignore("inject_context_action without a payload")
+        assert item is not None  # _refused_injection ignores one without a payload
+        return Inject((item,), interrupt=True)
     return Ignore(f"{kind or 'empty action'} is not handled mid-run")
 
 
@@ -180,15 +181,17 @@ def _on_queued(stream: Stream, kind: str | None, action: pb.ConversationAction) 
         return FollowUp(stream.key, action)
     if kind == "inject_context_action":
         ica = action.inject_context_action
-        return _stale_injection(stream, ica) or FollowUp(stream.key, action, ica.injection_id)
+        return _refused_injection(stream, ica) or FollowUp(stream.key, action, ica.injection_id)
     return Ignore(f"{kind or 'empty action'} for a run that has not started")
 
 
-def _stale_injection(stream: Stream, ica: pb.InjectContextAction) -> Reject | None:
+def _refused_injection(stream: Stream, ica: pb.InjectContextAction) -> Reject | Ignore | None:
     # Compared with the Cursor wire run id; the request id only when the run request had none.
     expected = ica.expected_run_id
     if expected and expected != stream.expected_run_id:
         return Reject(stream.key, ica.injection_id, f"expected run {expected}, the stream's run is {stream.expected_run_id}")
+    if ica.WhichOneof("payload") is None:
+        return Ignore("inject_context_action without a payload")
     return None
 
 

@@ -57,7 +57,7 @@ from .presenter import RunPresenter
 from .run_setup import agent_mode, cursor_run_id, workspace_root
 from .state import Outcome, Phase, check_transition
 from .tool_calls import TOOL_RESULT_KINDS
-from .turn_input import seen_input
+from .turn_input import stored_as
 
 log = logging.getLogger("cursor_byok.runtime")
 
@@ -235,7 +235,11 @@ class ConversationRuntime:
     def _run_engine(self, run: ActiveRun) -> None:
         assert run.engine is not None and run.spec is not None
         engine, spec, port = run.engine, run.spec, RunPorts(self, run)
-        self._start(run, lambda: engine.run(spec, port, port, port), lambda error, result: EngineDone(run.run_id, getattr(result, "usage_total", None), error))
+
+        def done(error: BaseException | None, result: Any) -> EngineDone:
+            return EngineDone(run.run_id, getattr(result, "usage_total", None), error)
+
+        self._start(run, lambda: engine.run(spec, port, port, port), done)
 
     # -- tools and client input ---------------------------------------------------------------------------
     def _on_tool_batch(self, cmd: ToolBatch) -> None:
@@ -295,7 +299,7 @@ class ConversationRuntime:
         run = self.run
         match decision:
             case actions.CancelRun():
-                self._cancel()
+                self._end_run(Outcome.CANCELED, END_STREAM_CANCELED)
             case actions.EndStream():
                 self._end_output_and_idle()
             case actions.CancelQueued():
@@ -325,7 +329,7 @@ class ConversationRuntime:
         boundary, or continue the run if the model had just finished."""
         fresh = False
         for item in items:
-            if item.key in run.input_keys or seen_input(self.data.history, item.key):
+            if item.key in run.input_keys or stored_as(self.data.history, item.key) is not None:
                 continue  # an input already taken is not taken again
             run.input_keys.add(item.key)
             run.injections.append(item)
@@ -424,9 +428,6 @@ class ConversationRuntime:
 
     def _fail(self, error: ConnectError) -> None:
         self._end_run(Outcome.FAILED, end_stream_error(error), error)
-
-    def _cancel(self) -> None:
-        self._end_run(Outcome.CANCELED, END_STREAM_CANCELED)
 
     def _end_run(self, outcome: Outcome, terminal: bytes, error: ConnectError | None = None) -> None:
         run = self.run

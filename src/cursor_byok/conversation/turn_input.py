@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .. import prompting
 from ..protocol import ConnectError, agent_pb2 as pb
 from ..run import Message, ToolCallPart, ToolResultPart
-from .actions import Injected, injected_context, input_key, user_message
+from .actions import Injected, injected_context, user_message
 from .history import ConversationHistory, EntryKind, HistoryEntry, background_completion_messages, render_request_context
 
 UNFINISHED_TOOL_TEXT = (
@@ -31,14 +31,11 @@ class TurnInput:
 
 
 def stored_as(history: ConversationHistory, key: str) -> str | None:
-    """The event id an input with this key is stored under, if it is: its key, or the id an input
-    that came mid-run had before keys were shared by every path."""
+    """The event id an input with this key is stored under, if it is: its key, or the id it had in
+    a database written before every path shared keys (mid-run input was `injection:<id>`, a user
+    message `injection:user-message:<message id>`)."""
     legacy = f"injection:user-message:{key[5:]}" if key.startswith("user:") else f"injection:{key}"
     return next((k for k in (key, legacy) if history.has(k)), None)
-
-
-def seen_input(history: ConversationHistory, key: str) -> bool:
-    return stored_as(history, key) is not None
 
 
 def commit_turn_input(
@@ -51,7 +48,7 @@ def commit_turn_input(
     if kind == "user_message_action":
         uma = action.user_message_action
         um = uma.user_message
-        key = input_key(um.message_id, "") if um.message_id else f"user:{fallback_key}"
+        key = f"user:{um.message_id or fallback_key}"
         return _input(history, key, user_message(um, mode), render_request_context(uma.request_context), run_id)
     if kind == "inject_context_action":
         item = injected_context(action.inject_context_action, mode)
