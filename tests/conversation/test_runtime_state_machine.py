@@ -348,12 +348,14 @@ def run_machine(provider: FakeProviderServer, examples: int, steps: int) -> None
     )
 
 
+@pytest.mark.timeout(300)
 def test_one_conversation_under_random_interleavings(provider: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CURSOR_BYOK_STRICT_PREFIX", "1")
     run_machine(provider, MAX_EXAMPLES, STEPS)
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
 def test_one_conversation_under_random_interleavings_soak(provider: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CURSOR_BYOK_STRICT_PREFIX", "1")
     run_machine(provider, SOAK_EXAMPLES, SOAK_STEPS)
