@@ -72,3 +72,24 @@ def test_only_the_runtime_ends_a_runs_output() -> None:
                 if "output" in target or "stream" == target:
                     offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
     assert not offenders
+
+
+def test_only_the_runtime_changes_a_conversations_phase() -> None:
+    """The lifecycle has one writer: `phase` is assigned, and transitions checked, in runtime.py only
+    (state.py holds the table; the modules the runtime drives decide or report, never transition)."""
+    offenders = []
+    for path in (SRC / "conversation").rglob("*.py"):
+        if path.name in ("runtime.py", "state.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            assigned = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            if any(isinstance(t, ast.Attribute) and t.attr == "phase" for t in assigned):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: assigns .phase")
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("check_transition", "_transition"):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders
+
+
+def test_conversation_modules_stay_small() -> None:
+    sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in (SRC / "conversation").rglob("*.py")}
+    assert not {name: lines for name, lines in sizes.items() if lines > 500}

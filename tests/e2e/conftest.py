@@ -8,26 +8,11 @@ import pytest
 import pytest_asyncio
 
 from tests.fakes import FakeProviderServer
+from tests.fakes.fixtures import provider, shared_provider  # noqa: F401  (fixtures)
 from tests.harness.ide import ScriptedIDE
 from tests.harness.server import LIVE, ModelSpec, ServerConfig, ServerProcess
 
 MODEL = "byok-test"
-
-
-@pytest.fixture(scope="module")
-def shared_provider() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture
-def provider(shared_provider: FakeProviderServer) -> FakeProviderServer:
-    """The module's fake provider, with no recorded requests and no scripted replies left over."""
-    with shared_provider._lock:
-        shared_provider.requests.clear()
-        shared_provider._replies.clear()
-    shared_provider.respond_with(None)
-    return shared_provider
 
 
 @pytest.fixture

@@ -23,6 +23,23 @@ def fake_server() -> Iterator[FakeProviderServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def shared_provider() -> Iterator[FakeProviderServer]:
+    """One fake provider per test module (starting one per test costs a thread and a socket)."""
+    with FakeProviderServer() as server:
+        yield server
+
+
+@pytest.fixture
+def provider(shared_provider: FakeProviderServer) -> FakeProviderServer:
+    """The module's fake provider, with no recorded requests and no scripted replies left over."""
+    with shared_provider._lock:
+        shared_provider.requests.clear()
+        shared_provider._replies.clear()
+    shared_provider.respond_with(None)
+    return shared_provider
+
+
 @pytest_asyncio.fixture
 async def http_client() -> AsyncIterator[httpx.AsyncClient]:
     async with streaming_client(verify=_TLS) as client:

@@ -180,19 +180,23 @@ class ScriptedIDE:
         async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as resp:
             assert resp.status_code == 200, resp.status_code
             async for chunk in resp.aiter_raw():
-                log.raw.extend(chunk)
-                for flags, payload in decoder.feed(chunk):
-                    if flags & hotpath.FLAG_END_STREAM:
-                        log.terminals += 1
-                        log.terminal = parse_end_stream(payload)
-                    else:
-                        item = pb.AgentServerMessage.FromString(payload)
-                        log.messages.append(item)
-                        await self._react(request_id, item)
+                await self._take(request_id, log, decoder, chunk)
                 if stop is not None and stop.is_set():
                     return log
         decoder.close()
         return log
+
+    async def _take(self, request_id: str, log: StreamLog, decoder: hotpath.FrameDecoder, data: bytes) -> None:
+        """Record the frames of what the stream delivered and react to each as the IDE does."""
+        log.raw.extend(data)
+        for flags, payload in decoder.feed(data):
+            if flags & hotpath.FLAG_END_STREAM:
+                log.terminals += 1
+                log.terminal = parse_end_stream(payload)
+            else:
+                item = pb.AgentServerMessage.FromString(payload)
+                log.messages.append(item)
+                await self._react(request_id, item)
 
     # -- reactions: what a real IDE does with server messages ---------------------------------------------
     async def _react(self, request_id: str, msg: pb.AgentServerMessage) -> None:

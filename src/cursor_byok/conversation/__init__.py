@@ -4,7 +4,8 @@ from __future__ import annotations
 from .identity import ParentConversationRef, new_run_id, new_trace_id
 from .output import OutputHub, OutputStream, ReadResult, ReplayUnavailable
 from .registry import Binding, BindingConflict, BindKind, Registry
-from .runtime import ConversationRuntime, RuntimeServices
+from .data import RuntimeServices
+from .runtime import ConversationRuntime
 from .service import ConversationService, OpenedRun
 from .state import TRANSITIONS, IllegalTransition, Outcome, Phase, check_transition
 

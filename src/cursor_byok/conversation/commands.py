@@ -16,12 +16,14 @@ class StartRun:
     output: OutputStream
     run_request: pb.AgentRunRequest
     parent: ParentConversationRef | None = None
+    follow_up: bool = False  # built by the runtime from an action on this stream
 
 
 @dataclass(slots=True)
 class ClientInput:
     request_id: str
     message: pb.AgentClientMessage
+    output: OutputStream | None = None  # the stream it was appended on (the request id's latest)
 
 
 @dataclass(slots=True)

@@ -145,6 +145,7 @@ class OutputHub:
         self.max_retained_bytes = max_retained_bytes
         self._streams: dict[str, OutputStream] = {}
         self._changed: dict[str, asyncio.Event] = {}
+        self.on_forget: Callable[[str], None] | None = None  # told each request id `sweep` drops
 
     def open(self, request_id: str) -> OutputStream:
         """A new generation for request_id (the previous one must already be closed or is replaced)."""
@@ -187,6 +188,8 @@ class OutputHub:
         ]
         for rid in expired:
             del self._streams[rid]
+            if self.on_forget is not None:
+                self.on_forget(rid)
         return len(expired)
 
     def __len__(self) -> int:

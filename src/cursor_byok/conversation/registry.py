@@ -1,5 +1,8 @@
 """conversation_id → live runtime; request_id → binding (a reverse index, never an identity).
 
+The bindings held here are a cache of the store's for the streams in use: `binding` misses for an
+older request id, and the caller looks it up in the store.
+
 A request_id is strongly bound to one conversation. It may recur inside that conversation (retries,
 queued turns, a new Cursor run = a new transport generation); bound to a different conversation it is
 a protocol conflict and nothing is routed.
@@ -64,9 +67,10 @@ class Registry(Generic[R]):
             return current, BindKind.NEW_GENERATION
         return current, BindKind.SAME
 
-    def restore_binding(self, binding: Binding) -> None:
-        """Load a persisted binding at startup."""
-        self._bindings.setdefault(binding.request_id, binding)
+    def forget(self, request_id: str) -> None:
+        """The request id's stream is gone: keep its binding in the store only, so the bindings held
+        here are those of streams in use, not of every turn ever seen."""
+        self._bindings.pop(request_id, None)
 
     # -- runtimes -------------------------------------------------------------------------------
     def runtime(self, conversation_id: str) -> R | None:

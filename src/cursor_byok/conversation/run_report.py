@@ -6,26 +6,17 @@ import logging
 import time
 from typing import Any
 
-from ..config import ModelConfig
 from ..store import UsageRecord
-from .presenter import USAGE_FIELDS, RunPresenter
+from .active_run import ActiveRun
+from .presenter import USAGE_FIELDS
 
 log = logging.getLogger("cursor_byok.runs")
 
 
-def report_run_finished(
-    store: Any,
-    *,
-    conversation_id: str,
-    run_id: str,
-    model: ModelConfig | None,
-    started_ms: int,
-    presenter: RunPresenter,
-    outcome: str,
-    error_code: str | None,
-) -> None:
+def report_run_finished(store: Any, conversation_id: str, run: ActiveRun, outcome: str, error_code: str | None) -> None:
     """Log the finished run (conversation, model, time to first output, tokens, tool calls, outcome,
     error code) and record its token usage when a model was called."""
+    run_id, model, started_ms, presenter = run.run_id, run.model, run.started_ms, run.presenter
     now_ms = int(time.time() * 1000)
     ttft_ms = presenter.first_output_ms - started_ms if presenter.first_output_ms is not None else None
     tokens = {name: presenter.usage.get(name, 0) for name in USAGE_FIELDS}

@@ -14,7 +14,9 @@ from ..protocol import ConnectError, agent_pb2 as pb
 from .identity import ParentConversationRef
 from .output import OutputHub, OutputStream
 from .registry import Binding, BindingConflict, BindKind, Registry
-from .runtime import ClientInput, ConversationRuntime, Detach, Heartbeat, RuntimeServices, Shutdown, StartRun
+from .commands import ClientInput, Detach, Heartbeat, Shutdown, StartRun
+from .data import RuntimeServices
+from .runtime import ConversationRuntime
 
 log = logging.getLogger("cursor_byok.conversation")
 
@@ -31,6 +33,7 @@ class ConversationService:
         self.services = services
         self.hub = hub
         self.registry: Registry[ConversationRuntime] = Registry(self._make_runtime)
+        hub.on_forget = self.registry.forget  # the registry keeps a binding while the hub keeps its stream
 
     def _make_runtime(self, conversation_id: str) -> ConversationRuntime:
         rt = ConversationRuntime(conversation_id, self.services)
@@ -47,13 +50,13 @@ class ConversationService:
         await store.flush()
 
     def _binding(self, request_id: str) -> Binding | None:
+        """The registry holds the bindings of streams in use; older ones are the store's."""
         binding = self.registry.binding(request_id)
         store = self.services.store
         if binding is None and store is not None:
             conversation_id = store.bound_conversation(request_id)
             if conversation_id is not None:
                 binding = Binding(request_id, conversation_id, "")
-                self.registry.restore_binding(binding)
         return binding
 
     def conversation_for(self, run_request: pb.AgentRunRequest, request_id: str) -> str:
@@ -95,11 +98,18 @@ class ConversationService:
         return OpenedRun(conversation_id, output, kind)
 
     def deliver(self, request_id: str, message: pb.AgentClientMessage) -> None:
+        """Hand ordered input to its conversation's runtime, with the stream it belongs to. A
+        conversation action on a stream that has ended is refused here, so the IDE sees it was not
+        applied (the runtime would only log it)."""
         binding = self._binding(request_id)
         if binding is None:
             raise ConnectError("failed_precondition", f"request id {request_id!r} has no run")
+        output = self.hub.get(request_id)
+        if message.WhichOneof("message") == "conversation_action" and (output is None or output.closed):
+            action = message.conversation_action.WhichOneof("action") or "conversation action"
+            raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
         runtime = self.registry.ensure_runtime(binding.conversation_id)
-        runtime.post(ClientInput(request_id, message))
+        runtime.post(ClientInput(request_id, message, output))
 
     def heartbeat(self, request_id: str) -> None:
         binding = self._binding(request_id)

@@ -2,8 +2,9 @@
 
 Each request id has its own KvServerMessage id counter (from 1, shared by set and get); a blob
 already acked on a request id, or named by the checkpoint the client sent with that request, is
-not sent again. Replies arrive as client input and are matched
-by id. Only data moves here: the runtime decides what a failed or missing reply means.
+not sent again. Replies arrive as client input and are matched by id. Only data moves here: the
+runtime decides what a failed or missing reply means, and calls `forget` once the request id's
+stream has ended, so nothing here outlives the streams in use.
 """
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ class BlobSync:
         kv_id = self._next_id.get(request_id, 0) + 1
         self._next_id[request_id] = kv_id
         fut: asyncio.Future[pb.KvClientMessage] = asyncio.get_running_loop().create_future()
-        self._waiters[(request_id, kv_id)] = fut
+        key = (request_id, kv_id)
+        self._waiters[key] = fut
+        # A waiter that ends without its reply (timed out, cancelled) leaves with it.
+        fut.add_done_callback(lambda done: self._waiters.pop(key) if self._waiters.get(key) is done else None)
         return kv_id, fut
 
     def held_by_client(self, request_id: str, blob_ids: Iterable[bytes]) -> None:
@@ -66,9 +70,13 @@ class BlobSync:
         else:
             fut.set_result(msg)
 
-    def cancel(self, request_id: str) -> None:
-        """Stop waiting for this request id's replies (its run ended)."""
+    def forget(self, request_id: str) -> None:
+        """The request id's stream has ended: stop waiting for its replies and drop what it held."""
         for key in [k for k in self._waiters if k[0] == request_id]:
-            fut = self._waiters.pop(key)
-            if not fut.done():
-                fut.cancel()
+            self._waiters.pop(key).cancel()
+        self._next_id.pop(request_id, None)
+        self._acked.pop(request_id, None)
+
+    def request_ids(self) -> set[str]:
+        """Request ids with any state here (for tests and benchmarks)."""
+        return {*self._next_id, *self._acked, *(rid for rid, _ in self._waiters)}

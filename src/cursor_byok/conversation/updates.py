@@ -63,19 +63,28 @@ def user_message_appended(user_message: pb.UserMessage) -> pb.AgentServerMessage
     return m
 
 
-def injection_queued(injection_id: str) -> pb.AgentServerMessage:
+def _injection_state(injection_id: str) -> tuple[pb.AgentServerMessage, pb.ContextInjectionState]:
     m = pb.AgentServerMessage()
     s = m.interaction_update.context_injection_state
     s.injection_id = injection_id
-    s.state.queued.SetInParent()
+    return m, s.state
+
+
+def injection_queued(injection_id: str) -> pb.AgentServerMessage:
+    m, state = _injection_state(injection_id)
+    state.queued.SetInParent()
+    return m
+
+
+def injection_queued_for_next_turn(injection_id: str) -> pb.AgentServerMessage:
+    m, state = _injection_state(injection_id)
+    state.queued_for_next_turn.SetInParent()
     return m
 
 
 def injection_delivered(injection_id: str, step: int, at_ms: int) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    s = m.interaction_update.context_injection_state
-    s.injection_id = injection_id
-    d = s.state.delivered
+    m, state = _injection_state(injection_id)
+    d = state.delivered
     d.step = step
     d.delivery_batch_id = injection_id
     d.delivered_at_ms = at_ms
@@ -83,10 +92,8 @@ def injection_delivered(injection_id: str, step: int, at_ms: int) -> pb.AgentSer
 
 
 def injection_rejected(injection_id: str, reason: str) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    s = m.interaction_update.context_injection_state
-    s.injection_id = injection_id
-    s.state.rejected.reason = reason
+    m, state = _injection_state(injection_id)
+    state.rejected.reason = reason
     return m
 
 

@@ -73,6 +73,14 @@ INSERT INTO runs (run_id, conversation_id, cursor_run_id, request_id, phase, sta
 VALUES (?, ?, ?, ?, ?, ?)
 """
 
+# One row per conversation, replaced whole (an opaque state the conversation layer encodes).
+UPSERT_TOOL_STATE = """
+INSERT INTO conversation_tool_state (conversation_id, state, updated_at_ms) VALUES (?, ?, ?)
+ON CONFLICT (conversation_id) DO UPDATE SET
+    state = excluded.state,
+    updated_at_ms = excluded.updated_at_ms
+"""
+
 UPDATE_RUN_PHASE = "UPDATE runs SET phase = ? WHERE run_id = ? AND outcome IS NULL"
 
 # The first outcome wins: a run that already ended keeps its outcome.

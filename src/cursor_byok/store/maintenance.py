@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Tables holding a conversation's rows, children first (foreign keys point at conversations).
-_OWNED_TABLES = ("history_events", "checkpoints", "background_deliveries", "request_bindings", "runs", "conversations")
+_OWNED_TABLES = (
+    "history_events",
+    "checkpoints",
+    "background_deliveries",
+    "request_bindings",
+    "runs",
+    "conversation_tool_state",
+    "conversations",
+)
 _BATCH = 100
 
 

@@ -244,7 +244,21 @@ _DELETIONS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS)
+_TOOL_STATE = Migration(
+    5,
+    "conversation tool state: the todo list and how much background-shell output was shown",
+    (
+        """
+        CREATE TABLE conversation_tool_state (
+            conversation_id TEXT PRIMARY KEY NOT NULL REFERENCES conversations(conversation_id),
+            state           BLOB NOT NULL,
+            updated_at_ms   INTEGER NOT NULL
+        ) STRICT
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE)
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 
 _VERSION_TABLE = """

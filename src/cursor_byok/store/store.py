@@ -43,6 +43,7 @@ from ._writes import (
     PUT_BLOB,
     UPDATE_RUN_PHASE,
     UPSERT_CONVERSATION,
+    UPSERT_TOOL_STATE,
     UPSERT_TRACE,
     AppendEvents,
     Barrier,
@@ -442,6 +443,13 @@ class Store:
                      (blob_id, data, self._clock()), result=blob_id)
         )
 
+    def put_tool_state(self, conversation_id: str, state: bytes) -> asyncio.Future[None]:
+        """Replace the conversation's tool state (opaque bytes; the conversation must exist)."""
+        row = (conversation_id, _require_bytes("tool state", state), self._clock())
+        return self._enqueue(
+            RowWrite(f"put tool state of {conversation_id}", Stage.CHECKPOINTS, UPSERT_TOOL_STATE, row)
+        )
+
     def record_trace(self, record: TraceRecord) -> asyncio.Future[None]:
         """Insert a trace, or update the end-of-request fields of an existing one."""
         row = (record.trace_id, record.request_id, record.conversation_id, record.route,
@@ -582,6 +590,12 @@ class Store:
             f"{_CHECKPOINT_SELECT} WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
         )
         return [_checkpoint(r) for r in rows]
+
+    async def get_tool_state(self, conversation_id: str) -> bytes | None:
+        rows = await self._read(
+            "SELECT state FROM conversation_tool_state WHERE conversation_id = ?", (conversation_id,)
+        )
+        return bytes(rows[0][0]) if rows else None
 
     async def get_blob(self, blob_id: bytes) -> bytes | None:
         """The blob's bytes, None if absent; BlobCorruptError if they do not hash to `blob_id`."""

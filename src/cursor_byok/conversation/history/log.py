@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ... import hotpath
-from ...run import Message, TextPart
+from ...run import Message, TextPart, ToolCallPart
 
 log = logging.getLogger("cursor_byok.history")
 
@@ -75,7 +75,7 @@ class ConversationHistory:
     def __init__(self, conversation_id: str, *, strict_prefix: bool | None = None) -> None:
         self.conversation_id = conversation_id
         self.entries: list[HistoryEntry] = []
-        self._ids: set[str] = set()
+        self._positions: dict[str, int] = {}  # event_id → index in entries
         self._base = 0  # index of the latest compaction entry (the projection starts there)
         self._latest_context: HistoryEntry | None = None
         self._base_context: HistoryEntry | None = None  # the request context a compaction kept
@@ -87,7 +87,19 @@ class ConversationHistory:
         return len(self.entries)
 
     def has(self, event_id: str) -> bool:
-        return event_id in self._ids
+        return event_id in self._positions
+
+    def answered(self, event_id: str) -> bool:
+        """An input (user message, injection, background completion) is answered once a final
+        assistant message (one that calls no tools) follows it. A turn that failed, was cancelled
+        or was cut by a crash after the input was stored is not answered: a retry runs it."""
+        position = self._positions.get(event_id)
+        if position is None:
+            return False
+        return any(
+            e.kind is EntryKind.ASSISTANT and not any(isinstance(p, ToolCallPart) for p in e.message.parts)
+            for e in self.entries[position + 1 :]
+        )
 
     @property
     def next_seq(self) -> int:
@@ -95,7 +107,7 @@ class ConversationHistory:
 
     def append(self, kind: EntryKind, event_id: str, message: Message, run_id: str) -> HistoryEntry | None:
         """Append one entry; None when event_id is already in the log (idempotent retry)."""
-        if event_id in self._ids:
+        if event_id in self._positions:
             return None
         entry = HistoryEntry(self.next_seq, event_id, kind, run_id, message)
         self._add(entry)
@@ -104,12 +116,12 @@ class ConversationHistory:
     def restore(self, entries: Iterable[HistoryEntry]) -> None:
         """Load persisted entries (startup / eviction reload), in seq order."""
         for entry in entries:
-            if entry.event_id not in self._ids:
+            if entry.event_id not in self._positions:
                 self._add(entry)
 
     def _add(self, entry: HistoryEntry) -> None:
+        self._positions[entry.event_id] = len(self.entries)
         self.entries.append(entry)
-        self._ids.add(entry.event_id)
         if entry.kind is EntryKind.REQUEST_CONTEXT:
             self._latest_context = entry
         elif entry.kind is EntryKind.COMPACTION:

@@ -1,0 +1,118 @@
+"""What one conversation's runtime reads from and writes to the store (none: memory only).
+
+Writes are fire-and-forget unless the caller must not go on before they are durable (the turn's
+input before the model sees it). Reads happen once per runtime life, when its history loads.
+"""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import ConnectError, agent_pb2 as pb
+from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreError
+from .active_run import ActiveRun, now_ms
+from .history import HistoryEntry, decode_entry, encode_entry
+from .identity import ParentConversationRef
+from .run_report import report_run_finished
+from .state import Outcome
+from .tool_calls import ToolState, decode_tool_state, encode_tool_state
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConversation:
+    entries: list[HistoryEntry]
+    parent: ParentConversationRef | None
+    tool_state: ToolState | None
+
+
+class ConversationRecords:
+    def __init__(self, conversation_id: str, store: Any) -> None:
+        self.conversation_id = conversation_id
+        self.store = store  # cursor_byok.store.Store, or None for a memory-only runtime
+
+    async def load(self) -> StoredConversation:
+        """Everything a runtime needs from the store; a failed read is `unavailable` (retry)."""
+        store = self.store
+        if store is None:
+            return StoredConversation([], None, None)
+        try:
+            record = await store.get_conversation(self.conversation_id)
+            rows = await store.load_events(self.conversation_id)
+            raw_tool_state = await store.get_tool_state(self.conversation_id)
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            raise ConnectError("unavailable", f"could not read this conversation's history ({exc}); try again") from exc
+        parent = None
+        if record is not None and record.parent is not None:
+            p = record.parent
+            parent = ParentConversationRef(p.parent_conversation_id, p.parent_run_id, p.parent_tool_call_id)
+        entries = []
+        for row in rows:
+            stored = decode_entry(row.payload)
+            entries.append(HistoryEntry(row.seq, row.event_id, stored.kind, row.run_id or "", stored.message))
+        tool_state = decode_tool_state(raw_tool_state) if raw_tool_state is not None else None
+        return StoredConversation(entries, parent, tool_state)
+
+    def append(self, entries: list[HistoryEntry]) -> asyncio.Future[Any] | None:
+        """Queue the entries (await the future for durability); None when there is nothing to do."""
+        if self.store is None or not entries:
+            return None
+        return self.store.append_events(self.conversation_id, [_event(e) for e in entries])
+
+    async def append_durably(self, entries: list[HistoryEntry]) -> None:
+        future = self.append(entries)
+        if future is not None:
+            await future
+
+    async def put_checkpoint(self, run: ActiveRun, state: pb.ConversationStateStructure, kind: str) -> None:
+        if self.store is not None:
+            await self.store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind=kind, run_id=run.run_id)
+
+    def put_tool_state(self, state: ToolState) -> None:
+        if self.store is not None:
+            self.store.put_tool_state(self.conversation_id, encode_tool_state(state))
+
+    def run_started(self, run: ActiveRun, parent: ParentConversationRef | None, phase: str) -> None:
+        store = self.store
+        if store is None:
+            return
+        rr = run.run_request
+        model_id = rr.requested_model.model_id or rr.model_details.model_id
+        now = now_ms()
+        store.upsert_conversation(
+            ConversationRecord(
+                conversation_id=self.conversation_id,
+                created_at_ms=now,
+                updated_at_ms=now,
+                parent=ParentRef(parent.parent_conversation_id, parent.parent_run_id, parent.parent_tool_call_id) if parent else None,
+                model_id=model_id,
+                mode=pb.AgentMode.Name(run.mode) if run.mode in pb.AgentMode.values() else str(run.mode),
+                last_cursor_run_id=run.cursor_run_id or None,
+            )
+        )
+        store.bind_request(run.request_id, self.conversation_id, run.cursor_run_id or None)
+        store.start_run(
+            RunRecord(
+                run_id=run.run_id,
+                conversation_id=self.conversation_id,
+                phase=phase,
+                started_at_ms=run.started_ms,
+                cursor_run_id=run.cursor_run_id or None,
+                request_id=run.request_id,
+            )
+        )
+
+    def run_finished(self, run: ActiveRun, outcome: Outcome, error: ConnectError | None) -> None:
+        if self.store is not None:
+            self.store.finish_run(
+                run.run_id,
+                outcome.value,
+                error_code=error.code if error else None,
+                error_message=error.message if error else None,
+            )
+        report_run_finished(self.store, self.conversation_id, run, outcome.value, error.code if error else None)
+
+
+def _event(entry: HistoryEntry) -> NewEvent:
+    return NewEvent(event_id=entry.event_id, kind=entry.kind.value, payload=encode_entry(entry.kind, entry.message), run_id=entry.run_id)

@@ -1,0 +1,57 @@
+"""Why a run failed, as the Connect error the IDE shows.
+
+Providers know nothing of Cursor: they raise a ProviderError with a provider-side kind. This is
+where that kind becomes a Connect code, so the IDE tells a bad key from a rate limit from a
+network problem. A provider's answer is never `internal`; neither is a storage fault (`unavailable`,
+naming it).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+
+from ..config import ConfigError
+from ..instance import storage_problem
+from ..protocol import ConnectError, provider_error
+from ..run import ErrorKind, ProviderError
+from ..store import StoreError
+
+log = logging.getLogger("cursor_byok.runtime")
+
+# Kinds not listed are transient or on the provider's side: `unavailable`, as Cursor's own
+# backend reports provider errors (PROTOCOL.md 2.7).
+_CONNECT_CODES: dict[ErrorKind, str] = {
+    ErrorKind.AUTH: "unauthenticated",
+    ErrorKind.PERMISSION: "permission_denied",
+    ErrorKind.MODEL_NOT_FOUND: "not_found",
+    ErrorKind.RATE_LIMIT: "resource_exhausted",
+    ErrorKind.MISMATCH: "failed_precondition",
+}
+
+
+def connect_error_for(err: ProviderError) -> ConnectError:
+    """The Connect error for a provider failure, with the one-line explanation as its message and
+    Cursor's "Provider Error" details (so the IDE shows the text, not a generic failure)."""
+    shown = provider_error(err.explain(), retryable=err.retryable)
+    return ConnectError(_CONNECT_CODES.get(err.kind, "unavailable"), shown.message, shown.details)
+
+
+def run_error(exc: BaseException) -> ConnectError:
+    """The terminal error of a run that ended with `exc`."""
+    if isinstance(exc, ConnectError):
+        return exc
+    if isinstance(exc, ProviderError):
+        return connect_error_for(exc)
+    if isinstance(exc, ConfigError):
+        return ConnectError("failed_precondition", str(exc))
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return ConnectError("deadline_exceeded", "timed out waiting for the client")
+    if isinstance(exc, (StoreError, sqlite3.Error)):  # disk full, read-only, damaged: this run fails, loudly
+        log.error("run failed: its conversation could not be saved", exc_info=exc)
+        return ConnectError("unavailable", f"cannot save the conversation: {storage_problem(exc)}")
+    log.error("run failed with an unexpected error", exc_info=exc)
+    return ConnectError("internal", f"{type(exc).__name__}: {exc}")
+
+
+__all__ = ["connect_error_for", "run_error"]

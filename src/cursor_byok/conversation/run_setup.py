@@ -1,0 +1,84 @@
+"""What a run request asks for, read once when its run starts: the model, the agent mode, the IDE's
+environment, the tool context and the compiled prompt. Pure: no awaits, no clock."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import prompting, tools
+from ..config import Config, ModelConfig
+from ..protocol import agent_pb2 as pb
+from ..run import RunSpec
+from .identity import ParentConversationRef
+
+ResolveEffort = Callable[[ModelConfig, str, list[tuple[str, str]]], str]
+
+
+def requested_model_id(rr: pb.AgentRunRequest) -> str:
+    """`requested_model.model_id` when set, else `model_details.model_id` (PROTOCOL.md 2.1)."""
+    if rr.HasField("requested_model") and rr.requested_model.model_id:
+        return rr.requested_model.model_id
+    return rr.model_details.model_id
+
+
+def cursor_run_id(rr: pb.AgentRunRequest) -> str:
+    return rr.run_id if rr.HasField("run_id") else ""
+
+
+def agent_mode(rr: pb.AgentRunRequest) -> int:
+    action = rr.action
+    if action.WhichOneof("action") == "user_message_action" and action.user_message_action.user_message.mode:
+        return action.user_message_action.user_message.mode
+    return pb.AGENT_MODE_AGENT
+
+
+def request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:
+    action = rr.action
+    kind = action.WhichOneof("action")
+    if kind == "user_message_action" and action.user_message_action.request_context.HasField("env"):
+        return action.user_message_action.request_context.env
+    if kind == "resume_action" and action.resume_action.request_context.HasField("env"):
+        return action.resume_action.request_context.env
+    return None
+
+
+def workspace_root(rr: pb.AgentRunRequest) -> str | None:
+    env = request_env(rr)
+    return env.workspace_paths[0] if env is not None and env.workspace_paths else None
+
+
+def tool_context(
+    rr: pb.AgentRunRequest, *, conversation_id: str, run_id: str, parent: ParentConversationRef | None,
+    config: Config, model: ModelConfig, mode: prompting.Mode,
+) -> tools.ToolContext:
+    env = request_env(rr)
+    return tools.ToolContext(
+        workspace_root=workspace_root(rr),
+        terminals_folder=(env.terminals_folder or None) if env is not None else None,
+        mcp_tools=tools.mcp_descriptors_from_run_request(rr),
+        conversation_id=conversation_id,
+        root_conversation_id=parent.parent_conversation_id if parent else conversation_id,
+        run_id=run_id,
+        available_models=[m.id for m in config.models],
+        default_subagent_model=model.id,
+        mode=mode.value,
+        allow_subagents=parent is None,
+    )
+
+
+def run_spec(
+    rr: pb.AgentRunRequest, model: ModelConfig, ctx: tools.ToolContext, mode: prompting.Mode, resolve_effort: ResolveEffort | None
+) -> RunSpec:
+    compiled = prompting.compile_request(
+        mode,
+        model,
+        tools.advertised_tools(ctx),
+        [d.for_prompt() for d in ctx.mcp_tools],
+        None,  # the request context lives in the history, so the system prompt stays byte-stable
+        rr.custom_system_prompt if rr.HasField("custom_system_prompt") and rr.custom_system_prompt else None,
+    )
+    effort = None
+    if resolve_effort is not None:
+        model_id = rr.requested_model.model_id if rr.HasField("requested_model") else rr.model_details.model_id
+        params = [(p.id, p.value) for p in rr.requested_model.parameters] if rr.HasField("requested_model") else []
+        effort = resolve_effort(model, model_id, params) or None
+    return RunSpec(model=model, system=compiled.system, tools=compiled.tools, effort=effort)

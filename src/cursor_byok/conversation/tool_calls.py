@@ -1,0 +1,183 @@
+"""Tool batches of the active run: exec requests out to the IDE, its results in, aborts.
+
+Data only: it reports when a batch completed and the runtime changes the phase. The conversation's
+tool state (the todo list, how much of each background shell's output the model has seen) lives
+here too, and every change is handed to `on_state` to be persisted.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from .. import tools
+from ..protocol import agent_pb2 as pb
+from ..run import Interrupted, ToolCallRequest, ToolOutcome
+from . import updates
+from .active_run import ActiveBatch, ActiveRun, PendingTool, now_ms
+
+log = logging.getLogger("cursor_byok.runtime")
+
+TOOL_RESULT_KINDS = frozenset({"exec_client_message", "exec_client_control_message", "interaction_response"})
+
+
+class ToolState(msgspec.Struct):
+    """What tools remember across runs of one conversation (persisted, survives eviction)."""
+
+    todos: list[tools.TodoEntry] = []
+    shell_output_seen: dict[str, int] = {}
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(ToolState).decode
+
+
+def encode_tool_state(state: ToolState) -> bytes:
+    return _encode(state)
+
+
+def decode_tool_state(data: bytes) -> ToolState:
+    return _decode(data)
+
+
+class ToolRounds:
+    def __init__(self, conversation_id: str, on_state: Callable[[ToolState], None]) -> None:
+        self.conversation_id = conversation_id
+        self.state = ToolState()
+        self.next_exec_id = 0  # monotonic per runtime, never reused
+        self._on_state = on_state
+
+    def start(self, run: ActiveRun, calls: list[ToolCallRequest], future: asyncio.Future[list[ToolOutcome]]) -> bool:
+        """Start a batch; True when it is already complete (tools that need no exec)."""
+        assert run.tool_ctx is not None
+        # The todo list as it is now: an earlier batch of this run may have changed it.
+        ctx = dataclasses.replace(run.tool_ctx, todos=tuple(self.state.todos), shell_output_seen=self.state.shell_output_seen)
+        batch = ActiveBatch([], future)
+        run.batch = batch
+        model_call_id = run.presenter.model_call_id
+        for call in calls:
+            batch.pending.append(PendingTool(call, tools.start_tool(call, ctx, model_call_id=model_call_id), model_call_id))
+        for pending in batch.pending:
+            pending.started_ms = now_ms()
+            if pending.execution.presentable:
+                run.send(updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
+            self._advance(run, pending, pending.execution.first())
+        return self._finish_if_done(run)
+
+    def on_client_message(self, run: ActiveRun, kind: str, msg: Any) -> bool:
+        """A result, stream control or interaction answer from the IDE; True when it completed the batch."""
+        if kind == "exec_client_message":
+            if msg.WhichOneof("message") is None:
+                return False  # an empty ExecClientMessage is not a result
+            return self._step(run, msg.id, lambda p: p.execution.on_exec_result(msg))
+        if kind == "interaction_response":
+            return self._step(run, msg.id, lambda p: p.execution.on_interaction_response(msg))
+        which = msg.WhichOneof("message")
+        if which == "stream_close":
+            exec_id = msg.stream_close.id
+            return self._step(run, exec_id, lambda p: p.execution.on_stream_close(exec_id))
+        if which == "throw":
+            exec_id = msg.throw.id
+            error = msg.throw.error or "the client reported an error"
+            return self._step(run, exec_id, lambda p: p.execution.on_throw(error, exec_id))
+        return False
+
+    def abort_pending(self, run: ActiveRun, reason: str) -> None:
+        """Abort every running exec (the IDE gets abort{id}); their calls complete as errors."""
+        batch = run.batch
+        if batch is None:
+            return
+        for pending in batch.pending:
+            if pending.outcome is None:
+                self._abort(run, pending, reason)
+        run.execs.clear()
+        run.batch = None
+        if not batch.future.done():
+            batch.future.set_exception(Interrupted([p.outcome for p in batch.pending if p.outcome is not None]))
+
+    def cancel_subagent(self, run: ActiveRun, subagent_id: str) -> bool:
+        batch = run.batch
+        if batch is None:
+            return False
+        for pending in batch.pending:
+            if pending.outcome is None and subagent_id in (pending.call.call_id, getattr(pending.execution, "subagent_id", None)):
+                self._abort(run, pending, "The sub-task was cancelled by the user.")
+        return self._finish_if_done(run)
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _abort(self, run: ActiveRun, pending: PendingTool, reason: str) -> None:
+        run.send(*(updates.exec_abort(exec_id) for exec_id in pending.exec_ids if exec_id in run.execs))
+        self._advance(run, pending, pending.execution.on_abort(reason))
+
+    def _step(self, run: ActiveRun, exec_id: int, fn: Callable[[PendingTool], Any]) -> bool:
+        pending = run.execs.get(exec_id)
+        if pending is None:
+            log.info("ignoring a result for an unknown or finished exec", extra={"conversation_id": self.conversation_id, "exec_id": exec_id})
+            return False
+        try:
+            step = fn(pending)
+        except tools.ResultKindMismatch as exc:
+            log.warning("exec result of the wrong kind ignored: %s", exc, extra={"conversation_id": self.conversation_id})
+            return False
+        self._advance(run, pending, step)
+        return self._finish_if_done(run)
+
+    def _advance(self, run: ActiveRun, pending: PendingTool, step: Any) -> None:
+        match step:
+            case tools.ExecStep():
+                exec_id = self._reserve(run, pending)
+                step.message.id = exec_id
+                if step.delay_ms > 0:  # a background-shell poll: send it later, if still wanted
+                    asyncio.get_running_loop().call_later(step.delay_ms / 1000, self._send_delayed, run, exec_id, step.message)
+                else:
+                    run.send(updates.exec_request(step.message))
+            case tools.InteractionStep():
+                step.query.id = self._reserve(run, pending)
+                run.send(updates.interaction_query(step.query))
+            case tools.Progress():
+                run.send(*(updates.interaction(u) for u in step.updates))
+            case tools.Done():
+                pending.outcome = step.outcome
+                for exec_id in pending.exec_ids:
+                    run.execs.pop(exec_id, None)
+                self._remember(pending.execution)
+                if pending.execution.presentable:
+                    update = tools.completed_update(pending.execution, completed_at_ms=now_ms(), started_at_ms=pending.started_ms)
+                    run.send(updates.interaction(update))
+
+    def _remember(self, execution: tools.ToolExecution) -> None:
+        changed = False
+        if execution.todos is not None:
+            self.state.todos = list(execution.todos)
+            changed = True
+        if execution.seen_output is not None:
+            shell_id, seen = execution.seen_output
+            self.state.shell_output_seen[shell_id] = seen
+            changed = True
+        if changed:
+            self._on_state(self.state)
+
+    def _reserve(self, run: ActiveRun, pending: PendingTool) -> int:
+        self.next_exec_id += 1
+        pending.exec_ids.append(self.next_exec_id)
+        run.execs[self.next_exec_id] = pending
+        return self.next_exec_id
+
+    @staticmethod
+    def _send_delayed(run: ActiveRun, exec_id: int, message: pb.ExecServerMessage) -> None:
+        if run.execs.get(exec_id) is not None:
+            run.send(updates.exec_request(message))
+
+    @staticmethod
+    def _finish_if_done(run: ActiveRun) -> bool:
+        batch = run.batch
+        if batch is None or not batch.done():
+            return False
+        run.batch = None
+        if not batch.future.done():
+            batch.future.set_result([p.outcome for p in batch.pending if p.outcome is not None])
+        return True
