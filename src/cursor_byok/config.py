@@ -45,6 +45,16 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # After a turn the stream stays open this long for a follow-up on the same request id.
     continuation_window_seconds: float = 2.0
     blob_ack_timeout_seconds: float = 15.0  # how long a checkpoint waits for the IDE's set_blob acks
+    # Other users of the machine: when set, every request must carry this token (README "Security").
+    auth_token: str = ""
+    auth_token_env: str = ""  # or the name of the environment variable holding it
+    body_read_timeout_seconds: float = 30.0  # a request body still incomplete then: 408, connection closed
+    header_read_timeout_seconds: float = 10.0  # a request head still incomplete then: connection closed
+    max_header_bytes: int = 64 * 1024
+    # Requests still waiting for their body or their transport (junk cannot exhaust them: the
+    # oldest is evicted first); one connection may hold at most max_pending_per_connection of them.
+    max_pending_requests: int = 1024
+    max_pending_per_connection: int = 64
 
 
 class UpstreamConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -179,10 +189,22 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
             raise ConfigError(f"{source}: models[{i}]: context_window and max_output_tokens must be > 0")
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{source}: server.port: must be between 1 and 65535")
+    _check_edge_limits(cfg.server, source)
     if not 0 <= cfg.proxy.port < 65536:
         raise ConfigError(f"{source}: proxy.port: must be between 0 and 65535")
     cfg.source = source
     return cfg
+
+
+def _check_edge_limits(server: ServerConfig, source: str) -> None:
+    if server.auth_token and server.auth_token_env:
+        raise ConfigError(f"{source}: server: set auth_token or auth_token_env, not both")
+    for key in ("body_read_timeout_seconds", "header_read_timeout_seconds"):
+        if getattr(server, key) <= 0:
+            raise ConfigError(f"{source}: server.{key}: must be > 0")
+    for key in ("max_header_bytes", "max_pending_requests", "max_pending_per_connection"):
+        if getattr(server, key) <= 0:
+            raise ConfigError(f"{source}: server.{key}: must be > 0")
 
 
 def load(path: str | Path | None = None, *, must_exist: bool = False) -> Config:
