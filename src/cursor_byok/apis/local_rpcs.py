@@ -24,7 +24,7 @@ import httpx
 
 from ..config import Config
 from .models import ModelCatalog
-from .upstream import HOP_BY_HOP, ForbiddenUpstream, Upstream, forward_headers
+from .upstream import HOP_BY_HOP, ForbiddenUpstream, MalformedTarget, Upstream, forward_headers
 
 log = logging.getLogger("cursor_byok.local_rpcs")
 
@@ -145,8 +145,8 @@ class LocalRpcs:
             return
         try:
             url = self.upstream.target_url(scope)
-        except ForbiddenUpstream:
-            await self.upstream.forward(scope, receive, send, body=body)  # answers 403
+        except (ForbiddenUpstream, MalformedTarget):
+            await self.upstream.forward(scope, receive, send, body=body)  # answers 403 / 400
             return
         fetched = await self._fetch(scope, url, body)
         if fetched is None:
@@ -170,7 +170,7 @@ class LocalRpcs:
         await _reply(send, status, merged, kept)
 
     async def _fetch(
-        self, scope: Scope, url: str, body: bytes
+        self, scope: Scope, url: httpx.URL, body: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
         """Status, headers and (decoded) body of a 2xx upstream reply; None on any failure."""
         client = self.upstream.client
