@@ -53,8 +53,24 @@ async def reply_proto(send: Send, body: bytes = b"") -> None:
     await reply(send, 200, body, PROTO_HEADERS)
 
 
-async def reply_error(send: Send, err: ConnectError) -> None:
-    await reply(send, http_status_for(err.code), error_body(err), [(b"content-type", b"application/json")])
+ERROR_HEADERS = [(b"content-type", b"application/json")]
+# A request we stopped reading mid-body leaves the connection unusable: close it after the answer.
+CLOSE_HEADERS = [*ERROR_HEADERS, (b"connection", b"close")]
+
+
+class BodyTimeout(ConnectError):
+    """A request body still incomplete after server.body_read_timeout_seconds: 408, and the
+    connection is closed (a slow client must not pin it)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__("deadline_exceeded", f"request body not received within {seconds:g}s (server.body_read_timeout_seconds)")
+
+
+async def reply_error(send: Send, err: ConnectError, status: int | None = None) -> None:
+    if isinstance(err, BodyTimeout):
+        await reply(send, 408, error_body(err), CLOSE_HEADERS)
+        return
+    await reply(send, http_status_for(err.code) if status is None else status, error_body(err), ERROR_HEADERS)
 
 
 def header(scope: Scope, name: bytes) -> str | None:
