@@ -25,6 +25,7 @@ from ..run import RunEngine, make_provider
 from .asgi import Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
+from .limits import granian_limits
 from .pending import Pending
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH, UI_PREFIX
 from .signals import drain_before_worker_stops
@@ -239,6 +240,7 @@ def serve(config: Config) -> int:
         workers=1,
         factory=True,
         log_access=False,
+        **granian_limits(config.server),
     )
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
     server.serve()

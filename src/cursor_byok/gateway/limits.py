@@ -1,0 +1,28 @@
+"""Bounds the HTTP server itself enforces, before any of our code runs: how long a request head
+may take and how large it may be (hyper also caps a head at 100 header lines, answering 431).
+Request bodies are bounded in our code (`Pending.read_body`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import ServerConfig
+
+# hyper refuses a read buffer below this.
+_MIN_HTTP1_BUFFER = 8192
+# Streams one HTTP/2 connection may open at once: the IDE keeps 16 appends in flight, plus RunSSEs.
+MAX_STREAMS_PER_CONNECTION = 64
+
+
+def granian_limits(server: ServerConfig) -> dict[str, Any]:
+    from granian.http import HTTP1Settings, HTTP2Settings
+
+    return {
+        "http1_settings": HTTP1Settings(
+            header_read_timeout=int(server.header_read_timeout_seconds * 1000),
+            max_buffer_size=max(server.max_header_bytes, _MIN_HTTP1_BUFFER),
+        ),
+        "http2_settings": HTTP2Settings(
+            max_headers_size=server.max_header_bytes,
+            max_concurrent_streams=MAX_STREAMS_PER_CONNECTION,
+        ),
+    }
