@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from .. import local_trust
 from ..config import Config, ConfigError
+from ..datadir import secure_data_dir
 from .common import CommandError, gateway_url, load_config, port_number, proxy_url
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
 
+    local_trust.auth_token(cfg)  # a missing auth_token_env variable: one line now, not a dead worker later
+    secure_data_dir(cfg.data_path)
     gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
 
     proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
@@ -70,7 +74,9 @@ def _start_proxy(cfg: Config) -> ProxyThread:
         trust = ca_trust_state(cfg.data_path)
         if trust.state is not CAState.TRUSTED:
             log.warning("local CA is %s: %s", trust.state.value, trust.detail)
-    proxy = InterceptingProxy(ca, gateway_url(cfg), cfg.proxy.host, cfg.proxy.port)
+    proxy = InterceptingProxy(
+        ca, gateway_url(cfg), cfg.proxy.host, cfg.proxy.port, gateway_headers=local_trust.proxy_headers(cfg)
+    )
     thread = ProxyThread(proxy)
     try:
         port = thread.start()
