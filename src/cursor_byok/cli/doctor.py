@@ -116,6 +116,36 @@ async def _provider_checks(cfg: Config) -> list[Check]:
         return list(await asyncio.gather(*(probe(client, m) for m in cfg.models)))
 
 
+def _security_checks(cfg: Config) -> list[Check]:
+    from .. import local_trust
+    from ..datadir import open_entries
+
+    exposed = open_entries(cfg.data_path)
+    if exposed:
+        checks = [Check("data dir", CheckStatus.WARN, entry.describe()) for entry in exposed]
+    elif cfg.data_path.is_dir():
+        checks = [Check("data dir", CheckStatus.OK, f"{cfg.data_path} is private to you")]
+    else:
+        checks = [Check("data dir", CheckStatus.INFO, f"{cfg.data_path} does not exist yet (created 0700 by `serve`)")]
+    try:
+        token = local_trust.auth_token(cfg)
+    except ConfigError as exc:
+        return [*checks, Check("auth token", CheckStatus.FAIL, str(exc))]
+    if not token:
+        checks.append(Check("auth token", CheckStatus.INFO, "not set: every local user and program can use the server (set server.auth_token_env on a shared machine)"))
+    else:
+        checks.append(
+            Check(
+                "auth token",
+                CheckStatus.OK,
+                f"required on every request ({local_trust.AUTH_TOKEN_HEADER} or authorization: Bearer); the proxy adds it; "
+                f"give the Cursor CLI the token in its endpoint: "
+                f"CURSOR_API_ENDPOINT=http://{url_host(connect_host(cfg.server.host))}:{cfg.server.port}{local_trust.TOKEN_PATH_PREFIX}<token> cursor-agent",
+            )
+        )
+    return checks
+
+
 def _port_state(host: str, port: int, health_path: str) -> tuple[bool, bool]:
     """(free, ours): can we bind it; if not, does a cursor-byok health endpoint answer there."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
@@ -207,6 +237,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks.extend(asyncio.run(_provider_checks(cfg)))
     checks.append(_ca_check(cfg))
     checks.append(_cursor_settings_check(cfg, args.settings))
+    checks.extend(_security_checks(cfg))
     checks.extend(_port_checks(cfg))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
