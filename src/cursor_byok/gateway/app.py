@@ -26,6 +26,7 @@ from .asgi import Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
 from .limits import granian_limits
+from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH, UI_PREFIX
 from .signals import drain_before_worker_stops
@@ -68,6 +69,8 @@ class Gateway:
         self._started = True
         from ..store import Store
 
+        keep_large_blocks_out_of_the_heap()
+        self._trimmer = Trimmer()
         self.store = await Store.open(self.config.database_path)
         self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
         self.provider_http = streaming_client()
@@ -130,6 +133,7 @@ class Gateway:
             self.conversations.hub.sweep()
             self.transports.expire()
             self.conversations.evict_idle(self.config.server.runtime_idle_seconds)
+            self._trimmer.maybe_trim()
 
     # -- ASGI --------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
