@@ -35,7 +35,7 @@ CASES = [
     ("truncated frame", b"\x00\x00\x00\x00\x10" + b"abc", {}, 400, "invalid_argument"),
     ("gzip flag without gzip encoding", b"\x01\x00\x00\x00\x03abc", {}, 400, "invalid_argument"),
     ("corrupt gzip", b"\x1f\x8b\x08\x00garbage", {"content-encoding": "gzip"}, 400, "invalid_argument"),
-    ("unknown content encoding", bidi("0a00"), {"content-encoding": "br"}, 501, "unimplemented"),
+    ("unknown content encoding", bidi("0a00"), {"content-encoding": "br"}, 415, "unimplemented"),
     ("first append without a model", bidi(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString().hex()), {}, 400, "invalid_argument"),
     ("one parent header alone", bidi("0a00"), {"x-parent-request-id": "p"}, 400, "invalid_argument"),
 ]

@@ -70,7 +70,11 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
     if isinstance(err, BodyTimeout):
         await reply(send, 408, error_body(err), CLOSE_HEADERS)
         return
-    await reply(send, http_status_for(err.code) if status is None else status, error_body(err), ERROR_HEADERS)
+    if status is None:
+        # Our routes are implemented; "unimplemented" here always means a content type or
+        # encoding we do not speak: 415 (RFC 9110), not a server failure.
+        status = 415 if err.code == "unimplemented" else http_status_for(err.code)
+    await reply(send, status, error_body(err), ERROR_HEADERS)
 
 
 def header(scope: Scope, name: bytes) -> str | None:
