@@ -29,7 +29,9 @@ from ..protocol import (
     SERVER_HEARTBEAT_FRAME,
     end_stream_error,
     end_stream_ok,
+    internal_error,
     model_not_found_error,
+    new_error_id,
     provider_error,
 )
 from ..run import (
@@ -1150,8 +1152,9 @@ def _as_connect_error(exc: BaseException) -> ConnectError:
         return ConnectError("failed_precondition", str(exc))
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return ConnectError("deadline_exceeded", "timed out waiting for the client")
-    log.error("run failed with an unexpected error", exc_info=exc)
-    return ConnectError("internal", f"{type(exc).__name__}: {exc}")
+    error_id = new_error_id()
+    log.error("run failed with an unexpected error", exc_info=exc, extra={"error_id": error_id})
+    return internal_error(error_id)  # the exception's text stays in the log
 
 
 def _event_record(entry: HistoryEntry) -> Any:
