@@ -8,7 +8,7 @@ import gzip
 import json
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cursor_byok.protocol import agent_pb2 as pb, aiserver_pb2
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, append_body, envelope, heartbeat_message, run_request
@@ -286,3 +286,54 @@ def connect_code(answer: Answer) -> str | None:
             return None
         return err.get("code") if err else "ok"
     return None
+
+
+def forwarded(answer: Answer, stand_in_mark: str = "x-stand-in") -> bool:
+    """An answer the upstream stand-in gave (its own errors included): the passthrough's job."""
+    return stand_in_mark in answer.headers or "BaseHTTP" in answer.headers.get("server", "")
+
+
+@dataclass
+class JunkStats:
+    sent: int = 0
+    statuses: dict[int | str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)
+    unspecific: list[tuple[str, int, bytes]] = field(default_factory=list)
+    server_errors: list[tuple[str, int, bytes]] = field(default_factory=list)
+
+    def count(self, key: int | str) -> None:
+        self.statuses[key] = self.statuses.get(key, 0) + 1
+
+
+async def pour(port: int, host: str, model: str, *, seed: int, connections: int, stop: asyncio.Event, limit: int | None = None) -> JunkStats:
+    """Junk from `connections` keep-alive connections as fast as the server answers, until `stop`
+    is set (or `limit` inputs were sent). Half the connections also send the kinds that wait."""
+    stats = JunkStats()
+
+    async def sender(n: int) -> None:
+        maker = JunkMaker(seed * 1000 + n, host, model, waiting=n % 2 == 0)
+        client = RawClient(port)
+        try:
+            while not stop.is_set() and (limit is None or stats.sent < limit):
+                junk = maker.next()
+                stats.sent += 1
+                stats.kinds[junk.kind] = stats.kinds.get(junk.kind, 0) + 1
+                try:
+                    answer = await client.send(junk)
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    stats.count("closed")  # the HTTP layer closed a connection it would not parse
+                    continue
+                if forwarded(answer):
+                    stats.count("forwarded")
+                    continue
+                stats.count(answer.status)
+                if answer.status >= 500:
+                    stats.server_errors.append((junk.kind, answer.status, answer.body[:200]))
+                elif answer.status >= 400 and connect_code(answer) in (None, "unknown", "internal"):
+                    if answer.body or answer.status not in (400, 431):  # hyper's own bare refusals are fine
+                        stats.unspecific.append((junk.kind, answer.status, answer.body[:200]))
+        finally:
+            await client.close()
+
+    await asyncio.gather(*(sender(n) for n in range(connections)))
+    return stats
