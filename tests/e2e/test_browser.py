@@ -8,8 +8,11 @@ host name): no run starts, nothing is readable.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import queue
+import signal
 import subprocess
 import threading
 import uuid
@@ -92,6 +95,13 @@ class AttackerSite:
         self.httpd.server_close()
 
 
+def stop(browser: subprocess.Popen[bytes]) -> None:
+    """The browser and every helper process it started (they share its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(browser.pid, signal.SIGKILL)
+    browser.wait(10)
+
+
 def chromium(url: str, profile: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
@@ -104,6 +114,8 @@ def chromium(url: str, profile: Path, *extra: str) -> subprocess.Popen[bytes]:
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
+            "--disable-crash-reporter",
+            "--disable-breakpad",
             f"--user-data-dir={profile}",
             f"--host-resolver-rules=MAP {ATTACKER} 127.0.0.1, MAP {REBIND} 127.0.0.1",
             *extra,
@@ -149,8 +161,7 @@ async def test_a_page_from_another_origin_starts_no_run_and_reads_nothing(server
     try:
         report = site.reports.get(timeout=60)
     finally:
-        browser.kill()
-        browser.wait(10)
+        stop(browser)
         site.close()
     assert set(report) == {"simple_post", "typeless_post", "dashboard_api", "model_list", "rebound_post"}, report
     for name in ("simple_post", "typeless_post", "rebound_post"):
@@ -172,8 +183,7 @@ def test_a_rebound_page_reads_only_the_refusal(server: ServerProcess, fakes, tmp
         try:
             out, _ = browser.communicate(timeout=60)
         finally:
-            browser.kill()
-            browser.wait(10)
+            stop(browser)
         dom = out.decode(errors="replace")
         assert "permission_denied" in dom and "another host" in dom, dom[:500]
     assert upstream.requests == []

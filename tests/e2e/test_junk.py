@@ -218,3 +218,9 @@ async def flood_run(server: ServerProcess, workspace: Path, *, seconds: float, j
     assert after <= baseline * 1.10, figures
     assert "Traceback" not in server.log()
     return figures
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1800)
+async def test_flood_soak(server: ServerProcess, workspace: Path) -> None:
+    await flood_run(server, workspace, seconds=600.0, junk_connections=12, seed=2121)
