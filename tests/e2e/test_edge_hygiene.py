@@ -89,7 +89,7 @@ async def test_bad_ids_in_later_messages_and_headers(server: ServerProcess, work
         await ide.close()
 
 
-@pytest.mark.parametrize("path", [BIDI_APPEND, RUN_SSE, "/aiserver.v1.AiService/Passthrough"])
+@pytest.mark.parametrize("path", [BIDI_APPEND, RUN_SSE, "/aiserver.v1.AiService/Passthrough", "/agent.v1.AgentService/GetUsableModels"])
 async def test_a_stalled_body_is_answered_408_and_the_connection_closed(server: ServerProcess, path: str) -> None:
     head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{server.port}\r\ncontent-type: application/proto\r\ncontent-length: 100\r\n\r\n"
     started = time.monotonic()
