@@ -2,17 +2,21 @@
 socket (for what httpx will not send), and the server's memory."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from tests.harness.server import ServerConfig, ServerProcess
+from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 PROTO = {"content-type": "application/proto"}
 CORS_PREFIX = "access-control-"
+STAND_IN_MARK = "x-stand-in"  # answers of the upstream stand-in carry this header
 
 
 @dataclass
@@ -31,6 +35,23 @@ class EdgeServerConfig(ServerConfig):
         if self.proxy_port is not None:
             text += f"\n[proxy]\nenabled = true\nport = {self.proxy_port}\n"
         return text + "\n".join(self.extra_lines)
+
+
+@contextlib.contextmanager
+def provider_and_upstream(upstream_reply: Reply | None = None) -> Iterator[tuple[FakeProviderServer, FakeProviderServer]]:
+    """A model provider that answers every turn with "fine", and an upstream stand-in."""
+    reply = upstream_reply or Reply(status=404, body=b"{}", content_type="application/json", headers={STAND_IN_MARK: "1"})
+    with FakeProviderServer() as provider, FakeProviderServer() as upstream:
+        provider.respond_with(lambda request: OPENAI_CHAT.text(["fine"]))
+        upstream.respond_with(lambda request: reply)
+        yield provider, upstream
+
+
+def edge_config(root: Path, model: str, provider: FakeProviderServer, upstream: FakeProviderServer | None = None, **kw: object) -> EdgeServerConfig:
+    """One local model on `provider`, everything else to `upstream` (nothing listens when None)."""
+    if upstream is not None:
+        kw["upstream"] = upstream.url
+    return EdgeServerConfig(data_dir=root / "data", models=[ModelSpec(id=model, provider="openai-chat", base_url=provider.url + "/v1")], **kw)  # type: ignore[arg-type]
 
 
 def assert_no_cors(response: httpx.Response) -> None:

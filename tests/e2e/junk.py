@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from cursor_byok.protocol import agent_pb2 as pb, aiserver_pb2
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, append_body, envelope, heartbeat_message, run_request
 
+from .edge_support import STAND_IN_MARK
+
 ROUTES = [
     BIDI_APPEND,
     RUN_SSE,
@@ -288,9 +290,9 @@ def connect_code(answer: Answer) -> str | None:
     return None
 
 
-def forwarded(answer: Answer, stand_in_mark: str = "x-stand-in") -> bool:
+def forwarded(answer: Answer) -> bool:
     """An answer the upstream stand-in gave (its own errors included): the passthrough's job."""
-    return stand_in_mark in answer.headers or "BaseHTTP" in answer.headers.get("server", "")
+    return STAND_IN_MARK in answer.headers or "BaseHTTP" in answer.headers.get("server", "")
 
 
 @dataclass

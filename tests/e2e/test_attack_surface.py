@@ -15,10 +15,10 @@ import pytest
 
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
-from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, run_request
+from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, append_body, envelope, run_request
 from tests.harness.server import ModelSpec, ServerProcess
 
-from .edge_support import PROTO, EdgeServerConfig, assert_no_cors, free_port, raw_http
+from .edge_support import PROTO, EdgeServerConfig, assert_no_cors, edge_config, free_port, raw_http
 
 MODEL = "byok-edge"
 USABLE_MODELS = "/agent.v1.AgentService/GetUsableModels"
@@ -51,12 +51,7 @@ def clean(provider: FakeProviderServer, upstream: FakeProviderServer) -> tuple[F
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
-    cfg = EdgeServerConfig(
-        data_dir=tmp_path_factory.mktemp("edge") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        upstream=upstream.url,
-        runsse_wait_seconds=1.0,
-    )
+    cfg = edge_config(tmp_path_factory.mktemp("edge"), MODEL, provider, upstream, runsse_wait_seconds=1.0)
     with ServerProcess(cfg, env={"CURSOR_BYOK_PROXY_SECRET": PROXY_SECRET}) as proc:
         yield proc
 
@@ -226,10 +221,11 @@ TOKEN = "edge-test-token-0123456789"
 
 @pytest.fixture(scope="module")
 def token_server(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
-    cfg = EdgeServerConfig(
-        data_dir=tmp_path_factory.mktemp("token") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        upstream=upstream.url,
+    cfg = edge_config(
+        tmp_path_factory.mktemp("token"),
+        MODEL,
+        provider,
+        upstream,
         runsse_wait_seconds=1.0,
         proxy_port=free_port(),
         extra_server={"auth_token_env": "EDGE_TEST_TOKEN"},

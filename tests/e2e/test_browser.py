@@ -26,9 +26,9 @@ import pytest
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import FakeProviderServer, Reply
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, append_body, envelope, run_request
-from tests.harness.server import ModelSpec, ServerProcess
+from tests.harness.server import ServerProcess
 
-from .edge_support import EdgeServerConfig
+from .edge_support import edge_config, provider_and_upstream
 
 CHROMIUM = Path("/usr/bin/chromium")
 MODEL = "byok-browser"
@@ -129,20 +129,13 @@ def chromium(url: str, profile: Path, *extra: str) -> subprocess.Popen[bytes]:
 
 @pytest.fixture(scope="module")
 def fakes() -> Iterator[tuple[FakeProviderServer, FakeProviderServer]]:
-    with FakeProviderServer() as provider, FakeProviderServer() as upstream:
-        upstream.respond_with(lambda request: Reply(body=b"upstream data", content_type="application/proto"))
-        yield provider, upstream
+    with provider_and_upstream(Reply(body=b"upstream data", content_type="application/proto")) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, fakes: tuple[FakeProviderServer, FakeProviderServer]) -> Iterator[ServerProcess]:
-    provider, upstream = fakes
-    cfg = EdgeServerConfig(
-        data_dir=tmp_path_factory.mktemp("browser") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        upstream=upstream.url,
-        runsse_wait_seconds=1.0,
-    )
+    cfg = edge_config(tmp_path_factory.mktemp("browser"), MODEL, *fakes, runsse_wait_seconds=1.0)
     with ServerProcess(cfg) as proc:
         yield proc
 

@@ -14,33 +14,27 @@ import httpx
 import pytest
 
 from cursor_byok.protocol import agent_pb2 as pb
-from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, append_body, envelope, heartbeat_message, run_request
-from tests.harness.server import ModelSpec, ServerProcess
+from tests.harness.server import ServerProcess
 
-from .edge_support import PROTO, EdgeServerConfig, raw_http, server_processes
+from .edge_support import PROTO, edge_config, provider_and_upstream, raw_http, server_processes
 
 MODEL = "byok-hygiene"
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as server:
-        server.respond_with(lambda request: OPENAI_CHAT.text(["fine"]))
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer) -> Iterator[ServerProcess]:
-    cfg = EdgeServerConfig(
-        data_dir=tmp_path_factory.mktemp("hygiene") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        upstream=provider.url,  # answers whatever reaches it: a stalled passthrough body never does
-        runsse_wait_seconds=1.0,
-        extra_server={"body_read_timeout_seconds": 1.0, "header_read_timeout_seconds": 1.0},
-    )
-    with ServerProcess(cfg) as proc:
-        yield proc
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with provider_and_upstream() as (provider, upstream):
+        cfg = edge_config(
+            tmp_path_factory.mktemp("hygiene"),
+            MODEL,
+            provider,
+            upstream,  # answers whatever reaches it
+            runsse_wait_seconds=1.0,
+            extra_server={"body_read_timeout_seconds": 1.0, "header_read_timeout_seconds": 1.0},
+        )
+        with ServerProcess(cfg) as proc:
+            yield proc
 
 
 def stored_conversations(server: ServerProcess) -> list[str]:
@@ -56,7 +50,7 @@ def stored_conversations(server: ServerProcess) -> list[str]:
     [("a\x00b", None), ("line\nbreak", None), ("c" * (4 << 20), None), ("ok", "r" * (1 << 20)), ("ok", "tab\there")],
     ids=["nul-conversation", "newline-conversation", "4MiB-conversation", "1MiB-request", "tab-request"],
 )
-async def test_bad_identifiers_are_refused_before_anything_is_stored(server: ServerProcess, provider: FakeProviderServer, conversation_id: str, request_id: str | None) -> None:
+async def test_bad_identifiers_are_refused_before_anything_is_stored(server: ServerProcess, conversation_id: str, request_id: str | None) -> None:
     before = stored_conversations(server)
     rid = request_id or uuid.uuid4().hex
     body = append_body(rid, 0, run_request("hi", model=MODEL, conversation_id=conversation_id))

@@ -11,36 +11,28 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
-from tests.harness.server import ModelSpec, ServerProcess
+from tests.harness.server import ServerProcess
 
-from .edge_support import EdgeServerConfig, server_processes, server_rss
+from .edge_support import edge_config, provider_and_upstream, server_processes, server_rss
 from .junk import pour
 
 MODEL = "byok-fuzz"
 
 
 @pytest.fixture(scope="module")
-def fakes() -> Iterator[tuple[FakeProviderServer, FakeProviderServer]]:
-    with FakeProviderServer() as provider, FakeProviderServer() as upstream:
-        provider.respond_with(lambda request: OPENAI_CHAT.text(["fine"]))
-        upstream.respond_with(lambda request: Reply(status=404, body=b"{}", content_type="application/json", headers={"x-stand-in": "1"}))
-        yield provider, upstream
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, fakes: tuple[FakeProviderServer, FakeProviderServer]) -> Iterator[ServerProcess]:
-    provider, upstream = fakes
-    cfg = EdgeServerConfig(
-        data_dir=tmp_path_factory.mktemp("fuzz") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        upstream=upstream.url,
-        runsse_wait_seconds=0.5,
-        output_retention_seconds=1.0,
-        extra_server={"transport_idle_seconds": 5.0, "blob_ack_timeout_seconds": 1.0},
-    )
-    with ServerProcess(cfg) as proc:
-        yield proc
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with provider_and_upstream() as (provider, upstream):
+        cfg = edge_config(
+            tmp_path_factory.mktemp("fuzz"),
+            MODEL,
+            provider,
+            upstream,
+            runsse_wait_seconds=0.5,
+            output_retention_seconds=1.0,
+            extra_server={"transport_idle_seconds": 5.0, "blob_ack_timeout_seconds": 1.0},
+        )
+        with ServerProcess(cfg) as proc:
+            yield proc
 
 
 async def fuzz(server: ServerProcess, *, seconds: float | None = None, inputs: int | None = None, connections: int = 6, seed: int = 12) -> dict[str, object]:

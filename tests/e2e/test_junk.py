@@ -12,38 +12,37 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cursor_byok.protocol import agent_pb2 as pb
-from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
-from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, append_body, envelope, heartbeat_message, run_request
-from tests.harness.server import ModelSpec, ServerProcess
+from tests.fakes import FakeProviderServer
+from tests.harness.ide import BIDI_APPEND, ScriptedIDE, append_body, heartbeat_message, run_request
+from tests.harness.server import ServerProcess
 
-from .edge_support import PROTO, EdgeServerConfig, raw_http, server_processes, server_rss
+from .edge_support import (
+    PROTO,
+    STAND_IN_MARK,
+    EdgeServerConfig,
+    edge_config,
+    provider_and_upstream,
+    raw_http,
+    server_processes,
+    server_rss,
+)
 from .junk import Junk, JunkMaker, RawClient, connect_code, pour
 
 MODEL = "byok-junk"
 PROXY_SECRET = "junk-test-proxy-secret"
-STAND_IN_MARK = "x-stand-in"  # answers the passthrough forwarded carry this header
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as server:
-        server.respond_with(lambda request: OPENAI_CHAT.text(["fine"]))
-        yield server
+def fakes() -> Iterator[tuple[FakeProviderServer, FakeProviderServer]]:
+    with provider_and_upstream() as both:
+        yield both
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as server:
-        server.respond_with(lambda request: Reply(status=404, body=b"{}", content_type="application/json", headers={STAND_IN_MARK: "1"}))
-        yield server
-
-
-def junk_config(root: Path, provider: FakeProviderServer, upstream: FakeProviderServer, **server: object) -> EdgeServerConfig:
-    return EdgeServerConfig(
-        data_dir=root / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        upstream=upstream.url,
+def junk_config(root: Path, fakes: tuple[FakeProviderServer, FakeProviderServer], **server: object) -> EdgeServerConfig:
+    return edge_config(
+        root,
+        MODEL,
+        *fakes,
         runsse_wait_seconds=1.0,
         output_retention_seconds=1.0,
         extra_server={"transport_idle_seconds": 2.0, "blob_ack_timeout_seconds": 2.0, **server},
@@ -51,8 +50,8 @@ def junk_config(root: Path, provider: FakeProviderServer, upstream: FakeProvider
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
-    cfg = junk_config(tmp_path_factory.mktemp("junk"), provider, upstream)
+def server(tmp_path_factory: pytest.TempPathFactory, fakes: tuple[FakeProviderServer, FakeProviderServer]) -> Iterator[ServerProcess]:
+    cfg = junk_config(tmp_path_factory.mktemp("junk"), fakes)
     with ServerProcess(cfg, env={"CURSOR_BYOK_PROXY_SECRET": PROXY_SECRET}) as proc:
         yield proc
 
@@ -96,13 +95,11 @@ async def send_all(
     return seen
 
 
-async def test_refused_appends_leave_nothing_behind(
-    tmp_path: Path, provider: FakeProviderServer, upstream: FakeProviderServer, workspace: Path
-) -> None:
+async def test_refused_appends_leave_nothing_behind(tmp_path: Path, fakes: tuple[FakeProviderServer, FakeProviderServer], workspace: Path) -> None:
     # 1,100 distinct request ids whose seqno-0 message is not a run request: each refused, and a
     # real IDE (which needs a transport) is not locked out by what they left behind. (Transports
     # idle for the default 15 minutes here: nothing expires during the test.)
-    cfg = junk_config(tmp_path, provider, upstream, transport_idle_seconds=900.0)
+    cfg = junk_config(tmp_path, fakes, transport_idle_seconds=900.0)
     with ServerProcess(cfg) as server:
         junk = [(BIDI_APPEND, append_body(uuid.uuid4().hex, 0, heartbeat_message()), {}) for _ in range(1100)]
         seen = await send_all(server, junk)
