@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .. import local_trust
+
 log = logging.getLogger("cursor_byok.upstream")
 
 Scope = MutableMapping[str, Any]
@@ -40,8 +42,8 @@ HOP_BY_HOP = frozenset(
         b"connect-accept-encoding",
         b"x-server-upstream-url",
         # Between our proxy and us only: never sent on to Cursor.
-        b"x-cursor-byok-proxy",
-        b"x-cursor-byok-token",
+        local_trust.PROXY_MARK_HEADER.encode(),
+        local_trust.AUTH_TOKEN_HEADER.encode(),
     }
 )
 UPSTREAM_URL_HEADER = b"x-server-upstream-url"

@@ -38,25 +38,20 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
     def no_append() -> ConnectError:
         return ConnectError("deadline_exceeded", f"no BidiAppend for request {request_id} within {wait:g}s")
 
-    def no_run() -> ConnectError:
-        return ConnectError("not_found", f"no run for request {request_id}")
-
     try:
         transport = gw.transports.get(request_id)
         if transport is None:
             async with gw.pending.slot(scope, wait, no_append):
                 transport = await gw.transports.wait_for(request_id, Waiter.RUN_SSE)
-        if transport.route is Route.LOCAL:
-            # The hub's own wait ends first; the slot only bounds how many wait at once.
-            async with gw.pending.slot(scope, wait + 1.0, no_run):
-                stream = await gw.conversations.hub.wait_for(request_id, wait)
-            if stream is None:
-                raise no_run()
     except ConnectError as err:
         await _only_terminal(send, err)
         return
     if transport.route is Route.UPSTREAM:
         await gw.upstream.forward(scope, receive, send, body=body)
+        return
+    stream = await gw.conversations.hub.wait_for(request_id, wait)  # a valid transport's run
+    if stream is None:
+        await _only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     me = asyncio.current_task()
