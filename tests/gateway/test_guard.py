@@ -58,7 +58,7 @@ def test_marked_requests_may_name_a_cursor_host_and_carry_the_upstream_url() -> 
 
 def test_origins() -> None:
     g = guard()
-    for allowed in ("vscode-file://vscode-app", "http://127.0.0.1:8787", "http://localhost:8787"):
+    for allowed in ("vscode-file://vscode-app", "vscode-webview://1a2b3c", "http://127.0.0.1:8787", "http://localhost:8787"):
         assert g.check(scope(origin=allowed), PROTO_TYPES) is None, allowed
     for foreign in ("http://evil.example", "null", "http://127.0.0.1:8788", "https://localhost:8787"):
         assert refused(g.check(scope(origin=foreign), PROTO_TYPES)) == (403, "permission_denied"), foreign

@@ -41,9 +41,10 @@ UPSTREAM_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES | GRPC_TYPES
 JSON_TYPES = frozenset({b"application/json"})
 LOCAL_RPC_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES
 
-# Electron serves the IDE's own windows from this origin; its agent traffic (extension host, CLI)
-# sends no Origin at all.
+# Electron serves the IDE's own windows from this origin and its webviews from vscode-webview://
+# origins (schemes no web page can have); its agent traffic (extension host, CLI) sends no Origin.
 IDE_ORIGINS = frozenset({b"vscode-file://vscode-app"})
+IDE_ORIGIN_SCHEMES = (b"vscode-file://", b"vscode-webview://")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _BODYLESS_METHODS = frozenset({"GET", "HEAD"})
 _MAX_LOGGED_ORIGINS = 32
@@ -119,7 +120,7 @@ class RequestGuard:
         marked = mark is not None and bool(self._secret) and hmac.compare_digest(mark, self._secret)
         if hosts != 1 or not self._host_ok(host, marked):
             return _refuse(421, "permission_denied", "request for another host refused (Host must name this server)")
-        if origin is not None and origin not in self.origins:
+        if origin is not None and origin not in self.origins and not origin.startswith(IDE_ORIGIN_SCHEMES):
             self._log_origin(origin, allowed=False)
             return _refuse(403, "permission_denied", "cross-origin request refused")
         method = scope["method"]
