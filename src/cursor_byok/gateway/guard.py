@@ -8,7 +8,8 @@ request before any routing, decoding or forwarding (the dashboard under /ui/ sit
 - Host (HTTP/2 `:authority` arrives as Host): a loopback name or address with our port, or the
   configured `server.host`; a Cursor host only on requests our own proxy forwards, which carry
   its per-process secret (`local_trust`). Else 421.
-- Origin, when sent, must be the IDE's renderer or our own origin (the dashboard). Else 403.
+- Origin, when sent, must be the IDE's own (its windows and webviews) or ours (the dashboard).
+  Else 403.
 - OPTIONS (a CORS preflight) is refused here and never forwarded; no CORS header is ever sent.
 - The optional auth token (the health probe excepted). Else 401.
 - `x-server-upstream-url` only with the proxy's mark. Else 403.
