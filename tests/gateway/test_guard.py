@@ -114,3 +114,11 @@ def test_the_token_as_a_path_prefix() -> None:
     assert g.route_path(wrong) == wrong["path"]
     assert refused(g.check(wrong, PROTO_TYPES)) == (401, "unauthenticated")
     assert guard().route_path(scope(path="/_token/abc/x")) == "/_token/abc/x"  # no token configured
+
+
+def test_on_every_interface_other_names_need_the_token() -> None:
+    lan = scope(host="192.0.2.7:8787")
+    assert refused(guard(host="0.0.0.0").check(lan, PROTO_TYPES)) == (421, "permission_denied")
+    with_token = guard(token=TOKEN, host="0.0.0.0")
+    assert with_token.check(scope(host="192.0.2.7:8787", x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
+    assert refused(with_token.check(scope(host="192.0.2.7:8787"), PROTO_TYPES)) == (401, "unauthenticated")

@@ -6,8 +6,9 @@ preflight, and a DNS-rebinding page sends its own name as Host. `RequestGuard.ch
 request before any routing, decoding or forwarding (the dashboard under /ui/ sits behind it too):
 
 - Host (HTTP/2 `:authority` arrives as Host): a loopback name or address with our port, or the
-  configured `server.host`; a Cursor host only on requests our own proxy forwards, which carry
-  its per-process secret (`local_trust`). Else 421.
+  configured `server.host` (any name when listening on all interfaces with a token required); a
+  Cursor host only on requests our own proxy forwards, which carry its per-process secret
+  (`local_trust`). Else 421.
 - Origin, when sent, must be the IDE's own (its windows and webviews) or ours (the dashboard).
   Else 403.
 - OPTIONS (a CORS preflight) is refused here and never forwarded; no CORS header is ever sent.
@@ -53,8 +54,8 @@ _MAX_LOGGED_ORIGINS = 32
 _UPSTREAM_URL = b"x-server-upstream-url"
 _PROXY_MARK = local_trust.PROXY_MARK_HEADER.encode()
 _TOKEN = local_trust.AUTH_TOKEN_HEADER.encode()
-# The headers the guard reads; every other header costs one failed set lookup.
 _TOKEN_IN_PATH = "cursor_byok.token_in_path"  # scope key set by route_path
+# The headers the guard reads; every other header costs one failed set lookup.
 _WATCHED = frozenset({b"host", b"origin", b"content-type", b"authorization", _UPSTREAM_URL, _PROXY_MARK, _TOKEN})
 
 
@@ -85,9 +86,13 @@ class RequestGuard:
         hosts: set[bytes] = set()
         for name in LOOPBACK_NAMES:
             hosts |= _authorities(name, port)
-        if config.server.host not in ("", "0.0.0.0", "::"):
+        wildcard = config.server.host in ("", "0.0.0.0", "::")
+        if not wildcard:
             hosts |= _authorities(config.server.host, port)
         self.hosts = frozenset(hosts)
+        # Listening on every interface, other machines reach us under names we cannot know; with
+        # a token required a rebinding page cannot use any of them, so any Host will do.
+        self._any_host = wildcard and bool(auth_token)
         self.origins = IDE_ORIGINS | frozenset(b"http://" + h for h in hosts)
         self._secret = proxy_secret.encode()
         self._token = auth_token.encode()
@@ -142,7 +147,7 @@ class RequestGuard:
     def _host_ok(self, host: bytes | None, marked: bool) -> bool:
         if host is None:
             return False
-        if host in self.hosts or host.lower() in self.hosts:
+        if host in self.hosts or host.lower() in self.hosts or self._any_host:
             return True
         if not marked:
             return False
