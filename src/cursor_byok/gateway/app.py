@@ -133,7 +133,8 @@ class Gateway:
             self.conversations.hub.sweep()
             self.transports.expire()
             self.conversations.evict_idle(self.config.server.runtime_idle_seconds)
-            self._trimmer.maybe_trim()
+            if not any(not stream.closed for stream in self.conversations.hub.streams()):
+                self._trimmer.maybe_trim()  # only while no run streams: the trim stalls the loop for ms
 
     # -- ASGI --------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
