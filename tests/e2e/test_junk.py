@@ -45,7 +45,9 @@ def junk_config(root: Path, fakes: tuple[FakeProviderServer, FakeProviderServer]
         *fakes,
         runsse_wait_seconds=1.0,
         output_retention_seconds=1.0,
-        extra_server={"transport_idle_seconds": 2.0, "blob_ack_timeout_seconds": 2.0, **server},
+        # Everything a finished turn keeps in memory expires within seconds here (the defaults
+        # are minutes), so "after expiry" is reachable inside a test.
+        extra_server={"transport_idle_seconds": 2.0, "runtime_idle_seconds": 3.0, "blob_ack_timeout_seconds": 2.0, **server},
     )
 
 
