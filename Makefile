@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 HOST ?=
 PORT ?=
 
+# The browser test drives Debian's headless Chromium; CI runs `make test` as root on a clean machine.
+CHROMIUM := /usr/bin/chromium
+
 .PHONY: serve test soak bench wheels clean
 
 $(BIN)/python:
@@ -17,14 +20,21 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ext/*.pyx)
 	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
 	touch $@
 
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "the browser test needs Chromium: run 'sudo apt-get install chromium' once" >&2; exit 1; \
+	fi
+
 # The intercepting proxy starts too when [proxy] is enabled or Cursor's settings point at it.
 serve: $(STAMP)
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q
 
-soak: $(STAMP)
+soak: $(STAMP) $(CHROMIUM)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
 
 bench: $(STAMP)

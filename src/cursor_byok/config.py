@@ -54,6 +54,16 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # After a turn the stream stays open this long for a follow-up on the same request id.
     continuation_window_seconds: float = 2.0
     blob_ack_timeout_seconds: float = 15.0  # how long a checkpoint waits for the IDE's set_blob acks
+    # Other users of the machine: when set, every request must carry this token (README "Security").
+    auth_token: str = ""
+    auth_token_env: str = ""  # or the name of the environment variable holding it
+    body_read_timeout_seconds: float = 30.0  # a request body still incomplete then: 408, connection closed
+    header_read_timeout_seconds: float = 10.0  # a request head still incomplete then: connection closed
+    max_header_bytes: int = 64 * 1024
+    # Requests still waiting for their body or their transport (junk cannot exhaust them: the
+    # oldest is evicted first); one connection may hold at most max_pending_per_connection of them.
+    max_pending_requests: int = 1024
+    max_pending_per_connection: int = 64
 
 
 class UpstreamConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -261,6 +271,7 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
         yield f"proxy.upstream_proxy: {problem}"
     if not 0 < cfg.server.port < 65536:
         yield "server.port: must be between 1 and 65535"
+    yield from _edge_limit_problems(cfg.server)
     if not 0 <= cfg.proxy.port < 65536:
         yield "proxy.port: must be between 0 and 65535"
     elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):
@@ -278,6 +289,16 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
         raise ConfigError(lines[0], lines)
     cfg.source = source
     return cfg
+
+
+def _edge_limit_problems(server: ServerConfig) -> Iterator[str]:
+    if server.auth_token and server.auth_token_env:
+        yield "server: set auth_token or auth_token_env, not both"
+    if server.auth_token_env and _looks_like_a_key(server.auth_token_env):  # never echoed: it is likely the token
+        yield "server.auth_token_env: this looks like a token, not the name of an environment variable"
+    for key in ("body_read_timeout_seconds", "header_read_timeout_seconds", "max_header_bytes", "max_pending_requests", "max_pending_per_connection"):
+        if getattr(server, key) <= 0:
+            yield f"server.{key}: must be > 0"
 
 
 def load(path: str | Path | None = None, *, must_exist: bool = False) -> Config:

@@ -253,3 +253,30 @@ def test_the_data_dir_lock_holder_is_shown_and_a_stale_file_is_fine(run_cli, wri
         result = run_cli("doctor", "--settings", str(tmp_path / "none.json"), "--config", str(path))
     status, detail = lines_by_name(result.out)["data dir lock"]
     assert status == "ok" and detail.startswith(f"held by cursor-byok serve (PID {os.getpid()}, listening on 127.0.0.1:8787, since ")
+
+
+def test_an_open_data_dir_is_a_warning_with_the_chmod_to_run(run_cli, write_config, tmp_path: Path):
+    path = write_config()
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    (data / "state.db").write_bytes(b"")
+    (data / "state.db").chmod(0o644)
+    result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
+    lines = [line for line in result.out.splitlines() if "data dir permissions:" in line]
+    assert lines == [
+        f"warn  data dir permissions: {data} is drwxr-xr-x (readable by other users): run `chmod 700 {data}`",
+        f"warn  data dir permissions: {data / 'state.db'} is -rw-r--r-- (readable by other users): run `chmod 600 {data / 'state.db'}`",
+    ]
+
+
+def test_the_auth_token_line_says_how_to_use_it(run_cli, write_config, monkeypatch, tmp_path: Path):
+    path = write_config(top="")
+    path.write_text(path.read_text().replace("[server]\n", '[server]\nauth_token_env = "DOCTOR_TOKEN"\n'))
+    result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
+    assert "FAIL  auth token:" in result.out and "DOCTOR_TOKEN is not set" in result.out
+    monkeypatch.setenv("DOCTOR_TOKEN", "doctor-token-0123456789")
+    result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
+    [line] = [line for line in result.out.splitlines() if "auth token:" in line]
+    assert line.startswith("ok    auth token: required on every request") and "/_token/<token> cursor-agent" in line
+    assert "doctor-token-0123456789" not in result.out  # the token itself is never printed

@@ -80,7 +80,13 @@ def test_cursor_keeps_the_corporate_proxy_for_every_host_we_do_not_serve(run_cli
             with httpx.Client(proxy=f"http://127.0.0.1:{proxy_port}", verify=verify, trust_env=False, timeout=15) as client:
                 intercepted = client.get("https://api2.cursor.sh/__byok-api__/healthz")
             # 3. the server's own requests (here: to Cursor's upstream) go through it too
-            relayed = httpx.post(f"http://127.0.0.1:{server_port}/aiserver.v1.AiService/Anything", content=b"x", timeout=15, trust_env=False)
+            relayed = httpx.post(
+                f"http://127.0.0.1:{server_port}/aiserver.v1.AiService/Anything",
+                content=b"x",
+                headers={"content-type": "application/proto"},
+                timeout=15,
+                trust_env=False,
+            )
         finally:
             child.send_signal(signal.SIGINT)
             try:

@@ -16,6 +16,9 @@ from tests.harness.server import ServerProcess
 from .conftest import MODEL
 
 
+PROTO = {"content-type": "application/proto"}
+
+
 def bidi(data: str = "", *, rid: str = "r", seqno: int = 0, binary: bytes = b"") -> bytes:
     req = aiserver_pb2.BidiAppendRequest(data=data, append_seqno=seqno, data_binary=binary)
     req.request_id.request_id = rid
@@ -32,7 +35,7 @@ CASES = [
     ("truncated frame", b"\x00\x00\x00\x00\x10" + b"abc", {}, 400, "invalid_argument"),
     ("gzip flag without gzip encoding", b"\x01\x00\x00\x00\x03abc", {}, 400, "invalid_argument"),
     ("corrupt gzip", b"\x1f\x8b\x08\x00garbage", {"content-encoding": "gzip"}, 400, "invalid_argument"),
-    ("unknown content encoding", bidi("0a00"), {"content-encoding": "br"}, 501, "unimplemented"),
+    ("unknown content encoding", bidi("0a00"), {"content-encoding": "br"}, 415, "unimplemented"),
     ("first append without a model", bidi(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString().hex()), {}, 400, "invalid_argument"),
     ("one parent header alone", bidi("0a00"), {"x-parent-request-id": "p"}, 400, "invalid_argument"),
 ]
@@ -49,7 +52,7 @@ async def test_bidi_append_bad_input(server: ServerProcess, name: str, body: byt
 
 
 async def test_runsse_bad_input(server: ServerProcess) -> None:
-    async with httpx.AsyncClient(base_url=server.base_url) as client:
+    async with httpx.AsyncClient(base_url=server.base_url, headers=PROTO) as client:
         resp = await client.post(RUN_SSE, content=b"\xff\xfe garbage")
         assert resp.status_code == 400 and resp.json()["code"] == "invalid_argument"
         resp = await client.post(RUN_SSE, content=envelope(b""))  # empty request id
@@ -64,7 +67,7 @@ async def test_gzip_encoded_append_is_accepted(server: ServerProcess, provider: 
         log = StreamLog()
         reader = asyncio.create_task(ide.stream(rid, log))
         body = gzip.compress(append_body(rid, 0, run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex)))
-        resp = await ide.client.post(BIDI_APPEND, content=body, headers={"content-encoding": "gzip"})
+        resp = await ide.client.post(BIDI_APPEND, content=body, headers={"content-encoding": "gzip", **PROTO})
         assert resp.status_code == 200, resp.text
         ide.seqnos[rid] = 1
         await asyncio.wait_for(reader, 15)
@@ -91,13 +94,13 @@ async def test_unknown_client_message_variant_is_kept_not_crashed_on(server: Ser
 
 
 async def test_body_over_the_size_limit_is_refused(server: ServerProcess) -> None:
-    async with httpx.AsyncClient(base_url=server.base_url) as client:
+    async with httpx.AsyncClient(base_url=server.base_url, headers=PROTO) as client:
         resp = await client.post(BIDI_APPEND, content=b"\x0a" * (33 * 1024 * 1024))
     assert resp.status_code == 429 and resp.json()["code"] == "resource_exhausted"
 
 
 async def test_h2c_prior_knowledge_is_served(server: ServerProcess) -> None:
-    async with httpx.AsyncClient(base_url=server.base_url, http1=False, http2=True) as client:
+    async with httpx.AsyncClient(base_url=server.base_url, http1=False, http2=True, headers=PROTO) as client:
         resp = await client.get("/__byok-api__/healthz")
         assert resp.status_code == 204 and resp.http_version == "HTTP/2"
         resp = await client.post(BIDI_APPEND, content=bidi("abc"))

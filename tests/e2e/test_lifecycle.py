@@ -59,7 +59,7 @@ async def test_cancel_in_prepare_phase(ide: ScriptedIDE, provider: FakeProviderS
     reader = asyncio.create_task(ide.stream(rid, log))
     # seqno 1 (cancel) first: it is held until seqno 0 arrives, then both reach the runtime
     # back to back, so the cancel lands while the run is still preparing.
-    async with httpx.AsyncClient(base_url=ide.base_url) as client:
+    async with httpx.AsyncClient(base_url=ide.base_url, headers={"content-type": "application/proto"}) as client:
         early = asyncio.create_task(client.post(BIDI_APPEND, content=append_body(rid, 1, cancel_message())))
         await asyncio.sleep(0.2)  # seqno 1 waits (bounded) for the route that seqno 0 sets
         msg = run_request("never modelled", model=MODEL, conversation_id=conv)

@@ -201,7 +201,7 @@ async def test_out_of_order_appends_are_delivered_once_in_order(ide: ScriptedIDE
     ide.seqnos[rid] = len(bodies) + 1  # the IDE's own later appends (blob acks) continue after these
     shuffled = bodies[1:] + [bodies[2]]  # seqno 1 (a gap) comes last; seqno 3 twice
     random.Random(7).shuffle(shuffled)
-    async with httpx.AsyncClient(base_url=ide.base_url) as client:
+    async with httpx.AsyncClient(base_url=ide.base_url, headers={"content-type": "application/proto"}) as client:
         for _, body in shuffled:
             assert (await client.post("/aiserver.v1.BidiService/BidiAppend", content=body)).status_code == 200
         await asyncio.sleep(0.3)

@@ -15,6 +15,9 @@ from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, appe
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 MODEL = "byok-local"
+PROXY_SECRET = "test-proxy-secret"
+MARKED = {"x-cursor-byok-proxy": PROXY_SECRET}  # what our intercepting proxy adds to its requests
+PROTO = {"content-type": "application/proto"}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, upstream: FakeProviderServe
         upstream=upstream.url,
         runsse_wait_seconds=2.0,
     )
-    with ServerProcess(cfg) as proc:
+    with ServerProcess(cfg, env={"CURSOR_BYOK_PROXY_SECRET": PROXY_SECRET}) as proc:
         yield proc
 
 
@@ -55,7 +58,7 @@ async def test_passthrough_is_byte_identical_and_streams_before_upstream_finishe
             "POST",
             "/aiserver.v1.AiService/SomethingStreamed?x=1",
             content=body,
-            headers={"authorization": "Bearer user-token", "x-cursor-client-version": "3.14"},
+            headers={"authorization": "Bearer user-token", "x-cursor-client-version": "3.14", "content-type": "application/connect+proto"},
         ) as resp:
             assert resp.status_code == 200
             async for chunk in resp.aiter_raw():
@@ -93,7 +96,8 @@ async def test_passthrough_never_replays_a_cookie_the_ide_did_not_send(server: S
 
 
 async def test_forged_upstream_url_is_refused(server: ServerProcess, stand_in: FakeProviderServer) -> None:
-    async with httpx.AsyncClient(base_url=server.base_url) as client:
+    # Even with the proxy's mark (as our own proxy would send it), only https Cursor hosts pass.
+    async with httpx.AsyncClient(base_url=server.base_url, headers={**PROTO, **MARKED}) as client:
         for forged in ("https://evil.example.com/x", "http://api2.cursor.sh/x", "https://cursor.sh.evil.com/x", "https://user@api2.cursor.sh/x"):
             resp = await client.post("/aiserver.v1.AiService/Anything", content=b"x", headers={"x-server-upstream-url": forged})
             assert resp.status_code == 403, forged
@@ -101,12 +105,17 @@ async def test_forged_upstream_url_is_refused(server: ServerProcess, stand_in: F
     assert stand_in.requests == []
 
 
-async def test_cursor_upstream_url_header_is_accepted(server: ServerProcess, stand_in: FakeProviderServer) -> None:
+async def test_cursor_upstream_url_header_is_accepted_from_the_proxy(server: ServerProcess, stand_in: FakeProviderServer) -> None:
     stand_in.enqueue(Reply(body=b"ok", content_type="application/proto"))
     async with httpx.AsyncClient(base_url=server.base_url) as client:
-        resp = await client.post("/aiserver.v1.AiService/Anything", content=b"x", headers={"x-server-upstream-url": "https://api3.cursor.sh/aiserver.v1.AiService/Anything"})
+        resp = await client.post(
+            "/aiserver.v1.AiService/Anything",
+            content=b"x",
+            headers={"x-server-upstream-url": "https://api3.cursor.sh/aiserver.v1.AiService/Anything", **PROTO, **MARKED},
+        )
     assert resp.status_code == 200 and resp.content == b"ok"
-    assert "x-server-upstream-url" not in stand_in.requests[0].headers
+    seen = stand_in.requests[0].headers
+    assert "x-server-upstream-url" not in seen and "x-cursor-byok-proxy" not in seen
 
 
 async def test_non_local_model_routes_the_whole_transport_upstream(server: ServerProcess, stand_in: FakeProviderServer, tmp_path: Path) -> None:

@@ -162,7 +162,7 @@ class ScriptedIDE:
         self.seqnos[request_id] = seqno + 1
         req = aiserver_pb2.BidiAppendRequest(data=raw.hex(), append_seqno=seqno)
         req.request_id.request_id = request_id
-        return await self.client.post(BIDI_APPEND, content=req.SerializeToString())
+        return await self.client.post(BIDI_APPEND, content=req.SerializeToString(), headers={"content-type": "application/proto"})
 
     async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
         """Read one RunSSE stream to its end (or until `stop` is set: a disconnect)."""

@@ -19,6 +19,8 @@ from cursor_byok.protocol import (
     agent_pb2,
     aiserver_pb2,
     connect_error_from,
+    internal_error,
+    new_error_id,
     encode_server_message,
     encode_server_messages,
     encode_unary,
@@ -117,7 +119,15 @@ def test_connect_error_from_maps_hot_path_errors() -> None:
     from google.protobuf.message import DecodeError
 
     assert connect_error_from(DecodeError("bad")).code == "invalid_argument"
-    assert connect_error_from(RuntimeError("oops")) == ConnectError("internal", "oops")
+    opaque = connect_error_from(RuntimeError("secret /home/user/.keys"))
+    assert opaque.code == "internal" and "secret" not in opaque.message and "keys" not in opaque.message
+
+
+def test_internal_errors_carry_an_id_never_the_exception_text() -> None:
+    error_id = new_error_id()
+    err = internal_error(error_id)
+    assert err.code == "internal" and error_id in err.message
+    assert new_error_id() != error_id
 
 
 def test_headers_from_mapping_and_asgi_pairs() -> None:

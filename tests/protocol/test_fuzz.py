@@ -6,10 +6,12 @@ from hypothesis import strategies as st
 
 from cursor_byok.hotpath import encode_frame
 from cursor_byok.protocol import (
+    MAX_ID_BYTES,
     ConnectError,
     StreamDecoder,
     agent_pb2,
     aiserver_pb2,
+    check_id,
     decode_bidi_append,
     parse_end_stream,
     parse_request_headers,
@@ -32,6 +34,21 @@ def test_random_bidi_append_bodies(body: bytes, enveloped: bool) -> None:
         assert append.variant == append.message.WhichOneof("message")
 
 
+BAD_ID_ENDINGS = ("contains control or unprintable characters", f"is longer than {MAX_ID_BYTES} bytes")
+
+
+@SETTINGS
+@given(st.text(max_size=300))
+def test_identifiers_are_printable_and_bounded(value: str) -> None:
+    usable = value.isprintable() and len(value.encode()) <= MAX_ID_BYTES
+    try:
+        check_id("conversation_id", value)
+    except ConnectError as err:
+        assert not usable and err.code == "invalid_argument" and err.message.endswith(BAD_ID_ENDINGS)
+    else:
+        assert usable
+
+
 @SETTINGS
 @given(st.binary(max_size=200), st.text(min_size=1, max_size=12), st.integers(0, 2**40))
 def test_any_client_bytes_in_a_valid_append(raw: bytes, request_id: str, seqno: int) -> None:
@@ -42,8 +59,12 @@ def test_any_client_bytes_in_a_valid_append(raw: bytes, request_id: str, seqno: 
         append = decode_bidi_append(body)
     except ConnectError as err:
         assert err.code == "invalid_argument"
-        assert err.message.startswith(("protobuf decode error: ", "protocol error: BidiAppend data is empty"))
+        bad_id = err.message.startswith("protocol error: ") and err.message.endswith(BAD_ID_ENDINGS)
+        assert bad_id or err.message.startswith(("protobuf decode error: ", "protocol error: BidiAppend data is empty"))
+        if err.message.startswith("protocol error: request_id"):
+            assert not request_id.isprintable()
     else:
+        assert request_id.isprintable()
         assert (append.request_id, append.append_seqno, append.raw) == (request_id, seqno, raw)
         assert append.variant == append.message.WhichOneof("message")
 

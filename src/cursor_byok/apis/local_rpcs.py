@@ -24,7 +24,7 @@ import httpx
 
 from ..config import Config
 from .models import ModelCatalog
-from .upstream import HOP_BY_HOP, ForbiddenUpstream, Upstream, forward_headers
+from .upstream import HOP_BY_HOP, ForbiddenUpstream, MalformedTarget, Upstream, forward_headers
 
 log = logging.getLogger("cursor_byok.local_rpcs")
 
@@ -81,6 +81,28 @@ class _ClientGone(Exception):
     """The IDE disconnected before its request body was complete: nobody to answer."""
 
 
+class _BodyTimeout(Exception):
+    """The request body was not complete in time."""
+
+
+def _within(receive: Receive, seconds: float) -> Receive:
+    """`receive`, bounded: the whole body must arrive within `seconds` of the first call."""
+    deadline: float | None = None
+
+    async def bounded() -> Message:
+        nonlocal deadline
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + seconds
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await receive()
+        except TimeoutError:
+            raise _BodyTimeout from None
+
+    return bounded
+
+
 class LocalRpcs:
     def __init__(
         self, config: Config, upstream: Upstream, *, catalog_timeout: float = CATALOG_TIMEOUT_SECONDS
@@ -89,6 +111,7 @@ class LocalRpcs:
         self.catalog = ModelCatalog.of(config.models)
         self.catalog_timeout = catalog_timeout
         self.max_body_bytes = config.server.max_body_bytes
+        self.body_timeout = config.server.body_read_timeout_seconds
         self._bodies: dict[Rpc, bytes] = {
             Rpc.AVAILABLE_MODELS: self.catalog.available_models,
             Rpc.USABLE_MODELS: self.catalog.usable_models,
@@ -113,9 +136,14 @@ class LocalRpcs:
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self._handle(scope, receive, send)
+            await self._handle(scope, _within(receive, self.body_timeout), send)
         except _ClientGone:
             log.debug("client left before its request was read", extra={"path": scope["path"]})
+        except _BodyTimeout:
+            # Nothing was answered yet (bodies are read first); the rest of the body never came.
+            message = f"request body not received within {self.body_timeout:g}s (server.body_read_timeout_seconds)"
+            body = json.dumps({"code": "deadline_exceeded", "message": message}).encode()
+            await _reply(send, 408, body, [(b"content-type", b"application/json"), (b"connection", b"close")])
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         rpc = self.route(scope["path"])
@@ -145,8 +173,8 @@ class LocalRpcs:
             return
         try:
             url = self.upstream.target_url(scope)
-        except ForbiddenUpstream:
-            await self.upstream.forward(scope, receive, send, body=body)  # answers 403
+        except (ForbiddenUpstream, MalformedTarget):
+            await self.upstream.forward(scope, receive, send, body=body)  # answers 403 / 400
             return
         fetched = await self._fetch(scope, url, body)
         if fetched is None:
@@ -170,7 +198,7 @@ class LocalRpcs:
         await _reply(send, status, merged, kept)
 
     async def _fetch(
-        self, scope: Scope, url: str, body: bytes
+        self, scope: Scope, url: httpx.URL, body: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
         """Status, headers and (decoded) body of a 2xx upstream reply; None on any failure."""
         client = self.upstream.client

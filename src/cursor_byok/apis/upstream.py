@@ -6,12 +6,16 @@ stripped, identity encoding is requested, the user's own auth headers pass throu
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+from .. import local_trust
 
 log = logging.getLogger("cursor_byok.upstream")
 
@@ -37,6 +41,9 @@ HOP_BY_HOP = frozenset(
         b"accept-encoding",
         b"connect-accept-encoding",
         b"x-server-upstream-url",
+        # Between our proxy and us only: never sent on to Cursor.
+        local_trust.PROXY_MARK_HEADER.encode(),
+        local_trust.AUTH_TOKEN_HEADER.encode(),
     }
 )
 UPSTREAM_URL_HEADER = b"x-server-upstream-url"
@@ -47,18 +54,28 @@ class ForbiddenUpstream(Exception):
     """An x-server-upstream-url that is not an https *.cursor.sh URL (no open proxy, no SSRF)."""
 
 
+class MalformedTarget(Exception):
+    """A request target or x-server-upstream-url that does not make a valid URL."""
+
+
 def is_cursor_host(host: str) -> bool:
     host = host.lower().rstrip(".")
     return host == "cursor.sh" or host.endswith(".cursor.sh")
 
 
 def upstream_origin(header_value: str) -> str:
-    """The https origin named by x-server-upstream-url, or ForbiddenUpstream."""
-    parts = urlsplit(header_value)
-    host = parts.hostname or ""
+    """The https origin named by x-server-upstream-url; ForbiddenUpstream for another host,
+    MalformedTarget for one that does not parse."""
+    shown = header_value[:200]
+    try:
+        parts = urlsplit(header_value)
+        host = parts.hostname or ""
+        port_number = parts.port
+    except ValueError:  # a bad IPv6 literal or port
+        raise MalformedTarget(f"x-server-upstream-url {shown!r} is not a valid URL") from None
     if parts.scheme != "https" or not is_cursor_host(host) or parts.username or parts.password:
-        raise ForbiddenUpstream(f"x-server-upstream-url {header_value!r} is not an https *.cursor.sh URL")
-    port = f":{parts.port}" if parts.port and parts.port != 443 else ""
+        raise ForbiddenUpstream(f"x-server-upstream-url {shown!r} is not an https *.cursor.sh URL")
+    port = f":{port_number}" if port_number and port_number != 443 else ""
     return f"https://{host}{port}"
 
 
@@ -72,13 +89,15 @@ def forward_headers(raw: Iterable[tuple[bytes, bytes]], content_length: int | No
 
 
 class Upstream:
-    def __init__(self, base_url: str, client: httpx.AsyncClient) -> None:
+    def __init__(self, base_url: str, client: httpx.AsyncClient, *, body_idle_seconds: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.client = client
+        self.body_idle_seconds = body_idle_seconds  # a streamed-through request body may pause this long
 
-    def target_url(self, scope: Scope) -> str:
+    def target_url(self, scope: Scope) -> httpx.URL:
         """Where this request goes. The header may pick another Cursor host only while we point at
-        the official one (a custom base_url, e.g. a test stand-in, always wins)."""
+        the official one (a custom base_url, e.g. a test stand-in, always wins). ForbiddenUpstream
+        or MalformedTarget when it cannot go anywhere."""
         origin = self.base_url
         for k, v in scope["headers"]:
             if k == UPSTREAM_URL_HEADER:
@@ -87,9 +106,14 @@ class Upstream:
                     origin = chosen
                 break
         path = scope.get("raw_path") or scope["path"].encode()
+        if not path.startswith(b"/"):
+            raise MalformedTarget(f"request target {path[:200].decode('latin-1')!r} is not an absolute path")
         query = scope.get("query_string") or b""
-        url = origin + path.decode("latin-1")
-        return url + ("?" + query.decode("latin-1") if query else "")
+        url = origin + path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        try:
+            return httpx.URL(url)
+        except (httpx.InvalidURL, ValueError):
+            raise MalformedTarget(f"request target {url[:200]!r} is not a valid URL") from None
 
     async def forward(self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None) -> None:
         """Forward one request. `body` is given when the caller already read (or rewrote) it."""
@@ -98,10 +122,13 @@ class Upstream:
         except ForbiddenUpstream as exc:
             await _plain_error(send, 403, "permission_denied", str(exc))
             return
-        content: bytes | AsyncIterator[bytes]
+        except MalformedTarget as exc:
+            await _plain_error(send, 400, "invalid_argument", str(exc))
+            return
+        content: bytes | _StreamedBody
         if body is None:
             # Streamed through unchanged, so the client's own Content-Length (if any) stays exact.
-            content = _stream_body(receive)
+            content = _StreamedBody(receive, self.body_idle_seconds)
             length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
             headers = forward_headers(scope["headers"], int(length) if length and length.isdigit() else None)
         else:
@@ -110,8 +137,14 @@ class Upstream:
         request = self.client.build_request(scope["method"], url, headers=headers, content=content)
         try:
             response = await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            log.warning("upstream request failed", extra={"url": url, "error": type(exc).__name__})
+        except Exception as exc:
+            if isinstance(content, _StreamedBody) and content.stalled:
+                message = f"request body stalled for {self.body_idle_seconds:g}s (server.body_read_timeout_seconds)"
+                await _plain_error(send, 408, "deadline_exceeded", message, close=True)
+                return
+            if not isinstance(exc, httpx.HTTPError):
+                raise
+            log.warning("upstream request failed", extra={"url": str(url), "error": type(exc).__name__})
             await _plain_error(send, 502, "unavailable", f"upstream unreachable: {type(exc).__name__}")
             return
         try:
@@ -125,33 +158,45 @@ class Upstream:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except httpx.HTTPError as exc:
             # Headers are out: all we can do is end the body; the client sees a truncated stream.
-            log.warning("upstream stream broke", extra={"url": url, "error": type(exc).__name__})
+            log.warning("upstream stream broke", extra={"url": str(url), "error": type(exc).__name__})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
 
 
-async def _stream_body(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        chunk = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
+class _BodyStalled(Exception):
+    pass
 
 
-async def _plain_error(send: Send, status: int, code: str, message: str) -> None:
-    import json
+class _StreamedBody:
+    """The client's request body as it arrives; a pause past `idle_seconds` ends the upload."""
 
+    def __init__(self, receive: Receive, idle_seconds: float) -> None:
+        self._receive = receive
+        self._idle_seconds = idle_seconds
+        self.stalled = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            try:
+                async with asyncio.timeout(self._idle_seconds):
+                    message = await self._receive()
+            except TimeoutError:
+                self.stalled = True
+                raise _BodyStalled from None
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                return
+
+
+async def _plain_error(send: Send, status: int, code: str, message: str, *, close: bool = False) -> None:
     body = json.dumps({"code": code, "message": message}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:  # the rest of the body was never read: the connection cannot carry another request
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -24,6 +24,7 @@ from .common import (
     PROXY_HEALTH_PATH,
     REQUIRE_COMPILED_ENV,
     echo,
+    gateway_url,
     key_status,
     load_config,
     proxy_url,
@@ -116,6 +117,36 @@ async def _provider_checks(cfg: Config) -> list[Check]:
 
     async with httpx.AsyncClient(timeout=PROVIDER_CHECK_TIMEOUT, follow_redirects=False) as client:
         return list(await asyncio.gather(*(probe(client, m) for m in cfg.models)))
+
+
+def _security_checks(cfg: Config) -> list[Check]:
+    from .. import local_trust
+    from ..datadir import open_entries
+
+    exposed = open_entries(cfg.data_path)
+    if exposed:
+        checks = [Check("data dir permissions", CheckStatus.WARN, entry.describe()) for entry in exposed]
+    elif cfg.data_path.is_dir():
+        checks = [Check("data dir permissions", CheckStatus.OK, f"{cfg.data_path} is private to you")]
+    else:
+        checks = [Check("data dir permissions", CheckStatus.INFO, f"{cfg.data_path} does not exist yet (created 0700 by `serve`)")]
+    try:
+        token = local_trust.auth_token(cfg)
+    except ConfigError as exc:
+        return [*checks, Check("auth token", CheckStatus.FAIL, str(exc))]
+    if not token:
+        checks.append(Check("auth token", CheckStatus.INFO, "not set: every local user and program can use the server (set server.auth_token_env on a shared machine)"))
+    else:
+        checks.append(
+            Check(
+                "auth token",
+                CheckStatus.OK,
+                f"required on every request ({local_trust.AUTH_TOKEN_HEADER} or authorization: Bearer); the proxy adds it; "
+                f"give the Cursor CLI the token in its endpoint: "
+                f"CURSOR_API_ENDPOINT={gateway_url(cfg)}{local_trust.TOKEN_PATH_PREFIX}<token> cursor-agent",
+            )
+        )
+    return checks
 
 
 def _ca_check(cfg: Config, cursor_pointed: bool) -> Check:
@@ -259,6 +290,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.append(settings_check)
     if pointed is not None:
         checks.append(_pointed_proxy_check(cfg, pointed))
+    checks.extend(_security_checks(cfg))
     checks.extend(_port_checks(cfg))
     if cfg.proxy.enabled or cursor_pointed:
         checks.append(Check("proxy chain", CheckStatus.INFO, describe_chain(cfg, corporate_proxy(cfg), os.environ)))

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from .. import local_trust
 from ..config import Config, ConfigError, config_path
+from ..datadir import secure_data_dir, use_private_umask
 from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, display_address
 from . import startup
 from .chain import corporate_proxy
@@ -42,11 +44,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
     cfg = startup.prepare(cfg, args.proxy)
 
+    local_trust.auth_token(cfg)  # a missing auth_token_env variable: one line now, not a failed start later
+    use_private_umask()  # before anything creates a file: the data dir, its lock, the database
     try:
         # First the data dir, then the port: a second server on the same data dir is named as such.
         with DataDirLock.acquire(cfg.data_path) as lock:
             lock.record(address=display_address(cfg.server.host, cfg.server.port))
-            return _serve(cfg, bind_listener(cfg.server.host, cfg.server.port), config_path(getattr(args, "config", None)))
+            listener = bind_listener(cfg.server.host, cfg.server.port)
+            secure_data_dir(cfg.data_path)  # ours now: tighten what an earlier run left open
+            return _serve(cfg, listener, config_path(getattr(args, "config", None)))
     except (DataDirError, PortUnavailable) as exc:
         raise CommandError(str(exc)) from None
 
@@ -93,7 +99,14 @@ def _start_proxy(cfg: Config) -> ProxyThread:
         trust = ca_trust_state(cfg.data_path)
         if trust.state is not CAState.TRUSTED:
             log.warning("local CA is %s: %s", trust.state.value, trust.detail)
-    proxy = InterceptingProxy(ca, gateway_url(cfg), cfg.proxy.host, cfg.proxy.port, upstream_proxy=corporate_proxy(cfg))
+    proxy = InterceptingProxy(
+        ca,
+        gateway_url(cfg),
+        cfg.proxy.host,
+        cfg.proxy.port,
+        upstream_proxy=corporate_proxy(cfg),
+        gateway_headers=local_trust.proxy_headers(cfg),
+    )
     thread = ProxyThread(proxy)
     try:
         port = thread.start()

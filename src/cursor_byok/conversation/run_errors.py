@@ -13,7 +13,7 @@ import sqlite3
 
 from ..config import ConfigError
 from ..instance import storage_problem
-from ..protocol import ConnectError, provider_error
+from ..protocol import ConnectError, internal_error, new_error_id, provider_error
 from ..run import ErrorKind, ProviderError
 from ..store import StoreError
 
@@ -50,8 +50,9 @@ def run_error(exc: BaseException) -> ConnectError:
     if isinstance(exc, (StoreError, sqlite3.Error)):  # disk full, read-only, damaged: this run fails, loudly
         log.error("run failed: its conversation could not be saved", exc_info=exc)
         return ConnectError("unavailable", f"cannot save the conversation: {storage_problem(exc)}")
-    log.error("run failed with an unexpected error", exc_info=exc)
-    return ConnectError("internal", f"{type(exc).__name__}: {exc}")
+    error_id = new_error_id()
+    log.error("run failed with an unexpected error", exc_info=exc, extra={"error_id": error_id})
+    return internal_error(error_id)  # the exception's text stays in the log
 
 
 __all__ = ["connect_error_for", "run_error"]

@@ -29,6 +29,8 @@ from ..protocol import (
     encode_server_message,
     end_stream_error,
     end_stream_ok,
+    internal_error,
+    new_error_id,
 )
 from ..run import Interrupted
 from . import actions, updates
@@ -112,9 +114,10 @@ class ConversationRuntime:
                 if self._handle(cmd):
                     return
             except Exception:  # a bug in a handler must not kill the conversation silently
-                log.exception("runtime handler failed", extra={"conversation_id": self.conversation_id})
+                error_id = new_error_id()
+                log.exception("runtime handler failed", extra={"conversation_id": self.conversation_id, "error_id": error_id})
                 if self.run is not None and self.phase is not Phase.FINALIZING:
-                    self._fail(ConnectError("internal", "internal error in the conversation runtime"))
+                    self._fail(internal_error(error_id))
 
     def _handle(self, cmd: Command) -> bool:
         match cmd:

@@ -8,18 +8,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 import httpx
 
+from .. import local_trust
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
 from ..http_client import passthrough_client, streaming_client
+from ..protocol import ConnectError, internal_error, new_error_id
 from ..run import RunEngine, make_provider
-from .asgi import Receive, Scope, Send, reply
+from .asgi import Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
-from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
+from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
+from .memory import Trimmer, keep_large_blocks_out_of_the_heap
+from .pending import Pending
+from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH, UI_PREFIX
 from .stream import handle_run_sse
 from .transport import Transports
 
@@ -33,6 +39,12 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.transports = Transports(config.server.max_transports, config.server.transport_idle_seconds)
+        self.pending = Pending(config.server.max_pending_requests, config.server.max_pending_per_connection)
+        self.guard = RequestGuard(
+            config,
+            proxy_secret=os.environ.get(local_trust.PROXY_SECRET_ENV, ""),
+            auth_token=local_trust.auth_token(config),
+        )
         self.store: Any = None
         self.http: httpx.AsyncClient | None = None  # upstream passthrough
         self.provider_http: httpx.AsyncClient | None = None
@@ -53,10 +65,14 @@ class Gateway:
         self._started = True
         from ..store import Store
 
+        keep_large_blocks_out_of_the_heap()
+        self._trimmer = Trimmer()
         self.store = await Store.open(self.config.database_path)
         self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
         self.provider_http = streaming_client()
-        self.upstream = Upstream(self.config.upstream.base_url, self.http)
+        self.upstream = Upstream(
+            self.config.upstream.base_url, self.http, body_idle_seconds=self.config.server.body_read_timeout_seconds
+        )
         self.local_rpcs = LocalRpcs(self.config, self.upstream)
         services = RuntimeServices(
             config=self.config,
@@ -118,6 +134,8 @@ class Gateway:
             self.conversations.hub.sweep()
             self.transports.expire()
             self.conversations.evict_idle(self.config.server.runtime_idle_seconds)
+            if not any(not stream.closed for stream in self.conversations.hub.streams()):
+                self._trimmer.maybe_trim()  # only while no run streams: the trim stalls the loop for ms
 
     # -- ASGI --------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -136,18 +154,38 @@ class Gateway:
             self._requests.discard(me)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
+        path = self.guard.route_path(scope)
         method = scope["method"]
-        if method == "POST" and path == BIDI_APPEND_PATH:
-            await handle_append(self, scope, receive, send)
-        elif method == "POST" and path == RUN_SSE_PATH:
-            await handle_run_sse(self, scope, receive, send)
+        local = method == "POST" and (path == BIDI_APPEND_PATH or path == RUN_SSE_PATH)
+        side_rpc = not local and self.local_rpcs.handles(path)
+        ui = path.startswith(UI_PREFIX)
+        if local:
+            types: frozenset[bytes] | None = PROTO_TYPES
         elif path in HEALTH_PATHS:
-            await reply(send, 204, b"", [])
-        elif self.local_rpcs.handles(path):
-            await self.local_rpcs.handle(scope, receive, send)
+            types = frozenset()
         else:
-            await self.upstream.forward(scope, receive, send)
+            types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
+        refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
+        if refusal is not None:
+            await reply_error(send, refusal.error, refusal.status)
+            return
+        try:
+            if local:
+                await (handle_append if path == BIDI_APPEND_PATH else handle_run_sse)(self, scope, receive, send)
+            elif path in HEALTH_PATHS:
+                await reply(send, 204, b"", [])
+            elif ui:
+                # Reserved for the dashboard: never forwarded upstream.
+                await reply_error(send, ConnectError("not_found", "no dashboard in this version"))
+            elif side_rpc:
+                await self.local_rpcs.handle(scope, receive, send)
+            else:
+                await self.upstream.forward(scope, receive, send)
+        except Exception as exc:  # noqa: BLE001 - a bug must answer an opaque error, never a traceback
+            error_id = new_error_id()
+            log.error("request failed", exc_info=exc, extra={"error_id": error_id, "path": path[:200]})
+            with contextlib.suppress(Exception):  # the response may have started already
+                await reply_error(send, internal_error(error_id))
 
 
 def create_app(config: Config) -> Gateway:

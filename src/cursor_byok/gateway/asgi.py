@@ -19,6 +19,11 @@ STREAM_HEADERS = [
 ]
 
 
+# After refusing an oversized body, up to this much more of it is read and dropped, so that a client
+# still sending gets to read the refusal (closing on it mid-upload resets the connection first).
+DISCARD_AFTER_REFUSAL = 64 * 1024 * 1024
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     """The whole request body; ConnectError resource_exhausted past `limit` (checked per chunk)."""
     chunks: list[bytes] = []
@@ -28,14 +33,28 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         if message["type"] == "http.disconnect":
             raise ConnectError("canceled", "client disconnected")
         chunk = message.get("body", b"")
+        more = message.get("more_body", False)
         if chunk:
             size += len(chunk)
             if size > limit:
+                if more:
+                    await _discard(receive, DISCARD_AFTER_REFUSAL)
                 raise ConnectError("resource_exhausted", f"request body exceeds the {limit}-byte limit")
             chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not more:
             break
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _discard(receive: Receive, budget: int) -> None:
+    """Read and drop the rest of a request body (at most `budget` bytes; nothing is kept)."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 async def reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -53,8 +72,28 @@ async def reply_proto(send: Send, body: bytes = b"") -> None:
     await reply(send, 200, body, PROTO_HEADERS)
 
 
-async def reply_error(send: Send, err: ConnectError) -> None:
-    await reply(send, http_status_for(err.code), error_body(err), [(b"content-type", b"application/json")])
+ERROR_HEADERS = [(b"content-type", b"application/json")]
+# A request we stopped reading mid-body leaves the connection unusable: close it after the answer.
+CLOSE_HEADERS = [*ERROR_HEADERS, (b"connection", b"close")]
+
+
+class BodyTimeout(ConnectError):
+    """A request body still incomplete after server.body_read_timeout_seconds: 408, and the
+    connection is closed (a slow client must not pin it)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__("deadline_exceeded", f"request body not received within {seconds:g}s (server.body_read_timeout_seconds)")
+
+
+async def reply_error(send: Send, err: ConnectError, status: int | None = None) -> None:
+    if isinstance(err, BodyTimeout):
+        await reply(send, 408, error_body(err), CLOSE_HEADERS)
+        return
+    if status is None:
+        # Our routes are implemented; "unimplemented" here always means a content type or
+        # encoding we do not speak: 415 (RFC 9110), not a server failure.
+        status = 415 if err.code == "unimplemented" else http_status_for(err.code)
+    await reply(send, status, error_body(err), ERROR_HEADERS)
 
 
 def header(scope: Scope, name: bytes) -> str | None:

@@ -1,4 +1,8 @@
-"""BidiAppend: decode, route, order by append_seqno, answer heartbeats at once, hand over to the runtime."""
+"""BidiAppend: decode, route, order by append_seqno, answer heartbeats at once, hand over to the runtime.
+
+An append is checked completely (decode, identifiers, seqno, the first-message rule, the binding)
+before a transport is created or touched: refused input allocates nothing.
+"""
 from __future__ import annotations
 
 import logging
@@ -7,9 +11,9 @@ from typing import TYPE_CHECKING
 from ..conversation import ParentConversationRef
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
-from .asgi import Receive, Scope, Send, read_body, reply_error, reply_proto
+from .asgi import Receive, Scope, Send, reply_error, reply_proto
 from .routing import route_for
-from .transport import Route, Transport
+from .transport import Route, Transport, Waiter
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -18,20 +22,15 @@ log = logging.getLogger("cursor_byok.gateway.bidi")
 
 
 async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+    server = gw.config.server
     try:
         headers = parse_request_headers(scope["headers"])
-        body = await read_body(receive, gw.config.server.max_body_bytes)
-        append = decode_bidi_append(
-            body, max_size=gw.config.server.max_frame_bytes, content_encoding=headers.content_encoding
-        )
-        transport = gw.transports.get_or_create(append.request_id)
-        if transport is None:
-            raise ConnectError("resource_exhausted", "too many open transports")
+        body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds)
+        append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
         if append.append_seqno == 0:
-            if transport.route is None:
-                transport.set_route(route_for(append.message, gw.config))
-        elif not await transport.wait_routed(gw.config.server.runsse_wait_seconds):
-            raise ConnectError("invalid_argument", "first BidiAppend message must select a model (seqno 0 never came)")
+            transport = _seqno0_transport(gw, append)
+        else:
+            transport = gw.transports.get(append.request_id) or await _wait_for_seqno0(gw, scope, append.request_id)
         if transport.route is Route.UPSTREAM:
             await gw.upstream.forward(scope, receive, send, body=body)
             return
@@ -46,6 +45,30 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
     await reply_proto(send)
 
 
+def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
+    """The transport a valid seqno-0 append opens or continues; ConnectError (nothing allocated)
+    when it does not select a model or conflicts with the request id's binding."""
+    transport = gw.transports.get(append.request_id)
+    if transport is not None and append.raw == transport.seqno0_raw:
+        return transport  # the same event again: idempotent
+    route = route_for(append.message, gw.config)
+    if (transport.route if transport is not None else route) is Route.LOCAL:
+        service = gw.conversations
+        rr = append.message.run_request
+        service.check_binding(append.request_id, service.conversation_for(rr, append.request_id))
+    return transport if transport is not None else gw.transports.create(append.request_id, route)
+
+
+async def _wait_for_seqno0(gw: Gateway, scope: Scope, request_id: str) -> Transport:
+    wait = gw.config.server.runsse_wait_seconds
+
+    def never_came() -> ConnectError:
+        return ConnectError("invalid_argument", "first BidiAppend message must select a model (seqno 0 never came)")
+
+    async with gw.pending.slot(scope, wait, never_came):
+        return await gw.transports.wait_for(request_id, Waiter.APPEND)
+
+
 def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> None:
     """Order the append and hand every deliverable message to the conversation domain."""
     service = gw.conversations
@@ -54,7 +77,6 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
             return  # the same event again: idempotent
         rr = append.message.run_request
         run_id = rr.run_id if rr.HasField("run_id") else ""
-        service.check_binding(append.request_id, service.conversation_for(rr, append.request_id))
         if not run_id or run_id == transport.cursor_run_id:
             raise ConnectError(
                 "failed_precondition", "a different seqno-0 message for the same request and run; refusing to guess"
@@ -62,7 +84,6 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
         transport.new_generation(append, run_id)
     elif append.append_seqno == 0:
         rr = append.message.run_request
-        service.check_binding(append.request_id, service.conversation_for(rr, append.request_id))
         transport.seqno0_raw = append.raw
         transport.cursor_run_id = rr.run_id if rr.HasField("run_id") else ""
     if append.variant == "client_heartbeat":

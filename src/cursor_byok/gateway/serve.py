@@ -21,6 +21,7 @@ from ..config import Config
 from ..instance import BACKLOG, DataDirError, storage_problem
 from ..store import StoreError
 from .app import DRAIN_SECONDS, Gateway, create_app
+from .limits import granian_limits
 
 log = logging.getLogger("cursor_byok.gateway")
 
@@ -116,6 +117,7 @@ def _embedded_server(app: Gateway, listener: socket.socket) -> Any:
         http=HTTPModes.auto,
         websockets=False,
         backlog=BACKLOG,
+        **granian_limits(app.config.server),
         log_level=LogLevels.warning,
         # granian's records go to our handlers (and format), not to its own stdout handler
         log_dictconfig={"loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": True}}},

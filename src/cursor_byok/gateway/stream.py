@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..conversation import ReplayUnavailable
-from ..protocol import ConnectError, agent_pb2, decode_unary, end_stream_error
-from .asgi import STREAM_HEADERS, Receive, Scope, Send, read_body, reply_error
-from .transport import Route
+from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error
+from .asgi import STREAM_HEADERS, Receive, Scope, Send, reply_error
+from .transport import Route, Waiter
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -24,27 +24,36 @@ SHUTTING_DOWN = ConnectError("unavailable", "server shutting down")
 
 
 async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+    server = gw.config.server
     try:
-        body = await read_body(receive, gw.config.server.max_body_bytes)
-        request_id = decode_unary(body, agent_pb2.BidiRequestId, max_size=gw.config.server.max_frame_bytes).request_id
+        body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds)
+        request_id = decode_unary(body, agent_pb2.BidiRequestId, max_size=server.max_frame_bytes).request_id
         if not request_id:
             raise ConnectError("invalid_argument", "protocol error: RunSSE request_id is required")
-        transport = gw.transports.get_or_create(request_id)
-        if transport is None:
-            raise ConnectError("resource_exhausted", "too many open transports")
+        check_id("request_id", request_id)
     except ConnectError as err:
         await reply_error(send, err)
         return
-    wait = gw.config.server.runsse_wait_seconds
+    wait = server.runsse_wait_seconds
     if gw.stopping:
         await _only_terminal(send, SHUTTING_DOWN)
         return
+
+    def no_append() -> ConnectError:
+        return ConnectError("deadline_exceeded", f"no BidiAppend for request {request_id} within {wait:g}s")
+
     me = asyncio.current_task()
     gw.waiting_readers.add(me)  # a stop ends the wait (the reader is cancelled) with unavailable
     try:
-        routed = await transport.wait_routed(wait)
-        local = routed and transport.route is Route.LOCAL
-        stream = await gw.conversations.hub.wait_for(request_id, wait) if local else None
+        transport = gw.transports.get(request_id)
+        if transport is None:
+            async with gw.pending.slot(scope, wait, no_append):
+                transport = await gw.transports.wait_for(request_id, Waiter.RUN_SSE)
+        local = transport.route is Route.LOCAL
+        stream = await gw.conversations.hub.wait_for(request_id, wait) if local else None  # a valid transport's run
+    except ConnectError as err:
+        await _only_terminal(send, err)
+        return
     except asyncio.CancelledError:
         if not gw.stopping:
             raise
@@ -52,9 +61,6 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         return
     finally:
         gw.waiting_readers.discard(me)
-    if not routed:
-        await _only_terminal(send, ConnectError("deadline_exceeded", f"no BidiAppend for request {request_id} within {wait:g}s"))
-        return
     if not local:
         await gw.upstream.forward(scope, receive, send, body=body)
         return

@@ -1,5 +1,10 @@
 """Transports: per request_id append ordering and the local-vs-upstream route decided at seqno 0.
 
+A transport exists only for a request id whose seqno-0 append was valid: it is created routed, by
+that append, after every check passed. Input that is refused never allocates one. An append with a
+later seqno, or a RunSSE, that arrives before seqno 0 waits for the transport (bounded per request
+id here, and overall by `Pending`) and holds nothing once its wait ends.
+
 A transport generation starts at append_seqno 0; a seqno-0 run request with a new Cursor run id on the
 same request_id starts a new generation (fresh reorder buffer). Routing and ordering only: the
 conversation runtime owns every lifecycle decision.
@@ -8,11 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 from dataclasses import dataclass, field
 
 from .. import hotpath
-from ..protocol import BidiAppend
+from ..protocol import BidiAppend, ConnectError
+
+log = logging.getLogger("cursor_byok.gateway.transport")
 
 
 class Route(str, enum.Enum):
@@ -20,12 +28,23 @@ class Route(str, enum.Enum):
     UPSTREAM = "upstream"
 
 
+class Waiter(str, enum.Enum):
+    """What waits for a transport; each kind has its own cap per request id."""
+
+    APPEND = "append"
+    RUN_SSE = "run_sse"
+
+
+# The IDE keeps up to 16 appends in flight and opens one RunSSE per request id (a reconnect may
+# briefly overlap the old one); past these caps the oldest waiter of that kind gives way.
+WAITERS_PER_REQUEST = {Waiter.APPEND: 64, Waiter.RUN_SSE: 4}
+
+
 @dataclass(eq=False)
 class Transport:
     request_id: str
+    route: Route
     window: int = 64
-    route: Route | None = None
-    routed: asyncio.Event = field(default_factory=asyncio.Event)
     buffer: hotpath.ReorderBuffer = field(init=False)
     seqno0_raw: bytes = b""
     cursor_run_id: str = ""
@@ -34,23 +53,10 @@ class Transport:
     def __post_init__(self) -> None:
         self.buffer = hotpath.ReorderBuffer(self.window)
 
-    def set_route(self, route: Route) -> None:
-        self.route = route
-        self.routed.set()
-
     def new_generation(self, append: BidiAppend, cursor_run_id: str) -> None:
         self.buffer = hotpath.ReorderBuffer(self.window)
         self.seqno0_raw = append.raw
         self.cursor_run_id = cursor_run_id
-
-    async def wait_routed(self, timeout: float) -> bool:
-        if self.route is not None:
-            return True
-        try:
-            await asyncio.wait_for(self.routed.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
 
 
 class Transports:
@@ -58,25 +64,62 @@ class Transports:
         self.max_transports = max_transports
         self.idle_seconds = idle_seconds
         self.window = window
-        self._by_request: dict[str, Transport] = {}
+        self._by_request: dict[str, Transport] = {}  # least recently seen first
+        self._waiting: dict[str, dict[Waiter, list[asyncio.Future[Transport]]]] = {}
 
     def get(self, request_id: str) -> Transport | None:
-        t = self._by_request.get(request_id)
+        t = self._by_request.pop(request_id, None)
         if t is not None:
+            self._by_request[request_id] = t  # most recently seen now
             t.last_seen = time.monotonic()
         return t
 
-    def get_or_create(self, request_id: str) -> Transport | None:
-        """None when the transport limit is reached (the caller answers resource_exhausted)."""
-        t = self.get(request_id)
-        if t is None:
-            if len(self._by_request) >= self.max_transports:
-                self.expire()
-                if len(self._by_request) >= self.max_transports:
-                    return None
-            t = Transport(request_id, self.window)
-            self._by_request[request_id] = t
+    def create(self, request_id: str, route: Route) -> Transport:
+        """A new routed transport (its seqno 0 was valid); wakes whatever waits for it. At the
+        limit the least recently seen transport gives way: a valid run is never refused."""
+        if len(self._by_request) >= self.max_transports:
+            self.expire()
+            while len(self._by_request) >= self.max_transports:
+                oldest = next(iter(self._by_request))
+                del self._by_request[oldest]
+                log.warning("transport limit reached; dropped the least recently used", extra={"request_id": oldest})
+        t = Transport(request_id, route, self.window)
+        self._by_request[request_id] = t
+        for waiters in self._waiting.pop(request_id, {}).values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(t)
         return t
+
+    async def wait_for(self, request_id: str, kind: Waiter) -> Transport:
+        """The transport once its seqno 0 arrives; the caller bounds the wait (a Pending slot)."""
+        t = self.get(request_id)
+        if t is not None:
+            return t
+        by_kind = self._waiting.setdefault(request_id, {})
+        waiters = by_kind.setdefault(kind, [])
+        if len(waiters) >= WAITERS_PER_REQUEST[kind]:
+            oldest = waiters.pop(0)
+            if not oldest.done():
+                oldest.set_exception(ConnectError("resource_exhausted", f"too many {kind.value} requests waiting for request {request_id}"))
+        fut: asyncio.Future[Transport] = asyncio.get_running_loop().create_future()
+        waiters.append(fut)
+        try:
+            return await fut
+        finally:
+            self._forget(request_id, kind, fut)
+
+    def _forget(self, request_id: str, kind: Waiter, fut: asyncio.Future[Transport]) -> None:
+        by_kind = self._waiting.get(request_id)
+        if by_kind is None:
+            return
+        waiters = by_kind.get(kind, [])
+        if fut in waiters:
+            waiters.remove(fut)
+        if not waiters:
+            by_kind.pop(kind, None)
+            if not by_kind:
+                del self._waiting[request_id]
 
     def expire(self, now: float | None = None) -> int:
         now = time.monotonic() if now is None else now
@@ -84,6 +127,11 @@ class Transports:
         for rid in stale:
             del self._by_request[rid]
         return len(stale)
+
+    @property
+    def waiting(self) -> int:
+        """Request ids something waits for (no transport yet)."""
+        return len(self._waiting)
 
     def __len__(self) -> int:
         return len(self._by_request)

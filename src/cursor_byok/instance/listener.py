@@ -11,7 +11,7 @@ import errno
 import os
 import socket
 
-BACKLOG = 1024
+BACKLOG = 2048  # room above our own pending-request cap: junk beyond it is evicted by us, not by a full accept queue
 
 
 class PortUnavailable(Exception):

@@ -17,7 +17,7 @@ import contextlib
 import ipaddress
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -155,6 +155,7 @@ class InterceptingProxy:
         upstream_tls: ssl.SSLContext | None = None,
         upstream_address: Callable[[str, int], tuple[str, int]] | None = None,
         upstream_proxy: str | None = None,
+        gateway_headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._ca = ca
         self._gateway = httpx.URL(gateway_url)
@@ -168,6 +169,9 @@ class InterceptingProxy:
         # Used only for WebSocket upgrades on intercepted hosts, which go to the real host.
         self._upstream_tls = upstream_tls
         self._upstream_address = upstream_address or (lambda host, port: (host, port))
+        # Added to every request sent to the gateway (its mark of our requests, the auth token);
+        # a client's own copies of these headers are dropped.
+        self._gateway_headers = list(gateway_headers)
         self.stats = ProxyStats()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -376,13 +380,16 @@ class InterceptingProxy:
         upstream_url: str | None,
     ) -> _Exchange:
         body = RequestBody(reader, head, self.limits.max_body_bytes)
-        drop = {"expect", UPSTREAM_URL_HEADER}
+        to_gateway = client is self._gateway_client
+        drop = {"expect", UPSTREAM_URL_HEADER, *(name for name, _ in self._gateway_headers)}
         if (head.get("expect") or "").lower() == "100-continue":
             # We stream the body on as it comes; tell the client not to wait.
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         headers = forwardable_headers(head.headers, drop)
         if upstream_url is not None:
             headers.append((UPSTREAM_URL_HEADER, upstream_url))
+        if to_gateway:
+            headers.extend(self._gateway_headers)
         # httpx.Request directly (not client.build_request): no client default headers are added.
         request = httpx.Request(head.method, url, headers=headers, content=None if body.empty else body)
         try:

@@ -33,11 +33,14 @@ from .errors import (
     error_body,
     error_details_message,
     http_status_for,
+    internal_error,
     model_not_found_error,
+    new_error_id,
     provider_error,
 )
 from .headers import RequestHeaders, parse_request_headers
 from .ids import (
+    MAX_ID_BYTES,
     AgentSessionId,
     ConversationId,
     CursorRunId,
@@ -48,6 +51,8 @@ from .ids import (
     RunId,
     ToolCallId,
     TraceId,
+    check_client_message_ids,
+    check_id,
     new_internal_run_id,
     new_trace_id,
 )
@@ -58,6 +63,7 @@ from .pb import aiserver_side_v1_pb2 as side_pb2
 __all__ = [
     "CONNECT_CODES",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "MAX_ID_BYTES",
     "ERROR_DETAILS_TYPE",
     "SERVER_HEARTBEAT_FRAME",
     "AgentSessionId",
@@ -79,6 +85,8 @@ __all__ = [
     "TraceId",
     "agent_pb2",
     "aiserver_pb2",
+    "check_client_message_ids",
+    "check_id",
     "connect_error_from",
     "decode_bidi_append",
     "decode_message",
@@ -92,7 +100,9 @@ __all__ = [
     "error_body",
     "error_details_message",
     "http_status_for",
+    "internal_error",
     "model_not_found_error",
+    "new_error_id",
     "new_internal_run_id",
     "new_trace_id",
     "parse_end_stream",

@@ -8,6 +8,7 @@ from cursor_byok.hotpath import HexDecodeError, decode_hex
 
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, decode_unary
 from .errors import ConnectError
+from .ids import check_client_message_ids, check_id
 from .pb import agent_v1_pb2, aiserver_v1_pb2
 
 __all__ = ["BidiAppend", "decode_bidi_append"]
@@ -49,7 +50,9 @@ def decode_bidi_append(
 
     The message may come as hex in `data` (either case) or as bytes in `data_binary`; both
     decode to the same BidiAppend apart from `binary`. If both are set they must agree.
-    Errors are ConnectError invalid_argument with the messages of PROTOCOL.md 2.8.
+    Errors are ConnectError invalid_argument with the messages of PROTOCOL.md 2.8; every identifier
+    the message carries is checked here (`check_client_message_ids`), once, before anyone keys
+    anything by it.
     """
     # Runs once per client message: the common case (raw, identity, hex) is kept inline.
     if content_encoding == "identity" and body and body[0] > 1 and len(body) <= max_size:
@@ -62,6 +65,7 @@ def decode_bidi_append(
     request_id = req.request_id.request_id
     if not request_id:
         raise _invalid("protocol error: BidiAppend request_id is required")
+    check_id("request_id", request_id)
     seqno = req.append_seqno
     if seqno < 0:
         raise _invalid(f"protocol error: BidiAppend append_seqno must be >= 0, got {seqno}")
@@ -85,4 +89,6 @@ def decode_bidi_append(
         message = _parse_client_message(raw)
     except DecodeError as exc:
         raise _invalid(f"protobuf decode error: {exc}") from None
-    return BidiAppend(request_id, seqno, message, raw, binary, message.WhichOneof("message"))
+    variant = message.WhichOneof("message")
+    check_client_message_ids(message, variant)
+    return BidiAppend(request_id, seqno, message, raw, binary, variant)

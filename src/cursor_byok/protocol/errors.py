@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +31,9 @@ __all__ = [
     "error_body",
     "error_details_message",
     "http_status_for",
+    "internal_error",
     "model_not_found_error",
+    "new_error_id",
     "provider_error",
 ]
 
@@ -242,16 +245,28 @@ def connect_error_from(exc: BaseException) -> ConnectError:
     """Map any exception to the ConnectError the client should see.
 
     ConnectError passes through; hot-path errors carry their own code; a protobuf decode
-    failure is invalid_argument; anything else is internal.
+    failure is invalid_argument; anything else is an opaque `internal` (see `internal_error`: a
+    caller that can log should mint the id itself and log the exception with it).
     """
     if isinstance(exc, ConnectError):
         return exc
     code = getattr(exc, "code", None)
-    if isinstance(exc, HotPathError) and isinstance(code, str) and code in CONNECT_CODES:
+    if isinstance(exc, HotPathError) and isinstance(code, str) and code in CONNECT_CODES and code != "internal":
         return ConnectError(code, str(exc))
     if isinstance(exc, DecodeError):
         return ConnectError("invalid_argument", f"protobuf decode error: {exc}")
-    return ConnectError("internal", str(exc) or type(exc).__name__)
+    return internal_error(new_error_id())
+
+
+def new_error_id() -> str:
+    """An opaque id for one unexpected failure: the client gets it, the log line carries it too."""
+    return secrets.token_hex(6)
+
+
+def internal_error(error_id: str) -> ConnectError:
+    """What a client sees of an unexpected failure: the error id, never the exception's text (paths,
+    keys, other users' data); the text stays in the server log under the same id."""
+    return ConnectError("internal", f"internal error {error_id} (the server log has the details)")
 
 
 def provider_error(message: str, *, retryable: bool = True) -> ConnectError:

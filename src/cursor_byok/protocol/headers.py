@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from .errors import ConnectError
+from .ids import check_id
 
 __all__ = ["RequestHeaders", "parse_request_headers"]
 
@@ -97,6 +98,8 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
             "invalid_argument",
             "protocol error: x-parent-request-id and x-parent-agent-tool-call-id must be sent together",
         )
+    check_id("x-parent-request-id", parent_request_id or "")
+    check_id("x-parent-agent-tool-call-id", parent_tool_call_id or "")
     return RequestHeaders(
         connect_protocol_version=found.get("connect-protocol-version"),
         timeout_ms=_timeout(found.get("connect-timeout-ms")),

@@ -6,9 +6,15 @@ conversation id belongs. Each docstring below is the identity's meaning.
 from __future__ import annotations
 
 import uuid
-from typing import NewType
+from typing import TYPE_CHECKING, NewType
+
+from .errors import ConnectError
+
+if TYPE_CHECKING:
+    from .pb import agent_v1_pb2
 
 __all__ = [
+    "MAX_ID_BYTES",
     "AgentSessionId",
     "ConversationId",
     "CursorRunId",
@@ -19,6 +25,8 @@ __all__ = [
     "RunId",
     "ToolCallId",
     "TraceId",
+    "check_client_message_ids",
+    "check_id",
     "new_internal_run_id",
     "new_trace_id",
 ]
@@ -71,3 +79,62 @@ def new_trace_id() -> TraceId:
 def new_internal_run_id() -> RunId:
     """A fresh internal run id (uuid4, canonical dashed form)."""
     return RunId(str(uuid.uuid4()))
+
+
+# Identifiers a client chooses are keys of our maps and rows: bounded, printable, one line.
+MAX_ID_BYTES = 256
+
+
+def check_id(name: str, value: str) -> None:
+    """ConnectError invalid_argument unless `value` is a usable identifier (empty passes: absent)."""
+    if len(value) <= MAX_ID_BYTES and value.isprintable() and (value.isascii() or len(value.encode()) <= MAX_ID_BYTES):
+        return
+    if len(value) > MAX_ID_BYTES or len(value.encode()) > MAX_ID_BYTES:
+        raise ConnectError("invalid_argument", f"protocol error: {name} is longer than {MAX_ID_BYTES} bytes")
+    raise ConnectError("invalid_argument", f"protocol error: {name} contains control or unprintable characters")
+
+
+def _check_user_message(prefix: str, um: agent_v1_pb2.UserMessage) -> None:
+    check_id(f"{prefix}.message_id", um.message_id)
+
+
+def _check_action(prefix: str, action: agent_v1_pb2.ConversationAction) -> None:
+    kind = action.WhichOneof("action")
+    if kind == "user_message_action":
+        uma = action.user_message_action
+        _check_user_message(f"{prefix}.user_message", uma.user_message)
+        for um in uma.prepend_user_messages:
+            _check_user_message(f"{prefix}.prepend_user_messages", um)
+    elif kind == "inject_context_action":
+        ica = action.inject_context_action
+        check_id(f"{prefix}.injection_id", ica.injection_id)
+        check_id(f"{prefix}.expected_run_id", ica.expected_run_id)
+        if ica.HasField("user_context"):
+            _check_user_message(f"{prefix}.user_context.user_message", ica.user_context.user_message)
+    elif kind == "cancel_subagent_action":
+        check_id(f"{prefix}.subagent_id", action.cancel_subagent_action.subagent_id)
+    elif kind == "background_shell_action":
+        check_id(f"{prefix}.tool_call_id", action.background_shell_action.tool_call_id)
+    elif kind == "background_subagent_action":
+        check_id(f"{prefix}.tool_call_id", action.background_subagent_action.tool_call_id)
+    elif kind == "async_ask_question_completion_action":
+        check_id(f"{prefix}.original_tool_call_id", action.async_ask_question_completion_action.original_tool_call_id)
+    elif kind == "background_task_completion_action":
+        for c in action.background_task_completion_action.completions:
+            check_id(f"{prefix}.task_id", c.task_id)
+            check_id(f"{prefix}.subagent_id", c.subagent_id)
+            check_id(f"{prefix}.tool_call_id", c.tool_call_id)
+
+
+def check_client_message_ids(message: agent_v1_pb2.AgentClientMessage, variant: str | None) -> None:
+    """Check every identifier of a client message that the server keys anything by, once, at the
+    edge: ConnectError invalid_argument names the first bad one. `variant` is the set oneof."""
+    if variant == "run_request":
+        rr = message.run_request
+        check_id("conversation_id", rr.conversation_id)
+        check_id("run_id", rr.run_id)
+        _check_action("action", rr.action)
+    elif variant == "conversation_action":
+        _check_action("conversation_action", message.conversation_action)
+    elif variant == "exec_client_message":
+        check_id("exec_client_message.exec_id", message.exec_client_message.exec_id)

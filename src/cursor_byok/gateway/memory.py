@@ -1,0 +1,68 @@
+"""Give memory back after a burst (glibc only; a no-op elsewhere).
+
+Request bodies and ids of a few MiB are freed as soon as they are refused, but glibc's malloc
+keeps freed heap pages and, after the first large free, serves later large blocks from the heap
+instead of mmap. RSS then stays at its peak long after junk stopped. A fixed mmap threshold keeps
+large blocks out of the heap (each is returned on free), and a trim after the periodic sweep
+returns the heap's free pages. The trim walks the heap (a few ms), so it runs only when resident
+memory grew since the last one.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+log = logging.getLogger("cursor_byok.gateway.memory")
+
+_M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
+MMAP_THRESHOLD = 256 * 1024
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt  # noqa: B018 - glibc only
+        libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _libc()
+
+
+def keep_large_blocks_out_of_the_heap() -> None:
+    if _LIBC is not None and not _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD):
+        log.debug("mallopt(M_MMAP_THRESHOLD) refused")
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Trimmer:
+    """`maybe_trim()` after each sweep: trims when RSS grew by more than `slack` since the last time."""
+
+    def __init__(self, slack: int = 8 * 1024 * 1024) -> None:
+        self.slack = slack
+        self.enabled = _LIBC is not None and os.path.exists("/proc/self/statm")
+        self._settled = _resident_bytes() if self.enabled else 0
+        self.trims = 0
+
+    def maybe_trim(self) -> None:
+        if not self.enabled:
+            return
+        rss = _resident_bytes()
+        if rss - self._settled > self.slack:
+            assert _LIBC is not None
+            _LIBC.malloc_trim(0)
+            self.trims += 1
+            self._settled = _resident_bytes()
+        elif rss < self._settled:
+            self._settled = rss

@@ -1,0 +1,124 @@
+"""RequestGuard as a pure function of a request's scope (the e2e tests cover it on the wire)."""
+from __future__ import annotations
+
+import pytest
+
+from cursor_byok.config import parse
+from cursor_byok.gateway.guard import PROTO_TYPES, RequestGuard
+
+SECRET = "s3cret-mark"
+TOKEN = "token-0123456789abcdef"
+
+
+def guard(token: str = "", host: str = "127.0.0.1") -> RequestGuard:
+    return RequestGuard(parse({"server": {"host": host, "port": 8787}}), proxy_secret=SECRET, auth_token=token)
+
+
+def scope(method: str = "POST", path: str = "/x", **headers: str) -> dict[str, object]:
+    pairs = [(b"host", b"127.0.0.1:8787"), (b"content-type", b"application/proto")]
+    for name, value in headers.items():
+        key = name.replace("_", "-").encode()
+        pairs = [(k, v) for k, v in pairs if k != key]
+        if value is not None:
+            pairs.append((key, value.encode()))
+    return {"method": method, "path": path, "raw_path": path.encode(), "headers": pairs}
+
+
+def refused(result: object) -> tuple[int, str] | None:
+    return None if result is None else (result.status, result.error.code)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8787", "localhost:8787", "LOCALHOST:8787", "[::1]:8787"])
+def test_loopback_hosts_with_our_port_pass(host: str) -> None:
+    assert guard().check(scope(host=host), PROTO_TYPES) is None
+
+
+@pytest.mark.parametrize("host", ["evil.example", "127.0.0.1:80", "127.0.0.1", "", "api2.cursor.sh", "127.0.0.1:8787.evil"])
+def test_other_hosts_are_421(host: str) -> None:
+    assert refused(guard().check(scope(host=host), PROTO_TYPES)) == (421, "permission_denied")
+
+
+def test_two_host_headers_are_421() -> None:
+    s = scope()
+    s["headers"].append((b"host", b"evil.example"))  # type: ignore[attr-defined]
+    assert refused(guard().check(s, PROTO_TYPES)) == (421, "permission_denied")
+
+
+def test_a_configured_host_passes() -> None:
+    assert guard(host="myhost.lan").check(scope(host="myhost.lan:8787"), PROTO_TYPES) is None
+
+
+def test_marked_requests_may_name_a_cursor_host_and_carry_the_upstream_url() -> None:
+    marked = scope(host="api2.cursor.sh", x_cursor_byok_proxy=SECRET, x_server_upstream_url="https://api2.cursor.sh/x")
+    assert guard().check(marked, None) is None
+    forged = scope(x_cursor_byok_proxy="nope", x_server_upstream_url="https://api2.cursor.sh/x")
+    assert refused(guard().check(forged, None)) == (403, "permission_denied")
+    assert refused(guard().check(scope(host="api2.cursor.sh:443", x_cursor_byok_proxy="nope"), None)) == (421, "permission_denied")
+
+
+def test_origins() -> None:
+    g = guard()
+    for allowed in ("vscode-file://vscode-app", "vscode-webview://1a2b3c", "http://127.0.0.1:8787", "http://localhost:8787"):
+        assert g.check(scope(origin=allowed), PROTO_TYPES) is None, allowed
+    for foreign in ("http://evil.example", "null", "http://127.0.0.1:8788", "https://localhost:8787"):
+        assert refused(g.check(scope(origin=foreign), PROTO_TYPES)) == (403, "permission_denied"), foreign
+
+
+def test_options_is_refused() -> None:
+    assert refused(guard().check(scope(method="OPTIONS"), None)) == (405, "unimplemented")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "ok"),
+    [("application/proto", True), ("application/connect+proto", True), ("Application/Proto; charset=x", True),
+     ("application/json", False), ("text/plain", False), (None, False), ("application/x-www-form-urlencoded", False)],
+)
+def test_local_routes_take_only_their_content_types(content_type: str | None, ok: bool) -> None:
+    result = guard().check(scope(content_type=content_type), PROTO_TYPES)
+    assert (result is None) is ok
+    if not ok:
+        assert refused(result) == (415, "unimplemented")
+
+
+def test_the_passthrough_takes_connect_and_grpc_types_and_bodiless_gets() -> None:
+    g = guard()
+    for content_type in ("application/json", "application/connect+json", "application/grpc-web+proto"):
+        assert g.check(scope(content_type=content_type), None) is None
+    assert refused(g.check(scope(content_type="text/plain"), None)) == (415, "unimplemented")
+    assert g.check(scope(method="GET", content_type=None), None) is None
+    # the IDE's own requests through our proxy keep whatever type they use
+    assert g.check(scope(content_type="text/plain", x_cursor_byok_proxy=SECRET), None) is None
+
+
+def test_the_auth_token() -> None:
+    g = guard(token=TOKEN)
+    assert refused(g.check(scope(), PROTO_TYPES)) == (401, "unauthenticated")
+    assert refused(g.check(scope(x_cursor_byok_token=TOKEN + "x"), PROTO_TYPES)) == (401, "unauthenticated")
+    assert g.check(scope(x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
+    assert g.check(scope(), PROTO_TYPES, needs_token=False) is None  # the health probe
+    bearer = scope(authorization=f"Bearer {TOKEN}")
+    assert g.check(bearer, PROTO_TYPES) is None
+    assert all(k != b"authorization" for k, _ in bearer["headers"])  # type: ignore[attr-defined]
+    cursor_auth = scope(authorization="Bearer cursor-session", x_cursor_byok_token=TOKEN)
+    assert g.check(cursor_auth, None) is None
+    assert (b"authorization", b"Bearer cursor-session") in cursor_auth["headers"]  # type: ignore[operator]
+
+
+def test_the_token_as_a_path_prefix() -> None:
+    g = guard(token=TOKEN)
+    s = scope(path=f"/_token/{TOKEN}/agent.v1.AgentService/RunSSE")
+    assert g.route_path(s) == "/agent.v1.AgentService/RunSSE"
+    assert s["raw_path"] == b"/agent.v1.AgentService/RunSSE"
+    assert g.check(s, PROTO_TYPES) is None
+    wrong = scope(path=f"/_token/{TOKEN}x/agent.v1.AgentService/RunSSE")
+    assert g.route_path(wrong) == wrong["path"]
+    assert refused(g.check(wrong, PROTO_TYPES)) == (401, "unauthenticated")
+    assert guard().route_path(scope(path="/_token/abc/x")) == "/_token/abc/x"  # no token configured
+
+
+def test_on_every_interface_other_names_need_the_token() -> None:
+    lan = scope(host="192.0.2.7:8787")
+    assert refused(guard(host="0.0.0.0").check(lan, PROTO_TYPES)) == (421, "permission_denied")
+    with_token = guard(token=TOKEN, host="0.0.0.0")
+    assert with_token.check(scope(host="192.0.2.7:8787", x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
+    assert refused(with_token.check(scope(host="192.0.2.7:8787"), PROTO_TYPES)) == (401, "unauthenticated")

@@ -1,0 +1,109 @@
+"""Pending slots and transport waiters: bounded, oldest evicted first, nothing left behind."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cursor_byok.gateway.pending import Pending
+from cursor_byok.gateway.transport import WAITERS_PER_REQUEST, Route, Transports, Waiter
+from cursor_byok.protocol import ConnectError
+
+
+def scope(port: int) -> dict[str, object]:
+    return {"client": ("127.0.0.1", port)}
+
+
+def timed_out() -> ConnectError:
+    return ConnectError("deadline_exceeded", "waited too long")
+
+
+async def hold(pending: Pending, port: int, seconds: float = 10.0) -> None:
+    async with pending.slot(scope(port), seconds, timed_out):
+        await asyncio.sleep(seconds * 2)
+
+
+async def test_a_slot_times_out_with_its_own_error_and_is_released() -> None:
+    pending = Pending(max_total=4, per_connection=4)
+    with pytest.raises(ConnectError) as caught:
+        await hold(pending, 1, seconds=0.01)
+    assert caught.value.code == "deadline_exceeded"
+    assert len(pending) == 0
+
+
+async def test_the_oldest_is_evicted_when_full_and_a_new_one_gets_in() -> None:
+    pending = Pending(max_total=3, per_connection=10)
+    tasks = [asyncio.create_task(hold(pending, port)) for port in range(3)]
+    await asyncio.sleep(0)
+    newest = asyncio.create_task(hold(pending, 99, seconds=0.05))
+    with pytest.raises(ConnectError) as caught:
+        await tasks[0]
+    assert caught.value.code == "resource_exhausted"
+    assert not tasks[1].done() and not tasks[2].done()
+    with pytest.raises(ConnectError):
+        await newest  # its own deadline, not an eviction
+    for t in tasks[1:]:
+        t.cancel()
+    await asyncio.gather(*tasks[1:], return_exceptions=True)
+    assert len(pending) == 0 and pending.evictions == 1
+
+
+async def test_one_connection_holds_at_most_its_share() -> None:
+    pending = Pending(max_total=100, per_connection=2)
+    tasks = [asyncio.create_task(hold(pending, 1)) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(ConnectError) as caught:
+        await hold(pending, 1)
+    assert caught.value.code == "resource_exhausted"
+    other = asyncio.create_task(hold(pending, 2))
+    await asyncio.sleep(0)
+    assert not other.done()
+    for t in (*tasks, other):
+        t.cancel()
+    await asyncio.gather(*tasks, other, return_exceptions=True)
+    assert len(pending) == 0
+
+
+async def test_an_unrelated_timeout_inside_a_slot_is_not_taken_for_ours() -> None:
+    pending = Pending(max_total=4, per_connection=4)
+    with pytest.raises(TimeoutError):
+        async with pending.slot(scope(1), 10.0, timed_out):
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(1)
+    assert len(pending) == 0
+
+
+async def test_waiters_get_the_transport_and_leave_nothing_when_it_never_comes() -> None:
+    transports = Transports(max_transports=8, idle_seconds=60)
+    waiter = asyncio.create_task(transports.wait_for("r1", Waiter.APPEND))
+    await asyncio.sleep(0)
+    created = transports.create("r1", Route.LOCAL)
+    assert await waiter is created
+    lonely = asyncio.create_task(transports.wait_for("nobody", Waiter.RUN_SSE))
+    await asyncio.sleep(0)
+    assert transports.waiting == 1
+    lonely.cancel()
+    await asyncio.gather(lonely, return_exceptions=True)
+    assert transports.waiting == 0
+
+
+async def test_waiters_per_request_id_are_capped_oldest_first() -> None:
+    transports = Transports(max_transports=8, idle_seconds=60)
+    cap = WAITERS_PER_REQUEST[Waiter.RUN_SSE]
+    waiters = [asyncio.create_task(transports.wait_for("r", Waiter.RUN_SSE)) for _ in range(cap + 1)]
+    await asyncio.sleep(0)
+    with pytest.raises(ConnectError) as caught:
+        await waiters[0]
+    assert caught.value.code == "resource_exhausted"
+    t = transports.create("r", Route.UPSTREAM)
+    assert all([await w for w in waiters[1:]]) and all(w.result() is t for w in waiters[1:])
+    assert transports.waiting == 0
+
+
+def test_at_the_limit_the_least_recently_seen_transport_gives_way() -> None:
+    transports = Transports(max_transports=2, idle_seconds=60)
+    transports.create("a", Route.LOCAL)
+    transports.create("b", Route.LOCAL)
+    transports.get("a")  # a is fresher than b now
+    transports.create("c", Route.LOCAL)
+    assert transports.get("b") is None and transports.get("a") is not None and transports.get("c") is not None
