@@ -9,10 +9,12 @@ One run, one command, every figure next to its floor:
   persistence, no prompt work); **direct**: the benchmark itself POSTing that prebuilt request to the
   provider. All three talk to `benchmarks/support/stamp_provider.py`, which stamps the moment it has
   a whole request (CLOCK_MONOTONIC) and sends the stamp back as the first text chunk.
-- Every turn's user message is 2,000 words; a conversation takes several turns in a row, so later
-  turns carry the earlier ones as history (ours only: the floor has none by definition).
-- Latency scenarios: 1, 8 and 32 conversations at once (each a loop of turns) and a burst of 200
-  conversations whose first turns start spread over one second. Per turn: first append → provider
+- Every turn's user message is 2,000 words; the answer streams at a model's pace (10 chunks 20 ms
+  apart). A conversation takes several turns in a row, so later turns carry the earlier ones as
+  history (ours only: the floor has none by definition).
+- Latency scenarios: 1, 8 and 32 conversations at once (each a loop of turns with a random pause of
+  up to 0.2 s before each turn, so they do not march in step) and a burst of 200 conversations
+  whose first turns start spread over one second. Per turn: first append → provider
   has the request, and time to first token (first text delta at the IDE) minus the direct call's.
 - CPU per run start (the main figure on a shared machine): the provider holds its answers while
   runs are started one after another; the server's user+system CPU (the kernel's per-process CPU
@@ -23,7 +25,8 @@ One run, one command, every figure next to its floor:
   process and its granian worker) over 100 conversations, on a fresh server.
 
 Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level),
-BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100.
+BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
+BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import asyncio
 import ctypes
 import math
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -56,6 +60,9 @@ TURNS = int(os.environ.get("BENCH_TURNS_PER_CONVERSATION", "3"))
 BURST = int(os.environ.get("BENCH_BURST", "200"))
 HELD = int(os.environ.get("BENCH_HELD", "100"))
 RSS_CONVERSATIONS = int(os.environ.get("BENCH_RSS_CONVERSATIONS", "100"))
+THINK = float(os.environ.get("BENCH_THINK_MS", "200")) / 1000
+ANSWER_CHUNKS = os.environ.get("BENCH_ANSWER_CHUNKS", "10")
+ANSWER_INTERVAL_MS = os.environ.get("BENCH_ANSWER_INTERVAL_MS", "20")
 HOST = "127.0.0.1"
 MODEL = "bench"
 TEXT = turn_text()
@@ -184,11 +191,16 @@ async def concurrent(port: int, conversations: int, samples: int, *, direct: boo
     per_loop = math.ceil(samples / conversations)
     out = Samples()
 
+    async def think() -> None:
+        if conversations > 1:
+            await asyncio.sleep(random.uniform(0, THINK))
+
     async def loop() -> None:
         done = 0
         if direct:
             conn = await Connection.open(HOST, port)
             for _ in range(per_loop):
+                await think()
                 a, b = await direct_turn(conn)
                 out.to_provider_ns.append(a)
                 out.ttft_ns.append(b)
@@ -197,6 +209,7 @@ async def concurrent(port: int, conversations: int, samples: int, *, direct: boo
         while done < per_loop:
             client = await Client(port).open()
             for _ in range(min(TURNS, per_loop - done)):
+                await think()
                 a, b = await client.turn()
                 out.to_provider_ns.append(a)
                 out.ttft_ns.append(b)
@@ -245,23 +258,45 @@ async def idle_cpu_rate(pid: int, seconds: float = 1.0) -> float:
     return (cpu_seconds(pid) - before) / seconds
 
 
+async def held_turns(provider_port: int, clients: list[Client], *, one_by_one: bool) -> Callable[[], Awaitable[None]]:
+    """Start a turn on every client while the provider holds its answers, all at once or each once
+    the provider has the one before; returns what releases and finishes them."""
+    await provider_control(provider_port, "hold")
+    base = int(await provider_control(provider_port, "count"))
+    finishes = []
+    for n, client in enumerate(clients, 1):
+        finishes.append(await client.start())
+        while one_by_one and int(await provider_control(provider_port, "count")) < base + n:
+            await asyncio.sleep(0.0005)
+    while int(await provider_control(provider_port, "count")) < base + len(clients):
+        await asyncio.sleep(0.001)
+
+    async def release() -> None:
+        await provider_control(provider_port, "release")
+        await asyncio.gather(*(finish() for finish in finishes))
+
+    return release
+
+
+async def warm_provider_pool(port: int, provider_port: int, connections: int) -> None:
+    """Leave `connections` kept-alive connections to the provider in the server's pool (as any
+    server has after serving that many turns at once), so held starts do not each pay a connect."""
+    clients = [await Client(port).open() for _ in range(connections)]
+    await (await held_turns(provider_port, clients, one_by_one=False))()
+    for c in clients:
+        c.close()
+
+
 async def cpu_per_start(port: int, provider_port: int, pid: int, clients: list[Client]) -> float:
     """Server CPU (µs) per run start: each client starts a turn, one after another, while the
     provider holds its answers; the next starts once the provider has the previous request."""
     idle = await idle_cpu_rate(pid)
-    await provider_control(provider_port, "hold")
-    base = int(await provider_control(provider_port, "count"))
-    finishes = []
     started = time.monotonic()
     before = cpu_seconds(pid)
-    for n, client in enumerate(clients, 1):
-        finishes.append(await client.start())
-        while int(await provider_control(provider_port, "count")) < base + n:
-            await asyncio.sleep(0.0005)
+    release = await held_turns(provider_port, clients, one_by_one=True)
     await asyncio.sleep(SETTLE_SECONDS)
     spent = cpu_seconds(pid) - before - idle * (time.monotonic() - started)
-    await provider_control(provider_port, "release")
-    await asyncio.gather(*(finish() for finish in finishes))
+    await release()
     return spent * 1e6 / len(clients)
 
 
@@ -326,6 +361,7 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
     for c in CONCURRENCY:
         target.latency[str(c)] = await concurrent(target.port, c, SAMPLES)
     target.latency[f"burst {BURST}"] = await burst(target.port, BURST)
+    await warm_provider_pool(target.port, provider_port, HELD)
     clients = [await Client(target.port).open() for _ in range(HELD)]
     target.cpu_us["new conversation"] = await cpu_per_start(target.port, provider_port, pid, clients)
     if ours:  # the floor has no history: a follow-up is the same request again
@@ -339,7 +375,7 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
 def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
     provider_port = free_port()
-    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port)], env=env, cwd=ROOT)
+    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), ANSWER_CHUNKS, ANSWER_INTERVAL_MS], env=env, cwd=ROOT)
     env["BENCH_PROVIDER_URL"] = f"http://{HOST}:{provider_port}/v1"
     wait_healthy(f"http://{HOST}:{provider_port}/control/count")
     config = ServerConfig(
