@@ -64,9 +64,10 @@ def _channel(request_id: str) -> asyncio.Queue[bytes | None]:
 
 async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
     try:
-        async with client.stream("POST", PROVIDER, content=BODY, headers={"content-type": "application/json"}) as response:
+        response = await client.post(PROVIDER, BODY, {"content-type": "application/json"}, connect_timeout=30)
+        try:
             buffer = b""
-            async for chunk in response.aiter_raw():
+            while chunk := await response.next_chunk():
                 buffer += chunk
                 *events, buffer = buffer.split(b"\n\n")
                 for event in events:
@@ -76,6 +77,8 @@ async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
                     for choice in decode(data).choices:
                         if choice.delta.content:
                             queue.put_nowait(delta(choice.delta.content))
+        finally:
+            response.close()
     finally:
         queue.put_nowait(None)
 

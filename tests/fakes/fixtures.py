@@ -5,11 +5,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import ssl
 
-import httpx
 import pytest
 import pytest_asyncio
 
-from cursor_byok.http_client import streaming_client
+from cursor_byok.http_client import ProviderHttp, streaming_client
 
 from .server import FakeProviderServer
 
@@ -24,6 +23,6 @@ def fake_server() -> Iterator[FakeProviderServer]:
 
 
 @pytest_asyncio.fixture
-async def http_client() -> AsyncIterator[httpx.AsyncClient]:
+async def http_client() -> AsyncIterator[ProviderHttp]:
     async with streaming_client(verify=_TLS) as client:
         yield client
