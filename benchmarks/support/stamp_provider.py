@@ -111,13 +111,16 @@ class _Connection(asyncio.Protocol):
         stamp = time.monotonic_ns()
         del self.buffer[: self.need]
         head, self.head = self.head, None
-        self._answer(head.split(b" ", 2)[1], stamp)
+        method, path, _ = head.split(b" ", 2)
+        self._answer(method, path, stamp)
         return True
 
-    def _answer(self, path: bytes, stamp: int) -> None:
+    def _answer(self, method: bytes, path: bytes, stamp: int) -> None:
         state, transport = self.state, self.transport
         assert transport is not None
-        if path == b"/control/hold":
+        if method == b"HEAD":  # the server warming its connection: not a model request
+            transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        elif path == b"/control/hold":
             state.hold = True
             transport.write(_plain(b"held"))
         elif path == b"/control/release":

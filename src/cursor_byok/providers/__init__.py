@@ -20,6 +20,7 @@ from .errors import (
     StreamCutError,
 )
 from .factory import FailoverProvider, Provider, make_provider
+from .pool import ProviderPool
 from .transport import RetryPolicy
 from .types import (
     Finish,
@@ -61,6 +62,7 @@ __all__ = [
     "Part",
     "Provider",
     "ProviderError",
+    "ProviderPool",
     "RateLimitError",
     "RefusalError",
     "RetryPolicy",
