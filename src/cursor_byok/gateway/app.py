@@ -18,8 +18,9 @@ import msgspec
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
-from ..http_client import passthrough_client, streaming_client
-from ..run import RunEngine, make_provider
+from ..http_client import ProviderHttp, passthrough_client, streaming_client
+from ..providers import ProviderPool
+from ..run import RunEngine
 from .asgi import Receive, Scope, Send, reply
 from .bidi import handle_append
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH
@@ -42,7 +43,8 @@ class Gateway:
         self.transports = Transports(config.server.max_transports, config.server.transport_idle_seconds)
         self.store: Any = None
         self.http: httpx.AsyncClient | None = None  # upstream passthrough
-        self.provider_http: httpx.AsyncClient | None = None
+        self.provider_http: ProviderHttp | None = None
+        self.providers: ProviderPool | None = None
         self.upstream: Upstream
         self.local_rpcs: LocalRpcs
         self.conversations: ConversationService
@@ -60,6 +62,8 @@ class Gateway:
         self.store = await Store.open(self.config.database_path)
         self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
         self.provider_http = streaming_client()
+        self.providers = ProviderPool(self.provider_http)
+        self.providers.start(self.config.models)
         self.upstream = Upstream(self.config.upstream.base_url, self.http)
         self.local_rpcs = LocalRpcs(self.config, self.upstream)
         services = RuntimeServices(
@@ -84,6 +88,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         await self.conversations.shutdown("server shutting down")
+        if self.providers is not None:
+            await self.providers.aclose()
         for client in (self.http, self.provider_http):
             if client is not None:
                 await client.aclose()
@@ -107,9 +113,8 @@ class Gateway:
             await asyncio.sleep(0.02)
 
     def _make_engine(self, model: ModelConfig) -> RunEngine:
-        assert self.provider_http is not None
-        provider = make_provider(model, resolve_api_key(self.config, model), self.provider_http)
-        return RunEngine(provider)
+        assert self.providers is not None
+        return RunEngine(self.providers.adapter(model, resolve_api_key(self.config, model)))
 
     async def _sweep(self) -> None:
         while True:
