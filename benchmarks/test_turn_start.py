@@ -26,7 +26,8 @@ One run, one command, every figure next to its floor:
 
 Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level),
 BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
-BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20.
+BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20; BENCH_SRC runs the
+servers from another checkout's `src` (e.g. the commit before a change, for a before/after pair).
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ TURNS = int(os.environ.get("BENCH_TURNS_PER_CONVERSATION", "3"))
 BURST = int(os.environ.get("BENCH_BURST", "200"))
 HELD = int(os.environ.get("BENCH_HELD", "100"))
 RSS_CONVERSATIONS = int(os.environ.get("BENCH_RSS_CONVERSATIONS", "100"))
+SRC = os.environ.get("BENCH_SRC", str(ROOT / "src"))  # the cursor_byok source tree the servers run
 THINK = float(os.environ.get("BENCH_THINK_MS", "200")) / 1000
 ANSWER_CHUNKS = os.environ.get("BENCH_ANSWER_CHUNKS", "10")
 ANSWER_INTERVAL_MS = os.environ.get("BENCH_ANSWER_INTERVAL_MS", "20")
@@ -373,7 +375,7 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
 @pytest.mark.timeout(1800)
 @pytest.mark.benchmark(group="turn-start")
 def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
     provider_port = free_port()
     provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), ANSWER_CHUNKS, ANSWER_INTERVAL_MS], env=env, cwd=ROOT)
     env["BENCH_PROVIDER_URL"] = f"http://{HOST}:{provider_port}/v1"
