@@ -10,6 +10,7 @@ import traceback
 import httpx
 import pytest
 
+from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     AuthError,
     ContextLengthError,
@@ -35,7 +36,6 @@ from cursor_byok.providers import (
     Usage,
     make_provider,
 )
-from cursor_byok.http_client import ProviderHttp, streaming_client
 from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model
 
 dialects = pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=lambda d: d.kind.value)

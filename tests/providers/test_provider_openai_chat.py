@@ -4,8 +4,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.config import ModelConfig, ProviderKind
+from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     Finish,
     ImagePart,

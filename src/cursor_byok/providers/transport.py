@@ -26,6 +26,7 @@ from .errors import (
     parse_error_body,
     parse_retry_after,
 )
+from .fragments import Fragments
 from .types import ModelRequest, StreamEvent
 
 _log = logging.getLogger("cursor_byok.providers")
@@ -104,6 +105,7 @@ class HttpStreamProvider(abc.ABC):
         self._headers.setdefault("content-type", "application/json")
         self._headers.setdefault("accept", "text/event-stream")
         self.url = self.endpoint(model.base_url)
+        self._fragments = Fragments()
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         # Reads are bounded per SSE event (first event vs. idle gap), sending by the open's bound.
@@ -120,7 +122,8 @@ class HttpStreamProvider(abc.ABC):
 
     @abc.abstractmethod
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The provider's JSON request body, built in a fixed key order."""
+        """The provider's JSON request body, built in a fixed key order. Parts that repeat from one
+        request to the next come from `self._fragments` as ready JSON."""
 
     @abc.abstractmethod
     def new_translator(self) -> StreamTranslator:
