@@ -1,6 +1,7 @@
 """The floor for the turn-start benchmark: a bare granian ASGI app that decodes each BidiAppend (as
 ours does), and for a run request forwards ONE prebuilt provider request (a 2,000-word user message,
-no history, no system prompt work, no persistence) through the same HTTP client our providers use,
+no history, no system prompt work, no persistence) through a plain aiohttp session (the library our
+provider client wraps; used directly here so the floor stays the same when our client changes),
 then streams the answer's text to that request id's RunSSE as text-delta frames.
 
 Ours against this floor is the cost of everything a turn start does beyond the unavoidable: the
@@ -11,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 
+import aiohttp
 import msgspec
 
 from benchmarks.support.bare_app import HEADERS, delta
-from cursor_byok.http_client import streaming_client
 from cursor_byok.protocol import agent_pb2 as pb, decode_bidi_append, end_stream_ok
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
@@ -36,7 +37,6 @@ BODY = msgspec.json.encode(
         "stream_options": {"include_usage": True},
     }
 )
-client = streaming_client()
 
 
 class _Delta(msgspec.Struct):
@@ -62,12 +62,18 @@ def _channel(request_id: str) -> asyncio.Queue[bytes | None]:
     return queue
 
 
+_session: aiohttp.ClientSession | None = None
+
+
 async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
+    global _session
+    if _session is None:
+        _session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30))
     try:
-        response = await client.post(PROVIDER, BODY, {"content-type": "application/json"}, connect_timeout=30)
+        response = await _session.post(PROVIDER, data=BODY, headers={"content-type": "application/json"})
         try:
             buffer = b""
-            while chunk := await response.next_chunk():
+            while chunk := await response.content.readany():
                 buffer += chunk
                 *events, buffer = buffer.split(b"\n\n")
                 for event in events:
@@ -78,7 +84,7 @@ async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
                         if choice.delta.content:
                             queue.put_nowait(delta(choice.delta.content))
         finally:
-            response.close()
+            response.release()
     finally:
         queue.put_nowait(None)
 
