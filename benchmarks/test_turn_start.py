@@ -21,8 +21,9 @@ One run, one command, every figure next to its floor:
   clock: what /proc/PID/stat counts, at ns grain) over that stretch
   (plus a settle period for anything the start left to do off the path, minus the idle rate) per
   start, for new conversations and for follow-up turns.
-- Cold start (process spawn → /healthz answered → first turn's first token) and peak RSS (server
-  process and its granian worker) over 100 conversations, on a fresh server.
+- Cold start (process spawn → /healthz answered → first turn's first token) and peak memory (server
+  process and its granian worker: RSS summed as the issue measured it, and PSS, which counts the
+  pages the two share once) over 100 conversations, on a fresh server.
 
 Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level),
 BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
@@ -86,6 +87,20 @@ def cpu_seconds(pid: int) -> float:
         clock, spec = ctypes.c_int(), _Timespec()
         if _libc.clock_getcpuclockid(p, ctypes.byref(clock)) == 0 and _libc.clock_gettime(clock.value, ctypes.byref(spec)) == 0:
             total += spec.seconds + spec.nanoseconds / 1e9
+    return total
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional set size of a process and its children: pages shared between them (granian forks
+    its worker from a parent that has imported the same modules) counted once, not once per process."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
     return total
 
 
@@ -342,6 +357,7 @@ class Target:
     up_seconds: float
     first_token_seconds: float = 0.0
     peak_rss_kib: int = 0
+    peak_pss_kib: int = 0
     latency: dict[str, Samples] = field(default_factory=dict)
     cpu_us: dict[str, float] = field(default_factory=dict)
 
@@ -353,13 +369,14 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
     target.first_token_seconds = time.monotonic() - spawned_at
     first.close()
     # Peak RSS over RSS_CONVERSATIONS conversations (8 at a time, TURNS turns each).
-    peak = 0
     work = asyncio.ensure_future(concurrent(target.port, 8, RSS_CONVERSATIONS * TURNS))
     while not work.done():
-        peak = max(peak, rss_kib(pid))
+        target.peak_rss_kib = max(target.peak_rss_kib, rss_kib(pid))
+        target.peak_pss_kib = max(target.peak_pss_kib, pss_kib(pid))
         await asyncio.sleep(0.05)
     await work
-    target.peak_rss_kib = max(peak, rss_kib(pid))
+    target.peak_rss_kib = max(target.peak_rss_kib, rss_kib(pid))
+    target.peak_pss_kib = max(target.peak_pss_kib, pss_kib(pid))
     for c in CONCURRENCY:
         target.latency[str(c)] = await concurrent(target.port, c, SAMPLES)
     target.latency[f"burst {BURST}"] = await burst(target.port, BURST)
@@ -453,7 +470,8 @@ def report(benchmark, ours: Target, floor: Target, direct: dict[str, Samples]) -
     info["floor_cpu_us_per_start"] = round(floor.cpu_us["new conversation"])
     for t in (ours, floor):
         print(f"{t.name}: spawn → health {t.up_seconds * 1000:.0f} ms, → first token {t.first_token_seconds * 1000:.0f} ms;"
-              f" peak RSS over {RSS_CONVERSATIONS} conversations {t.peak_rss_kib / 1024:.1f} MiB")
+              f" over {RSS_CONVERSATIONS} conversations peak RSS {t.peak_rss_kib / 1024:.1f} MiB, PSS {t.peak_pss_kib / 1024:.1f} MiB")
         info[f"{t.name}_cold_start_ms"] = round(t.up_seconds * 1000)
         info[f"{t.name}_first_token_ms"] = round(t.first_token_seconds * 1000)
         info[f"{t.name}_peak_rss_mib"] = round(t.peak_rss_kib / 1024, 1)
+        info[f"{t.name}_peak_pss_mib"] = round(t.peak_pss_kib / 1024, 1)
