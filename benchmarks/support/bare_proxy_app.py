@@ -1,36 +1,19 @@
 """A second floor for the gateway benchmark: a bare granian ASGI app that does the one thing ours
 cannot avoid, the provider hop (our provider HTTP client, httpx-sse's decoders and msgspec, as our
-providers use them), and turns each
-streamed chunk into a text-delta frame, with none of our runtime, history, tools or persistence.
-Ours against this floor is the cost of our own logic."""
+providers use them), and turns each streamed chunk into a text-delta frame, with none of our
+runtime, history, tools or persistence. Ours against this floor is the cost of our own logic."""
 from __future__ import annotations
 
 import os
 
-import msgspec
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-from benchmarks.support.bare_app import HEADERS, delta
-from cursor_byok.protocol import end_stream_ok
+from benchmarks.support.bare_app import HEADERS, decode, delta
 from cursor_byok.http_client import streaming_client
+from cursor_byok.protocol import end_stream_ok
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
 client = streaming_client()
-
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice] = []
-
-
-decode = msgspec.json.Decoder(_Chunk).decode
 
 
 async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ import os
 import aiohttp
 import msgspec
 
-from benchmarks.support.bare_app import HEADERS, delta
+from benchmarks.support.bare_app import HEADERS, decode, delta, whole_body
 from cursor_byok.protocol import agent_pb2 as pb, decode_bidi_append, end_stream_ok
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
@@ -39,19 +39,6 @@ BODY = msgspec.json.encode(
 )
 
 
-class _Delta(msgspec.Struct):
-    content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice] = []
-
-
-decode = msgspec.json.Decoder(_Chunk).decode
 _frames: dict[str, asyncio.Queue[bytes | None]] = {}  # request id → frames for its RunSSE
 
 
@@ -95,12 +82,7 @@ _tasks: set[asyncio.Task[None]] = set()
 async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await whole_body(receive)
     path = scope["path"]
     if path.endswith("/BidiAppend"):
         append = decode_bidi_append(body)
