@@ -114,10 +114,6 @@ class Samples:
     to_provider_ns: list[int] = field(default_factory=list)  # first append → provider has the request
     ttft_ns: list[int] = field(default_factory=list)  # first append → first text delta at the IDE
 
-    def extend(self, other: Samples) -> None:
-        self.to_provider_ns += other.to_provider_ns
-        self.ttft_ns += other.ttft_ns
-
 
 class Client:
     """One conversation as the IDE drives it: a keep-alive connection for appends and one for RunSSE."""
@@ -304,7 +300,7 @@ async def warm_provider_pool(port: int, provider_port: int, connections: int) ->
         c.close()
 
 
-async def cpu_per_start(port: int, provider_port: int, pid: int, clients: list[Client]) -> float:
+async def cpu_per_start(provider_port: int, pid: int, clients: list[Client]) -> float:
     """Server CPU (µs) per run start: each client starts a turn, one after another, while the
     provider holds its answers; the next starts once the provider has the previous request."""
     idle = await idle_cpu_rate(pid)
@@ -382,9 +378,9 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
     target.latency[f"burst {BURST}"] = await burst(target.port, BURST)
     await warm_provider_pool(target.port, provider_port, HELD)
     clients = [await Client(target.port).open() for _ in range(HELD)]
-    target.cpu_us["new conversation"] = await cpu_per_start(target.port, provider_port, pid, clients)
+    target.cpu_us["new conversation"] = await cpu_per_start(provider_port, pid, clients)
     if ours:  # the floor has no history: a follow-up is the same request again
-        target.cpu_us["follow-up turn"] = await cpu_per_start(target.port, provider_port, pid, clients)
+        target.cpu_us["follow-up turn"] = await cpu_per_start(provider_port, pid, clients)
     for c in clients:
         c.close()
 
