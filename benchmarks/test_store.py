@@ -4,7 +4,8 @@ Workload: 1,000 conversations run concurrently as asyncio tasks, 20 steps each; 
 one 1–4 KiB history event and puts a 1–4 KiB checkpoint, then awaits both commit futures (the
 runtime waits like this before sending the checkpoint frame). That is 40,000 durable writes.
 Commit latency is enqueue → future resolved, per write. The naive baseline uses the same schema,
-pragmas (WAL, synchronous=NORMAL) and aiosqlite, but commits every write on its own.
+pragmas (WAL, synchronous=NORMAL) on one connection thread (each write one hop to it, as aiosqlite
+does), but commits every write on its own.
 
     PYTHONPATH=src .venv/bin/python -m pytest -q benchmarks/test_store.py -s \
         --benchmark-columns=min,median,mean,ops --benchmark-sort=name
@@ -12,15 +13,16 @@ pragmas (WAL, synchronous=NORMAL) and aiosqlite, but commits every write on its 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import random
+import sqlite3
 import statistics
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import pytest
 
 from cursor_byok.store import CheckpointKind, ConversationRecord, EventKind, NewEvent, Store
@@ -107,19 +109,21 @@ async def _batched(path: Path, synchronous: str) -> dict[str, float]:
 async def _naive(path: Path, synchronous: str) -> dict[str, float]:
     # Same schema and pragmas; then every write is its own (autocommit) transaction.
     await (await Store.open(path)).close()
-    conn = await aiosqlite.connect(path, isolation_level=None)
-    await conn.execute("PRAGMA journal_mode = WAL")
-    await conn.execute(f"PRAGMA synchronous = {synchronous}")
-    await conn.execute("PRAGMA foreign_keys = ON")
-    await conn.executemany(
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.executemany(
         "INSERT INTO conversations (conversation_id, created_at_ms, updated_at_ms) VALUES (?, 1, 1)",
         [(f"conv-{c}",) for c in range(CONVERSATIONS)],
     )
+    thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)  # the connection's one thread
+    loop = asyncio.get_running_loop()
     latencies: list[float] = []
 
     async def timed(sql: str, row: tuple[Any, ...]) -> None:
         started = time.perf_counter()
-        await conn.execute(sql, row)
+        await loop.run_in_executor(thread, conn.execute, sql, row)
         latencies.append(time.perf_counter() - started)
 
     event_sql = (
@@ -142,7 +146,8 @@ async def _naive(path: Path, synchronous: str) -> dict[str, float]:
     started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(conversation(c) for c in range(CONVERSATIONS)))
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    await conn.close()
+    thread.shutdown()
+    conn.close()
     return _summary(f"naive_{synchronous.lower()}", elapsed, cpu, latencies, len(latencies))
 
 

@@ -9,11 +9,38 @@ import asyncio
 import os
 import time
 
+import msgspec
+
 from cursor_byok.protocol import agent_pb2 as pb, encode_server_message, end_stream_ok
 
 FRAMES = int(os.environ.get("BENCH_FRAMES", "500"))
 INTERVAL = float(os.environ.get("BENCH_INTERVAL_MS", "5")) / 1000
 HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] = []
+
+
+decode = msgspec.json.Decoder(_Chunk).decode  # an OpenAI chat chunk, only what the floors read
+
+
+async def whole_body(receive) -> bytes:  # type: ignore[no-untyped-def]
+    """An ASGI request's body, all of it."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
 
 
 def delta(text: str) -> bytes:

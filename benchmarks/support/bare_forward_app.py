@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 
-from cursor_byok.http_client import passthrough_client
-
 import httpx
+
+from benchmarks.support.bare_app import whole_body
+from cursor_byok.http_client import passthrough_client
 
 ORIGIN = os.environ.get("BENCH_ORIGIN_URL", "http://127.0.0.1:9")
 client = passthrough_client(timeout=httpx.Timeout(30.0))
@@ -16,12 +17,7 @@ client = passthrough_client(timeout=httpx.Timeout(30.0))
 async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await whole_body(receive)
     if scope["path"] == "/healthz":
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})

@@ -17,7 +17,8 @@ class Connection:
         reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
         return cls(reader, writer, f"{host}:{port}")
 
-    def _send(self, path: str, body: bytes) -> None:
+    def send(self, path: str, body: bytes) -> None:
+        """Write one request; read its answer with `reply()` or `chunks()`."""
         head = f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/proto\r\ncontent-length: {len(body)}\r\n\r\n"
         self.writer.write(head.encode() + body)
 
@@ -34,14 +35,23 @@ class Connection:
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """One request on a keep-alive connection; the whole (content-length) reply."""
-        self._send(path, body)
+        self.send(path, body)
+        return await self.reply()
+
+    async def reply(self) -> tuple[int, bytes]:
+        """The status and whole (content-length) body of the next reply."""
         status, headers = await self._head()
         length = int(headers.get(b"content-length", b"0"))
         return status, await self.reader.readexactly(length) if length else b""
 
     async def stream(self, path: str, body: bytes) -> AsyncIterator[bytes]:
         """A streamed (chunked) reply, chunk by chunk."""
-        self._send(path, body)
+        self.send(path, body)
+        async for chunk in self.chunks():
+            yield chunk
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The next reply, which must be a 200, chunk by chunk."""
         status, headers = await self._head()
         if status != 200:
             raise RuntimeError(f"stream answered {status}")

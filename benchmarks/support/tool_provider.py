@@ -31,6 +31,11 @@ async def main(port: int, rounds: int, path: str) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal served
         head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"HEAD "):  # the server warming its connection: not a model request
+            writer.write(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+            await writer.drain()
+            writer.close()
+            return
         length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), 0)
         await reader.readexactly(length)
         body = reply(served, rounds, path)

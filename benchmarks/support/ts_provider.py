@@ -84,6 +84,12 @@ class _Provider(asyncio.Protocol):
         rest = take_request(self.buffer)
         if rest is None:
             return
+        assert self.transport is not None
+        if self.buffer.startswith(b"HEAD "):  # the server warming its connection: no stream
+            self.buffer = rest
+            self.transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            self._next()
+            return
         self.buffer = rest
         self.streaming = True
         assert self.transport is not None

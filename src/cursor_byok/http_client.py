@@ -2,11 +2,17 @@
 httpx-aiohttp transport). httpx's default transport (httpcore + h11 over anyio) costs ~65 µs of CPU
 per streamed chunk and ~1.5 ms per request on a kept-alive loopback connection; aiohttp's costs
 ~20 µs and a fraction of that (benchmarks/results/gateway.md). Every hop we add sits in front of a
-user's keystroke or a model's token, so all outbound traffic goes this way."""
+user's keystroke or a model's token, so all outbound traffic goes this way.
+
+Model provider requests go through `ProviderHttp`, a narrow seam (post, probe, read chunks) so the
+provider adapters never see the client library: a request is one `build_request` + `send`, its body
+is read raw when it is not content-encoded (no decoder layer per chunk).
+"""
 from __future__ import annotations
 
 import http.cookiejar
 import ssl
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 import httpx
@@ -22,13 +28,91 @@ httpx_aiohttp.transport.AIOHTTP_EXC_MAP[aiohttp.ClientConnectionError] = httpx.N
 # aiohttp's pool has no "unbounded": the transport maps a missing limit to aiohttp's default of 100
 # connections, which would queue the 101st concurrent stream. Streams are bounded upstream of here
 # (server.max_transports), so this only has to stay out of the way.
-_LIMITS = httpx.Limits(max_connections=4096, keepalive_expiry=30.0)
+KEEPALIVE_SECONDS = 30.0  # an idle pooled connection is closed after this long
+_LIMITS = httpx.Limits(max_connections=4096, keepalive_expiry=KEEPALIVE_SECONDS)
 
 
-def streaming_client(*, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> httpx.AsyncClient:
-    """A client for model provider streams; the caller owns it (`await client.aclose()`). Proxies
-    from the environment apply when `trust_env` is set, as with a plain httpx client."""
-    return HttpxAiohttpClient(verify=verify, trust_env=trust_env, limits=_LIMITS)
+class HttpError(Exception):
+    """The exchange failed below HTTP: no connection, or it broke while sending or reading. The
+    cause (the client's error, which names what happened) is chained."""
+
+
+class ProviderResponse:
+    """A response whose body is read as it arrives. `aclose()` it when done: a body read to its end
+    returns the connection to the pool, an unfinished one closes it."""
+
+    __slots__ = ("_response", "_chunks")
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+        self._chunks: AsyncIterator[bytes] = response.aiter_bytes() if encoded else response.aiter_raw()
+
+    @property
+    def status(self) -> int:
+        return self._response.status_code
+
+    @property
+    def headers(self) -> httpx.Headers:
+        return self._response.headers
+
+    async def next_chunk(self) -> bytes:
+        """The body bytes that have arrived (waiting for some); b"" at the end of the body."""
+        try:
+            return await anext(self._chunks)
+        except StopAsyncIteration:
+            return b""
+        except httpx.HTTPError as exc:
+            raise HttpError(str(exc) or type(exc).__name__) from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class ProviderHttp:
+    """The client for model provider requests: one keep-alive pool per origin, shared by every run;
+    proxies from the environment apply when `trust_env` is set. `aclose()` it at the end."""
+
+    def __init__(self, *, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> None:
+        self._client = HttpxAiohttpClient(verify=verify, trust_env=trust_env, limits=_LIMITS)
+
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, connect_timeout: float
+    ) -> ProviderResponse:
+        """Send the request; the response once its head has arrived (callers bound the rest)."""
+        return await self._request("POST", url, body, headers, connect_timeout)
+
+    async def probe(self, url: str, *, connect_timeout: float) -> int:
+        """A HEAD request without credentials, to open (or keep open) a pooled connection to the
+        URL's origin; its status."""
+        response = await self._request("HEAD", url, None, {}, connect_timeout)
+        await response.aclose()
+        return response.status
+
+    async def _request(
+        self, method: str, url: str, body: bytes | None, headers: Mapping[str, str], connect_timeout: float
+    ) -> ProviderResponse:
+        timeout = httpx.Timeout(None, connect=connect_timeout)
+        request = self._client.build_request(method, url, content=body, headers=headers, timeout=timeout)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise HttpError(str(exc) or type(exc).__name__) from exc
+        return ProviderResponse(response)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> ProviderHttp:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def streaming_client(*, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> ProviderHttp:
+    """A client for model provider streams; the caller owns it (`await client.aclose()`)."""
+    return ProviderHttp(verify=verify, trust_env=trust_env)
 
 
 class _KeepNoCookies(http.cookiejar.DefaultCookiePolicy):

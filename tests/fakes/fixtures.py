@@ -5,11 +5,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import ssl
 
-import httpx
 import pytest
 import pytest_asyncio
 
-from cursor_byok.http_client import streaming_client
+from cursor_byok.http_client import ProviderHttp, streaming_client
 
 from .server import FakeProviderServer
 
@@ -41,6 +40,6 @@ def provider(shared_provider: FakeProviderServer) -> FakeProviderServer:
 
 
 @pytest_asyncio.fixture
-async def http_client() -> AsyncIterator[httpx.AsyncClient]:
+async def http_client() -> AsyncIterator[ProviderHttp]:
     async with streaming_client(verify=_TLS) as client:
         yield client

@@ -46,6 +46,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: bytes
     disconnected: threading.Event = field(default_factory=threading.Event)
+    peer: tuple[str, int] | None = None  # the client's address: one per connection
 
     def json(self) -> Any:
         return msgspec.json.decode(self.body)
@@ -60,8 +61,14 @@ Responder = Callable[[RecordedRequest], Reply]
 
 
 class FakeProviderServer:
-    def __init__(self) -> None:
+    """`keep_alive=True` keeps connections open between replies (as real providers do) instead of
+    closing each after its reply. HEAD requests (connection warm-ups) are answered 204 and recorded
+    in `probes`, apart from `requests`."""
+
+    def __init__(self, *, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
         self.requests: list[RecordedRequest] = []
+        self.probes: list[RecordedRequest] = []
         self._replies: collections.deque[Reply] = collections.deque()
         self._responder: Responder | None = None
         self._lock = threading.Lock()
@@ -110,14 +117,25 @@ class FakeProviderServer:
         self._responder = responder
 
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        return self._wait_for(self.requests, count, timeout)
+
+    def wait_for_probes(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        return self._wait_for(self.probes, count, timeout)
+
+    def _wait_for(self, seen: list[RecordedRequest], count: int, timeout: float) -> list[RecordedRequest]:
         deadline = time.monotonic() + timeout
         with self._arrived:
-            while len(self.requests) < count:
+            while len(seen) < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"expected {count} requests, got {len(self.requests)}")
+                    raise TimeoutError(f"expected {count}, got {len(seen)}")
                 self._arrived.wait(left)
-            return list(self.requests)
+            return list(seen)
+
+    def _probed(self, request: RecordedRequest) -> None:
+        with self._arrived:
+            self.probes.append(request)
+            self._arrived.notify_all()
 
     def _next_reply(self, request: RecordedRequest) -> Reply:
         with self._arrived:
@@ -141,23 +159,27 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._serve()
 
+    def do_HEAD(self) -> None:
+        self.owner._probed(self._recorded(b""))
+        self.close_connection = not self.owner.keep_alive
+        self.send_response(204)
+        if not self.owner.keep_alive:
+            self.send_header("connection", "close")
+        self.end_headers()
+
     def do_POST(self) -> None:
         self._serve()
 
     def _serve(self) -> None:
         length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else b""
-        request = RecordedRequest(
-            method=self.command,
-            path=self.path,
-            headers={k.lower(): v for k, v in self.headers.items()},
-            body=body,
-        )
+        request = self._recorded(self.rfile.read(length) if length else b"")
         reply = self.owner._next_reply(request)
-        self.close_connection = True
+        keep = self.owner.keep_alive and reply.cut_after is None and reply.stall_after is None
+        self.close_connection = not keep
         self.send_response(reply.status)
         self.send_header("content-type", reply.content_type)
-        self.send_header("connection", "close")
+        if not keep:
+            self.send_header("connection", "close")
         for key, value in reply.headers.items():
             self.send_header(key, value)
         if reply.body is not None:
@@ -190,6 +212,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             request.disconnected.set()
+
+    def _recorded(self, body: bytes) -> RecordedRequest:
+        return RecordedRequest(
+            method=self.command,
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+            peer=self.client_address[:2],
+        )
 
     def _cut(self) -> None:
         self.wfile.flush()

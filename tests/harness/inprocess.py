@@ -12,12 +12,12 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 
 from cursor_byok import config as cfg, hotpath
 from cursor_byok.conversation import ConversationRuntime, ConversationService, OutputHub, RuntimeServices
 from cursor_byok.conversation.history import EntryKind, decode_entry
 from cursor_byok.protocol import ConnectError, agent_pb2 as pb
+from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.run import RunEngine, make_provider
 from cursor_byok.store import Store
 from tests.fakes import FakeProviderServer
@@ -98,12 +98,12 @@ class Rig:
         )
         self.options = {"continuation_window": 0.0, "blob_ack_timeout": 2.0, **services}
         self.store: Store | None = None
-        self.http: httpx.AsyncClient | None = None
+        self.http: ProviderHttp | None = None
         self.service: ConversationService
 
     async def start(self) -> Rig:
         self.store = await Store.open(self.path)
-        self.http = httpx.AsyncClient()
+        self.http = streaming_client()
         http = self.http
         services = RuntimeServices(
             config=cfg.Config(models=[self.model]),

@@ -203,3 +203,20 @@ def test_runtime_message() -> None:
 def test_compaction_prompt() -> None:
     prompt = compaction_prompt()
     assert "summary" in prompt.system.lower() and "Next steps" in prompt.instruction
+
+
+def test_a_prompt_is_compiled_once_and_handed_out_again() -> None:
+    """Every run of a conversation asks for the same prompt: it gets the very same objects, which
+    is what lets a provider adapter keep their encoded JSON."""
+    first = compile_request(Mode.AGENT, MODEL, list(FIXED_TOOLS), MCP)
+    again = compile_request(Mode.AGENT, MODEL, list(FIXED_TOOLS), list(MCP))
+    assert again is first
+    other_model = ModelConfig(id="byok-other", provider=ProviderKind.ANTHROPIC, model="claude-x")
+    for different in (
+        compile_request(Mode.ASK, MODEL, list(FIXED_TOOLS), MCP),
+        compile_request(Mode.AGENT, other_model, list(FIXED_TOOLS), MCP),
+        compile_request(Mode.AGENT, MODEL, list(FIXED_TOOLS)[:-1], MCP),
+        compile_request(Mode.AGENT, MODEL, list(FIXED_TOOLS), MCP[:1]),
+        compile_request(Mode.AGENT, MODEL, list(FIXED_TOOLS), MCP, custom_system_prompt="Be brief."),
+    ):
+        assert encoded(different) != encoded(first)

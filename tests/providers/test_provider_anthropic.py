@@ -1,10 +1,10 @@
 """Anthropic Messages: request mapping, prompt-cache breakpoints and stream details."""
 from __future__ import annotations
 
-import httpx
 import msgspec
 
 from cursor_byok.config import ModelConfig, ProviderKind
+from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     Finish,
     ImagePart,
@@ -22,7 +22,7 @@ from cursor_byok.providers import (
 from tests.fakes import ANTHROPIC, Reply, UsageSpec, fake_model, sse
 
 TOOLS = [ToolSchema("Grep", "Search.", {"type": "object"}), ToolSchema("Read", "Read.", {"type": "object"})]
-OFFLINE = httpx.AsyncClient(verify=False)  # for request-building tests that send nothing
+OFFLINE = streaming_client(verify=False)  # for request-building tests that send nothing
 
 
 def endpoint(base_url: str) -> str:
@@ -30,7 +30,7 @@ def endpoint(base_url: str) -> str:
     return make_provider(model, "", OFFLINE).url
 
 
-def provider(base_url: str = "http://127.0.0.1:9", client: httpx.AsyncClient | None = None, **kw):
+def provider(base_url: str = "http://127.0.0.1:9", client: ProviderHttp | None = None, **kw):
     return make_provider(fake_model(ProviderKind.ANTHROPIC, base_url, **kw), "sk-ant-test-000000",
                          client or OFFLINE, retry=RetryPolicy(max_retries=0))
 

@@ -10,6 +10,7 @@ import traceback
 import httpx
 import pytest
 
+from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     AuthError,
     ContextLengthError,
@@ -35,7 +36,6 @@ from cursor_byok.providers import (
     Usage,
     make_provider,
 )
-from cursor_byok.http_client import streaming_client
 from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model
 
 dialects = pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=lambda d: d.kind.value)
@@ -67,7 +67,7 @@ class Sleeps:
         self.delays.append(delay)
 
 
-def provider_for(dialect: Dialect, server: FakeProviderServer, client: httpx.AsyncClient, *,
+def provider_for(dialect: Dialect, server: FakeProviderServer, client: ProviderHttp, *,
                  key: str = "test-key-123456", retries: int = 0, sleep: Sleeps | None = None, **model_kw):
     model = fake_model(dialect.kind, server.url, **model_kw)
     return make_provider(model, key, client, retry=RetryPolicy(max_retries=retries, base_delay=0.001),

@@ -1,11 +1,11 @@
 """OpenAI Chat Completions (and compatible servers): request mapping and stream details."""
 from __future__ import annotations
 
-import httpx
 import msgspec
 import pytest
 
 from cursor_byok.config import ModelConfig, ProviderKind
+from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     Finish,
     ImagePart,
@@ -28,7 +28,7 @@ from cursor_byok.providers import (
 from tests.fakes import Reply, fake_model, sse
 
 TOOLS = [ToolSchema("Read", "Read.", {"type": "object"})]
-OFFLINE = httpx.AsyncClient(verify=False)  # for request-building tests that send nothing
+OFFLINE = streaming_client(verify=False)  # for request-building tests that send nothing
 
 
 def endpoint(base_url: str) -> str:
@@ -36,7 +36,7 @@ def endpoint(base_url: str) -> str:
     return make_provider(model, "", OFFLINE).url
 
 
-def provider(base_url: str = "http://127.0.0.1:9/v1", client: httpx.AsyncClient | None = None, **kw):
+def provider(base_url: str = "http://127.0.0.1:9/v1", client: ProviderHttp | None = None, **kw):
     return make_provider(fake_model(ProviderKind.OPENAI_CHAT, base_url, **kw), "sk-test-0000000",
                          client or OFFLINE, retry=RetryPolicy(max_retries=0))
 

@@ -1,10 +1,10 @@
 """OpenAI Responses: stateless request mapping (reasoning replay) and stream details."""
 from __future__ import annotations
 
-import httpx
 import msgspec
 
 from cursor_byok.config import ModelConfig, ProviderKind
+from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     Finish,
     ImagePart,
@@ -25,7 +25,7 @@ from cursor_byok.providers import (
 from tests.fakes import Reply, fake_model, sse
 
 TOOLS = [ToolSchema("Read", "Read.", {"type": "object"})]
-OFFLINE = httpx.AsyncClient(verify=False)  # for request-building tests that send nothing
+OFFLINE = streaming_client(verify=False)  # for request-building tests that send nothing
 
 
 def endpoint(base_url: str) -> str:
@@ -33,7 +33,7 @@ def endpoint(base_url: str) -> str:
     return make_provider(model, "", OFFLINE).url
 
 
-def provider(base_url: str = "http://127.0.0.1:9/v1", client: httpx.AsyncClient | None = None):
+def provider(base_url: str = "http://127.0.0.1:9/v1", client: ProviderHttp | None = None):
     return make_provider(fake_model(ProviderKind.OPENAI_RESPONSES, base_url), "sk-test-0000000",
                          client or OFFLINE, retry=RetryPolicy(max_retries=0))
 

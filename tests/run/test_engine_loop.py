@@ -1,9 +1,9 @@
 """The model loop against real adapters and a local server streaming each provider's format."""
 from __future__ import annotations
 
-import httpx
 import pytest
 
+from cursor_byok.http_client import ProviderHttp
 from cursor_byok.run import (
     AuthError,
     Message,
@@ -34,7 +34,7 @@ READ = ToolSchema("Read", "Read a file.", {"type": "object", "properties": {"pat
                                              "required": ["path"]})
 
 
-def setup(dialect: Dialect, server: FakeProviderServer, client: httpx.AsyncClient, **model_kw):
+def setup(dialect: Dialect, server: FakeProviderServer, client: ProviderHttp, **model_kw):
     model = fake_model(dialect.kind, server.url, **model_kw)
     provider = make_provider(model, "test-key-123456", client, retry=RetryPolicy(max_retries=0))
     spec = RunSpec(model=model, system="You are a test agent.", tools=[READ])

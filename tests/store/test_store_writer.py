@@ -167,3 +167,19 @@ async def test_injected_clock_stamps_defaults(db_path: Path, conversation) -> No
         assert (await store.lookup_binding("r")).created_at_ms == 4242
     finally:
         await store.close()
+
+
+async def test_run_starts_in_one_instant_share_one_commit(store: Store, conversation) -> None:
+    """What 200 runs starting at once write (conversation, binding, run, durable input) is handed to
+    the writer as one list and committed as one transaction; every future resolves after it."""
+    await store.flush()
+    before = store.stats.transactions
+    inputs = []
+    for i in range(200):
+        store.upsert_conversation(conversation(f"c{i}"))
+        store.bind_request(f"r{i}", f"c{i}")
+        store.start_run(RunRecord(f"run-{i}", f"c{i}", "preparing", started_at_ms=1))
+        inputs.append(store.append_events(f"c{i}", [_event("user-1", b"x" * 12_000)]))
+    results = await asyncio.gather(*inputs)
+    assert store.stats.transactions - before == 1
+    assert all(r.results[0].seq == 1 for r in results)

@@ -17,9 +17,10 @@ from .. import local_trust
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import ConversationService, OutputHub, RuntimeServices
-from ..http_client import passthrough_client, streaming_client
+from ..http_client import ProviderHttp, passthrough_client, streaming_client
 from ..protocol import ConnectError, internal_error, new_error_id
-from ..run import RunEngine, make_provider
+from ..providers import ProviderPool
+from ..run import RunEngine
 from .asgi import Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
@@ -47,7 +48,8 @@ class Gateway:
         )
         self.store: Any = None
         self.http: httpx.AsyncClient | None = None  # upstream passthrough
-        self.provider_http: httpx.AsyncClient | None = None
+        self.provider_http: ProviderHttp | None = None
+        self.providers: ProviderPool | None = None
         self.upstream: Upstream
         self.local_rpcs: LocalRpcs
         self.conversations: ConversationService
@@ -70,6 +72,8 @@ class Gateway:
         self.store = await Store.open(self.config.database_path)
         self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
         self.provider_http = streaming_client()
+        self.providers = ProviderPool(self.provider_http)
+        self.providers.start(self.config.models)
         self.upstream = Upstream(
             self.config.upstream.base_url, self.http, body_idle_seconds=self.config.server.body_read_timeout_seconds
         )
@@ -97,6 +101,8 @@ class Gateway:
                 await self._sweeper
         if hasattr(self, "conversations"):  # absent when startup failed early
             await self.conversations.shutdown("server shutting down")
+        if self.providers is not None:
+            await self.providers.aclose()
         for client in (self.http, self.provider_http):
             if client is not None:
                 await client.aclose()
@@ -124,9 +130,8 @@ class Gateway:
             request.cancel()
 
     def _make_engine(self, model: ModelConfig) -> RunEngine:
-        assert self.provider_http is not None
-        provider = make_provider(model, resolve_api_key(self.config, model), self.provider_http)
-        return RunEngine(provider)
+        assert self.providers is not None
+        return RunEngine(self.providers.adapter(model, resolve_api_key(self.config, model)))
 
     async def _sweep(self) -> None:
         while True:

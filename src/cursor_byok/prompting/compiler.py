@@ -1,8 +1,13 @@
 """The prompt compiler: (mode, model, tools, request context) → system prompt and tool list.
 
-Stateless and deterministic: identical inputs give byte-identical output (fixed tools sorted by
-name, schemas with sorted keys, no clock, no dict-order dependence). Dynamic MCP tools come after
-the fixed prefix so adding a server never disturbs the cached prefix of the fixed tools.
+Deterministic: identical inputs give byte-identical output (fixed tools sorted by name, schemas
+with sorted keys, no clock, no dict-order dependence). Dynamic MCP tools come after the fixed
+prefix so adding a server never disturbs the cached prefix of the fixed tools.
+
+Compiled once, reused: every run of a conversation asks for the same prompt, so a result is kept
+per input and handed out again, as the same objects. That lets the provider adapters keep the
+prompt's encoded JSON too (the same system string and tool list come back). Callers must not
+mutate what they get.
 """
 from __future__ import annotations
 
@@ -100,6 +105,10 @@ def _mcp_schema(schema: Any) -> dict[str, Any]:
     return canonical(out)
 
 
+_COMPILED_ENTRIES = 64  # distinct (mode, model, tools, MCP set, custom prompt) in use at once, and then some
+_compiled: dict[tuple[object, ...], CompiledPrompt] = {}
+
+
 def compile_request(
     mode: Mode | str,
     model: ModelConfig,
@@ -115,6 +124,26 @@ def compile_request(
     appended after the fixed tools.
     """
     mode = Mode(mode)
+    if request_context is not None:  # rendered into the result: compile it afresh
+        return _compile(mode, model, tool_names, mcp_tools, request_context, custom_system_prompt)
+    key = (mode, model.label, tuple(sorted(tool_names)), msgspec.json.encode(mcp_tools) if mcp_tools else b"", custom_system_prompt)
+    compiled = _compiled.get(key)
+    if compiled is None:
+        compiled = _compile(mode, model, tool_names, mcp_tools, None, custom_system_prompt)
+        if len(_compiled) >= _COMPILED_ENTRIES:
+            del _compiled[next(iter(_compiled))]  # the oldest
+        _compiled[key] = compiled
+    return compiled
+
+
+def _compile(
+    mode: Mode,
+    model: ModelConfig,
+    tool_names: Sequence[str],
+    mcp_tools: Sequence[McpToolDescriptor],
+    request_context: RequestContext | None,
+    custom_system_prompt: str | None,
+) -> CompiledPrompt:
     unknown = sorted(set(tool_names) - set(FIXED_TOOLS))
     if unknown:
         raise ValueError(f"unknown tool names: {', '.join(unknown)}")

@@ -24,6 +24,7 @@ from .errors import (
     StreamCutError,
 )
 from .factory import FailoverProvider, Provider, make_provider
+from .pool import ProviderPool
 from .transport import RetryPolicy
 from .types import (
     Finish,
@@ -69,6 +70,7 @@ __all__ = [
     "PermissionDeniedError",
     "Provider",
     "ProviderError",
+    "ProviderPool",
     "RateLimitError",
     "RefusalError",
     "RetryPolicy",

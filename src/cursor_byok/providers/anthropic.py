@@ -31,6 +31,7 @@ from .types import (
     ToolCallPart,
     ToolCallStart,
     ToolResultPart,
+    ToolSchema,
     Usage,
 )
 
@@ -277,12 +278,15 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return blocks
 
 
-def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        blocks = _blocks(message)
-        if blocks:
-            out.append({"role": "assistant" if message.role == "assistant" else "user", "content": blocks})
+def anthropic_items(message: Message) -> list[dict[str, Any]]:
+    """One history message as a Messages API message (none if nothing in it can be sent)."""
+    blocks = _blocks(message)
+    return [{"role": "assistant" if message.role == "assistant" else "user", "content": blocks}] if blocks else []
+
+
+def _tools(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
+    out = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools]
+    out[-1]["cache_control"] = _EPHEMERAL
     return out
 
 
@@ -304,14 +308,14 @@ class AnthropicProvider(HttpStreamProvider):
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         max_tokens = request.max_tokens
         body: dict[str, Any] = {"model": request.model}
-        if request.system:
-            body["system"] = [{"type": "text", "text": request.system, "cache_control": _EPHEMERAL}]
-        if request.tools:
-            tools = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
-                     for t in request.tools]
-            tools[-1]["cache_control"] = _EPHEMERAL
-            body["tools"] = tools
-        body["messages"] = anthropic_messages(request.messages)
+        system, tools = request.system, request.tools
+        if system:
+            body["system"] = msgspec.Raw(self._fragments.fixed(
+                system, lambda: [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+            ))
+        if tools:
+            body["tools"] = msgspec.Raw(self._fragments.fixed(tools, lambda: _tools(tools)))
+        body["messages"] = self._fragments.messages(request.messages, anthropic_items)
         body["cache_control"] = _EPHEMERAL
         if request.thinking_budget:
             budget = max(_MIN_THINKING_BUDGET, request.thinking_budget)

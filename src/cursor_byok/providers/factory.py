@@ -5,10 +5,10 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-import httpx
 import msgspec
 
 from ..config import ModelConfig, ProviderKind
+from ..http_client import ProviderHttp
 from .anthropic import AnthropicProvider
 from .errors import AuthError, ProviderError
 from .openai_chat import OpenAIChatProvider
@@ -34,7 +34,7 @@ _ADAPTERS: dict[ProviderKind, type[HttpStreamProvider]] = {
 def make_provider(
     model: ModelConfig,
     api_key: str,
-    client: httpx.AsyncClient,
+    client: ProviderHttp,
     *,
     retry: RetryPolicy | None = None,
     sleep: Sleep = asyncio.sleep,

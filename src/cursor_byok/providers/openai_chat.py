@@ -276,26 +276,25 @@ def _assistant(parts: Sequence[Any]) -> dict[str, Any]:
     return message
 
 
-def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    for message in messages:
-        if message.role == "user":
-            out.append({"role": "user", "content": _user_content(message.parts)})
-        elif message.role == "assistant":
-            out.append(_assistant(message.parts))
-        else:
-            images: list[tuple[ToolResultPart, ImagePart]] = []
-            for part in message.parts:
-                if type(part) is ToolResultPart:
-                    out.append({"role": "tool", "tool_call_id": part.call_id, "content": part.content})
-                    images.extend((part, image) for image in part.images)
-            if images:
-                # Tool messages carry text only; images follow in one user message, in call order.
-                content: list[dict[str, Any]] = []
-                for part, image in images:
-                    content.append({"type": "text", "text": f"Image returned by {part.name} ({part.call_id}):"})
-                    content.append({"type": "image_url", "image_url": {"url": image.data_url}})
-                out.append({"role": "user", "content": content})
+def chat_items(message: Message) -> list[dict[str, Any]]:
+    """One history message as Chat Completions messages."""
+    if message.role == "user":
+        return [{"role": "user", "content": _user_content(message.parts)}]
+    if message.role == "assistant":
+        return [_assistant(message.parts)]
+    out: list[dict[str, Any]] = []
+    images: list[tuple[ToolResultPart, ImagePart]] = []
+    for part in message.parts:
+        if type(part) is ToolResultPart:
+            out.append({"role": "tool", "tool_call_id": part.call_id, "content": part.content})
+            images.extend((part, image) for image in part.images)
+    if images:
+        # Tool messages carry text only; images follow in one user message, in call order.
+        content: list[dict[str, Any]] = []
+        for part, image in images:
+            content.append({"type": "text", "text": f"Image returned by {part.name} ({part.call_id}):"})
+            content.append({"type": "image_url", "image_url": {"url": image.data_url}})
+        out.append({"role": "user", "content": content})
     return out
 
 
@@ -311,13 +310,15 @@ class OpenAIChatProvider(HttpStreamProvider):
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": request.model}
-        if request.tools:
-            body["tools"] = [
+        tools, system = request.tools, request.system
+        if tools:
+            body["tools"] = msgspec.Raw(self._fragments.fixed(tools, lambda: [
                 {"type": "function",
                  "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-                for t in request.tools
-            ]
-        body["messages"] = chat_messages(request.system, request.messages)
+                for t in tools
+            ]))
+        lead = self._fragments.fixed(system, lambda: {"role": "system", "content": system}) if system else b""
+        body["messages"] = self._fragments.messages(request.messages, chat_items, lead)
         # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens); most
         # compatible servers know only max_tokens.
         official = urlsplit(self.url).hostname == "api.openai.com"

@@ -232,49 +232,49 @@ def _reasoning_item(part: ThinkingPart) -> dict[str, Any] | None:
     return item
 
 
-def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def responses_items(message: Message) -> list[dict[str, Any]]:
+    """One history message as Responses API input items."""
     items: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "user":
-            content: list[dict[str, Any]] = []
-            for part in message.parts:
-                if type(part) is TextPart:
-                    content.append({"type": "input_text", "text": part.text})
-                elif type(part) is ImagePart:
-                    content.append({"type": "input_image", "image_url": part.data_url})
-            items.append({"type": "message", "role": "user", "content": content})
-        elif message.role == "assistant":
-            text: list[str] = []
+    if message.role == "user":
+        content: list[dict[str, Any]] = []
+        for part in message.parts:
+            if type(part) is TextPart:
+                content.append({"type": "input_text", "text": part.text})
+            elif type(part) is ImagePart:
+                content.append({"type": "input_image", "image_url": part.data_url})
+        items.append({"type": "message", "role": "user", "content": content})
+    elif message.role == "assistant":
+        text: list[str] = []
 
-            def flush_text() -> None:
-                if text:
-                    items.append({"type": "message", "role": "assistant",
-                                  "content": [{"type": "output_text", "text": "".join(text)}]})
-                    text.clear()
+        def flush_text() -> None:
+            if text:
+                items.append({"type": "message", "role": "assistant",
+                              "content": [{"type": "output_text", "text": "".join(text)}]})
+                text.clear()
 
-            for part in message.parts:
-                kind = type(part)
-                if kind is TextPart:
-                    text.append(part.text)
-                    continue
-                flush_text()
-                if kind is ToolCallPart:
-                    items.append({"type": "function_call", "call_id": part.id, "name": part.name,
-                                  "arguments": part.arguments})
-                elif kind is ThinkingPart:
-                    reasoning = _reasoning_item(part)
-                    if reasoning is not None:
-                        items.append(reasoning)
+        for part in message.parts:
+            kind = type(part)
+            if kind is TextPart:
+                text.append(part.text)
+                continue
             flush_text()
-        else:
-            for part in message.parts:
-                if type(part) is not ToolResultPart:
-                    continue
-                output: str | list[dict[str, Any]] = part.content
-                if part.images:
-                    output = [{"type": "input_text", "text": part.content}] if part.content else []
-                    output.extend({"type": "input_image", "image_url": i.data_url} for i in part.images)
-                items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
+            if kind is ToolCallPart:
+                items.append({"type": "function_call", "call_id": part.id, "name": part.name,
+                              "arguments": part.arguments})
+            elif kind is ThinkingPart:
+                reasoning = _reasoning_item(part)
+                if reasoning is not None:
+                    items.append(reasoning)
+        flush_text()
+    else:
+        for part in message.parts:
+            if type(part) is not ToolResultPart:
+                continue
+            output: str | list[dict[str, Any]] = part.content
+            if part.images:
+                output = [{"type": "input_text", "text": part.content}] if part.content else []
+                output.extend({"type": "input_image", "image_url": i.data_url} for i in part.images)
+            items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
     return items
 
 
@@ -292,13 +292,14 @@ class OpenAIResponsesProvider(HttpStreamProvider):
         body: dict[str, Any] = {"model": request.model}
         if request.system:
             body["instructions"] = request.system
-        if request.tools:
-            body["tools"] = [
+        tools = request.tools
+        if tools:
+            body["tools"] = msgspec.Raw(self._fragments.fixed(tools, lambda: [
                 {"type": "function", "name": t.name, "description": t.description,
                  "parameters": t.parameters, "strict": False}
-                for t in request.tools
-            ]
-        body["input"] = responses_input(request.messages)
+                for t in tools
+            ]))
+        body["input"] = self._fragments.messages(request.messages, responses_items)
         body["max_output_tokens"] = request.max_tokens
         if request.effort:
             body["reasoning"] = {"effort": request.effort, "summary": "auto"}

@@ -9,12 +9,12 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
-import httpx
 import msgspec
 from httpx_sse import ServerSentEvent
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder  # the public API only wraps them in generators
 
 from ..config import ModelConfig
+from ..http_client import HttpError, ProviderHttp, ProviderResponse
 from .errors import (
     ErrorContext,
     IdleTimeoutError,
@@ -27,6 +27,7 @@ from .errors import (
     parse_error_body,
     parse_retry_after,
 )
+from .fragments import Fragments
 from .types import ModelRequest, StreamEvent
 
 _log = logging.getLogger("cursor_byok.providers")
@@ -95,7 +96,7 @@ class HttpStreamProvider(abc.ABC):
         self,
         model: ModelConfig,
         api_key: str,
-        client: httpx.AsyncClient,
+        client: ProviderHttp,
         *,
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
@@ -108,14 +109,11 @@ class HttpStreamProvider(abc.ABC):
         self._headers.setdefault("accept", "text/event-stream")
         self.url = self.endpoint(model.base_url)
         self._context = ErrorContext(model.id, model.model, self.family, model.base_url or self.url)
+        self._fragments = Fragments()
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
-        self._timeout = httpx.Timeout(
-            connect=min(_CONNECT_TIMEOUT, model.request_timeout_seconds),
-            read=None,  # bounded per SSE event below (first event vs. idle gap)
-            write=model.request_timeout_seconds,
-            pool=model.request_timeout_seconds,
-        )
+        # Reads are bounded per SSE event (first event vs. idle gap), sending by the open's bound.
+        self._connect_timeout = min(_CONNECT_TIMEOUT, model.request_timeout_seconds)
 
     # ---- subclass hooks --------------------------------------------------------------------------
     @abc.abstractmethod
@@ -128,7 +126,8 @@ class HttpStreamProvider(abc.ABC):
 
     @abc.abstractmethod
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The provider's JSON request body, built in a fixed key order."""
+        """The provider's JSON request body, built in a fixed key order. Parts that repeat from one
+        request to the next come from `self._fragments` as ready JSON."""
 
     @abc.abstractmethod
     def new_translator(self) -> StreamTranslator:
@@ -152,26 +151,23 @@ class HttpStreamProvider(abc.ABC):
                 response = await self._open(body)
                 try:
                     translator = self.new_translator()
-                    # An unencoded body skips aiter_bytes' decoder layer (one generator hop per chunk).
-                    encoding = response.headers.get("content-encoding", "").strip().lower()
-                    chunks = response.aiter_bytes() if encoding not in ("", "identity") else response.aiter_raw()
                     reader = _SSEReader()
                     watch = _IdleWatch(self.model.request_timeout_seconds, self.model.idle_timeout_seconds)
                     try:
                         while True:
                             watch.waiting = True
                             try:
-                                chunk = await chunks.__anext__()
-                            except StopAsyncIteration:
-                                break
+                                chunk = await response.next_chunk()
                             except asyncio.CancelledError:
                                 if watch.timed_out():
                                     raise IdleTimeoutError(
                                         f"{self.family}: stream stalled (no event for {watch.window:g}s)"
                                     ) from None
                                 raise
-                            except httpx.HTTPError as exc:
+                            except HttpError as exc:
                                 raise StreamCutError(f"{self.family}: stream broke: {self._describe(exc)}") from None
+                            if not chunk:
+                                break
                             watch.waiting = False
                             for sse in reader.feed(chunk):
                                 watch.progress()
@@ -186,7 +182,6 @@ class HttpStreamProvider(abc.ABC):
                         raise MismatchError(f"{self.family}: unexpected event ({self._redact(str(exc))})") from None
                     finally:
                         watch.close()
-                        await chunks.aclose()
                     try:
                         closing = translator.close()
                     except StreamCutError:
@@ -229,21 +224,18 @@ class HttpStreamProvider(abc.ABC):
             },
         )
 
-    async def _open(self, body: bytes) -> httpx.Response:
+    async def _open(self, body: bytes) -> ProviderResponse:
         """Send the request; return a successful event-stream response or raise a typed error."""
         wait = self.model.request_timeout_seconds
-        request = self._client.build_request(
-            "POST", self.url, content=body, headers=self._headers, timeout=self._timeout
-        )
         try:
             async with asyncio.timeout(wait):
-                response = await self._client.send(request, stream=True)
+                response = await self._client.post(self.url, body, self._headers, connect_timeout=self._connect_timeout)
         except TimeoutError:
             raise IdleTimeoutError(f"{self.family}: no response within {wait:g}s") from None
-        except httpx.HTTPError as exc:
+        except HttpError as exc:
             raise NetworkError(f"{self.family}: request failed: {self._describe(exc)}") from None
         try:
-            if response.status_code >= 400:
+            if response.status >= 400:
                 raise await self._status_error(response)
             content_type = response.headers.get("content-type", "")
             if "text/event-stream" not in content_type:
@@ -253,24 +245,23 @@ class HttpStreamProvider(abc.ABC):
             raise
         return response
 
-    async def _read_capped(self, response: httpx.Response) -> bytes:
+    async def _read_capped(self, response: ProviderResponse) -> bytes:
+        """Whatever of the body arrives within the idle bound, up to the cap."""
         chunks: list[bytes] = []
         size = 0
         try:
             async with asyncio.timeout(self.model.idle_timeout_seconds):
-                async for chunk in response.aiter_bytes():
+                while size < _ERROR_BODY_CAP and (chunk := await response.next_chunk()):
                     chunks.append(chunk)
                     size += len(chunk)
-                    if size >= _ERROR_BODY_CAP:
-                        break
-        except (TimeoutError, httpx.HTTPError):
+        except (TimeoutError, HttpError):
             pass  # classify by status with whatever arrived
         return b"".join(chunks)[:_ERROR_BODY_CAP]
 
-    async def _status_error(self, response: httpx.Response) -> ProviderError:
+    async def _status_error(self, response: ProviderResponse) -> ProviderError:
         body = await self._read_capped(response)
         err = classify(
-            status=response.status_code,
+            status=response.status,
             info=parse_error_body(body),
             redact=self._redact,
             provider=self.family,
@@ -279,7 +270,7 @@ class HttpStreamProvider(abc.ABC):
         err.request_id = _request_id(response)
         return err
 
-    async def _unexpected_body(self, response: httpx.Response, content_type: str) -> ProviderError:
+    async def _unexpected_body(self, response: ProviderResponse, content_type: str) -> ProviderError:
         body = await self._read_capped(response)
         info = parse_error_body(body)
         if "json" in content_type and (info.type or info.code):
@@ -287,20 +278,19 @@ class HttpStreamProvider(abc.ABC):
         else:
             err = MismatchError(
                 f"{self.family}: expected an event stream, got {content_type or 'no content type'!r}",
-                status=response.status_code,
+                status=response.status,
             )
         err.request_id = _request_id(response)
         return err
 
     def _describe(self, exc: BaseException) -> str:
-        # The transport wraps aiohttp's errors in httpx's types; the original names what happened
-        # ("Cannot connect to host …" rather than a bare class name).
+        # HttpError chains the client's error, which names what happened.
         cause = exc.__cause__ or exc
         text = str(cause)
         return self._redact(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)
 
 
-def _request_id(response: httpx.Response) -> str | None:
+def _request_id(response: ProviderResponse) -> str | None:
     for name in _REQUEST_ID_HEADERS:
         if value := response.headers.get(name):
             return value[:200]

@@ -52,8 +52,9 @@ Part = Union[TextPart, ImagePart, ThinkingPart, ToolCallPart, ToolResultPart]
 Role = Literal["user", "assistant", "tool"]
 
 
-class Message(msgspec.Struct, frozen=True):
-    """One history message. A "tool" message holds only ToolResultParts."""
+class Message(msgspec.Struct, frozen=True, weakref=True):
+    """One history message. A "tool" message holds only ToolResultParts. (Weak-referenceable: an
+    adapter keeps a message's encoded form exactly as long as the message lives.)"""
 
     role: Role
     parts: list[Part]

@@ -1,4 +1,5 @@
-"""Persistence: SQLite (WAL) through aiosqlite, one batching writer task per database.
+"""Persistence: SQLite (WAL) on the standard sqlite3 module, one group-committing writer thread per
+database.
 
     store = await Store.open(data_dir / "state.db")
     store.upsert_conversation(ConversationRecord(...))          # fire and forget

@@ -12,8 +12,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import aiosqlite
-
 from .errors import MigrationError, SchemaTooNewError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "apply_migrations"]
@@ -279,25 +277,22 @@ def _check_sequence(migrations: Sequence[Migration]) -> None:
             )
 
 
-async def _current_version(conn: aiosqlite.Connection) -> int:
-    rows = await conn.execute_fetchall("SELECT COALESCE(MAX(version), 0) FROM schema_version")
-    return int(list(rows)[0][0])
+def _current_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0])
 
 
-async def stored_version(conn: aiosqlite.Connection, migrations: Sequence[Migration], *, path: str) -> int:
+def stored_version(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: str) -> int:
     """The database's schema version, read without changing anything (0: not initialised).
     Raises SchemaTooNewError like `apply_migrations`."""
-    rows = await conn.execute_fetchall("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'")
-    version = await _current_version(conn) if list(rows) else 0
+    known = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+    version = _current_version(conn) if known else 0
     supported = migrations[-1].version if migrations else 0
     if version > supported:
         raise SchemaTooNewError(path, version, supported)
     return version
 
 
-async def apply_migrations(
-    conn: aiosqlite.Connection, migrations: Sequence[Migration], *, path: str
-) -> int:
+def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: str) -> int:
     """Bring the database up to the last of `migrations`; returns the resulting version.
 
     `conn` must be in autocommit mode (isolation_level=None). Each pending migration runs under
@@ -305,29 +300,29 @@ async def apply_migrations(
     """
     _check_sequence(migrations)
     supported = migrations[-1].version if migrations else 0
-    await conn.execute(_VERSION_TABLE)
-    version = await _current_version(conn)
+    conn.execute(_VERSION_TABLE)
+    version = _current_version(conn)
     if version > supported:
         raise SchemaTooNewError(path, version, supported)
     for migration in migrations[version:]:
-        await conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE")
         try:
             # Re-read under the write lock: another opener may have applied it meanwhile.
-            if await _current_version(conn) >= migration.version:
-                await conn.execute("ROLLBACK")
+            if _current_version(conn) >= migration.version:
+                conn.execute("ROLLBACK")
                 continue
             for statement in migration.statements:
-                await conn.execute(statement)
-            await conn.execute(
+                conn.execute(statement)
+            conn.execute(
                 "INSERT INTO schema_version(version, name, applied_at_ms) VALUES (?, ?, ?)",
                 (migration.version, migration.name, time.time_ns() // 1_000_000),
             )
-            await conn.execute("COMMIT")
+            conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
-                await conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
             raise MigrationError(migration.version, migration.name, exc) from exc
-    final = await _current_version(conn)
+    final = _current_version(conn)
     if final > supported:
         raise SchemaTooNewError(path, final, supported)
     return final

@@ -1,0 +1,110 @@
+"""The floor for the turn-start benchmark: a bare granian ASGI app that decodes each BidiAppend (as
+ours does), and for a run request forwards ONE prebuilt provider request (a 2,000-word user message,
+no history, no system prompt work, no persistence) through a plain aiohttp session (the library our
+provider client wraps; used directly here so the floor stays the same when our client changes),
+then streams the answer's text to that request id's RunSSE as text-delta frames.
+
+Ours against this floor is the cost of everything a turn start does beyond the unavoidable: the
+append's decode, one provider hop, and the frames back.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import aiohttp
+import msgspec
+
+from benchmarks.support.bare_app import HEADERS, decode, delta, whole_body
+from cursor_byok.protocol import agent_pb2 as pb, decode_bidi_append, end_stream_ok
+
+PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
+WORDS = 2_000
+
+
+def turn_text(words: int = WORDS) -> str:
+    """A user message of `words` words (the same text every turn; a provider never sees it twice in
+    one request)."""
+    vocabulary = ("alpha", "branch", "commit", "delta", "engine", "future", "gateway", "history")
+    return " ".join(vocabulary[i % len(vocabulary)] for i in range(words))
+
+
+BODY = msgspec.json.encode(
+    {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": turn_text()}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+)
+
+
+_frames: dict[str, asyncio.Queue[bytes | None]] = {}  # request id → frames for its RunSSE
+
+
+def _channel(request_id: str) -> asyncio.Queue[bytes | None]:
+    queue = _frames.get(request_id)
+    if queue is None:
+        queue = _frames[request_id] = asyncio.Queue()
+    return queue
+
+
+_session: aiohttp.ClientSession | None = None
+
+
+async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
+    global _session
+    if _session is None:
+        _session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30))
+    try:
+        response = await _session.post(PROVIDER, data=BODY, headers={"content-type": "application/json"})
+        try:
+            buffer = b""
+            while chunk := await response.content.readany():
+                buffer += chunk
+                *events, buffer = buffer.split(b"\n\n")
+                for event in events:
+                    data = event.removeprefix(b"data: ")
+                    if data == b"[DONE]":
+                        continue
+                    for choice in decode(data).choices:
+                        if choice.delta.content:
+                            queue.put_nowait(delta(choice.delta.content))
+        finally:
+            response.release()
+    finally:
+        queue.put_nowait(None)
+
+
+_tasks: set[asyncio.Task[None]] = set()
+
+
+async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    if scope["type"] != "http":
+        return
+    body = await whole_body(receive)
+    path = scope["path"]
+    if path.endswith("/BidiAppend"):
+        append = decode_bidi_append(body)
+        if append.variant == "run_request":
+            task = asyncio.get_running_loop().create_task(_forward(_channel(append.request_id)))
+            _tasks.add(task)
+            task.add_done_callback(_tasks.discard)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/proto")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if path.endswith("/RunSSE"):
+        request_id = _request_id(body)
+        queue = _channel(request_id)
+        await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        while (frame := await queue.get()) is not None:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        _frames.pop(request_id, None)
+        await send({"type": "http.response.body", "body": end_stream_ok(), "more_body": False})
+        return
+    await send({"type": "http.response.start", "status": 204 if path.endswith("healthz") else 404, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _request_id(body: bytes) -> str:
+    return pb.BidiRequestId.FromString(body[5:]).request_id

@@ -1,0 +1,162 @@
+"""A fast OpenAI-compatible streaming endpoint for the turn-start benchmark: it notes the moment it
+has a whole request (time.monotonic_ns, one clock for every process on the machine) and sends that
+stamp back at once as the first text chunk; the rest of the answer follows at a model's pace.
+
+    python -m benchmarks.support.stamp_provider PORT [CHUNKS INTERVAL_MS]   (default 10 chunks, 20 ms)
+
+Control paths, for the benchmark: `POST /control/hold` makes it keep every later request unanswered
+(stamped on arrival) until `POST /control/release`; `GET /control/count` answers how many model
+requests it has received. Like the other stand-ins it is built to cost the machine little: bodies
+are counted, not parsed, and each chunk is one prebuilt write from a timer callback.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+
+import uvloop
+
+_HEAD = b'data: {"id":"t","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"'
+_TAIL = b'"},"finish_reason":null}]}\n\n'
+_END = (
+    b'data: {"id":"t","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    b'data: {"id":"t","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3000,"completion_tokens":9,"total_tokens":3009}}\n\n'
+    b"data: [DONE]\n\n"
+)
+_RESPONSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _chunk(event: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+_WORD = _chunk(_HEAD + b" word" + _TAIL)
+_LAST = _chunk(_END) + b"0\r\n\r\n"
+
+
+class _Answer:
+    """One streamed reply: the arrival stamp as the first text (ended by `|`) at once, then `chunks`
+    words `interval` apart (one timer callback each), then the finish chunks; then `done()`."""
+
+    __slots__ = ("transport", "left", "interval", "loop", "done")
+
+    def __init__(self, transport: asyncio.Transport, stamp: int, chunks: int, interval: float, done: Callable[[], None]) -> None:
+        self.transport, self.left, self.interval, self.done = transport, chunks, interval, done
+        self.loop = asyncio.get_running_loop()
+        transport.write(_RESPONSE_HEAD + _chunk(b"%s%d|%s" % (_HEAD, stamp, _TAIL)))
+        self.loop.call_later(interval, self.tick)
+
+    def tick(self) -> None:
+        if self.transport.is_closing():
+            return
+        if self.left == 0:
+            self.transport.write(_LAST)
+            self.done()
+            return
+        self.left -= 1
+        self.transport.write(_WORD)
+        self.loop.call_later(self.interval, self.tick)
+
+
+def _plain(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+
+
+class _State:
+    def __init__(self, chunks: int, interval: float) -> None:
+        self.chunks, self.interval = chunks, interval
+        self.hold = False
+        self.held: list[tuple[_Connection, int]] = []
+        self.count = 0
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: requests on it are answered in order, each once the answer to the
+    one before has ended."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.head: bytes | None = None  # the current request's head, once it is complete
+        self.need = 0  # body bytes the current request still lacks
+        self.answering = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._next()
+
+    def _next(self) -> None:
+        while not self.answering and self._take():
+            pass
+
+    def _take(self) -> bool:
+        if self.head is None:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return False
+            self.head = bytes(self.buffer[:end])
+            del self.buffer[: end + 4]
+            self.need = 0
+            for line in self.head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    self.need = int(line[15:])
+        if len(self.buffer) < self.need:
+            return False
+        stamp = time.monotonic_ns()
+        del self.buffer[: self.need]
+        head, self.head = self.head, None
+        method, path, _ = head.split(b" ", 2)
+        self._answer(method, path, stamp)
+        return True
+
+    def _answer(self, method: bytes, path: bytes, stamp: int) -> None:
+        state, transport = self.state, self.transport
+        assert transport is not None
+        if method == b"HEAD":  # the server warming its connection: not a model request
+            transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        elif path == b"/control/hold":
+            state.hold = True
+            transport.write(_plain(b"held"))
+        elif path == b"/control/release":
+            state.hold = False
+            for held, held_stamp in state.held:
+                held.stream(held_stamp)
+            state.held.clear()
+            transport.write(_plain(b"released"))
+        elif path == b"/control/count":
+            transport.write(_plain(b"%d" % state.count))
+        else:
+            state.count += 1
+            self.answering = True
+            if state.hold:
+                state.held.append((self, stamp))
+            else:
+                self.stream(stamp)
+
+    def stream(self, stamp: int) -> None:
+        assert self.transport is not None
+        if not self.transport.is_closing():
+            _Answer(self.transport, stamp, self.state.chunks, self.state.interval, self._ended)
+
+    def _ended(self) -> None:
+        self.answering = False
+        self._next()
+
+
+async def main(port: int, chunks: int, interval_ms: float) -> None:
+    loop = asyncio.get_running_loop()
+    state = _State(chunks, interval_ms / 1000)
+    server = await loop.create_server(lambda: _Connection(state), "127.0.0.1", port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    uvloop.run(main(int(args[0]), int(args[1]) if len(args) > 1 else 10, float(args[2]) if len(args) > 2 else 20.0))

@@ -1,0 +1,473 @@
+"""Turn start: from the IDE's first BidiAppend of a turn to the provider holding the model request.
+
+One run, one command, every figure next to its floor:
+
+    .venv/bin/python -m pytest -q benchmarks/test_turn_start.py -s
+
+- **ours**: the real `cursor-byok serve`; **floor**: `benchmarks/support/bare_turn_app.py`, a bare
+  granian app that decodes the append and forwards one prebuilt provider request (no history, no
+  persistence, no prompt work); **direct**: the benchmark itself POSTing that prebuilt request to the
+  provider. All three talk to `benchmarks/support/stamp_provider.py`, which stamps the moment it has
+  a whole request (CLOCK_MONOTONIC) and sends the stamp back as the first text chunk.
+- Every turn's user message is 2,000 words; the answer streams at a model's pace (10 chunks 20 ms
+  apart). A conversation takes several turns in a row, so later turns carry the earlier ones as
+  history (ours only: the floor has none by definition).
+- Latency scenarios: 1, 8 and 32 conversations at once (each a loop of turns with a random pause of
+  up to 0.2 s before each turn, so they do not march in step) and a burst of 200 conversations
+  whose first turns start spread over one second. Per turn: first append → provider
+  has the request, and time to first token (first text delta at the IDE) minus the direct call's.
+- CPU per run start (the main figure on a shared machine): the provider holds its answers while
+  runs are started one after another; the server's user+system CPU (the kernel's per-process CPU
+  clock: what /proc/PID/stat counts, at ns grain) over that stretch
+  (plus a settle period for anything the start left to do off the path, minus the idle rate) per
+  start, for new conversations and for follow-up turns.
+- Cold start (process spawn → /healthz answered → first turn's first token) and peak memory (server
+  process and its granian worker: RSS summed as the issue measured it, and PSS, which counts the
+  pages the two share once) over 100 conversations, on a fresh server.
+
+Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level),
+BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
+BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20; BENCH_SRC runs the
+servers from another checkout's `src` (e.g. the commit before a change, for a before/after pair).
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from benchmarks.support.bare_turn_app import BODY, turn_text
+from benchmarks.support.rawhttp import Connection
+from benchmarks.test_gateway import ROOT, _tree, rss_kib, wait_healthy
+from cursor_byok import hotpath
+from cursor_byok.protocol import agent_pb2 as pb
+from tests.harness.ide import BIDI_APPEND, RUN_SSE, append_body, envelope, run_request
+from tests.harness.server import ModelSpec, ServerConfig, free_port
+
+CONCURRENCY = [int(c) for c in os.environ.get("BENCH_TURN_CONCURRENCY", "1,8,32").split(",")]
+SAMPLES = int(os.environ.get("BENCH_TURN_SAMPLES", "192"))
+TURNS = int(os.environ.get("BENCH_TURNS_PER_CONVERSATION", "3"))
+BURST = int(os.environ.get("BENCH_BURST", "200"))
+HELD = int(os.environ.get("BENCH_HELD", "100"))
+RSS_CONVERSATIONS = int(os.environ.get("BENCH_RSS_CONVERSATIONS", "100"))
+SRC = os.environ.get("BENCH_SRC", str(ROOT / "src"))  # the cursor_byok source tree the servers run
+THINK = float(os.environ.get("BENCH_THINK_MS", "200")) / 1000
+ANSWER_CHUNKS = os.environ.get("BENCH_ANSWER_CHUNKS", "10")
+ANSWER_INTERVAL_MS = os.environ.get("BENCH_ANSWER_INTERVAL_MS", "20")
+HOST = "127.0.0.1"
+MODEL = "bench"
+TEXT = turn_text()
+SETTLE_SECONDS = 0.5  # after the last held start: off-path work a start left behind is counted
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("seconds", ctypes.c_long), ("nanoseconds", ctypes.c_long)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children (granian's worker) so far, from the kernel's
+    per-process CPU clock: the same account /proc/PID/stat keeps, at ns rather than 10 ms grain."""
+    total = 0.0
+    for p in _tree(pid):
+        clock, spec = ctypes.c_int(), _Timespec()
+        if _libc.clock_getcpuclockid(p, ctypes.byref(clock)) == 0 and _libc.clock_gettime(clock.value, ctypes.byref(spec)) == 0:
+            total += spec.seconds + spec.nanoseconds / 1e9
+    return total
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional set size of a process and its children: pages shared between them (granian forks
+    its worker from a parent that has imported the same modules) counted once, not once per process."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def pct(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] / 1e6
+
+
+@dataclass
+class Samples:
+    to_provider_ns: list[int] = field(default_factory=list)  # first append → provider has the request
+    ttft_ns: list[int] = field(default_factory=list)  # first append → first text delta at the IDE
+
+
+class Client:
+    """One conversation as the IDE drives it: a keep-alive connection for appends and one for RunSSE."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conversation_id = uuid.uuid4().hex
+        self.appender: Connection
+        self.streamer: Connection
+        self.lock = asyncio.Lock()  # the append connection carries one request at a time
+
+    async def open(self) -> Client:
+        self.appender = await Connection.open(HOST, self.port)
+        self.streamer = await Connection.open(HOST, self.port)
+        return self
+
+    def close(self) -> None:
+        self.appender.close()
+        self.streamer.close()
+
+    async def start(self) -> Callable[[], Awaitable[tuple[int, int]]]:
+        """Open RunSSE and send the turn's run request; returns `finish`, which reads the turn to its
+        end and gives (append → provider, append → first token) in ns."""
+        rid = uuid.uuid4().hex
+        body = append_body(rid, 0, run_request(TEXT, model=MODEL, conversation_id=self.conversation_id))
+        await self.lock.acquire()
+        self.streamer.send(RUN_SSE, envelope(pb.BidiRequestId(request_id=rid).SerializeToString()))
+        sent = time.monotonic_ns()
+        self.appender.send(BIDI_APPEND, body)
+        replied = asyncio.get_running_loop().create_task(self._first_reply())
+        seqnos = iter(range(1, 1 << 30))
+
+        async def finish() -> tuple[int, int]:
+            decoder = hotpath.FrameDecoder()
+            result: tuple[int, int] | None = None
+            ended = False
+            async for chunk in self.streamer.chunks():  # read to the reply's end: the connection is reused
+                now = time.monotonic_ns()
+                for flags, payload in decoder.feed(chunk):
+                    if flags & hotpath.FLAG_END_STREAM:
+                        ended = True
+                        continue
+                    msg = pb.AgentServerMessage.FromString(payload)
+                    if msg.WhichOneof("message") == "kv_server_message":
+                        reply = pb.AgentClientMessage()
+                        reply.kv_client_message.id = msg.kv_server_message.id
+                        reply.kv_client_message.set_blob_result.SetInParent()
+                        async with self.lock:
+                            status, _ = await self.appender.post(BIDI_APPEND, append_body(rid, next(seqnos), reply))
+                        assert status == 200, status
+                    elif result is None and msg.interaction_update.WhichOneof("message") == "text_delta":
+                        stamp = int(msg.interaction_update.text_delta.text.split("|", 1)[0])
+                        result = (stamp - sent, now - sent)
+            await replied
+            assert ended, "RunSSE ended without an end-of-stream frame"
+            assert result is not None, "the turn ended without text"
+            return result
+
+        return finish
+
+    async def _first_reply(self) -> None:
+        try:
+            status, _ = await self.appender.reply()
+            assert status == 200, status
+        finally:
+            self.lock.release()
+
+    async def turn(self) -> tuple[int, int]:
+        return await (await self.start())()
+
+
+async def direct_turn(conn: Connection) -> tuple[int, int]:
+    """The prebuilt request straight to the provider: (send → provider has it, send → first chunk)."""
+    conn.send("/v1/chat/completions", BODY)
+    sent = time.monotonic_ns()
+    result: tuple[int, int] | None = None
+    async for chunk in conn.chunks():
+        if result is None:
+            now = time.monotonic_ns()
+            text = chunk.split(b'"content":"', 1)[1]
+            result = (int(text.split(b"|", 1)[0]) - sent, now - sent)
+    assert result is not None
+    return result
+
+
+async def concurrent(port: int, conversations: int, samples: int, *, direct: bool = False) -> Samples:
+    """`conversations` loops at once, each taking turns (TURNS per conversation, then a new one)."""
+    per_loop = math.ceil(samples / conversations)
+    out = Samples()
+
+    async def think() -> None:
+        if conversations > 1:
+            await asyncio.sleep(random.uniform(0, THINK))
+
+    async def loop() -> None:
+        done = 0
+        if direct:
+            conn = await Connection.open(HOST, port)
+            for _ in range(per_loop):
+                await think()
+                a, b = await direct_turn(conn)
+                out.to_provider_ns.append(a)
+                out.ttft_ns.append(b)
+            conn.close()
+            return
+        while done < per_loop:
+            client = await Client(port).open()
+            for _ in range(min(TURNS, per_loop - done)):
+                await think()
+                a, b = await client.turn()
+                out.to_provider_ns.append(a)
+                out.ttft_ns.append(b)
+                done += 1
+            client.close()
+
+    await asyncio.gather(*(loop() for _ in range(conversations)))
+    return out
+
+
+async def burst(port: int, conversations: int, *, direct: bool = False) -> Samples:
+    """`conversations` first turns whose starts are spread evenly over one second (connections are
+    open beforehand, as the IDE's are)."""
+    out = Samples()
+    if direct:
+        conns = [await Connection.open(HOST, port) for _ in range(conversations)]
+    else:
+        clients = [await Client(port).open() for _ in range(conversations)]
+    begin = time.monotonic()
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(max(0.0, begin + i / conversations - time.monotonic()))
+        a, b = await (direct_turn(conns[i]) if direct else clients[i].turn())
+        out.to_provider_ns.append(a)
+        out.ttft_ns.append(b)
+
+    await asyncio.gather(*(one(i) for i in range(conversations)))
+    for c in conns if direct else clients:
+        c.close()
+    return out
+
+
+async def provider_control(port: int, what: str) -> str:
+    conn = await Connection.open(HOST, port)
+    try:
+        status, body = await conn.post(f"/control/{what}", b"")
+        assert status == 200
+        return body.decode()
+    finally:
+        conn.close()
+
+
+async def idle_cpu_rate(pid: int, seconds: float = 1.0) -> float:
+    before = cpu_seconds(pid)
+    await asyncio.sleep(seconds)
+    return (cpu_seconds(pid) - before) / seconds
+
+
+async def held_turns(provider_port: int, clients: list[Client], *, one_by_one: bool) -> Callable[[], Awaitable[None]]:
+    """Start a turn on every client while the provider holds its answers, all at once or each once
+    the provider has the one before; returns what releases and finishes them."""
+    await provider_control(provider_port, "hold")
+    base = int(await provider_control(provider_port, "count"))
+    finishes = []
+    for n, client in enumerate(clients, 1):
+        finishes.append(await client.start())
+        while one_by_one and int(await provider_control(provider_port, "count")) < base + n:
+            await asyncio.sleep(0.0005)
+    while int(await provider_control(provider_port, "count")) < base + len(clients):
+        await asyncio.sleep(0.001)
+
+    async def release() -> None:
+        await provider_control(provider_port, "release")
+        await asyncio.gather(*(finish() for finish in finishes))
+
+    return release
+
+
+async def warm_provider_pool(port: int, provider_port: int, connections: int) -> None:
+    """Leave `connections` kept-alive connections to the provider in the server's pool (as any
+    server has after serving that many turns at once), so held starts do not each pay a connect."""
+    clients = [await Client(port).open() for _ in range(connections)]
+    await (await held_turns(provider_port, clients, one_by_one=False))()
+    for c in clients:
+        c.close()
+
+
+async def cpu_per_start(provider_port: int, pid: int, clients: list[Client]) -> float:
+    """Server CPU (µs) per run start: each client starts a turn, one after another, while the
+    provider holds its answers; the next starts once the provider has the previous request."""
+    idle = await idle_cpu_rate(pid)
+    started = time.monotonic()
+    before = cpu_seconds(pid)
+    release = await held_turns(provider_port, clients, one_by_one=True)
+    await asyncio.sleep(SETTLE_SECONDS)
+    spent = cpu_seconds(pid) - before - idle * (time.monotonic() - started)
+    await release()
+    return spent * 1e6 / len(clients)
+
+
+# ---- processes ----------------------------------------------------------------------------------
+def _healthy(port: int, path: str) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+            return s.recv(64).split(b" ", 2)[1] in (b"200", b"204")
+    except (OSError, IndexError):
+        return False
+
+
+def spawn(cmd: list[str], env: dict[str, str], port: int, health: str, log: Path) -> tuple[subprocess.Popen[bytes], float]:
+    """Start a server; returns it and the seconds from spawn to its health check answering."""
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = started + 30
+    while not _healthy(port, health):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{cmd} did not come up:\n{log.read_text()[-4000:]}")
+        time.sleep(0.002)
+    return proc, time.monotonic() - started
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(5)
+
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    up_seconds: float
+    first_token_seconds: float = 0.0
+    peak_rss_kib: int = 0
+    peak_pss_kib: int = 0
+    latency: dict[str, Samples] = field(default_factory=dict)
+    cpu_us: dict[str, float] = field(default_factory=dict)
+
+
+async def measure(target: Target, provider_port: int, spawned_at: float, ours: bool) -> None:
+    pid = target.proc.pid
+    first = await Client(target.port).open()
+    await first.turn()
+    target.first_token_seconds = time.monotonic() - spawned_at
+    first.close()
+    # Peak RSS over RSS_CONVERSATIONS conversations (8 at a time, TURNS turns each).
+    work = asyncio.ensure_future(concurrent(target.port, 8, RSS_CONVERSATIONS * TURNS))
+    while not work.done():
+        target.peak_rss_kib = max(target.peak_rss_kib, rss_kib(pid))
+        target.peak_pss_kib = max(target.peak_pss_kib, pss_kib(pid))
+        await asyncio.sleep(0.05)
+    await work
+    target.peak_rss_kib = max(target.peak_rss_kib, rss_kib(pid))
+    target.peak_pss_kib = max(target.peak_pss_kib, pss_kib(pid))
+    for c in CONCURRENCY:
+        target.latency[str(c)] = await concurrent(target.port, c, SAMPLES)
+    target.latency[f"burst {BURST}"] = await burst(target.port, BURST)
+    await warm_provider_pool(target.port, provider_port, HELD)
+    clients = [await Client(target.port).open() for _ in range(HELD)]
+    target.cpu_us["new conversation"] = await cpu_per_start(provider_port, pid, clients)
+    if ours:  # the floor has no history: a follow-up is the same request again
+        target.cpu_us["follow-up turn"] = await cpu_per_start(provider_port, pid, clients)
+    for c in clients:
+        c.close()
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.benchmark(group="turn-start")
+def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
+    provider_port = free_port()
+    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), ANSWER_CHUNKS, ANSWER_INTERVAL_MS], env=env, cwd=ROOT)
+    env["BENCH_PROVIDER_URL"] = f"http://{HOST}:{provider_port}/v1"
+    wait_healthy(f"http://{HOST}:{provider_port}/control/count")
+    config = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
+        continuation_window_seconds=0.02,
+        extra_server={"max_transports": 4096},
+    )
+    config.data_dir.mkdir(parents=True)
+    ours_port, floor_port = free_port(), free_port()
+    config_path = config.data_dir / "config.toml"
+    config_path.write_text(config.toml(ours_port))
+    exe = Path(sys.executable).with_name("cursor-byok")
+    targets: list[Target] = []
+    procs: list[subprocess.Popen[bytes]] = [provider]
+    try:
+        for name, cmd, port, health in (
+            ("ours", [str(exe), "serve", "--config", str(config_path)], ours_port, "/__byok-api__/healthz"),
+            ("floor", [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
+                       "--port", str(floor_port), "--workers", "1", "--no-ws", "benchmarks.support.bare_turn_app:app"],
+             floor_port, "/healthz"),
+        ):
+            spawned_at = time.monotonic()
+            proc, up = spawn(cmd, env, port, health, tmp_path / f"{name}.log")
+            procs.append(proc)
+            target = Target(name, port, proc, up)
+            targets.append(target)
+
+            def run(target: Target = target, spawned_at: float = spawned_at) -> None:
+                asyncio.run(measure(target, provider_port, spawned_at, target.name == "ours"))
+
+            if name == "ours":
+                benchmark.pedantic(run, rounds=1, iterations=1)
+            else:
+                run()
+        direct = {str(c): asyncio.run(concurrent(provider_port, c, SAMPLES, direct=True)) for c in CONCURRENCY}
+        direct[f"burst {BURST}"] = asyncio.run(burst(provider_port, BURST, direct=True))
+    finally:
+        for proc in procs:
+            if proc is provider:
+                proc.terminate()
+                proc.wait(10)
+            else:
+                stop(proc)
+    report(benchmark, targets[0], targets[1], direct)
+
+
+def report(benchmark, ours: Target, floor: Target, direct: dict[str, Samples]) -> None:  # type: ignore[no-untyped-def]
+    info = benchmark.extra_info
+    print(f"\nturn start: 2,000-word turns, {TURNS} turns per conversation, {SAMPLES} turns per level")
+    print(f"{'conversations':>14} | {'append→provider p50/p99 ms':>28} | {'floor p50/p99':>15} | {'ratio p50/p99':>13} |"
+          f" {'+TTFT vs direct p50/p99 ms':>27} | {'floor +TTFT':>13}")
+    for key, ours_samples in ours.latency.items():
+        f, d = floor.latency[key], direct[key]
+        o50, o99 = pct(ours_samples.to_provider_ns, 0.5), pct(ours_samples.to_provider_ns, 0.99)
+        f50, f99 = pct(f.to_provider_ns, 0.5), pct(f.to_provider_ns, 0.99)
+        d50, d99 = pct(d.ttft_ns, 0.5), pct(d.ttft_ns, 0.99)
+        t50, t99 = pct(ours_samples.ttft_ns, 0.5) - d50, pct(ours_samples.ttft_ns, 0.99) - d99
+        ft50, ft99 = pct(f.ttft_ns, 0.5) - d50, pct(f.ttft_ns, 0.99) - d99
+        print(f"{key:>14} | {o50:>13.2f} / {o99:<12.2f} | {f50:>6.2f} / {f99:<6.2f} | {o50 / f50:>5.2f} / {o99 / f99:<5.2f} |"
+              f" {t50:>+12.2f} / {t99:<+12.2f} | {ft50:+.2f} / {ft99:+.2f}")
+        info.update({
+            f"c{key}_p50_ms": round(o50, 3), f"c{key}_p99_ms": round(o99, 3),
+            f"c{key}_floor_p50_ms": round(f50, 3), f"c{key}_floor_p99_ms": round(f99, 3),
+            f"c{key}_ttft_added_p50_ms": round(t50, 3), f"c{key}_ttft_added_p99_ms": round(t99, 3),
+        })
+    for kind, us in ours.cpu_us.items():
+        print(f"server CPU per run start ({kind}): ours {us:.0f} µs", end="")
+        if kind in floor.cpu_us:
+            print(f", floor {floor.cpu_us[kind]:.0f} µs, ratio {us / floor.cpu_us[kind]:.2f}", end="")
+        print()
+        info[f"cpu_us_per_start_{kind}"] = round(us)
+    info["floor_cpu_us_per_start"] = round(floor.cpu_us["new conversation"])
+    for t in (ours, floor):
+        print(f"{t.name}: spawn → health {t.up_seconds * 1000:.0f} ms, → first token {t.first_token_seconds * 1000:.0f} ms;"
+              f" over {RSS_CONVERSATIONS} conversations peak RSS {t.peak_rss_kib / 1024:.1f} MiB, PSS {t.peak_pss_kib / 1024:.1f} MiB")
+        info[f"{t.name}_cold_start_ms"] = round(t.up_seconds * 1000)
+        info[f"{t.name}_first_token_ms"] = round(t.first_token_seconds * 1000)
+        info[f"{t.name}_peak_rss_mib"] = round(t.peak_rss_kib / 1024, 1)
+        info[f"{t.name}_peak_pss_mib"] = round(t.peak_pss_kib / 1024, 1)

@@ -1,0 +1,60 @@
+"""Opening the database: SQLite version check, pragmas (WAL, synchronous, foreign keys), migrations.
+
+Each connection is opened here and then owned by exactly one thread (the writer's or the reader's);
+`check_same_thread` is off only because opening happens on a helper thread.
+"""
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import StoreError
+from .migrations import Migration, apply_migrations
+from .records import Synchronous
+
+# STRICT tables and the JSON functions used by the writer's probes.
+MIN_SQLITE = (3, 37, 0)
+_SYNCHRONOUS_LEVELS = {1: Synchronous.NORMAL, 2: Synchronous.FULL}
+
+
+def check_sqlite_version() -> None:
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise StoreError(
+            f"SQLite {sqlite3.sqlite_version} is too old; cursor-byok needs "
+            f"{'.'.join(map(str, MIN_SQLITE))} or newer"
+        )
+
+
+def connect(path: Path, *, synchronous: Synchronous, busy_timeout_ms: int, read_only: bool) -> sqlite3.Connection:
+    """An autocommit connection (transactions are explicit BEGIN/COMMIT) in WAL mode."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=64)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"could not put {path} into WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {synchronous.value}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if read_only:
+            conn.execute("PRAGMA query_only = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_writer(
+    path: Path, *, synchronous: Synchronous, busy_timeout_ms: int, migrations: Sequence[Migration]
+) -> tuple[sqlite3.Connection, int]:
+    """The writer connection, with the schema migrated; and the resulting schema version."""
+    conn = connect(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, read_only=False)
+    try:
+        version = apply_migrations(conn, migrations, path=str(path))
+        level = conn.execute("PRAGMA synchronous").fetchone()[0]
+        if _SYNCHRONOUS_LEVELS.get(level) is not synchronous:
+            raise StoreError(f"could not set synchronous={synchronous.value} (got {level!r})")
+    except BaseException:
+        conn.close()
+        raise
+    return conn, version

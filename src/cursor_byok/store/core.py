@@ -1,0 +1,265 @@
+"""The store's machinery shared by every record family: opening, the write queue, reads, closing.
+
+Writes are synchronous enqueue calls that return an `asyncio.Future` resolved after the write's
+transaction has committed. A caller that must not acknowledge something before it is durable (a
+frame to the client, a tool result) awaits the future; everyone else lets it go. Everything
+enqueued during one pass of the event loop is handed to the writer thread as one list, and the
+thread commits whatever has accumulated as ONE transaction (see writer.py).
+
+Durability: with `synchronous=NORMAL` (default) a committed transaction is in the WAL file when
+its future resolves, so it survives the process being killed (`kill -9`, OOM); only an OS crash or
+power loss can drop the last few transactions. `synchronous=FULL` also fsyncs each commit.
+
+Reads run on their own thread and connection (WAL readers never block the writer) and are meant
+for startup, recovery and the CLI; live state is held in memory by the callers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .connection import check_sqlite_version, connect, open_writer
+from .errors import FlushError, StoreClosedError, WriteFailedError
+from .migrations import MIGRATIONS, Migration, stored_version
+from .ops import Barrier, WriteOp
+from .reader import ReaderThread
+from .records import Synchronous
+from .writer import BatchOutcome, Failed, WriterThread
+
+log = logging.getLogger("cursor_byok.store")
+T = TypeVar("T")
+Self = TypeVar("Self", bound="StoreCore")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Writer counters, for tests, benchmarks and `doctor`."""
+
+    batches: int = 0  # batches taken from the queue
+    transactions: int = 0  # write transactions committed
+    writes: int = 0  # writes committed
+    failed_writes: int = 0
+    isolation_replays: int = 0  # failed batches replayed one write per transaction
+
+
+def _mark_retrieved(future: asyncio.Future[Any]) -> None:
+    # The failure is logged and reported by flush(); a fire-and-forget caller must not also
+    # get "Future exception was never retrieved" noise at garbage collection.
+    if not future.cancelled():
+        future.exception()
+
+
+class StoreCore:
+    """Create with `await Store.open(path)`; end with `await close()`."""
+
+    def __init__(
+        self,
+        *,
+        path: Path,
+        writer: sqlite3.Connection | None,
+        reader: sqlite3.Connection,
+        clock: Callable[[], int],
+        max_batch_ops: int,
+        schema_version: int,
+        synchronous: Synchronous,
+    ) -> None:
+        self.path = path
+        self.schema_version = schema_version
+        self.synchronous = synchronous  # as read back from the writer connection
+        self.stats = StoreStats()
+        self._clock = clock
+        self._loop = asyncio.get_running_loop()
+        self._outbox: list[WriteOp] = []  # enqueued during this pass of the loop
+        self._unreported: list[WriteFailedError] = []
+        self._closing = False
+        self._closed = False
+        self._writer_stopped: asyncio.Future[BaseException | None] = self._loop.create_future()
+        self._writer = None if writer is None else WriterThread(
+            writer, max_batch_ops=max_batch_ops, deliver=self._deliver, stopped=self._on_writer_stopped,
+            name=f"store-writer:{path}",
+        )
+        self._reader = ReaderThread(reader, name=f"store-reader:{path}")
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    @classmethod
+    async def open(
+        cls: type[Self],
+        path: Path | str,
+        *,
+        synchronous: Synchronous | str = Synchronous.NORMAL,
+        busy_timeout_ms: int = 5_000,
+        max_batch_ops: int = 2_048,
+        clock: Callable[[], int] | None = None,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        read_only: bool = False,
+    ) -> Self:
+        """Open (creating it and its parent dirs if needed) and migrate the database at `path`.
+
+        Raises SchemaTooNewError for a database written by a newer release and MigrationError
+        if a migration fails (that migration is rolled back; earlier ones stay).
+        `migrations` exists for upgrade tests and tooling; the server uses the default.
+        `read_only`: the read connection only (no migrations, no writer thread), for reading a
+        database another process owns; every write raises StoreClosedError.
+        """
+        check_sqlite_version()
+        if max_batch_ops < 1:
+            raise ValueError("max_batch_ops must be at least 1")
+        sync = Synchronous(synchronous.upper() if isinstance(synchronous, str) else synchronous)
+        path = Path(path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+        def open_both() -> tuple[sqlite3.Connection | None, int, sqlite3.Connection]:
+            if read_only:
+                reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
+                try:
+                    return None, stored_version(reader, migrations, path=str(path)), reader
+                except BaseException:
+                    reader.close()
+                    raise
+            writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
+            try:
+                reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
+            except BaseException:
+                writer.close()
+                raise
+            return writer, version, reader
+
+        writer, version, reader = await asyncio.to_thread(open_both)
+        store = cls(
+            path=path, writer=writer, reader=reader, clock=clock or now_ms, max_batch_ops=max_batch_ops,
+            schema_version=version, synchronous=sync,
+        )
+        try:
+            await store._loaded()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def _loaded(self) -> None:
+        """Hook for state the families keep in memory, read once after opening."""
+
+    async def __aenter__(self: Self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    async def flush(self) -> None:
+        """Wait until every write queued before this call has committed or failed.
+
+        Raises FlushError listing the writes that failed since the previous flush (whether or
+        not their futures were awaited); each failure was also logged when it happened.
+        """
+        errors = await self._enqueue(Barrier())
+        if errors:
+            raise FlushError(errors)
+
+    async def close(self) -> None:
+        """Commit everything queued, stop the writer and close both connections. Idempotent.
+        Failed writes are logged, not raised, here."""
+        if self._closed:
+            return
+        self._closing = True
+        try:
+            if self._writer is not None:
+                self._hand_over()
+                self._writer.stop()
+                error = await self._writer_stopped
+                if error is not None:
+                    log.error("store writer of %s had stopped with an error: %r", self.path, error)
+        finally:
+            self._closed = True
+            await self._reader.close()
+
+    # ---------------------------------------------------------------------------- internals
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise StoreClosedError(f"store {self.path} is closed")
+
+    async def _read_job(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+        return await self._reader.call(job)
+
+    async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        return await self._read_job(lambda conn: conn.execute(sql, params).fetchall())
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._writer is None:
+            raise StoreClosedError(f"store {self.path} is open read-only")
+
+    def _enqueue(self, op: WriteOp) -> asyncio.Future[Any]:
+        self._check_writable()
+        future: asyncio.Future[Any] = self._loop.create_future()
+        op.future = future
+        if not self._outbox:
+            self._loop.call_soon(self._hand_over)
+        self._outbox.append(op)
+        return future
+
+    def _hand_over(self) -> None:
+        if self._outbox:
+            ops, self._outbox = self._outbox, []
+            assert self._writer is not None  # only writable stores enqueue
+            self._writer.submit(ops)
+
+    def _deliver(self, batch: list[WriteOp], outcome: BatchOutcome) -> None:
+        """On the loop, after the batch's commit: resolve every op's future."""
+        stats = self.stats
+        stats.batches += 1
+        stats.transactions += outcome.transactions
+        stats.isolation_replays += outcome.replayed
+        results = iter(outcome.results)
+        for op in batch:
+            future = op.future
+            if isinstance(op, Barrier):
+                reported, self._unreported = self._unreported, []
+                if not future.done():
+                    future.set_result(reported)
+                continue
+            result = next(results)
+            if isinstance(result, Failed):
+                op.failed()
+                stats.failed_writes += 1
+                self._unreported.append(result.error)
+                log.error("store write failed: %s", result.error)
+                if not future.done():
+                    future.set_exception(result.error)
+                    _mark_retrieved(future)
+            else:
+                value = op.committed(result)
+                stats.writes += 1
+                if not future.done():  # the waiter may have been cancelled; the write stands
+                    future.set_result(value)
+
+    def _on_writer_stopped(self, error: BaseException | None, unprocessed: list[WriteOp]) -> None:
+        # Stopped by close(), or by a bug: never leave a caller waiting on a future nobody will
+        # resolve.
+        self._closing = True
+        unprocessed += self._outbox
+        self._outbox = []
+        reason = StoreClosedError(f"store writer stopped: {error!r}" if error else f"store {self.path} is closed")
+        for op in unprocessed:
+            if not op.future.done():
+                op.future.set_exception(reason)
+                _mark_retrieved(op.future)
+        if not self._writer_stopped.done():
+            self._writer_stopped.set_result(error)

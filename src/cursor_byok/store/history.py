@@ -1,0 +1,276 @@
+"""A conversation's history: events (append-only, gap-free seqs per conversation), checkpoints
+(serialized states, numbered per conversation) and the content-addressed blobs they refer to."""
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from .core import StoreCore
+from .errors import BlobCorruptError
+from .ops import BatchContext, RowWrite, Stage, Statement, WriteOp, require_bytes
+from .records import AppendResult, CheckpointKind, CheckpointRecord, EventAppend, EventRecord, NewEvent
+
+_EVENT_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def blob_id_of(data: bytes) -> bytes:
+    """The content address of `data`: its raw 32-byte SHA-256."""
+    return hashlib.sha256(data).digest()
+
+
+INSERT_EVENT = """
+INSERT INTO history_events (conversation_id, seq, event_id, kind, run_id, payload, created_at_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+
+INSERT_CHECKPOINT = """
+INSERT INTO checkpoints (conversation_id, seq, through_event_seq, run_id, kind, state,
+    created_at_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+
+# Idempotent; a stored copy whose bytes differ (corruption) is repaired by the new put.
+PUT_BLOB = """
+INSERT INTO blobs (blob_id, data, created_at_ms) VALUES (?, ?, ?)
+ON CONFLICT (blob_id) DO UPDATE SET data = excluded.data WHERE data IS NOT excluded.data
+"""
+
+
+class AppendEvents(WriteOp):
+    __slots__ = ("_conversation_id", "_created_at_ms", "_events")
+
+    def __init__(
+        self, conversation_id: str, events: tuple[NewEvent, ...], created_at_ms: int
+    ) -> None:
+        self._conversation_id = conversation_id
+        self._events = events
+        self._created_at_ms = created_at_ms
+
+    def describe(self) -> str:
+        return f"append {len(self._events)} event(s) to {self._conversation_id}"
+
+    def seq_conversations(self) -> Iterable[str]:
+        return (self._conversation_id,)
+
+    def event_keys(self) -> Iterable[tuple[str, str]]:
+        return [(self._conversation_id, event.event_id) for event in self._events]
+
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> AppendResult:
+        conversation_id = self._conversation_id
+        results: list[EventAppend] = []
+        for event in self._events:
+            stored = ctx.stored_event_seq(conversation_id, event.event_id)
+            if stored is not None:
+                results.append(EventAppend(event.event_id, stored, True))
+                continue
+            seq = ctx.assign_event_seq(conversation_id, event.event_id)
+            created = event.created_at_ms if event.created_at_ms is not None else self._created_at_ms
+            out.append(
+                (
+                    Stage.EVENTS,
+                    INSERT_EVENT,
+                    (conversation_id, seq, event.event_id, event.kind, event.run_id,
+                     event.payload, created),
+                )
+            )
+            results.append(EventAppend(event.event_id, seq, False))
+        return AppendResult(conversation_id, tuple(results))
+
+
+class PutCheckpoint(WriteOp):
+    __slots__ = (
+        "_conversation_id", "_created_at_ms", "_kind", "_run_id", "_state", "_through_event_seq",
+    )
+
+    def __init__(
+        self,
+        conversation_id: str,
+        state: bytes,
+        kind: CheckpointKind,
+        run_id: str | None,
+        through_event_seq: int | None,
+        created_at_ms: int,
+    ) -> None:
+        self._conversation_id = conversation_id
+        self._state = state
+        self._kind = kind
+        self._run_id = run_id
+        self._through_event_seq = through_event_seq
+        self._created_at_ms = created_at_ms
+
+    def describe(self) -> str:
+        return f"put {self._kind.value} checkpoint of {self._conversation_id}"
+
+    def seq_conversations(self) -> Iterable[str]:
+        return (self._conversation_id,)
+
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> CheckpointRecord:
+        conversation_id = self._conversation_id
+        last_event = ctx.last_event_seq(conversation_id)
+        through = last_event if self._through_event_seq is None else self._through_event_seq
+        if through > last_event:
+            raise ValueError(
+                f"checkpoint claims events through seq {through}, but {conversation_id} has "
+                f"{last_event} event(s) (in queue order)"
+            )
+        seq = ctx.assign_checkpoint_seq(conversation_id)
+        out.append(
+            (
+                Stage.CHECKPOINTS,
+                INSERT_CHECKPOINT,
+                (conversation_id, seq, through, self._run_id, self._kind.value, self._state,
+                 self._created_at_ms),
+            )
+        )
+        return CheckpointRecord(
+            conversation_id=conversation_id,
+            seq=seq,
+            through_event_seq=through,
+            kind=self._kind,
+            state=self._state,
+            created_at_ms=self._created_at_ms,
+            run_id=self._run_id,
+        )
+
+
+class HistoryRecords(StoreCore):
+    """History events, checkpoints and blobs (a mixin of `Store`)."""
+
+    # -- writes ------------------------------------------------------------------------------
+    def append_events(
+        self, conversation_id: str, events: Iterable[NewEvent]
+    ) -> asyncio.Future[AppendResult]:
+        """Append events to a conversation's history, in order.
+
+        Seqs are assigned at commit time in queue order: gap-free per conversation, continuing
+        after the highest stored seq across restarts. An event whose event_id is already stored
+        (or appears earlier in the same call) is not stored again and is reported as a duplicate.
+        """
+        checked = []
+        for event in events:
+            # Store the plain value: str() of a (str, Enum) member would be "Cls.MEMBER".
+            kind = event.kind.value if isinstance(event.kind, enum.Enum) else event.kind
+            if not isinstance(kind, str) or not _EVENT_KIND.fullmatch(kind):
+                raise ValueError(f"event kind must be a lowercase identifier, got {kind!r}")
+            payload = require_bytes("event payload", event.payload)
+            if not isinstance(event.event_id, str) or not event.event_id:
+                raise ValueError("event_id must be a non-empty string")
+            if kind is not event.kind or payload is not event.payload:
+                event = msgspec.structs.replace(event, kind=kind, payload=payload)
+            checked.append(event)
+        return self._enqueue(AppendEvents(conversation_id, tuple(checked), self._clock()))
+
+    def put_checkpoint(
+        self,
+        conversation_id: str,
+        state: bytes,
+        *,
+        kind: CheckpointKind | str,
+        run_id: str | None = None,
+        through_event_seq: int | None = None,
+        created_at_ms: int | None = None,
+    ) -> asyncio.Future[CheckpointRecord]:
+        """Store a serialized conversation state as the conversation's next checkpoint.
+
+        `through_event_seq` defaults to the last event seq appended before this call (queue
+        order); an explicit value beyond that fails the write.
+        """
+        op = PutCheckpoint(
+            conversation_id,
+            require_bytes("checkpoint state", state),
+            CheckpointKind(kind),
+            run_id,
+            through_event_seq,
+            self._clock() if created_at_ms is None else created_at_ms,
+        )
+        return self._enqueue(op)
+
+    def put_blob(self, data: bytes) -> asyncio.Future[bytes]:
+        """Store `data` under its SHA-256; idempotent. Resolves to the blob id (also available
+        synchronously from `blob_id_of(data)`)."""
+        data = require_bytes("blob data", data)
+        blob_id = blob_id_of(data)
+        return self._enqueue(
+            RowWrite(f"put blob {blob_id.hex()[:16]}", Stage.BLOBS, PUT_BLOB,
+                     (blob_id, data, self._clock()), result=blob_id)
+        )
+
+    # -- reads -------------------------------------------------------------------------------
+    async def load_events(
+        self, conversation_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        return await self._read_job(lambda conn: select_events(conn, conversation_id, after_seq, limit))
+
+    async def last_event_seq(self, conversation_id: str) -> int:
+        rows = await self._read(
+            "SELECT COALESCE(MAX(seq), 0) FROM history_events WHERE conversation_id = ?",
+            (conversation_id,),
+        )
+        return int(rows[0][0])
+
+    async def latest_checkpoint(self, conversation_id: str) -> CheckpointRecord | None:
+        rows = await self._read(
+            f"{_CHECKPOINT_SELECT} WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
+            (conversation_id,),
+        )
+        return _checkpoint(rows[0]) if rows else None
+
+    async def list_checkpoints(self, conversation_id: str) -> list[CheckpointRecord]:
+        return await self._read_job(lambda conn: select_checkpoints(conn, conversation_id))
+
+    async def get_blob(self, blob_id: bytes) -> bytes | None:
+        """The blob's bytes, None if absent; BlobCorruptError if they do not hash to `blob_id`."""
+        rows = await self._read("SELECT data FROM blobs WHERE blob_id = ?", (bytes(blob_id),))
+        if not rows:
+            return None
+        data = bytes(rows[0][0])
+        if blob_id_of(data) != blob_id:
+            raise BlobCorruptError(bytes(blob_id))
+        return data
+
+    async def has_blob(self, blob_id: bytes) -> bool:
+        rows = await self._read("SELECT 1 FROM blobs WHERE blob_id = ?", (bytes(blob_id),))
+        return bool(rows)
+
+
+_EVENT_SELECT = (
+    "SELECT conversation_id, seq, event_id, kind, payload, created_at_ms, run_id "
+    "FROM history_events"
+)
+_CHECKPOINT_SELECT = (
+    "SELECT conversation_id, seq, through_event_seq, kind, state, created_at_ms, run_id "
+    "FROM checkpoints"
+)
+
+
+def select_events(conn: sqlite3.Connection, conversation_id: str, after_seq: int = 0, limit: int | None = None) -> list[EventRecord]:
+    rows = conn.execute(
+        f"{_EVENT_SELECT} WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (conversation_id, after_seq, -1 if limit is None else limit),
+    )
+    return [EventRecord(conversation_id=r[0], seq=r[1], event_id=r[2], kind=r[3], payload=r[4],
+                        created_at_ms=r[5], run_id=r[6]) for r in rows]
+
+
+def select_checkpoints(conn: sqlite3.Connection, conversation_id: str) -> list[CheckpointRecord]:
+    rows = conn.execute(f"{_CHECKPOINT_SELECT} WHERE conversation_id = ? ORDER BY seq", (conversation_id,))
+    return [_checkpoint(r) for r in rows]
+
+
+def _checkpoint(row: Sequence[Any]) -> CheckpointRecord:
+    return CheckpointRecord(
+        conversation_id=row[0],
+        seq=row[1],
+        through_event_seq=row[2],
+        kind=CheckpointKind(row[3]),
+        state=row[4],
+        created_at_ms=row[5],
+        run_id=row[6],
+    )

@@ -1,0 +1,187 @@
+"""Queued writes and how a batch of them becomes one transaction.
+
+Every public write method of `Store` builds one `WriteOp` (the record families define theirs next
+to their SQL). The writer thread takes a batch of ops,
+probes the little database state the batch depends on (the last seq of each touched conversation,
+which event ids already exist), lets each op `plan` its rows against a batch-local view of that
+state, and executes the rows grouped by table. Tables are visited in foreign-key order (parents
+first) and rows for one table keep their queue order, so grouping changes nothing a caller can see:
+the whole batch commits or none of it does.
+"""
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+
+class Stage(enum.IntEnum):
+    """Order in which a batch's rows are executed: referenced tables before referencing ones."""
+
+    CONVERSATIONS = 0
+    BINDINGS = 1
+    RUNS = 2
+    EVENTS = 3
+    CHECKPOINTS = 4
+    DELIVERIES = 5
+    BLOBS = 6
+    TRACES = 7
+    USAGE = 8
+
+
+Row = tuple[Any, ...]
+Statement = tuple[Stage, str, Row]
+
+PROBE_SEQS = """
+SELECT j.value,
+       (SELECT COALESCE(MAX(seq), 0) FROM history_events WHERE conversation_id = j.value),
+       (SELECT COALESCE(MAX(seq), 0) FROM checkpoints WHERE conversation_id = j.value)
+FROM json_each(?) AS j
+"""
+
+PROBE_EVENT_IDS = """
+SELECT h.conversation_id, h.event_id, h.seq
+FROM json_each(?) AS j
+JOIN history_events AS h
+  ON h.conversation_id = json_extract(j.value, '$[0]')
+ AND h.event_id = json_extract(j.value, '$[1]')
+"""
+
+
+class Probe:
+    """Database state read at the start of a batch's transaction."""
+
+    __slots__ = ("existing_events", "seqs")
+
+    def __init__(
+        self, seqs: dict[str, tuple[int, int]], existing_events: dict[tuple[str, str], int]
+    ) -> None:
+        self.seqs = seqs  # conversation → (last event seq, last checkpoint seq)
+        self.existing_events = existing_events  # (conversation, event_id) → stored seq
+
+
+class BatchContext:
+    """A batch's view of per-conversation counters. Merged into the writer's cache only after
+    COMMIT, so a rolled-back batch leaves the cache as it was."""
+
+    __slots__ = ("_cache", "_counters", "_new_events", "_probe")
+
+    def __init__(self, cache: dict[str, tuple[int, int]], probe: Probe) -> None:
+        self._cache = cache
+        self._probe = probe
+        self._counters: dict[str, list[int]] = {}
+        self._new_events: dict[tuple[str, str], int] = {}
+
+    def _counter(self, conversation_id: str) -> list[int]:
+        counter = self._counters.get(conversation_id)
+        if counter is None:
+            base = self._cache.get(conversation_id)
+            if base is None:
+                base = self._probe.seqs[conversation_id]
+            counter = [base[0], base[1]]
+            self._counters[conversation_id] = counter
+        return counter
+
+    def stored_event_seq(self, conversation_id: str, event_id: str) -> int | None:
+        key = (conversation_id, event_id)
+        seq = self._new_events.get(key)
+        return seq if seq is not None else self._probe.existing_events.get(key)
+
+    def assign_event_seq(self, conversation_id: str, event_id: str) -> int:
+        counter = self._counter(conversation_id)
+        counter[0] += 1
+        self._new_events[(conversation_id, event_id)] = counter[0]
+        return counter[0]
+
+    def last_event_seq(self, conversation_id: str) -> int:
+        return self._counter(conversation_id)[0]
+
+    def assign_checkpoint_seq(self, conversation_id: str) -> int:
+        counter = self._counter(conversation_id)
+        counter[1] += 1
+        return counter[1]
+
+    def commit_into(self, cache: dict[str, tuple[int, int]]) -> None:
+        for conversation_id, (events, checkpoints) in self._counters.items():
+            cache[conversation_id] = (events, checkpoints)
+
+
+class WriteOp(abc.ABC):
+    """One queued write. `plan` appends its rows and returns the value its future resolves to;
+    it must raise before touching `ctx` or `out` if the write is invalid."""
+
+    __slots__ = ("future",)
+
+    future: asyncio.Future[Any]
+
+    @abc.abstractmethod
+    def describe(self) -> str: ...
+
+    def seq_conversations(self) -> Iterable[str]:
+        return ()
+
+    def event_keys(self) -> Iterable[tuple[str, str]]:
+        return ()
+
+    @abc.abstractmethod
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> Any: ...
+
+    def committed(self, planned: Any) -> Any:
+        return planned
+
+    def failed(self) -> None:
+        return None
+
+
+class Barrier(WriteOp):
+    """Writes nothing; resolves once every write queued before it has committed or failed."""
+
+    __slots__ = ()
+
+    def describe(self) -> str:
+        return "flush"
+
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> Any:
+        return None
+
+
+class RowWrite(WriteOp):
+    """A write of one row whose result is known when it is enqueued."""
+
+    __slots__ = ("_description", "_result", "_row", "_sql", "_stage")
+
+    def __init__(
+        self, description: str, stage: Stage, sql: str, row: Row, result: Any = None
+    ) -> None:
+        self._description = description
+        self._stage = stage
+        self._sql = sql
+        self._row = row
+        self._result = result
+
+    def describe(self) -> str:
+        return self._description
+
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> Any:
+        out.append((self._stage, self._sql, self._row))
+        return self._result
+
+
+def group_statements(statements: list[Statement]) -> list[tuple[str, list[Row]]]:
+    """Group rows by table in foreign-key order; consecutive rows of one SQL share executemany."""
+    stages: list[list[tuple[str, list[Row]]]] = [[] for _ in Stage]
+    for stage, sql, row in statements:
+        groups = stages[stage]
+        if groups and groups[-1][0] is sql:
+            groups[-1][1].append(row)
+        else:
+            groups.append((sql, [row]))
+    return [group for groups in stages for group in groups]
+
+
+def require_bytes(name: str, value: object) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
+    return bytes(value)

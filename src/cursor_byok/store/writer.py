@@ -1,0 +1,208 @@
+"""The write side: one thread that owns the write connection and commits batches of queued writes.
+
+Group commit: the event loop hands over everything enqueued in one pass of the loop as one list;
+the thread folds every list that arrived while it was committing into its next batch (up to
+`max_batch_ops`), runs that batch as ONE transaction (BEGIN IMMEDIATE, probe, rows, COMMIT, all
+on the standard `sqlite3` module, no hop per statement) and hands the outcome back to the loop
+with one `call_soon_threadsafe`. So the runs that start in the same instant share one commit, and
+each costs the loop one handover and one wake-up, whatever the batch holds.
+
+If a batch's transaction fails, it is replayed one write per transaction so a bad write fails
+alone. Futures are resolved on the loop, after the commit, by whoever receives the outcome.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .errors import WriteFailedError
+from .ops import PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
+
+# Per-conversation seq counters are a cache (a miss costs one probe); bound its size.
+_SEQ_CACHE_LIMIT = 100_000
+
+
+class Failed:
+    """The outcome of a write that could not be committed."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: WriteFailedError) -> None:
+        self.error = error
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    results: list[Any] = field(default_factory=list)  # per non-Barrier op: planned value or Failed
+    transactions: int = 0  # committed
+    replayed: bool = False  # the batch failed as a whole and was replayed one write at a time
+
+
+Deliver = Callable[[list[WriteOp], BatchOutcome], None]
+Stopped = Callable[[BaseException | None, list[WriteOp]], None]
+
+
+class WriterThread:
+    """`submit` hands a list of ops over (from the loop thread); `deliver(batch, outcome)` is called
+    on the loop for every batch, in order; `stopped(error, unprocessed)` once, at the end."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, *, max_batch_ops: int, deliver: Deliver, stopped: Stopped, name: str
+    ) -> None:
+        self._conn = conn
+        self._max_batch_ops = max_batch_ops
+        self._deliver = deliver
+        self._stopped = stopped
+        self._loop = asyncio.get_running_loop()
+        self._inbox: queue.SimpleQueue[list[WriteOp] | None] = queue.SimpleQueue()
+        self._seq_cache: dict[str, tuple[int, int]] = {}  # owned by the thread
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, ops: list[WriteOp]) -> None:
+        self._inbox.put(ops)
+
+    def stop(self) -> None:
+        """Commit everything submitted before this call, then close the connection."""
+        self._inbox.put(None)
+
+    # -- the thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        pending: collections.deque[WriteOp] = collections.deque()
+        batch: list[WriteOp] = []
+        error: BaseException | None = None
+        stopping = False
+        try:
+            while True:
+                if not pending and not stopping:
+                    stopping = self._take(pending, self._inbox.get())
+                while not stopping:  # fold in whatever else has arrived
+                    try:
+                        item = self._inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    stopping = self._take(pending, item)
+                if not pending:
+                    if stopping:
+                        return
+                    continue
+                batch = [pending.popleft() for _ in range(min(len(pending), self._max_batch_ops))]
+                outcome = self._commit(batch)
+                self._post(self._deliver, batch, outcome)
+                batch = []
+        except BaseException as exc:  # a bug: report it and hand back what was not done
+            error = exc
+        finally:
+            unprocessed = [*batch, *pending]
+            while True:
+                try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                unprocessed.extend(item or ())
+            self._conn.close()
+            self._post(self._stopped, error, unprocessed)
+
+    @staticmethod
+    def _take(pending: collections.deque[WriteOp], item: list[WriteOp] | None) -> bool:
+        if item is None:
+            return True
+        pending.extend(item)
+        return False
+
+    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            pass  # the event loop is gone: nobody is waiting any more
+
+    def _commit(self, batch: list[WriteOp]) -> BatchOutcome:
+        writes = [op for op in batch if not isinstance(op, Barrier)]
+        outcome = BatchOutcome()
+        if not writes:
+            return outcome
+        try:
+            outcome.results = self._transaction(writes)
+            outcome.transactions = 1
+        except Exception as exc:
+            if len(writes) == 1:
+                outcome.results = [Failed(WriteFailedError(writes[0].describe(), exc))]
+                return outcome
+            # Find the bad write(s): replay one per transaction so the others commit.
+            outcome.replayed = True
+            for op in writes:
+                try:
+                    outcome.results.extend(self._transaction([op]))
+                    outcome.transactions += 1
+                except Exception as single_exc:
+                    outcome.results.append(Failed(WriteFailedError(op.describe(), single_exc)))
+        return outcome
+
+    def _transaction(self, ops: list[WriteOp]) -> list[Any]:
+        """Run `ops` in one transaction; returns each op's planned result (or Failed for an op that
+        refused to plan). Raises, with everything rolled back, if the transaction fails."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ctx, results, statements = self._plan(ops, self._probe(ops))
+            for sql, rows in group_statements(statements):
+                conn.executemany(sql, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
+            # Re-probe these conversations next time rather than trust counters the failed
+            # transaction may have disagreed with.
+            for op in ops:
+                for conversation_id in op.seq_conversations():
+                    self._seq_cache.pop(conversation_id, None)
+            raise
+        if len(self._seq_cache) > _SEQ_CACHE_LIMIT:
+            self._seq_cache.clear()
+        ctx.commit_into(self._seq_cache)
+        return results
+
+    def _probe(self, ops: list[WriteOp]) -> Probe:
+        conversations: set[str] = set()
+        keys: list[tuple[str, str]] = []
+        for op in ops:
+            conversations.update(op.seq_conversations())
+            keys.extend(op.event_keys())
+        missing = [c for c in conversations if c not in self._seq_cache]
+        seqs: dict[str, tuple[int, int]] = {}
+        if missing:
+            rows = self._conn.execute(PROBE_SEQS, (msgspec.json.encode(missing).decode(),))
+            seqs = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+        existing: dict[tuple[str, str], int] = {}
+        if keys:
+            rows = self._conn.execute(PROBE_EVENT_IDS, (msgspec.json.encode(keys).decode(),))
+            existing = {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
+        return Probe(seqs, existing)
+
+    def _plan(self, ops: list[WriteOp], probe: Probe) -> tuple[BatchContext, list[Any], list[Statement]]:
+        refused: dict[int, Failed] = {}
+        while True:
+            ctx = BatchContext(self._seq_cache, probe)
+            statements: list[Statement] = []
+            results: list[Any] = []
+            for index, op in enumerate(ops):
+                if index in refused:
+                    results.append(refused[index])
+                    continue
+                try:
+                    results.append(op.plan(ctx, statements))
+                except Exception as exc:
+                    # Plan again without it, from a clean context.
+                    refused[index] = Failed(WriteFailedError(op.describe(), exc))
+                    break
+            else:
+                return ctx, results, statements

@@ -1,0 +1,58 @@
+"""Request bodies built from stored fragments are byte-identical to ones built from scratch, over a
+growing history, for every provider family; a message's stored bytes go when the message goes."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from cursor_byok.config import ModelConfig, ProviderKind
+from cursor_byok.http_client import streaming_client
+from cursor_byok.providers import (
+    ImagePart,
+    Message,
+    ModelRequest,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    ToolSchema,
+    make_provider,
+)
+
+OFFLINE = streaming_client()
+TOOLS = [ToolSchema("Read", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}}),
+         ToolSchema("Shell", "Run a command.", {"type": "object", "properties": {"command": {"type": "string"}}})]
+IMAGE = ImagePart("image/png", "iVBORw0KGgo=")
+
+
+def turn(i: int) -> list[Message]:
+    return [
+        Message("user", [TextPart(f"question {i} " * 50)]),
+        Message("assistant", [ThinkingPart("hmm", {"anthropic": {"signature": "sig"}, "openai_chat": {"field": "reasoning"}}),
+                              TextPart(f"answer {i}"), ToolCallPart(f"call-{i}", "Read", '{"path": "a"}')]),
+        Message("tool", [ToolResultPart(f"call-{i}", "Read", "contents", images=[IMAGE] if i % 2 else [])]),
+    ]
+
+
+@pytest.mark.parametrize("kind", list(ProviderKind))
+def test_bodies_from_stored_fragments_equal_fresh_ones(kind: ProviderKind) -> None:
+    model = ModelConfig(id="m", provider=kind, model="x", base_url="http://127.0.0.1:9/v1")
+    reused = make_provider(model, "", OFFLINE)
+    history: list[Message] = []
+    for i in range(6):
+        history = history + turn(i)  # a new list each turn, the same message objects
+        system = "You are terse." if i < 3 else "You are verbose."  # a new system prompt midway
+        request = ModelRequest(model="x", system=system, messages=history, tools=TOOLS[: 1 + i % 2], max_tokens=100)
+        assert reused.encode_request(request) == make_provider(model, "", OFFLINE).encode_request(request)
+
+
+def test_a_message_s_stored_bytes_go_with_the_message() -> None:
+    model = ModelConfig(id="m", provider=ProviderKind.OPENAI_CHAT, model="x", base_url="http://127.0.0.1:9/v1")
+    provider = make_provider(model, "", OFFLINE)
+    history = turn(0) + turn(1)
+    provider.encode_request(ModelRequest(model="x", system="s", messages=history))
+    assert len(provider._fragments._messages) == len(history)
+    del history
+    gc.collect()
+    assert provider._fragments._messages == {}
