@@ -8,6 +8,7 @@ delegated to `cursor_byok.hotpath` (compiled, or its pure twin).
 from __future__ import annotations
 
 from .bidi import BidiAppend, decode_bidi_append
+from .compat import enum_name, unknown_fields, which
 from .codec import (
     DEFAULT_MAX_MESSAGE_SIZE,
     SERVER_HEARTBEAT_FRAME,
@@ -89,6 +90,7 @@ __all__ = [
     "encode_unary",
     "end_stream_error",
     "end_stream_ok",
+    "enum_name",
     "error_body",
     "error_details_message",
     "http_status_for",
@@ -99,4 +101,6 @@ __all__ = [
     "parse_request_headers",
     "provider_error",
     "side_pb2",
+    "unknown_fields",
+    "which",
 ]

@@ -7,6 +7,7 @@ from google.protobuf.message import DecodeError
 from cursor_byok.hotpath import HexDecodeError, decode_hex
 
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, decode_unary
+from .compat import which
 from .errors import ConnectError
 from .pb import agent_v1_pb2, aiserver_v1_pb2
 
@@ -85,4 +86,4 @@ def decode_bidi_append(
         message = _parse_client_message(raw)
     except DecodeError as exc:
         raise _invalid(f"protobuf decode error: {exc}") from None
-    return BidiAppend(request_id, seqno, message, raw, binary, message.WhichOneof("message"))
+    return BidiAppend(request_id, seqno, message, raw, binary, which(message, "message"))
