@@ -29,6 +29,7 @@ from ..protocol import (
     encode_server_message,
     end_stream_error,
     end_stream_ok,
+    which,
 )
 from ..run import Interrupted
 from . import actions, updates
@@ -261,7 +262,7 @@ class ConversationRuntime:
             if not self._unhandled[cmd.output]:
                 del self._unhandled[cmd.output]
         msg = cmd.message
-        kind = msg.WhichOneof("message")
+        kind = which(msg, "message")
         run = self.run
         on_run_stream = run is not None and cmd.output is run.output
         if kind in TOOL_RESULT_KINDS:
