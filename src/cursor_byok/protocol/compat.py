@@ -31,11 +31,11 @@ _MAX_NOTICED = 1024  # a client spraying new values costs at most this many reme
 _noticed: set[str] = set()
 
 
-def _notice(kind: str, what: str) -> None:
+def _notice(kind: str, text: str) -> None:
     if kind in _noticed or len(_noticed) >= _MAX_NOTICED:
         return
     _noticed.add(kind)
-    log.info("newer client: %s; this build does not know it and goes on without it", what, extra={"unknown": kind})
+    log.info("a newer Cursor: %s", text, extra={"unknown": kind})
 
 
 def enum_name(enum: EnumTypeWrapper, value: int) -> str:
@@ -44,7 +44,7 @@ def enum_name(enum: EnumTypeWrapper, value: int) -> str:
     if known is not None:
         return known.name
     kind = f"{enum.DESCRIPTOR.full_name}={value}"
-    _notice(kind, f"enum value {kind}")
+    _notice(kind, f"{enum.DESCRIPTOR.full_name} value {value} is newer than this build; handled as unknown({value})")
     return f"unknown({value})"
 
 
@@ -55,17 +55,17 @@ def which(message: Message, oneof: str) -> str | None:
         numbers = _unknown_numbers(message)
         if numbers:
             kind = f"{message.DESCRIPTOR.full_name}.{oneof}"
-            _notice(kind, f"{kind} is a member this build does not know (unknown fields {numbers})")
+            _notice(kind, f"{kind} holds no member this build knows (newer fields {numbers}); handled as none")
     return member
 
 
 def unknown_fields(message: Message, depth: int = 3) -> list[str]:
     """Fields newer than our schema in `message` and the messages set in it, `depth` levels down
-    (repeated ones by their first element): `<message type>#<field number>` each, logged once."""
+    (repeated ones by their first element): `<message type>#<field number>` each."""
     found: list[str] = []
     _collect(message, depth, found)
     for kind in found:
-        _notice(kind, f"field {kind}")
+        _notice(kind, f"field {kind} is newer than this build; ignored here, kept where the message is passed on")
     return found
 
 
