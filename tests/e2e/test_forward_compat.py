@@ -1,20 +1,18 @@
 """A newer Cursor never kills a run: enum values and fields this build does not know, through the
-real server; what it passes on (checkpoints, upstream) keeps them."""
+real server; the checkpoints it builds from the IDE's state keep them (upstream forwarding: see
+test_upstream)."""
 from __future__ import annotations
 
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from cursor_byok.protocol import agent_pb2 as pb
-from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
-from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, run_request
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
+from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.newer import NEWER_ENUM_VALUE, add_newer_field, unknown_numbers
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ServerProcess
 
 from .conftest import MODEL
 
@@ -92,41 +90,3 @@ async def test_fields_a_newer_cursor_adds_are_logged_and_kept_in_checkpoints(ide
     assert checkpoints, log.kinds()
     assert top in unknown_numbers(checkpoints[-1]) and nested in unknown_numbers(checkpoints[-1].token_details)
     assert f"unknown=agent.v1.UserMessage#{newer_user}" in server.log_path.read_text(errors="replace")
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as stand_in:
-        yield stand_in
-
-
-@pytest.fixture(scope="module")
-def forwarding_server(tmp_path_factory: pytest.TempPathFactory, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
-    cfg = ServerConfig(
-        data_dir=tmp_path_factory.mktemp("forwarding") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")],
-        upstream=upstream.url,
-        runsse_wait_seconds=2.0,
-    )
-    with ServerProcess(cfg) as proc:
-        yield proc
-
-
-async def test_a_newer_client_message_is_forwarded_upstream_byte_for_byte(forwarding_server: ServerProcess, upstream: FakeProviderServer, tmp_path: Path) -> None:
-    frames = envelope(b"\x0a\x09\x0a\x07\x0a\x05Hello") + envelope(b"{}", 2)
-    upstream.enqueue(Reply(body=b"", content_type="application/proto"), Reply(chunks=[frames], content_type="application/connect+proto"))
-    msg = run_request("hi", model="official-model", conversation_id=uuid.uuid4().hex)
-    rr = msg.run_request
-    rr.action.user_message_action.user_message.mode = NEWER
-    add_newer_field(rr)
-    add_newer_field(rr.action)
-    ide = ScriptedIDE(forwarding_server.base_url, tmp_path)
-    try:
-        rid = uuid.uuid4().hex
-        assert (await ide.append(rid, msg)).status_code == 200
-        log = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
-    finally:
-        await ide.close()
-    assert bytes(log.raw) == frames
-    assert [r.path for r in upstream.requests] == [BIDI_APPEND, RUN_SSE]
-    assert upstream.requests[0].body == append_body(rid, 0, msg)  # the newer fields went on untouched
