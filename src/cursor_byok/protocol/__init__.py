@@ -8,7 +8,6 @@ delegated to `cursor_byok.hotpath` (compiled, or its pure twin).
 from __future__ import annotations
 
 from .bidi import BidiAppend, decode_bidi_append
-from .compat import enum_name, unknown_fields, which
 from .codec import (
     DEFAULT_MAX_MESSAGE_SIZE,
     SERVER_HEARTBEAT_FRAME,
@@ -24,6 +23,7 @@ from .codec import (
     end_stream_ok,
     parse_end_stream,
 )
+from .compat import enum_name, unknown_fields, which
 from .errors import (
     CONNECT_CODES,
     ERROR_DETAILS_TYPE,
