@@ -12,6 +12,7 @@ import pytest
 
 from tests.fakes import FakeProviderServer, Reply
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, run_request
+from tests.harness.newer import NEWER_ENUM_VALUE, add_newer_field
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 MODEL = "byok-local"
@@ -118,7 +119,8 @@ async def test_cursor_upstream_url_header_is_accepted_from_the_proxy(server: Ser
     assert "x-server-upstream-url" not in seen and "x-cursor-byok-proxy" not in seen
 
 
-async def test_non_local_model_routes_the_whole_transport_upstream(server: ServerProcess, stand_in: FakeProviderServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("newer", [False, True], ids=["as-is", "newer-fields"])
+async def test_non_local_model_routes_the_whole_transport_upstream(server: ServerProcess, stand_in: FakeProviderServer, tmp_path: Path, newer: bool) -> None:
     upstream_frames = envelope(b"\x0a\x09\x0a\x07\x0a\x05Hello") + envelope(b"{}", 2)
     stand_in.enqueue(Reply(body=b"", content_type="application/proto"))  # the append
     stand_in.enqueue(Reply(chunks=[upstream_frames], content_type="application/connect+proto"))  # RunSSE
@@ -126,6 +128,10 @@ async def test_non_local_model_routes_the_whole_transport_upstream(server: Serve
     try:
         rid = uuid.uuid4().hex
         msg = run_request("hi", model="official-model", conversation_id=uuid.uuid4().hex)
+        if newer:  # fields and enum values of a newer Cursor go on untouched
+            add_newer_field(msg.run_request)
+            add_newer_field(msg.run_request.action)
+            msg.run_request.action.user_message_action.user_message.mode = NEWER_ENUM_VALUE
         resp = await ide.append(rid, msg)
         assert resp.status_code == 200
         log = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from cursor_byok.protocol import agent_pb2 as pb
 from cursor_byok.tools import start_tool
+from tests.harness.newer import add_newer_member
 
 from .support import done, reply, request, sent
 
@@ -181,6 +182,24 @@ def test_str_replace_refuses_a_truncated_read(ctx):
     read = sent(execution.first())
     result = pb.ReadResult(success=pb.ReadSuccess(content="a\n", truncated=True))
     assert done(execution.on_exec_result(reply(read, read_result=result))).is_error
+
+
+def _unreadable_successes() -> dict[str, pb.ReadSuccess]:
+    by_blob = pb.ReadSuccess(output_blob_id=b"\x01\x02", total_lines=3)
+    newer = pb.ReadSuccess(content="a\n", total_lines=1)
+    add_newer_member(newer, "output")
+    return {"by blob id": by_blob, "newer member": pb.ReadSuccess.FromString(newer.SerializeToString())}
+
+
+def test_content_the_server_cannot_read_is_never_taken_for_an_empty_file(ctx):
+    for name, success in _unreadable_successes().items():
+        execution = start_tool(request("Read", {"path": "f.py"}), ctx)
+        outcome = done(execution.on_exec_result(reply(sent(execution.first()), read_result=pb.ReadResult(success=success))))
+        assert outcome.is_error and "cannot read" in outcome.content and "empty" not in outcome.content, name
+
+        execution = start_tool(request("StrReplace", {"path": "f.py", "old_string": "", "new_string": "new"}), ctx)
+        outcome = done(execution.on_exec_result(reply(sent(execution.first()), read_result=pb.ReadResult(success=success))))
+        assert outcome.is_error and "cannot read" in outcome.content, name  # no write of a file it never saw
 
 
 def test_delete_args_and_results(ctx):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import prompting
-from ..protocol import agent_pb2 as pb
+from ..protocol import agent_pb2 as pb, which
 from ..run import Message, TextPart
 from .history import background_completion_messages, render_request_context, render_user_message
 from .state import Phase
@@ -128,14 +128,14 @@ Decision = CancelRun | EndStream | CancelQueued | CancelSubagent | Inject | Foll
 
 def decide(situation: Situation, stream: StreamKey, action: pb.ConversationAction) -> Decision:
     """What `action`, appended on `stream`, does."""
-    kind = action.WhichOneof("action")
+    kind = which(action, "action")
     active = situation.active
     if active is not None and active.key == stream:
         return _on_active(situation, active, kind, action)
     queued = next((s for s in situation.queued if s.key == stream), None)
     if queued is not None:
         return _on_queued(queued, kind, action)
-    return Ignore(f"{kind or 'empty action'} on a stream with no run")
+    return Ignore(f"{kind or 'an empty or newer action'} on a stream with no run")
 
 
 def _on_active(situation: Situation, stream: Stream, kind: str | None, action: pb.ConversationAction) -> Decision:
@@ -171,7 +171,7 @@ def _on_active(situation: Situation, stream: Stream, kind: str | None, action: p
         item = injected_context(ica, situation.mode)
         assert item is not None  # _refused_injection ignores one without a payload
         return Inject((item,), interrupt=True)
-    return Ignore(f"{kind or 'empty action'} is not handled mid-run")
+    return Ignore(f"{kind or 'an empty or newer action'} is not handled mid-run")
 
 
 def _on_queued(stream: Stream, kind: str | None, action: pb.ConversationAction) -> Decision:
@@ -182,7 +182,7 @@ def _on_queued(stream: Stream, kind: str | None, action: pb.ConversationAction) 
     if kind == "inject_context_action":
         ica = action.inject_context_action
         return _refused_injection(stream, ica) or FollowUp(stream.key, action, ica.injection_id)
-    return Ignore(f"{kind or 'empty action'} for a run that has not started")
+    return Ignore(f"{kind or 'an empty or newer action'} for a run that has not started")
 
 
 def _refused_injection(stream: Stream, ica: pb.InjectContextAction) -> Reject | Ignore | None:
@@ -190,7 +190,7 @@ def _refused_injection(stream: Stream, ica: pb.InjectContextAction) -> Reject | 
     expected = ica.expected_run_id
     if expected and expected != stream.expected_run_id:
         return Reject(stream.key, ica.injection_id, f"expected run {expected}, the stream's run is {stream.expected_run_id}")
-    if ica.WhichOneof("payload") is None:
+    if which(ica, "payload") is None:
         return Ignore("inject_context_action without a payload")
     return None
 
@@ -219,7 +219,7 @@ def user_message(um: pb.UserMessage, mode: prompting.Mode) -> Message:
 
 def injected_context(ica: pb.InjectContextAction, mode: prompting.Mode) -> Injected | None:
     """An inject_context_action's payload as one message (None: it carried none)."""
-    payload = ica.WhichOneof("payload")
+    payload = which(ica, "payload")
     if payload == "user_context":
         um = ica.user_context.user_message
         ctx = render_request_context(ica.user_context.request_context)

@@ -10,7 +10,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import ConnectError, agent_pb2 as pb
+from ..protocol import ConnectError, agent_pb2 as pb, enum_name
 from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreError
 from .active_run import ActiveRun, now_ms
 from .history import HistoryEntry, decode_entry, encode_entry
@@ -87,7 +87,7 @@ class ConversationRecords:
                 updated_at_ms=now,
                 parent=ParentRef(parent.parent_conversation_id, parent.parent_run_id, parent.parent_tool_call_id) if parent else None,
                 model_id=model_id,
-                mode=pb.AgentMode.Name(run.mode) if run.mode in pb.AgentMode.values() else str(run.mode),
+                mode=enum_name(pb.AgentMode, run.mode),
                 last_cursor_run_id=run.cursor_run_id or None,
             )
         )

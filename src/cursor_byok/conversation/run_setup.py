@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from .. import prompting, tools
 from ..config import Config, ModelConfig
-from ..protocol import agent_pb2 as pb
+from ..protocol import agent_pb2 as pb, which
 from ..run import RunSpec
 from .identity import ParentConversationRef
 
@@ -26,14 +26,14 @@ def cursor_run_id(rr: pb.AgentRunRequest) -> str:
 
 def agent_mode(rr: pb.AgentRunRequest) -> int:
     action = rr.action
-    if action.WhichOneof("action") == "user_message_action" and action.user_message_action.user_message.mode:
+    if which(action, "action") == "user_message_action" and action.user_message_action.user_message.mode:
         return action.user_message_action.user_message.mode
     return pb.AGENT_MODE_AGENT
 
 
 def request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:
     action = rr.action
-    kind = action.WhichOneof("action")
+    kind = which(action, "action")
     if kind == "user_message_action" and action.user_message_action.request_context.HasField("env"):
         return action.user_message_action.request_context.env
     if kind == "resume_action" and action.resume_action.request_context.HasField("env"):

@@ -31,6 +31,7 @@ from ..protocol import (
     end_stream_ok,
     internal_error,
     new_error_id,
+    which,
 )
 from ..run import Interrupted
 from . import actions, updates
@@ -264,7 +265,7 @@ class ConversationRuntime:
             if not self._unhandled[cmd.output]:
                 del self._unhandled[cmd.output]
         msg = cmd.message
-        kind = msg.WhichOneof("message")
+        kind = which(msg, "message")
         run = self.run
         on_run_stream = run is not None and cmd.output is run.output
         if kind in TOOL_RESULT_KINDS:

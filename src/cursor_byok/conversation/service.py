@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from ..protocol import ConnectError, agent_pb2 as pb
+from ..protocol import ConnectError, agent_pb2 as pb, unknown_fields, which
 from .identity import ParentConversationRef
 from .output import OutputHub, OutputStream
 from .registry import Binding, BindingConflict, BindKind, Registry
@@ -19,6 +19,11 @@ from .data import RuntimeServices
 from .runtime import ConversationRuntime
 
 log = logging.getLogger("cursor_byok.conversation")
+
+# How deep fields a newer client added are looked for in a run request or an action (they reach
+# its request context's environment); tool results and acks are not scanned: they are many, and
+# their switches report a newer member themselves.
+NEWER_FIELDS_DEPTH = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,7 @@ class ConversationService:
         self, request_id: str, run_request: pb.AgentRunRequest, parent: ParentConversationRef | None = None
     ) -> OpenedRun:
         """Bind request_id and start (or queue) the run on a fresh output stream generation."""
+        unknown_fields(run_request, NEWER_FIELDS_DEPTH)
         conversation_id = self.conversation_for(run_request, request_id)
         cursor_run_id = run_request.run_id if run_request.HasField("run_id") else ""
         try:
@@ -105,8 +111,11 @@ class ConversationService:
         if binding is None:
             raise ConnectError("failed_precondition", f"request id {request_id!r} has no run")
         output = self.hub.get(request_id)
-        if message.WhichOneof("message") == "conversation_action" and (output is None or output.closed):
-            action = message.conversation_action.WhichOneof("action") or "conversation action"
+        kind = which(message, "message")
+        if kind in ("conversation_action", "run_request"):
+            unknown_fields(getattr(message, kind), NEWER_FIELDS_DEPTH)
+        if kind == "conversation_action" and (output is None or output.closed):
+            action = which(message.conversation_action, "action") or "conversation action"
             raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
         runtime = self.registry.ensure_runtime(binding.conversation_id)
         runtime.post(ClientInput(request_id, message, output))

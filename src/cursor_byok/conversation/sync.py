@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Iterable
 
-from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message
+from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message, which
 from . import updates
 from .history import blob_id
 from .output import OutputStream
@@ -62,10 +62,13 @@ class BlobSync:
         return result.blob_data
 
     def on_reply(self, request_id: str, msg: pb.KvClientMessage) -> None:
+        kind = which(msg, "message")
+        if kind is None:
+            return  # no reply this build knows: not an ack (the wait for one times out)
         fut = self._waiters.pop((request_id, msg.id), None)
         if fut is None or fut.done():
             return  # a reply nobody waits for (late, or for a cancelled run)
-        if msg.WhichOneof("message") == "set_blob_result" and msg.set_blob_result.HasField("error"):
+        if kind == "set_blob_result" and msg.set_blob_result.HasField("error"):
             fut.set_exception(ConnectError("internal", "the client failed to store a checkpoint blob"))
         else:
             fut.set_result(msg)

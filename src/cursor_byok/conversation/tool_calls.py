@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from .. import tools
-from ..protocol import agent_pb2 as pb
+from ..protocol import agent_pb2 as pb, which
 from ..run import Interrupted, ToolCallRequest, ToolOutcome
 from . import updates
 from .active_run import ActiveBatch, ActiveRun, PendingTool, now_ms
@@ -71,16 +71,16 @@ class ToolRounds:
     def on_client_message(self, run: ActiveRun, kind: str, msg: Any) -> bool:
         """A result, stream control or interaction answer from the IDE; True when it completed the batch."""
         if kind == "exec_client_message":
-            if msg.WhichOneof("message") is None:
+            if which(msg, "message") is None:
                 return False  # an empty ExecClientMessage is not a result
             return self._step(run, msg.id, lambda p: p.execution.on_exec_result(msg))
         if kind == "interaction_response":
             return self._step(run, msg.id, lambda p: p.execution.on_interaction_response(msg))
-        which = msg.WhichOneof("message")
-        if which == "stream_close":
+        control = which(msg, "message")
+        if control == "stream_close":
             exec_id = msg.stream_close.id
             return self._step(run, exec_id, lambda p: p.execution.on_stream_close(exec_id))
-        if which == "throw":
+        if control == "throw":
             exec_id = msg.throw.id
             error = msg.throw.error or "the client reported an error"
             return self._step(run, exec_id, lambda p: p.execution.on_throw(error, exec_id))

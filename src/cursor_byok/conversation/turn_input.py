@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import prompting
-from ..protocol import ConnectError, agent_pb2 as pb
+from ..protocol import ConnectError, agent_pb2 as pb, which
 from ..run import Message, ToolCallPart, ToolResultPart
 from .actions import Injected, injected_context, user_message
 from .history import ConversationHistory, EntryKind, HistoryEntry, background_completion_messages, render_request_context
@@ -44,7 +44,7 @@ def commit_turn_input(
     """Append this run's request context and input. `fallback_key` names a user message that came
     without a message id."""
     action = rr.action
-    kind = action.WhichOneof("action")
+    kind = which(action, "action")
     if kind == "user_message_action":
         uma = action.user_message_action
         um = uma.user_message
@@ -70,7 +70,9 @@ def commit_turn_input(
         # Nothing to resume after a complete turn (unless the context changed since).
         turn.call_model = bool(turn.entries) or not (last is None or last.kind is EntryKind.ASSISTANT)
         return turn
-    raise ConnectError("invalid_argument", f"run request action {kind or 'none'} cannot start a run")
+    if kind is None:
+        raise ConnectError("invalid_argument", "run request has no action this server knows (none, or one from a newer Cursor)")
+    raise ConnectError("invalid_argument", f"run request action {kind} cannot start a run")
 
 
 def _input(history: ConversationHistory, key: str, message: Message, ctx: str, run_id: str) -> TurnInput:

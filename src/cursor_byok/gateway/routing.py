@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..config import Config
-from ..protocol import ConnectError, agent_pb2 as pb
+from ..protocol import ConnectError, agent_pb2 as pb, which
 from .transport import Route
 
 RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
@@ -19,7 +19,7 @@ def requested_model_id(run_request: pb.AgentRunRequest) -> str:
 
 def route_for(message: pb.AgentClientMessage, config: Config) -> Route:
     """Route of a transport from its seqno-0 message; ConnectError if it does not select a model."""
-    if message.WhichOneof("message") != "run_request":
+    if which(message, "message") != "run_request":
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
     model_id = requested_model_id(message.run_request)
     if not model_id:

@@ -23,6 +23,7 @@ from .codec import (
     end_stream_ok,
     parse_end_stream,
 )
+from .compat import enum_name, unknown_fields, which
 from .errors import (
     CONNECT_CODES,
     ERROR_DETAILS_TYPE,
@@ -97,6 +98,7 @@ __all__ = [
     "encode_unary",
     "end_stream_error",
     "end_stream_ok",
+    "enum_name",
     "error_body",
     "error_details_message",
     "http_status_for",
@@ -109,4 +111,6 @@ __all__ = [
     "parse_request_headers",
     "provider_error",
     "side_pb2",
+    "unknown_fields",
+    "which",
 ]

@@ -7,6 +7,7 @@ from google.protobuf.message import DecodeError
 from cursor_byok.hotpath import HexDecodeError, decode_hex
 
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, decode_unary
+from .compat import which
 from .errors import ConnectError
 from .ids import check_client_message_ids, check_id
 from .pb import agent_v1_pb2, aiserver_v1_pb2
@@ -89,6 +90,6 @@ def decode_bidi_append(
         message = _parse_client_message(raw)
     except DecodeError as exc:
         raise _invalid(f"protobuf decode error: {exc}") from None
-    variant = message.WhichOneof("message")
+    variant = which(message, "message")
     check_client_message_ids(message, variant)
     return BidiAppend(request_id, seqno, message, raw, binary, variant)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, NewType
 
+from .compat import which
 from .errors import ConnectError
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _check_user_message(prefix: str, um: agent_v1_pb2.UserMessage) -> None:
 
 
 def _check_action(prefix: str, action: agent_v1_pb2.ConversationAction) -> None:
-    kind = action.WhichOneof("action")
+    kind = which(action, "action")
     if kind == "user_message_action":
         uma = action.user_message_action
         _check_user_message(f"{prefix}.user_message", uma.user_message)

@@ -8,7 +8,7 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
-from cursor_byok.protocol import agent_pb2 as pb
+from cursor_byok.protocol import agent_pb2 as pb, unknown_fields, which
 
 __all__ = [
     "pb",
@@ -17,7 +17,8 @@ __all__ = [
     "json_to_value",
     "value_to_json",
     "struct_to_json",
-    "oneof_name",
+    "unknown_fields",
+    "which",
 ]
 
 
@@ -92,6 +93,3 @@ def value_to_json(value: struct_pb2.Value) -> Any:
 def struct_to_json(value: struct_pb2.Struct) -> dict[str, Any]:
     return _tidy(json_format.MessageToDict(value))
 
-
-def oneof_name(message: Message, oneof: str) -> str | None:
-    return message.WhichOneof(oneof)

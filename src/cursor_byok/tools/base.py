@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 
 from cursor_byok.run import ImagePart, ToolCallRequest, ToolOutcome
 
-from ._wire import exec_server_message, interaction_query, pb
+from ._wire import exec_server_message, interaction_query, pb, which
 from .arguments import Arguments
 from .context import ToolContext
 from .steps import Done, ExecStep, InteractionStep, Progress, ResultKindMismatch, Step, ToolProtocolError
@@ -186,7 +186,7 @@ class ToolExecution:
     def on_exec_result(self, message: pb.ExecClientMessage) -> Step:
         if self.done:
             return Progress([])
-        kind = message.WhichOneof("message")
+        kind = which(message, "message")
         if kind is None:  # an ExecClientMessage without a result carries nothing to act on
             return Progress([])
         if self._is_stale(message.id):
@@ -198,7 +198,7 @@ class ToolExecution:
     def on_interaction_response(self, message: pb.InteractionResponse) -> Step:
         if self.done:
             return Progress([])
-        kind = message.WhichOneof("result")
+        kind = which(message, "result")
         if kind is None:
             return Progress([])
         if self._phase is not Phase.INTERACTION or kind not in self._expected:

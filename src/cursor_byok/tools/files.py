@@ -5,7 +5,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from ._wire import pb
+from ._wire import pb, unknown_fields, which
 from .arguments import Arguments
 from .base import ToolExecution, make_image
 from .edit import EditProblem, apply_str_replace, count_lines
@@ -16,6 +16,22 @@ from .steps import Step
 __all__ = ["ReadExecution", "WriteExecution", "StrReplaceExecution", "DeleteExecution", "LsExecution"]
 
 _READ_RESULTS = ("read_result", "redacted_read_result")
+
+
+def read_content(success: pb.ReadSuccess) -> str | bytes | None:
+    """The file as the IDE sent it: text, or bytes to decode or show as binary. None when it came
+    in a form this server cannot read (by blob id, or one newer than this build): never taken for
+    an empty file."""
+    output = which(success, "output")
+    if output == "data":
+        return success.data
+    if output is None and (success.HasField("output_blob_id") or unknown_fields(success, depth=1)):
+        return None
+    return success.content
+
+
+def unreadable_text(path: str) -> str:
+    return f"The IDE sent {path} in a form this server cannot read (newer than this build?); its content is unknown"
 
 
 def read_failure_text(path: str, kind: str | None, result: Any) -> str:
@@ -68,13 +84,16 @@ class ReadExecution(ToolExecution):
         return pb.ReadToolResult(error=pb.ReadToolError(error_message=message))
 
     def _on_exec(self, kind: str, result: pb.ReadResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant != "success":
             return self._fail(read_failure_text(self.path, variant, getattr(result, variant) if variant else None))
         success = result.success
         path = success.path or self.path
-        if success.WhichOneof("output") == "data":
-            text = decode_text(success.data)
+        content = read_content(success)
+        if content is None:
+            return self._fail(unreadable_text(path))
+        if isinstance(content, bytes):
+            text = decode_text(content)
             if text is None:
                 mime = sniff_image(success.data)
                 shown = pb.ReadToolSuccess(path=path, file_size=len(success.data), data=success.data)
@@ -91,7 +110,7 @@ class ReadExecution(ToolExecution):
                     result=pb.ReadToolResult(success=shown),
                 )
         else:
-            text = success.content
+            text = content
         lines = split_lines(text)
         total = success.total_lines or len(lines)
         first = 1
@@ -187,7 +206,7 @@ class _EditExecution(ToolExecution):
         return self._exec("write_args", args, expect=("write_result",))
 
     def _on_write(self, result: pb.WriteResult, summary: str, added: int, removed: int) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant != "success":
             text, card = _write_failure(self.path, variant, getattr(result, variant) if variant else None)
             return self._finish(text, is_error=True, result=card)
@@ -245,7 +264,7 @@ class StrReplaceExecution(_EditExecution):
     def _on_exec(self, kind: str, result: Any, message: pb.ExecClientMessage) -> Step:
         if kind == "write_result":
             return self._on_write(result, self._summary, self._added, self._removed)
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant != "success":
             detail = getattr(result, variant) if variant else None
             return self._finish(
@@ -254,12 +273,12 @@ class StrReplaceExecution(_EditExecution):
                 result=_edit_failure_from_read(self.path, variant, detail),
             )
         success = result.success
-        if success.WhichOneof("output") == "data":
-            original = decode_text(success.data)
-            if original is None:
-                return self._fail(f"{self.path} is not a UTF-8 text file; StrReplace cannot edit it")
-        else:
-            original = success.content
+        content = read_content(success)
+        if content is None:
+            return self._fail(unreadable_text(self.path))
+        original = decode_text(content) if isinstance(content, bytes) else content
+        if original is None:
+            return self._fail(f"{self.path} is not a UTF-8 text file; StrReplace cannot edit it")
         # Editing a partial read would cut the file: refuse when the IDE says it sent less.
         if success.truncated or success.total_lines > count_lines(original) + 1:
             return self._fail(f"{self.path} is too large to edit through StrReplace (the IDE truncated it)")
@@ -307,7 +326,7 @@ class DeleteExecution(ToolExecution):
         return pb.DeleteResult(error=pb.DeleteError(path=self.path, error=message))
 
     def _on_exec(self, kind: str, result: pb.DeleteResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "success":
             return self._finish(f"Deleted {result.success.path or self.path}.", is_error=False, result=result)
         if variant is None:
@@ -356,7 +375,7 @@ class LsExecution(ToolExecution):
         return pb.LsResult(error=pb.LsError(path=self.path, error=message))
 
     def _on_exec(self, kind: str, result: pb.LsResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "success":
             return self._finish(render_tree(result.success.directory_tree_root), is_error=False, result=result)
         if variant == "timeout":

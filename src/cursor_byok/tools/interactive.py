@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
-from ._wire import pb
+from ._wire import pb, which
 from .arguments import Arguments
 from .base import ToolExecution
 from .context import TodoEntry
@@ -68,7 +68,7 @@ class AskQuestionExecution(ToolExecution):
 
     def _on_interaction(self, kind: str, response: pb.AskQuestionInteractionResponse) -> Step:
         result = response.result
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "success":
             answers = {answer.question_id: answer for answer in result.success.answers}
             lines = ["The user answered:"]
@@ -120,7 +120,7 @@ class SwitchModeExecution(ToolExecution):
         return pb.SwitchModeResult(error=pb.SwitchModeError(error=message))
 
     def _on_interaction(self, kind: str, response: pb.SwitchModeRequestResponse) -> Step:
-        variant = response.WhichOneof("result")
+        variant = which(response, "result")
         if variant == "approved":
             card = pb.SwitchModeResult(
                 success=pb.SwitchModeSuccess(from_mode_id=self.ctx.mode, to_mode_id=self.target_mode)
@@ -172,7 +172,7 @@ class CreatePlanExecution(ToolExecution):
 
     def _on_interaction(self, kind: str, response: pb.CreatePlanRequestResponse) -> Step:
         result = response.result
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "success":
             where = f" at {result.plan_uri}" if result.plan_uri else ""
             return self._finish(f"Plan '{self.plan_name}' created{where}.", is_error=False, result=result)

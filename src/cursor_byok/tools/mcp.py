@@ -6,7 +6,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from ._wire import json_to_value, pb, struct_to_json
+from ._wire import json_to_value, pb, struct_to_json, which
 from .arguments import Arguments
 from .base import ToolExecution, make_image
 from .context import McpDescriptor, ToolContext
@@ -65,7 +65,7 @@ class McpExecution(ToolExecution):
         return pb.McpToolResult(error=pb.McpToolError(error=message))
 
     def _on_exec(self, kind: str, result: pb.McpResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         tool = self.descriptor.name if self.descriptor else self.name
         if variant == "success":
             return self._on_success(result.success)
@@ -97,7 +97,7 @@ class McpExecution(ToolExecution):
         texts: list[str] = []
         images: list[Any] = []
         for item in success.content:
-            kind = item.WhichOneof("content")
+            kind = which(item, "content")
             if kind == "text":
                 text = item.text.text
                 if item.text.HasField("output_location") and item.text.output_location.file_path:

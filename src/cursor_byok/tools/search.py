@@ -5,7 +5,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from ._wire import pb
+from ._wire import pb, which
 from .arguments import Arguments
 from .base import ToolExecution
 from .paths import resolve_path
@@ -26,7 +26,7 @@ def _unions(success: pb.GrepSuccess) -> list[pb.GrepUnionResult]:
 def _truncation_note(unions: list[pb.GrepUnionResult]) -> str:
     truncated = False
     for union in unions:
-        kind = union.WhichOneof("result")
+        kind = which(union, "result")
         if kind is not None:
             part = getattr(union, kind)
             truncated = truncated or part.client_truncated or part.ripgrep_truncated
@@ -37,7 +37,7 @@ def render_grep(success: pb.GrepSuccess) -> str:
     unions = _unions(success)
     blocks: list[str] = []
     for union in unions:
-        kind = union.WhichOneof("result")
+        kind = which(union, "result")
         if kind == "files":
             blocks.extend(union.files.files)
         elif kind == "count":
@@ -52,7 +52,7 @@ def render_grep(success: pb.GrepSuccess) -> str:
                 blocks.append("\n".join(lines))
     if not blocks:
         return "No matches found."
-    joiner = "\n\n" if any(u.WhichOneof("result") == "content" for u in unions) else "\n"
+    joiner = "\n\n" if any(which(u, "result") == "content" for u in unions) else "\n"
     return joiner.join(blocks) + _truncation_note(unions)
 
 
@@ -102,7 +102,7 @@ class GrepExecution(ToolExecution):
         return pb.GrepResult(error=pb.GrepError(error=message))
 
     def _on_exec(self, kind: str, result: pb.GrepResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "success":
             return self._finish(render_grep(result.success), is_error=False, result=result)
         if variant == "error":
@@ -139,7 +139,7 @@ class GlobExecution(ToolExecution):
         return pb.GlobToolResult(error=pb.GlobToolError(error=message))
 
     def _on_exec(self, kind: str, result: pb.GrepResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "error":
             return self._fail(f"Glob failed: {result.error.error}")
         if variant != "success":
@@ -147,7 +147,7 @@ class GlobExecution(ToolExecution):
         files: list[str] = []
         client_truncated = ripgrep_truncated = False
         for union in _unions(result.success):
-            kind_ = union.WhichOneof("result")
+            kind_ = which(union, "result")
             if kind_ == "files":
                 files.extend(union.files.files)
                 client_truncated |= union.files.client_truncated
@@ -227,7 +227,7 @@ class ReadLintsExecution(ToolExecution):
 
     def _on_exec(self, kind: str, result: pb.DiagnosticsResult, message: pb.ExecClientMessage) -> Step:
         path = self.paths[self._next - 1]
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "success":
             entry = pb.FileDiagnostics(path=result.success.path or path)
             for diagnostic in result.success.diagnostics:

@@ -7,10 +7,10 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from ._wire import pb
+from ._wire import pb, which
 from .arguments import Arguments
 from .base import ToolExecution
-from .files import read_failure_text
+from .files import read_content, read_failure_text, unreadable_text
 from .paths import join_path, resolve_path
 from .render import clip_middle, decode_text
 from .steps import Progress, Step
@@ -142,7 +142,7 @@ class ShellExecution(ToolExecution):
     def _on_exec(self, kind: str, result: Any, message: pb.ExecClientMessage) -> Step:
         if kind == "shell_result":
             return self._on_shell_result(result)
-        event = result.WhichOneof("event")
+        event = which(result, "event")
         if event in ("stdout", "stderr"):
             data = getattr(result, event).data
             if not data:
@@ -240,7 +240,7 @@ class ShellExecution(ToolExecution):
         return self._finish("\n".join(lines), is_error=False, result=shell_result)
 
     def _on_shell_result(self, result: pb.ShellResult) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant in ("success", "failure"):
             part = getattr(result, variant)
             output = part.interleaved_output or (part.stdout + part.stderr)
@@ -396,13 +396,16 @@ class AwaitExecution(ToolExecution):
         return self._read(0)
 
     def _on_exec(self, kind: str, result: pb.ReadResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "file_not_found":
             return self._fail(f"No shell with shell_id={self.shell_id} (no output file at {self.path})")
         if variant != "success":
             return self._fail(read_failure_text(self.path, variant, getattr(result, variant) if variant else None))
         success = result.success
-        raw = success.content if success.WhichOneof("output") != "data" else (decode_text(success.data) or "")
+        content = read_content(success)
+        if content is None:
+            return self._fail(unreadable_text(self.path))
+        raw = (decode_text(content) or "") if isinstance(content, bytes) else content
         terminal = parse_terminal_file(raw)
         waited = max(self.ctx.clock_ms() - self._started_ms, 0)
         length = max(success.file_size, 0) or len(raw.encode("utf-8"))

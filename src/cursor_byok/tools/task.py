@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
-from ._wire import pb
+from ._wire import pb, which
 from .arguments import Arguments
 from .base import ToolExecution
 from .steps import Step
@@ -106,7 +106,7 @@ class TaskExecution(ToolExecution):
         return pb.TaskResult(error=pb.TaskError(error=message))
 
     def _on_exec(self, kind: str, result: pb.SubagentResult, message: pb.ExecClientMessage) -> Step:
-        variant = result.WhichOneof("result")
+        variant = which(result, "result")
         if variant == "error":
             who = f" ({result.error.agent_id})" if result.error.agent_id else ""
             return self._fail(f"Subagent{who} failed: {result.error.error or 'unknown error'}")

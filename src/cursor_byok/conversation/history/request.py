@@ -6,7 +6,7 @@ is recognised by content and never appended twice.
 from __future__ import annotations
 
 from ... import prompting
-from ...protocol import agent_pb2 as pb
+from ...protocol import agent_pb2 as pb, enum_name
 from ...run import Message, TextPart
 
 _MODES = {
@@ -62,11 +62,12 @@ def render_user_message(um: pb.UserMessage, mode: prompting.Mode) -> str:
 
 def background_completion_messages(action: pb.BackgroundTaskCompletionAction) -> list[tuple[str, Message]]:
     """Each finished background task as a simulated user turn, with the key that makes a
-    redelivery (at-least-once from the IDE) a no-op: background-completed:<KIND>:<task>:<tool call>."""
+    redelivery (at-least-once from the IDE) a no-op: background-completed:<KIND>:<task>:<tool call>.
+    A kind or status newer than our schema is named `unknown(N)`: the completion is still delivered."""
     out = []
     for c in action.completions:
-        kind = pb.BackgroundTaskKind.Name(c.kind).removeprefix("BACKGROUND_TASK_KIND_")
-        status = pb.BackgroundTaskStatus.Name(c.status).removeprefix("BACKGROUND_TASK_STATUS_").lower()
+        kind = enum_name(pb.BackgroundTaskKind, c.kind).removeprefix("BACKGROUND_TASK_KIND_")
+        status = enum_name(pb.BackgroundTaskStatus, c.status).removeprefix("BACKGROUND_TASK_STATUS_").lower()
         lines = [f"A background {kind.lower()} task finished ({status}): {c.title or c.task_id}."]
         if c.HasField("detail") and c.detail:
             lines.append(c.detail)

@@ -1,0 +1,88 @@
+"""A newer Cursor: wire enum values, oneof members and fields this build does not know.
+
+Cursor ships every week and the server mirrors a schema it does not control. protobuf keeps what a
+newer client sends: an open enum holds the int, an unknown oneof member or field stays an unknown
+field of its message (serialized again when we copy or forward it). The code that reads them must
+never fail on them, so a wire enum's name and a oneof's member are read only through these:
+
+- `enum_name(EnumType, value)`: the value's name, or `unknown(N)`.
+- `which(message, oneof)`: the member set, or None when no member this build knows is set (empty,
+  or newer). The convention for a switch on it: its last branch takes None and ignores the input
+  (a stream or control message) or fails only the one item it answers (a tool result), never the
+  run.
+
+`unknown_fields` reports fields of a client message this build does not know. Each kind of
+unknown (an enum value, a oneof, a field) is logged once at INFO, so an operator learns that the
+IDE is newer than the server without a line per message.
+"""
+from __future__ import annotations
+
+import logging
+
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+__all__ = ["enum_name", "which", "unknown_fields"]
+
+log = logging.getLogger("cursor_byok.protocol.compat")
+
+_MAX_NOTICED = 1024  # a client spraying new values costs at most this many remembered kinds
+_noticed: set[str] = set()
+
+
+def _notice(kind: str, text: str) -> None:
+    if kind in _noticed or len(_noticed) >= _MAX_NOTICED:
+        return
+    _noticed.add(kind)
+    log.info("a newer Cursor: %s", text, extra={"unknown": kind})
+
+
+def enum_name(enum: EnumTypeWrapper, value: int) -> str:
+    """The name of `value` in a wire enum, or `unknown(N)` for a value newer than our schema."""
+    known = enum.DESCRIPTOR.values_by_number.get(value)
+    if known is not None:
+        return known.name
+    kind = f"{enum.DESCRIPTOR.full_name}={value}"
+    _notice(kind, f"{enum.DESCRIPTOR.full_name} value {value} is newer than this build; handled as unknown({value})")
+    return f"unknown({value})"
+
+
+def which(message: Message, oneof: str) -> str | None:
+    """The member of `oneof` set in `message`, or None when none this build knows is set."""
+    member = message.WhichOneof(oneof)
+    if member is None:
+        numbers = _unknown_numbers(message)
+        if numbers:
+            kind = f"{message.DESCRIPTOR.full_name}.{oneof}"
+            _notice(kind, f"{kind} holds no member this build knows (newer fields {numbers}); handled as none")
+    return member
+
+
+def unknown_fields(message: Message, depth: int = 3) -> list[str]:
+    """Fields newer than our schema in `message` and the messages set in it, `depth` levels down
+    (repeated ones by their first element): `<message type>#<field number>` each."""
+    found: list[str] = []
+    _collect(message, depth, found)
+    for kind in found:
+        _notice(kind, f"field {kind} is newer than this build; ignored here, kept where the message is passed on")
+    return found
+
+
+def _collect(message: Message, depth: int, found: list[str]) -> None:
+    name = message.DESCRIPTOR.full_name
+    found.extend(f"{name}#{number}" for number in _unknown_numbers(message))
+    if depth <= 1:
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        if field.is_repeated:
+            if value:
+                _collect(value[0], depth - 1, found)
+        else:
+            _collect(value, depth - 1, found)
+
+
+def _unknown_numbers(message: Message) -> list[int]:
+    return sorted({field.field_number for field in UnknownFieldSet(message)})
