@@ -144,3 +144,33 @@ def test_read_lints_fails_when_every_path_fails_or_none_given(ctx):
 def test_read_lints_without_paths_asks_for_the_workspace(ctx):
     execution = start_tool(request("ReadLints", {}), ctx)
     assert sent(execution.first()).diagnostics_args.path == "/ws"
+
+
+def _newer_union() -> pb.GrepUnionResult:
+    """A union whose result is a member this build does not know (field 99, an empty message)."""
+    return pb.GrepUnionResult.FromString(bytes([0x9A, 0x06, 0x00]))
+
+
+def test_grep_results_in_a_newer_form_are_not_reported_as_no_match(ctx):
+    execution = start_tool(request("Grep", {"pattern": "x"}), ctx)
+    success = pb.GrepSuccess()
+    success.workspace_results["/ws"].CopyFrom(_newer_union())
+    outcome = done(execution.on_exec_result(reply(sent(execution.first()), grep_result=pb.GrepResult(success=success))))
+    assert outcome.is_error and "No matches" not in outcome.content and "newer" in outcome.content
+
+
+def test_grep_lists_what_it_read_and_says_what_it_could_not(ctx):
+    execution = start_tool(request("Grep", {"pattern": "x", "output_mode": "files_with_matches"}), ctx)
+    success = pb.GrepSuccess()
+    success.workspace_results["/a"].files.files.append("/a/x.py")
+    success.workspace_results["/b"].CopyFrom(_newer_union())
+    outcome = done(execution.on_exec_result(reply(sent(execution.first()), grep_result=pb.GrepResult(success=success))))
+    assert outcome.content.startswith("/a/x.py\n") and "newer" in outcome.content and not outcome.is_error
+
+
+def test_glob_results_in_a_newer_form_are_not_reported_as_no_files(ctx):
+    execution = start_tool(request("Glob", {"glob_pattern": "*.py"}), ctx)
+    success = pb.GrepSuccess()
+    success.workspace_results["/ws"].CopyFrom(_newer_union())
+    outcome = done(execution.on_exec_result(reply(sent(execution.first()), grep_result=pb.GrepResult(success=success))))
+    assert outcome.is_error and "No files" not in outcome.content and "newer" in outcome.content

@@ -5,7 +5,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from ._wire import pb, which
+from ._wire import pb, unknown_fields, which
 from .arguments import Arguments
 from .base import ToolExecution
 from .paths import resolve_path
@@ -33,9 +33,20 @@ def _truncation_note(unions: list[pb.GrepUnionResult]) -> str:
     return "\n(Results truncated; narrow the search to see more.)" if truncated else ""
 
 
-def render_grep(success: pb.GrepSuccess) -> str:
+def _is_newer(union: pb.GrepUnionResult) -> bool:
+    """A result set in a member this build does not know: a newer IDE, not an empty search."""
+    return bool(unknown_fields(union, depth=1))
+
+
+def _unread_note(unread: int) -> str:
+    return f"{unread} result set(s) came from the IDE in a newer form this server cannot read; update cursor-byok to see them."
+
+
+def render_grep(success: pb.GrepSuccess) -> tuple[str, bool]:
+    """The model's text for a grep answer, and whether it is an error (nothing could be read)."""
     unions = _unions(success)
     blocks: list[str] = []
+    unread = 0
     for union in unions:
         kind = which(union, "result")
         if kind == "files":
@@ -50,10 +61,13 @@ def render_grep(success: pb.GrepSuccess) -> str:
                     suffix = " [line truncated]" if line.content_truncated else ""
                     lines.append(f"{line.line_number}{separator}{line.content}{suffix}")
                 blocks.append("\n".join(lines))
+        elif kind is None and _is_newer(union):
+            unread += 1
     if not blocks:
-        return "No matches found."
+        return (_unread_note(unread), True) if unread else ("No matches found.", False)
     joiner = "\n\n" if any(which(u, "result") == "content" for u in unions) else "\n"
-    return joiner.join(blocks) + _truncation_note(unions)
+    text = joiner.join(blocks) + _truncation_note(unions)
+    return (text + f"\n({_unread_note(unread)})" if unread else text), False
 
 
 class GrepExecution(ToolExecution):
@@ -104,7 +118,8 @@ class GrepExecution(ToolExecution):
     def _on_exec(self, kind: str, result: pb.GrepResult, message: pb.ExecClientMessage) -> Step:
         variant = which(result, "result")
         if variant == "success":
-            return self._finish(render_grep(result.success), is_error=False, result=result)
+            text, is_error = render_grep(result.success)
+            return self._finish(text, is_error=is_error, result=result)
         if variant == "error":
             return self._finish(f"Grep failed: {result.error.error}", is_error=True, result=result)
         return self._fail("Grep returned no result")
@@ -146,6 +161,7 @@ class GlobExecution(ToolExecution):
             return self._fail("Glob returned no result")
         files: list[str] = []
         client_truncated = ripgrep_truncated = False
+        unread = 0
         for union in _unions(result.success):
             kind_ = which(union, "result")
             if kind_ == "files":
@@ -156,6 +172,10 @@ class GlobExecution(ToolExecution):
                 files.extend(entry.file for entry in union.count.counts)
             elif kind_ == "content":
                 files.extend(match.file for match in union.content.matches)
+            elif kind_ is None and _is_newer(union):
+                unread += 1
+        if not files and unread:
+            return self._fail(_unread_note(unread))
         card = pb.GlobToolSuccess(
             pattern=self.glob_pattern,
             path=self.target_directory or result.success.path,
@@ -170,6 +190,8 @@ class GlobExecution(ToolExecution):
             text = "\n".join(files)
             if client_truncated or ripgrep_truncated:
                 text += "\n(Results truncated; use a narrower pattern to see more.)"
+            if unread:
+                text += f"\n({_unread_note(unread)})"
         return self._finish(text, is_error=False, result=pb.GlobToolResult(success=card))
 
 
