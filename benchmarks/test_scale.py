@@ -1,0 +1,267 @@
+"""Scale: the same figures on an empty database and on a year of heavy use, in one run.
+
+    .venv/bin/python -m pytest -q benchmarks/test_scale.py -s -p no:timeout
+
+The big database (`benchmarks/support/scale_db.py`: 100k conversations × 10 turns × 10 history
+events = 1M request bindings, 1M runs, 10M events, plus each turn's checkpoint and usage row) is
+built once, straight through the store's schema, and kept under BENCH_SCALE_DIR (default: the
+system temp dir's `cursor-byok-bench-scale`), one per schema version and size; the server uses it
+in place. The "empty" database holds only the old conversations this run continues. Each round
+starts a fresh server on each database, interleaved:
+
+- cold start: spawn → health answered, and spawn → the first turn's first token; the server's CPU
+  by the health answer;
+- idle memory: RSS and PSS of the server after that first turn (and a short settle);
+- turn start (the IDE's first append → the provider holds the model request, stamped by
+  `benchmarks/support/stamp_provider.py`): SAMPLES new conversations, then SAMPLES old
+  conversations continued (each one's first turn since the start: its history is loaded);
+- size per turn: the database's used pages (page_count − freelist_count) before and after those
+  turns, divided by the turns;
+- `conversations list` with the server stopped: the CLI's wall time, and the store's first page
+  and a page 1,000 pages deep measured inside one process (keyset cursor where the store has one,
+  else LIMIT/OFFSET).
+
+Knobs: BENCH_SCALE_CONVERSATIONS=100000, BENCH_SCALE_TURNS=10, BENCH_SCALE_EVENTS=10,
+BENCH_SCALE_ROUNDS=3, BENCH_SCALE_SAMPLES=20, BENCH_SCALE_DIR, BENCH_SRC (run the servers, the
+schema and the CLI from another checkout's `src`, for a before/after pair).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.support.scale_db import conversation_id
+from benchmarks.test_turn_start import ROOT, SRC, Client, cpu_seconds, pss_kib, stop
+from benchmarks.test_gateway import rss_kib, wait_healthy
+from tests.harness.server import ModelSpec, ServerConfig, free_port
+
+CONVERSATIONS = int(os.environ.get("BENCH_SCALE_CONVERSATIONS", "100000"))
+TURNS = int(os.environ.get("BENCH_SCALE_TURNS", "10"))
+EVENTS = int(os.environ.get("BENCH_SCALE_EVENTS", "10"))
+ROUNDS = int(os.environ.get("BENCH_SCALE_ROUNDS", "3"))
+SAMPLES = int(os.environ.get("BENCH_SCALE_SAMPLES", "20"))
+CACHE = Path(os.environ.get("BENCH_SCALE_DIR", Path(tempfile.gettempdir()) / "cursor-byok-bench-scale"))
+HOST = "127.0.0.1"
+MODEL = "bench"
+HEALTH = "/__byok-api__/healthz"
+LIST_PROBE = """
+import asyncio, sys, time
+from cursor_byok.store import Store
+
+async def main(path):
+    store = await Store.open(path, read_only=True)
+    try:
+        page = store.list_conversations
+        started = time.perf_counter()
+        first = await page(50)
+        first_ms = (time.perf_counter() - started) * 1e3
+        items = getattr(first, "items", first)
+        cursor = getattr(first, "next", None)
+        started = time.perf_counter()
+        if cursor is None:  # no keyset cursor: the page 1,000 pages deep by offset
+            await page(50, 50 * 1000)
+        else:
+            for _ in range(1000):
+                cursor = (await page(50, after=cursor)).next
+        deep_ms = (time.perf_counter() - started) * 1e3
+        print(len(items), first_ms, deep_ms)
+    finally:
+        await store.close()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def src_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
+
+
+def schema_version() -> int:
+    out = subprocess.run([sys.executable, "-c", "from cursor_byok.store import SCHEMA_VERSION; print(SCHEMA_VERSION)"],
+                         env=src_env(), cwd=ROOT, check=True, capture_output=True, text=True)
+    return int(out.stdout)
+
+
+def build(path: Path, conversations: int, seed_from: int = 0) -> None:
+    subprocess.run([sys.executable, "-m", "benchmarks.support.scale_db", str(path), str(conversations), str(TURNS), str(EVENTS),
+                    str(seed_from)], env=src_env(), cwd=ROOT, check=True)
+
+
+def big_database() -> Path:
+    """The cached big database's data dir, built first if missing (into a scratch dir, renamed when
+    complete, so an interrupted build is never mistaken for a finished one)."""
+    data_dir = CACHE / f"v{schema_version()}-{CONVERSATIONS}x{TURNS}x{EVENTS}"
+    if not (data_dir / "state.db").exists():
+        scratch = CACHE / f"building-{os.getpid()}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        started = time.monotonic()
+        build(scratch / "state.db", CONVERSATIONS)
+        print(f"\nbuilt {data_dir.name} in {time.monotonic() - started:.0f} s")
+        scratch.rename(data_dir)
+    return data_dir
+
+
+def used_bytes(database: Path) -> int:
+    with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True) as conn:
+        pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count", "page_size"))
+    return (pages - free) * size
+
+
+def file_bytes(database: Path) -> int:
+    return sum(p.stat().st_size for p in database.parent.glob(database.name + "*"))
+
+
+async def turn_starts(port: int, conversation_ids: list[str | None]) -> list[float]:
+    """One turn per conversation (None: a new one), one after another: append → provider, in ms."""
+    out = []
+    for cid in conversation_ids:
+        client = await Client(port).open()
+        if cid is not None:
+            client.conversation_id = cid
+        to_provider, _ = await client.turn()
+        client.close()
+        out.append(to_provider / 1e6)
+    return out
+
+
+async def first_turn(port: int) -> None:
+    await turn_starts(port, [None])
+
+
+def healthy(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5) as s:
+            s.sendall(f"GET {HEALTH} HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
+            return s.recv(64).startswith(b"HTTP/1.1 204")
+    except OSError:
+        return False
+
+
+def serve(data_dir: Path, provider_port: int, log: Path) -> tuple[subprocess.Popen[bytes], int, float]:
+    port = free_port()
+    config = ServerConfig(
+        data_dir=data_dir,
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
+        continuation_window_seconds=0.02,
+    )
+    config_path = data_dir / "bench-config.toml"
+    config_path.write_text(config.toml(port))
+    exe = Path(sys.executable).with_name("cursor-byok")
+    started = time.monotonic()
+    proc = subprocess.Popen([str(exe), "serve", "--config", str(config_path)], env=src_env(), cwd=ROOT,
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    while not healthy(port):
+        if proc.poll() is not None or time.monotonic() > started + 120:
+            stop(proc)
+            raise RuntimeError(f"the server did not come up:\n{log.read_text()[-4000:]}")
+        time.sleep(0.002)
+    return proc, port, time.monotonic() - started
+
+
+def one_server(data_dir: Path, provider_port: int, old: list[str], log: Path) -> dict[str, float]:
+    database = data_dir / "state.db"
+    spawned = time.monotonic()
+    proc, port, up = serve(data_dir, provider_port, log)
+    figures: dict[str, float] = {"health_s": up, "cpu_at_health_s": cpu_seconds(proc.pid)}
+    try:
+        asyncio.run(first_turn(port))
+        figures["first_turn_s"] = time.monotonic() - spawned
+        time.sleep(0.5)
+        figures["idle_rss_mib"] = rss_kib(proc.pid) / 1024
+        figures["idle_pss_mib"] = pss_kib(proc.pid) / 1024
+        before = used_bytes(database)
+        figures["new_ms"] = statistics.median(asyncio.run(turn_starts(port, [None] * SAMPLES)))
+        figures["old_ms"] = statistics.median(asyncio.run(turn_starts(port, list(old))))
+        figures["kib_per_turn"] = (used_bytes(database) - before) / 1024 / (SAMPLES + len(old))
+        figures["rss_after_mib"] = rss_kib(proc.pid) / 1024
+    finally:
+        stop(proc)
+    figures.update(list_figures(data_dir))
+    figures["db_gib"] = file_bytes(database) / 2**30
+    return figures
+
+
+def list_figures(data_dir: Path) -> dict[str, float]:
+    config = data_dir / "bench-config.toml"
+    exe = Path(sys.executable).with_name("cursor-byok")
+    started = time.monotonic()
+    subprocess.run([str(exe), "conversations", "list", "--config", str(config)], env=src_env(), cwd=ROOT, check=True,
+                   capture_output=True)
+    cli = time.monotonic() - started
+    out = subprocess.run([sys.executable, "-c", LIST_PROBE, str(data_dir / "state.db")], env=src_env(), cwd=ROOT,
+                         check=True, capture_output=True, text=True)
+    _, first_ms, deep_ms = out.stdout.split()
+    return {"list_cli_s": cli, "list_first_ms": float(first_ms), "list_deep_ms": float(deep_ms)}
+
+
+FIGURES = [
+    ("health_s", "cold start: spawn → health answered (s)", 1.2),
+    ("first_turn_s", "cold start: spawn → first turn's first token (s)", 1.2),
+    ("cpu_at_health_s", "server CPU by the health answer (s)", 1.2),
+    ("idle_rss_mib", "idle RSS after the first turn (MiB)", 1.2),
+    ("idle_pss_mib", "idle PSS after the first turn (MiB)", 1.2),
+    ("new_ms", "turn start, new conversation, p50 (ms)", 1.2),
+    ("old_ms", "turn start, old conversation continued, p50 (ms)", 1.2),
+    ("kib_per_turn", "database growth per turn (KiB)", 1.2),
+    ("list_cli_s", "`conversations list` (CLI wall, s)", 1.2),
+    ("list_first_ms", "list: first page in the store (ms)", 1.2),
+    ("list_deep_ms", "list: 1,000 pages deep (ms)", None),
+    ("rss_after_mib", "RSS after all turns (MiB)", None),
+    ("db_gib", "database size on disk (GiB)", None),
+]
+
+
+@pytest.mark.timeout(7200)
+@pytest.mark.benchmark(group="scale")
+def test_empty_vs_big_database(benchmark, tmp_path: Path) -> None:
+    env = src_env()
+    provider_port = free_port()
+    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), "2", "5"],
+                                env=env, cwd=ROOT)
+    try:
+        wait_healthy(f"http://{HOST}:{provider_port}/control/count")
+        big = big_database()
+        results: dict[str, list[dict[str, float]]] = {"empty": [], "big": []}
+
+        def run_all() -> None:
+            for r in range(ROUNDS):
+                # Old conversations nobody continued before (a continued one has grown a turn).
+                first_old = random.randrange(CONVERSATIONS - SAMPLES)
+                old = [conversation_id(i) for i in range(first_old, first_old + SAMPLES)]
+                empty = tmp_path / f"empty-{r}"
+                empty.mkdir()
+                build(empty / "state.db", SAMPLES, first_old)
+                for name, data_dir in (("empty", empty), ("big", big)):
+                    results[name].append(one_server(data_dir, provider_port, old, tmp_path / f"{name}-{r}.log"))
+
+        benchmark.pedantic(run_all, rounds=1, iterations=1)
+    finally:
+        provider.terminate()
+        provider.wait(10)
+    report(results)
+
+
+def report(results: dict[str, list[dict[str, float]]]) -> None:
+    print(f"\n{ROUNDS} rounds, medians; big = {CONVERSATIONS} conversations × {TURNS} turns × {EVENTS} events")
+    print(f"| figure | empty | big | big / empty | target |\n|---|---:|---:|---:|---|")
+    for key, label, target in FIGURES:
+        empty = statistics.median(r[key] for r in results["empty"])
+        big = statistics.median(r[key] for r in results["big"])
+        ratio = big / empty if empty else float("nan")
+        goal = f"≤ {target}×" if target else "report"
+        print(f"| {label} | {empty:.3g} | {big:.3g} | {ratio:.2f} | {goal} |")
+    print(json.dumps(results))
