@@ -2,7 +2,7 @@
 
     .venv/bin/python -m pytest -q benchmarks/test_scale.py -s -p no:timeout
 
-The big database (`benchmarks/support/scale_db.py`: 100k conversations × 10 turns × 10 history
+The big database (`tests.harness.synthetic_history.py`: 100k conversations × 10 turns × 10 history
 events = 1M request bindings, 1M runs, 10M events, plus each turn's checkpoint and usage row) is
 built once, straight through the store's schema, and kept under BENCH_SCALE_DIR (default: the
 system temp dir's `cursor-byok-bench-scale`), one per schema version and size; the server uses it
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.support.scale_db import conversation_id
+from tests.harness.synthetic_history import conversation_id
 from benchmarks.test_turn_start import ROOT, SRC, Client, cpu_seconds, pss_kib, stop
 from benchmarks.test_gateway import rss_kib, wait_healthy
 from tests.harness.server import ModelSpec, ServerConfig, free_port
@@ -96,7 +96,7 @@ def schema_version() -> int:
 
 
 def build(path: Path, conversations: int, seed_from: int = 0) -> None:
-    subprocess.run([sys.executable, "-m", "benchmarks.support.scale_db", str(path), str(conversations), str(TURNS), str(EVENTS),
+    subprocess.run([sys.executable, "-m", "tests.harness.synthetic_history", str(path), str(conversations), str(TURNS), str(EVENTS),
                     str(seed_from)], env=src_env(), cwd=ROOT, check=True)
 
 

@@ -1,6 +1,6 @@
-"""A synthetic history for the scale benchmark, written straight into the store's tables.
+"""A synthetic history (for the scale benchmark and its small-scale tests), written straight into the store's tables.
 
-    python -m benchmarks.support.scale_db PATH [CONVERSATIONS TURNS EVENTS_PER_TURN [FIRST_INDEX]]
+    python -m tests.harness.synthetic_history PATH [CONVERSATIONS TURNS EVENTS_PER_TURN [FIRST_INDEX]]
 
 The schema is whatever the running `cursor_byok` creates (`Store.open` applies its migrations, so
 the benchmark's `BENCH_SRC` decides it); the rows are then bulk-inserted with plain SQL in primary-key
