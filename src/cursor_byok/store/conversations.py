@@ -10,7 +10,7 @@ from typing import Any
 from .bindings import DEFAULT_CAPACITY, SELECT_BOUND, BindingCache, BindRequest
 from .core import StoreCore
 from .ops import RowWrite, Stage
-from .records import BindingRecord, BindOutcome, ConversationRecord, ParentRef, RunOutcome, RunRecord
+from .records import BindingRecord, BindOutcome, ConversationPage, ConversationRecord, ParentRef, RunOutcome, RunRecord
 
 UPSERT_CONVERSATION = """
 INSERT INTO conversations (conversation_id, parent_conversation_id, parent_run_id,
@@ -171,13 +171,23 @@ class ConversationRecords(StoreCore):
     async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
         return await self._read_job(lambda conn: select_conversation(conn, conversation_id))
 
-    async def list_conversations(self, limit: int = 50, offset: int = 0) -> list[ConversationRecord]:
-        """Most recently updated first."""
-        rows = await self._read(
-            f"{_CONVERSATION_SELECT} ORDER BY updated_at_ms DESC, conversation_id LIMIT ? OFFSET ?",
-            (limit, offset),
-        )
-        return [_conversation(r) for r in rows]
+    async def list_conversations(self, limit: int = 50, after: str | None = None) -> ConversationPage:
+        """Most recently updated first, `limit` at a time: pass a page's `next` as `after` for the
+        one that follows (a keyset cursor: every page is one index range, however deep)."""
+        if limit < 1:
+            raise ValueError("a page holds at least one conversation")
+        order = "ORDER BY updated_at_ms DESC, conversation_id LIMIT ?"
+        if after is None:
+            rows = await self._read(f"{_CONVERSATION_SELECT} {order}", (limit + 1,))
+        else:
+            at, conversation_id = parse_cursor(after)
+            rows = await self._read(
+                f"{_CONVERSATION_SELECT} WHERE updated_at_ms <= ? AND (updated_at_ms < ? OR conversation_id > ?) {order}",
+                (at, at, conversation_id, limit + 1),
+            )
+        records = [_conversation(r) for r in rows[:limit]]
+        last = records[-1] if len(rows) > limit else None
+        return ConversationPage(records, None if last is None else f"{last.updated_at_ms}.{last.conversation_id}")
 
     async def find_conversation_ids(self, prefix: str, limit: int = 2) -> list[str]:
         """Ids starting with `prefix`, in order, at most `limit` (a primary-key range scan)."""
@@ -224,6 +234,13 @@ _RUN_SELECT = (
     "SELECT run_id, conversation_id, phase, started_at_ms, cursor_run_id, request_id, outcome, "
     "error_code, error_message, ended_at_ms FROM runs"
 )
+
+
+def parse_cursor(cursor: str) -> tuple[int, str]:
+    at, _, conversation_id = cursor.partition(".")
+    if not at.isdigit() or not conversation_id:
+        raise ValueError(f"{cursor!r} is not a page cursor (give the `next` of the page before)")
+    return int(at), conversation_id
 
 
 def select_conversation(conn: sqlite3.Connection, conversation_id: str) -> ConversationRecord | None:
