@@ -2,9 +2,10 @@
 `benchmarks/test_scale.py` measures them on a year of heavy use.
 
 - Every SQL statement the store runs from start-up through turns (new conversations, a tool round
-  trip, an old conversation continued after a restart, an old request id routed again) is recorded
-  as SQLite runs it, and its query plan (`EXPLAIN QUERY PLAN`, and the plans of the triggers its
-  writes fire) must not scan a table that grows with conversations, runs or events.
+  trip, an old conversation continued after a restart, an old request id routed again), and in a
+  retention pass, is recorded as SQLite runs it, and its query plan (`EXPLAIN QUERY PLAN`, and the
+  plans of the triggers its writes fire) must not scan a table that grows with conversations, runs
+  or events.
 - Opening the store and restoring the service over a database of many past turns holds no more
   Python memory than over an empty one.
 """
@@ -18,11 +19,12 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
+from cursor_byok.store import Store
+from tests.conversation.test_tool_state import call
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import run_request
 from tests.harness.inprocess import MODEL, Rig
 from tests.harness.synthetic_history import build
-from tests.conversation.test_tool_state import call
 
 # Tables whose size is fixed by the schema or that are empty outside one transaction.
 BOUNDED_TABLES = {"schema_version", "sqlite_master", "sqlite_schema", "conversation_deletions"}
@@ -158,3 +160,16 @@ async def test_start_up_memory_does_not_grow_with_past_turns(tmp_path: Path, pro
     empty = await _python_memory_to_start(tmp_path / "empty", provider)
     big = await _python_memory_to_start(tmp_path / "big", provider)
     assert big - empty < 256 * 1024, f"{big - empty} bytes more held after opening 20,000 past turns"
+
+
+async def test_a_retention_pass_is_bounded_too(tmp_path: Path) -> None:
+    statements: list[str] = []
+    database = tmp_path / "state.db"
+    await asyncio.to_thread(build, database, 20, 3, 2)
+    store = await Store.open(database, trace=statements.append)
+    try:
+        pruned = await store.apply_retention({"runs": 1, "traces": 1, "usage": 1}, now_ms=2**62)
+    finally:
+        await store.close()
+    assert pruned == {"runs": 60, "traces": 0, "usage": 60}
+    assert growing_scans(database, statements) == {}

@@ -42,6 +42,7 @@ from .records import (
     UsageRecord,
     UsageTotals,
 )
+from .retention import Retained, keep_retention
 from .store import Store, StoreStats, blob_id_of
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "MigrationError",
     "NewEvent",
     "ParentRef",
+    "Retained",
     "RunOutcome",
     "RunRecord",
     "SchemaTooNewError",
@@ -81,5 +83,6 @@ __all__ = [
     "WriteFailedError",
     "blob_id_of",
     "delete_conversations",
+    "keep_retention",
     "prune_conversations",
 ]
