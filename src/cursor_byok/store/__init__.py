@@ -44,6 +44,7 @@ from .records import (
 )
 from .retention import Retained, keep_retention
 from .store import Store, StoreStats, blob_id_of
+from .upkeep import DatabaseStats, backup_database, database_stats, vacuum_database
 
 __all__ = [
     "MIGRATIONS",
@@ -55,6 +56,7 @@ __all__ = [
     "BlobCorruptError",
     "CheckpointKind",
     "CheckpointRecord",
+    "DatabaseStats",
     "ConversationPage",
     "ConversationRecord",
     "Deletion",
@@ -81,8 +83,11 @@ __all__ = [
     "UsageRecord",
     "UsageTotals",
     "WriteFailedError",
+    "backup_database",
     "blob_id_of",
+    "database_stats",
     "delete_conversations",
     "keep_retention",
     "prune_conversations",
+    "vacuum_database",
 ]
