@@ -161,7 +161,8 @@ def serve(data_dir: Path, provider_port: int, log: Path) -> tuple[subprocess.Pop
         continuation_window_seconds=0.02,
     )
     config_path = data_dir / "bench-config.toml"
-    config_path.write_text(config.toml(port))
+    # Retention off: a pass would start deleting the big database's older runs a minute in.
+    config_path.write_text(config.toml(port) + "\n[retention]\nruns_days = 0\ntraces_days = 0\nusage_days = 0\n")
     exe = Path(sys.executable).with_name("cursor-byok")
     started = time.monotonic()
     proc = subprocess.Popen([str(exe), "serve", "--config", str(config_path)], env=src_env(), cwd=ROOT,
