@@ -58,7 +58,7 @@ HOST = "127.0.0.1"
 MODEL = "bench"
 HEALTH = "/__byok-api__/healthz"
 LIST_PROBE = """
-import asyncio, sys, time
+import asyncio, inspect, sys, time
 from cursor_byok.store import Store
 
 async def main(path):
@@ -69,13 +69,13 @@ async def main(path):
         first = await page(50)
         first_ms = (time.perf_counter() - started) * 1e3
         items = getattr(first, "conversations", first)
-        cursor = getattr(first, "next", None)
-        if cursor is None:  # no keyset cursor: the page 1,000 pages deep by offset
+        if "after" not in inspect.signature(page).parameters:  # no keyset cursor: by offset
             started = time.perf_counter()
             await page(50, 50 * 1000)
-        else:  # walk to the cursor of that page, then time the page itself
+        else:  # walk to the cursor of that page (as deep as there are pages), then time the page
+            cursor = first.next or f"{2**62}.~"
             for _ in range(999):
-                cursor = (await page(50, after=cursor)).next
+                cursor = (await page(50, after=cursor)).next or cursor
             started = time.perf_counter()
             await page(50, after=cursor)
         deep_ms = (time.perf_counter() - started) * 1e3
@@ -161,8 +161,10 @@ def serve(data_dir: Path, provider_port: int, log: Path) -> tuple[subprocess.Pop
         continuation_window_seconds=0.02,
     )
     config_path = data_dir / "bench-config.toml"
-    # Retention off: a pass would start deleting the big database's older runs a minute in.
-    config_path.write_text(config.toml(port) + "\n[retention]\nruns_days = 0\ntraces_days = 0\nusage_days = 0\n")
+    # Retention off (where the server has it): a pass would start deleting the big database's
+    # older runs a minute in.
+    retention = "\n[retention]\nruns_days = 0\ntraces_days = 0\nusage_days = 0\n"
+    config_path.write_text(config.toml(port) + (retention if "RetentionConfig" in (Path(SRC) / "cursor_byok/config.py").read_text() else ""))
     exe = Path(sys.executable).with_name("cursor-byok")
     started = time.monotonic()
     proc = subprocess.Popen([str(exe), "serve", "--config", str(config_path)], env=src_env(), cwd=ROOT,
