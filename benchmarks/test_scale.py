@@ -7,7 +7,10 @@ events = 1M request bindings, 1M runs, 10M events, plus each turn's checkpoint a
 built once, straight through the store's schema, and kept under BENCH_SCALE_DIR (default: the
 system temp dir's `cursor-byok-bench-scale`), one per schema version and size; the server uses it
 in place. The "empty" database holds only the old conversations this run continues. Each round
-starts a fresh server on each database, interleaved:
+starts a fresh server on the empty database, then two on the big one: with its file read into the
+OS page cache first (as on a machine that uses it daily: "big"), and with the file dropped from the
+page cache first (`posix_fadvise(DONTNEED)` on that file only: "big, cold"), where every page a
+figure touches for the first time is a disk read. Per server:
 
 - cold start: spawn → health answered, and spawn → the first turn's first token; the server's CPU
   by the health answer;
@@ -22,7 +25,7 @@ starts a fresh server on each database, interleaved:
   else LIMIT/OFFSET).
 
 Knobs: BENCH_SCALE_CONVERSATIONS=100000, BENCH_SCALE_TURNS=10, BENCH_SCALE_EVENTS=10,
-BENCH_SCALE_ROUNDS=3, BENCH_SCALE_SAMPLES=20, BENCH_SCALE_DIR, BENCH_SRC (run the servers, the
+BENCH_SCALE_ROUNDS=5, BENCH_SCALE_SAMPLES=30, BENCH_SCALE_DIR, BENCH_SRC (run the servers, the
 schema and the CLI from another checkout's `src`, for a before/after pair).
 """
 from __future__ import annotations
@@ -51,8 +54,8 @@ from tests.harness.server import ModelSpec, ServerConfig, free_port
 CONVERSATIONS = int(os.environ.get("BENCH_SCALE_CONVERSATIONS", "100000"))
 TURNS = int(os.environ.get("BENCH_SCALE_TURNS", "10"))
 EVENTS = int(os.environ.get("BENCH_SCALE_EVENTS", "10"))
-ROUNDS = int(os.environ.get("BENCH_SCALE_ROUNDS", "3"))
-SAMPLES = int(os.environ.get("BENCH_SCALE_SAMPLES", "20"))
+ROUNDS = int(os.environ.get("BENCH_SCALE_ROUNDS", "5"))
+SAMPLES = int(os.environ.get("BENCH_SCALE_SAMPLES", "30"))
 CACHE = Path(os.environ.get("BENCH_SCALE_DIR", Path(tempfile.gettempdir()) / "cursor-byok-bench-scale"))
 HOST = "127.0.0.1"
 MODEL = "bench"
@@ -115,6 +118,18 @@ def big_database() -> Path:
         print(f"\nbuilt {data_dir.name} in {time.monotonic() - started:.0f} s")
         scratch.rename(data_dir)
     return data_dir
+
+
+def page_cache(database: Path, *, cached: bool) -> None:
+    """Read the database's files into the OS page cache, or drop them from it (only these files)."""
+    for path in database.parent.glob(database.name + "*"):
+        with path.open("rb") as fh:
+            if cached:
+                while fh.read(1 << 24):
+                    pass
+            else:
+                os.fsync(fh.fileno())  # written back first: dirty pages cannot be dropped
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def used_bytes(database: Path) -> int:
@@ -240,7 +255,7 @@ def test_empty_vs_big_database(benchmark, tmp_path: Path) -> None:
     try:
         wait_healthy(f"http://{HOST}:{provider_port}/control/count")
         big = big_database()
-        results: dict[str, list[dict[str, float]]] = {"empty": [], "big": []}
+        results: dict[str, list[dict[str, float]]] = {"empty": [], "big": [], "big, cold": []}
 
         def run_all() -> None:
             for r in range(ROUNDS):
@@ -250,7 +265,8 @@ def test_empty_vs_big_database(benchmark, tmp_path: Path) -> None:
                 empty = tmp_path / f"empty-{r}"
                 empty.mkdir()
                 build(empty / "state.db", SAMPLES, first_old)
-                for name, data_dir in (("empty", empty), ("big", big)):
+                for name, data_dir, cached in (("empty", empty, True), ("big", big, True), ("big, cold", big, False)):
+                    page_cache(data_dir / "state.db", cached=cached)
                     results[name].append(one_server(data_dir, provider_port, old, tmp_path / f"{name}-{r}.log"))
 
         benchmark.pedantic(run_all, rounds=1, iterations=1)
@@ -262,11 +278,10 @@ def test_empty_vs_big_database(benchmark, tmp_path: Path) -> None:
 
 def report(results: dict[str, list[dict[str, float]]]) -> None:
     print(f"\n{ROUNDS} rounds, medians; big = {CONVERSATIONS} conversations × {TURNS} turns × {EVENTS} events")
-    print(f"| figure | empty | big | big / empty | target |\n|---|---:|---:|---:|---|")
+    print("| figure | empty | big | big / empty | big, cold | cold / empty | target (big / empty) |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for key, label, target in FIGURES:
-        empty = statistics.median(r[key] for r in results["empty"])
-        big = statistics.median(r[key] for r in results["big"])
-        ratio = big / empty if empty else float("nan")
+        empty, big, cold = (statistics.median(r[key] for r in results[name]) for name in ("empty", "big", "big, cold"))
         goal = f"≤ {target}×" if target else "report"
-        print(f"| {label} | {empty:.3g} | {big:.3g} | {ratio:.2f} | {goal} |")
+        print(f"| {label} | {empty:.3g} | {big:.3g} | {big / empty:.2f} | {cold:.3g} | {cold / empty:.2f} | {goal} |")
     print(json.dumps(results))
