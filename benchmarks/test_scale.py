@@ -24,6 +24,10 @@ figure touches for the first time is a disk read. Per server:
   and a page 1,000 pages deep measured inside one process (keyset cursor where the store has one,
   else LIMIT/OFFSET).
 
+A second test, `test_growth_per_turn_along_one_conversation`, runs BENCH_SCALE_LONG_TURNS=200 turns
+of one conversation on an empty database and prints what a turn adds to each table (with its
+indexes, by SQLite's dbstat, so at page granularity) early and late in it.
+
 Knobs: BENCH_SCALE_CONVERSATIONS=100000, BENCH_SCALE_TURNS=10, BENCH_SCALE_EVENTS=10,
 BENCH_SCALE_ROUNDS=5, BENCH_SCALE_SAMPLES=30, BENCH_SCALE_DIR, BENCH_SRC (run the servers, the
 schema and the CLI from another checkout's `src`, for a before/after pair).
@@ -42,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -285,3 +290,59 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
         goal = f"≤ {target}×" if target else "report"
         print(f"| {label} | {empty:.3g} | {big:.3g} | {big / empty:.2f} | {cold:.3g} | {cold / empty:.2f} | {goal} |")
     print(json.dumps(results))
+
+
+LONG_TURNS = int(os.environ.get("BENCH_SCALE_LONG_TURNS", "200"))
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.benchmark(group="scale")
+def test_growth_per_turn_along_one_conversation(benchmark, tmp_path: Path) -> None:
+    """What a turn adds to the database early in one conversation and late in it (LONG_TURNS turns
+    of a short question and a short answer), per table: the one per-turn cost that grows with
+    history is whatever a turn stores about the whole conversation so far."""
+    from cursor_byok.store import database_stats
+    from tests.harness.ide import ScriptedIDE, run_request
+
+    provider_port = free_port()
+    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), "2", "1"], env=src_env(), cwd=ROOT)
+    data_dir = tmp_path / "long"
+    data_dir.mkdir()
+    database = data_dir / "state.db"
+    marks: dict[int, dict[str, int]] = {}
+    try:
+        wait_healthy(f"http://{HOST}:{provider_port}/control/count")
+        proc, port, _ = serve(data_dir, provider_port, tmp_path / "long.log")
+
+        async def turns() -> None:
+            ide = ScriptedIDE(f"http://{HOST}:{port}", tmp_path)
+            conversation = uuid.uuid4().hex
+            try:
+                for turn in range(LONG_TURNS + 1):
+                    if turn in (1, 21, LONG_TURNS - 20, LONG_TURNS):
+                        marks[turn] = database_stats(database, table_sizes=True).table_bytes
+                    if turn < LONG_TURNS:
+                        log = await ide.turn(run_request(f"question {turn}: what changed?", model=MODEL, conversation_id=conversation))
+                        assert log.terminal is None, log.terminal
+            finally:
+                await ide.close()
+
+        try:
+            benchmark.pedantic(lambda: asyncio.run(turns()), rounds=1, iterations=1)
+        finally:
+            stop(proc)
+    finally:
+        provider.terminate()
+        provider.wait(10)
+    early, late = (1, 21), (LONG_TURNS - 20, LONG_TURNS)
+    print(f"\nbytes a turn adds, per table: turns {early[0] + 1}-{early[1]} and {late[0] + 1}-{late[1]} of one conversation")
+    print("| table (with its indexes) | early | late |\n|---|---:|---:|")
+    def per_turn(table: str, first: int, last: int) -> float:
+        def size(turn: int) -> int:
+            return sum(marks[turn].values()) if table == "all" else marks[turn].get(table, 0)
+
+        return (size(last) - size(first)) / (last - first)
+
+    for table in [*sorted(marks[late[1]], key=lambda t: -marks[late[1]][t]), "all"]:
+        if per_turn(table, *early) or per_turn(table, *late):
+            print(f"| {table} | {per_turn(table, *early):,.0f} | {per_turn(table, *late):,.0f} |")
