@@ -82,6 +82,19 @@ class ProxyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     upstream_proxy: str = ""
 
 
+class RetentionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """How many days records that are not conversation history are kept (0: forever). History
+    (conversations, their events and checkpoints) goes only by `conversations delete|prune`."""
+
+    runs_days: float = 180.0  # finished run records (outcome, error): `conversations show` lists them
+    traces_days: float = 30.0  # request traces
+    usage_days: float = 400.0  # token usage per model call
+
+    def ages_ms(self) -> dict[str, int]:
+        """Record kind → age in ms (0: kept forever)."""
+        return {kind: int(getattr(self, f"{kind}_days") * 86_400_000) for kind in ("runs", "traces", "usage")}
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: str  # the model id Cursor sees and selects
     provider: ProviderKind
@@ -110,6 +123,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     upstream: UpstreamConfig = msgspec.field(default_factory=UpstreamConfig)
     proxy: ProxyConfig = msgspec.field(default_factory=ProxyConfig)
+    retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     models: list[ModelConfig] = []
     secrets_file: str = ""
     # Where the file was read from (not a TOML key; filled by load()).
@@ -272,6 +286,9 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
     if not 0 < cfg.server.port < 65536:
         yield "server.port: must be between 1 and 65535"
     yield from _edge_limit_problems(cfg.server)
+    for kind in cfg.retention.ages_ms():
+        if getattr(cfg.retention, f"{kind}_days") < 0:
+            yield f"retention.{kind}_days: must be >= 0 (0 keeps them forever)"
     if not 0 <= cfg.proxy.port < 65536:
         yield "proxy.port: must be between 0 and 65535"
     elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):

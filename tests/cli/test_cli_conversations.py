@@ -59,9 +59,50 @@ def test_list_is_most_recent_first(run_cli, write_config):
     assert lines[0].split() == ["CONVERSATION", "UPDATED", "MODEL", "PARENT", "TITLE"]
     assert [line.split()[0] for line in lines[1:]] == ["conv-new", "conv-child", "conv-old"]
     assert "Fix the tests" in lines[1] and "conv-new" in lines[2].split()[4:]
-    as_json = json.loads(run_cli("conversations", "list", "--json", "--limit", "1", "--config", str(path)).out)
-    assert [c["conversation_id"] for c in as_json] == ["conv-new"]
-    assert [c["conversation_id"] for c in json.loads(run_cli("conversations", "list", "--json", "--offset", "2", "--config", str(path)).out)] == ["conv-old"]
+    assert result.err == ""  # one page holds them all: no cursor to follow
+
+
+def test_list_pages_by_cursor(run_cli, write_config):
+    path = write_config()
+    populate(db_path(path))
+    first = run_cli("conversations", "list", "--limit", "2", "--config", str(path))
+    assert [line.split()[0] for line in first.out.splitlines()[1:]] == ["conv-new", "conv-child"]
+    assert len(first.err_lines) == 1 and first.err_lines[0].startswith("more: cursor-byok conversations list --after ")
+    cursor = first.err_lines[0].rsplit(" ", 1)[1]
+    page = json.loads(run_cli("conversations", "list", "--json", "--limit", "2", "--after", cursor, "--config", str(path)).out)
+    assert [c["conversation_id"] for c in page["conversations"]] == ["conv-old"] and page["next"] is None
+    page = json.loads(run_cli("conversations", "list", "--json", "--limit", "1", "--config", str(path)).out)
+    assert [c["conversation_id"] for c in page["conversations"]] == ["conv-new"] and page["next"] == "1700000900000.conv-new"
+    bad = run_cli("conversations", "list", "--after", "page-2", "--config", str(path))
+    assert bad.code == 2 and len(bad.err_lines) == 1 and "not a page cursor" in bad.err
+    assert run_cli("conversations", "list", "--limit", "0", "--config", str(path)).code == 2
+
+
+def test_show_and_export_take_a_window_of_the_history(run_cli, write_config):
+    path = write_config()
+    db = db_path(path)
+
+    async def long_conversation() -> None:
+        store = await Store.open(db)
+        store.upsert_conversation(ConversationRecord("conv-long", 1_700_000_000_000, 1_700_000_000_000))
+        message = lambda n: json.dumps({"kind": "user", "message": {"role": "user", "parts": [{"type": "text", "text": f"message {n}"}]}}).encode()
+        await store.append_events("conv-long", [NewEvent(f"ev-{n}", EventKind.USER, message(n)) for n in range(1, 1_201)])
+        await store.close()
+
+    asyncio.run(long_conversation())
+    whole = run_cli("conversations", "show", "conv-long", "--config", str(path))
+    assert whole.code == 0 and whole.err == ""
+    assert [line for line in whole.out.splitlines() if "message " in line] == [f"  user: message {n}" for n in range(1, 1_201)]
+    window = run_cli("conversations", "show", "conv-long", "--after", "600", "--limit", "3", "--config", str(path))
+    assert [line for line in window.out.splitlines() if "message " in line] == [f"  user: message {n}" for n in (601, 602, 603)]
+    assert window.err_lines == ["more: cursor-byok conversations show conv-long --after 603"]
+    tail = run_cli("conversations", "show", "conv-long", "--after", "1199", "--limit", "5", "--config", str(path))
+    assert [line for line in tail.out.splitlines() if "message " in line] == ["  user: message 1200"] and tail.err == ""
+
+    exported = json.loads(run_cli("conversations", "export", "conv-long", "--after", "10", "--limit", "2", "--config", str(path)).out)
+    assert [e["seq"] for e in exported["events"]] == [11, 12] and exported["next_after"] == 12
+    exported = json.loads(run_cli("conversations", "export", "conv-long", "--config", str(path)).out)
+    assert len(exported["events"]) == 1_200 and exported["next_after"] is None
 
 
 def test_show_accepts_a_unique_prefix_and_names_the_parent(run_cli, write_config):

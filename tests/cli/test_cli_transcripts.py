@@ -80,6 +80,6 @@ def test_transcript_export_delete_and_prune(run_cli, tmp_path: Path):
 
             pruned = run_cli("conversations", "prune", "--older-than", "0s", *cfg)
             assert (pruned.code, pruned.out.strip()) == (0, f"deleted 1 conversation(s): {failed}")
-            assert run_cli("conversations", "list", "--json", *cfg).out.strip() == "[]"
+            assert json.loads(run_cli("conversations", "list", "--json", *cfg).out) == {"conversations": [], "next": None}
             bad = run_cli("conversations", "prune", "--older-than", "soon", *cfg)
             assert bad.code == 2 and "not an age: 'soon' (use e.g. 30d, 12h, 2w)" in bad.err

@@ -330,7 +330,7 @@ class ConversationMachine(RuleBasedStateMachine):
         if runtime is not None:
             assert runtime.data.blobs.request_ids() == set()
         self.rig.service.hub.sweep(now=float("inf"))
-        assert [s.request_id for s in self.streams if self.rig.service.registry.binding(s.request_id) is not None] == []
+        assert self.rig.service.registry.bound_streams() == 0
 
     async def _unfinished_runs(self) -> list[str]:
         assert self.rig.store is not None

@@ -52,6 +52,7 @@ class InProcessIDE(ScriptedIDE):
     async def append(self, request_id: str, message: pb.AgentClientMessage, **_: object) -> Reply:  # type: ignore[override]
         service = self.rig.service
         try:
+            await service.resolve(request_id)  # as the gateway does before it hands an append over
             if message.WhichOneof("message") == "run_request" and request_id not in self.seqnos:
                 service.open_run(request_id, message.run_request)
             elif message.WhichOneof("message") == "client_heartbeat":
@@ -89,8 +90,11 @@ class Rig:
     """One database, one fake provider; `start()` opens a service on them, `restart()` a new one
     (as a server restart would), `close()` ends it."""
 
-    def __init__(self, tmp_path: Path, provider: FakeProviderServer, **services: object) -> None:
+    def __init__(self, tmp_path: Path, provider: FakeProviderServer, *, store_options: dict[str, object] | None = None,
+                 **services: object) -> None:
+        """`store_options`: more arguments of `Store.open`; `services`: of `RuntimeServices`."""
         self.path = tmp_path / "state.db"
+        self.store_options = store_options or {}
         self.provider = provider
         self.model = cfg.ModelConfig(
             id=MODEL, provider=cfg.ProviderKind.OPENAI_CHAT, model="fake-model", base_url=provider.url + "/v1",
@@ -102,7 +106,7 @@ class Rig:
         self.service: ConversationService
 
     async def start(self) -> Rig:
-        self.store = await Store.open(self.path)
+        self.store = await Store.open(self.path, **self.store_options)  # type: ignore[arg-type]
         self.http = streaming_client()
         http = self.http
         services = RuntimeServices(

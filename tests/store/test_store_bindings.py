@@ -79,12 +79,69 @@ async def test_bindings_survive_restart_and_still_conflict(db_path: Path, conver
 
     store = await Store.open(db_path)
     try:
-        assert store.bound_conversation("r1") == "a"
+        assert store.bound_conversation("r1") is None  # nothing is loaded at start
+        assert await store.lookup_conversation("r1") == "a"
+        assert await store.lookup_conversation("r-unknown") is None
+        assert store.bound_conversation("r1") == "a"  # the lookup is cached
         with pytest.raises(BindingConflict):
-            store.bind_request("r1", "b")  # detected synchronously from the loaded index
+            store.bind_request("r1", "b")  # detected synchronously from the cache
         assert await store.bind_request("r1", "a") is BindOutcome.ALREADY_BOUND
     finally:
         await store.close()
+
+
+async def test_a_binding_memory_no_longer_holds_still_conflicts(db_path: Path, conversation) -> None:
+    store = await Store.open(db_path, binding_cache=2)
+    try:
+        for cid in ("a", "b"):
+            store.upsert_conversation(conversation(cid))
+        for n in range(5):
+            store.bind_request(f"r{n}", "a")
+        await store.flush()
+        assert store.bound_conversation("r0") is None  # pushed out by the later ones
+        # Accepted in memory, refused by the writer against the stored binding: nothing moves.
+        refused = store.bind_request("r0", "b")
+        with pytest.raises(WriteFailedError) as caught:
+            await refused
+        assert isinstance(caught.value.__cause__, BindingConflict)
+        assert caught.value.__cause__.bound_conversation_id == "a"
+        with pytest.raises(FlushError):
+            await store.flush()
+        assert (await store.lookup_binding("r0")).conversation_id == "a"
+        assert await store.lookup_conversation("r0") == "a"
+        # Found again from the table, it conflicts at once.
+        with pytest.raises(BindingConflict):
+            store.bind_request("r0", "b")
+        assert await store.bind_request("r0", "a") is BindOutcome.ALREADY_BOUND
+    finally:
+        await store.close()
+
+
+async def test_memory_holds_a_bounded_number_of_bindings(db_path: Path, conversation) -> None:
+    store = await Store.open(db_path, binding_cache=8)
+    try:
+        store.upsert_conversation(conversation("a"))
+        for n in range(100):
+            store.bind_request(f"r{n}", "a")
+        assert store.bound_conversation("r0") == "a"  # being written: always known
+        await store.flush()
+        assert sum(store.bound_conversation(f"r{n}") is not None for n in range(100)) == 8
+        assert [await store.lookup_conversation(f"r{n}") for n in range(100)] == ["a"] * 100
+        assert sum(store.bound_conversation(f"r{n}") is not None for n in range(100)) == 8
+    finally:
+        await store.close()
+
+
+async def test_a_binding_being_written_is_visible_to_lookups(store: Store, conversation) -> None:
+    store.upsert_conversation(conversation("a"))
+    store.upsert_conversation(conversation("b"))
+    await store.flush()
+    pending = store.bind_request("r1", "a")
+    assert not pending.done()
+    assert await store.lookup_conversation("r1") == "a"
+    with pytest.raises(BindingConflict):
+        store.bind_request("r1", "b")
+    assert await pending is BindOutcome.BOUND
 
 
 async def test_failed_bind_releases_its_reservation(store: Store, conversation) -> None:

@@ -75,8 +75,35 @@ async def test_list_conversations_most_recent_first(store: Store) -> None:
     for i, updated in enumerate([5, 30, 10, 20]):
         store.upsert_conversation(ConversationRecord(f"c{i}", 1, updated))
     await store.flush()
-    assert [c.conversation_id for c in await store.list_conversations()] == ["c1", "c3", "c2", "c0"]
-    assert [c.conversation_id for c in await store.list_conversations(limit=2, offset=1)] == ["c3", "c2"]
+    page = await store.list_conversations()
+    assert [c.conversation_id for c in page.conversations] == ["c1", "c3", "c2", "c0"] and page.next is None
+
+
+async def test_list_pages_follow_each_other_by_cursor_ties_included(store: Store) -> None:
+    """Every conversation exactly once, in order, however the pages fall across equal times; a
+    conversation updated meanwhile moves to the front, it is not shown twice on later pages."""
+    updated = [7, 3, 7, 7, 1, 3, 9, 7, 3, 5]
+    for i, at in enumerate(updated):
+        store.upsert_conversation(ConversationRecord(f"c{i}", 1, at))
+    await store.flush()
+    expected = [f"c{i}" for i in sorted(range(len(updated)), key=lambda i: (-updated[i], f"c{i}"))]
+    for size in (1, 2, 3, 4, 10, 11):
+        seen, after = [], None
+        while True:
+            page = await store.list_conversations(size, after)
+            assert len(page.conversations) <= size
+            seen += [c.conversation_id for c in page.conversations]
+            if page.next is None:
+                break
+            after = page.next
+        assert seen == expected, size
+    first = await store.list_conversations(3)
+    store.upsert_conversation(ConversationRecord(expected[5], 1, 100))  # bumped while listing
+    await store.flush()
+    rest = await store.list_conversations(100, first.next)
+    assert [c.conversation_id for c in rest.conversations] == [c for c in expected[3:] if c != expected[5]]
+    with pytest.raises(ValueError, match="not a page cursor"):
+        await store.list_conversations(3, "yesterday")
 
 
 async def test_export_is_json_able_and_complete(store: Store, conversation) -> None:

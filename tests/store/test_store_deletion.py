@@ -74,4 +74,4 @@ async def test_prune_takes_old_root_conversations_in_batches(store, db_path, con
     await store.flush()
     result = await prune_conversations(db_path, older_than_ms=5_000)
     assert len(result.deleted) == 251 and "old-child" in result.deleted and result.busy == []
-    assert await store.list_conversations(10) == [await store.get_conversation("new")]
+    assert (await store.list_conversations(10)).conversations == [await store.get_conversation("new")]

@@ -18,9 +18,9 @@ async def test_reads_what_the_owner_committed_while_it_keeps_writing(
         await owner.upsert_conversation(conversation("c1"))
         reader = await Store.open(db_path, read_only=True)
         try:
-            assert [r.conversation_id for r in await reader.list_conversations()] == ["c1"]
+            assert [r.conversation_id for r in (await reader.list_conversations()).conversations] == ["c1"]
             await owner.upsert_conversation(conversation("c2", at_ms=2_000))  # the owner is not blocked
-            assert {r.conversation_id for r in await reader.list_conversations()} == {"c1", "c2"}
+            assert {r.conversation_id for r in (await reader.list_conversations()).conversations} == {"c1", "c2"}
             with pytest.raises(StoreClosedError, match="read-only"):
                 reader.upsert_conversation(conversation("c3"))
         finally:

@@ -5,6 +5,7 @@
     cursor-byok config path|validate|init|import PATH
     cursor-byok models list|test MODEL_ID
     cursor-byok conversations list|show ID|export ID|delete ID|prune --older-than AGE
+    cursor-byok db stats|backup FILE|vacuum
     cursor-byok cursor enable|disable|status
     cursor-byok ca init [--rotate]|show|install
     cursor-byok service install|uninstall|status [--dry-run]
@@ -24,10 +25,10 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, ConfigError
-from . import ca, config, conversations, cursor, doctor, models, serve, service
+from . import ca, config, conversations, cursor, db, doctor, models, serve, service
 from .common import PROG, CommandError, echo, setup_logging
 
-COMMAND_GROUPS = (serve, doctor, config, models, conversations, cursor, ca, service)
+COMMAND_GROUPS = (serve, doctor, config, models, conversations, db, cursor, ca, service)
 
 
 def build_parser() -> argparse.ArgumentParser:

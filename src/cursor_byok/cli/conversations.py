@@ -61,22 +61,27 @@ def cmd_conversations_list(args: argparse.Namespace) -> int:
         echo(f"no conversations yet ({cfg.database_path} does not exist)")
         return 0
 
-    async def fetch(store: Any) -> list[Any]:
-        return await store.list_conversations(args.limit, args.offset)
+    async def fetch(store: Any) -> Any:
+        try:
+            return await store.list_conversations(args.limit, args.after)
+        except ValueError as exc:
+            raise CommandError(f"--after: {exc}", code=2) from None
 
-    records = asyncio.run(with_store(cfg, fetch))
+    page = asyncio.run(with_store(cfg, fetch))
     if args.json:
-        echo(json.dumps(msgspec.to_builtins(records), indent=2, ensure_ascii=False))
+        echo(json.dumps(msgspec.to_builtins(page), indent=2, ensure_ascii=False))
         return 0
-    if not records:
+    if not page.conversations:
         echo("no conversations")
         return 0
     rows = [("CONVERSATION", "UPDATED", "MODEL", "PARENT", "TITLE")]
-    for r in records:
+    for r in page.conversations:
         parent = r.parent.parent_conversation_id if r.parent else "-"
         rows.append((r.conversation_id, when(r.updated_at_ms), r.model_id or "-", parent, (r.title or "-")[:60]))
     for line in table(rows):
         echo(line)
+    if page.next is not None:
+        echo(f"more: cursor-byok conversations list --after {page.next}", file=sys.stderr)
     return 0
 
 
@@ -102,45 +107,54 @@ _EVENT_PAGE = 500
 
 
 def cmd_conversations_show(args: argparse.Namespace) -> int:
+    """The transcript, printed a page of events at a time (memory stays flat however long the
+    conversation); `--after SEQ --limit N` prints a window of it."""
     cfg = load_config(args)
     _open_store_or_fail(cfg, args.conversation_id)
 
-    async def fetch(store: Any) -> list[str]:
+    async def show(store: Any) -> None:
         cid = await _resolve(store, args.conversation_id)
         record = await store.get_conversation(cid)
         runs = {r.run_id: r for r in await store.list_runs(cid)}
         usage = await store.usage_by_run(cid)
         head = f"conversation {cid}: model {record.model_id or '-'}, mode {record.mode or '-'}, "
         head += f"created {when(record.created_at_ms)}, updated {when(record.updated_at_ms)}"
-        lines = [head + (f", {record.title!r}" if record.title else "")]
+        echo(head + (f", {record.title!r}" if record.title else ""))
         if record.parent is not None:
             p = record.parent
-            lines.append(f"sub-task of {p.parent_conversation_id} (run {p.parent_run_id}, tool call {p.parent_tool_call_id})")
+            echo(f"sub-task of {p.parent_conversation_id} (run {p.parent_run_id}, tool call {p.parent_tool_call_id})")
         shown: set[str] = set()
         current: str | None = None
 
         def end_run(run_id: str | None) -> None:
             if run_id in runs and run_id not in shown:
                 shown.add(run_id)
-                lines.append(run_line(runs[run_id], usage.get(run_id)))
+                echo(run_line(runs[run_id], usage.get(run_id)))
 
-        after = 0
-        while page := await store.load_events(cid, after, _EVENT_PAGE):
+        after, left = args.after, args.limit
+        while left is None or left > 0:
+            page = await store.load_events(cid, after, _EVENT_PAGE if left is None else min(left, _EVENT_PAGE))
+            if not page:
+                break
             for event in page:
                 if event.run_id != current:
                     end_run(current)
                     current = event.run_id
                 entry = decode_payload(event.payload)
                 if isinstance(entry, dict):
-                    lines += [f"  {line}" for line in message_lines(str(entry.get("kind", event.kind)), entry.get("message") or {})]
+                    for line in message_lines(str(entry.get("kind", event.kind)), entry.get("message") or {}):
+                        echo(f"  {line}")
             after = page[-1].seq
+            left = None if left is None else left - len(page)
+        if left == 0 and await store.load_events(cid, after, 1):
+            echo(f"more: cursor-byok conversations show {cid} --after {after}", file=sys.stderr)
+            return
         end_run(current)
-        for run_id in runs:  # runs that committed no history (failed early)
-            end_run(run_id)
-        return lines
+        if args.after == 0:
+            for run_id in runs:  # runs that committed no history (failed early)
+                end_run(run_id)
 
-    for line in asyncio.run(with_store(cfg, fetch)):
-        echo(line)
+    asyncio.run(with_store(cfg, show))
     return 0
 
 
@@ -167,7 +181,8 @@ def cmd_conversations_export(args: argparse.Namespace) -> int:
     _open_store_or_fail(cfg, args.conversation_id)
 
     async def fetch(store: Any) -> dict[str, Any] | None:
-        return await store.export_conversation(await _resolve(store, args.conversation_id))
+        cid = await _resolve(store, args.conversation_id)
+        return await store.export_conversation(cid, events_after=args.after, events_limit=args.limit)
 
     exported = asyncio.run(with_store(cfg, fetch))
     if exported is None:
@@ -238,20 +253,34 @@ def cmd_conversations_prune(args: argparse.Namespace) -> int:
     return _report_deletion(asyncio.run(with_store(cfg, prune)))
 
 
+def positive(text: str) -> int:
+    """argparse type for page sizes."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
+    return int(text)
+
+
+def add_event_window(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--after", type=int, default=0, metavar="SEQ", help="only history events after this one")
+    p.add_argument("--limit", type=positive, default=None, metavar="N", help="at most N history events")
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     conv = sub.add_parser("conversations", help="stored conversations")
     conv_sub = conv.add_subparsers(dest="conversations_command", metavar="ACTION", required=True)
     p = conv_sub.add_parser("list", parents=[common], help="most recently updated first")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=positive, default=50, help="conversations per page (default 50)")
+    p.add_argument("--after", metavar="CURSOR", help="the page after the one that printed this cursor")
+    p.add_argument("--json", action="store_true", help='one page as {"conversations": [...], "next": CURSOR or null}')
     p.set_defaults(handler=cmd_conversations_list)
     p = conv_sub.add_parser("show", parents=[common], help="a conversation's transcript (ID or a unique prefix of it)")
     p.add_argument("conversation_id", metavar="ID")
+    add_event_window(p)
     p.set_defaults(handler=cmd_conversations_show)
     p = conv_sub.add_parser("export", parents=[common], help="everything stored about a conversation, as decoded JSON")
     p.add_argument("conversation_id", metavar="ID")
     p.add_argument("--out", metavar="FILE")
+    add_event_window(p)
     p.set_defaults(handler=cmd_conversations_export)
     p = conv_sub.add_parser("delete", parents=[common], help="delete a conversation and its sub-tasks")
     p.add_argument("conversation_id", metavar="ID")

@@ -1,7 +1,9 @@
 """conversation_id → live runtime; request_id → binding (a reverse index, never an identity).
 
-The bindings held here are a cache of the store's for the streams in use: `binding` misses for an
-older request id, and the caller looks it up in the store.
+`binding` is the one place a request id's binding is looked up. The registry holds the bindings of
+the streams in use; any other comes from the store (`BindingSource`), which keeps only a bounded
+cache in memory: `binding` answers from memory, and `resolve`, which the gateway awaits before it
+routes an append, reads the store's table on a miss.
 
 A request_id is strongly bound to one conversation. It may recur inside that conversation (retries,
 queued turns, a new Cursor run = a new transport generation); bound to a different conversation it is
@@ -12,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 
 class BindingConflict(Exception):
@@ -40,23 +42,48 @@ class Binding:
     cursor_run_id: str
 
 
+class BindingSource(Protocol):
+    """The stored bindings (cursor_byok.store.Store)."""
+
+    def bound_conversation(self, request_id: str) -> str | None: ...
+
+    async def lookup_conversation(self, request_id: str) -> str | None: ...
+
+
 R = TypeVar("R")
 
 
 class Registry(Generic[R]):
-    def __init__(self, make_runtime: Callable[[str], R]) -> None:
+    def __init__(self, make_runtime: Callable[[str], R], stored: BindingSource | None = None) -> None:
         self._make_runtime = make_runtime
+        self._stored = stored
         self._runtimes: dict[str, R] = {}
-        self._bindings: dict[str, Binding] = {}
+        self._bindings: dict[str, Binding] = {}  # the streams in use
 
     # -- bindings -------------------------------------------------------------------------------
     def binding(self, request_id: str) -> Binding | None:
-        return self._bindings.get(request_id)
+        """From memory: a stream's binding, or one the store holds in memory (being written, or
+        recently used or resolved)."""
+        live = self._bindings.get(request_id)
+        if live is not None or self._stored is None:
+            return live
+        conversation_id = self._stored.bound_conversation(request_id)
+        return None if conversation_id is None else Binding(request_id, conversation_id, "")
+
+    async def resolve(self, request_id: str) -> None:
+        """Make the binding of `request_id` known to `binding` (an indexed read when memory lacks
+        it). The store caches what it read, and `binding` finds it in the same step of the event
+        loop as the caller's next checks, so nothing can push it out between the two."""
+        if self._stored is not None and self.binding(request_id) is None:
+            await self._stored.lookup_conversation(request_id)
 
     def bind(self, request_id: str, conversation_id: str, cursor_run_id: str) -> tuple[Binding, BindKind]:
         """Bind (or re-confirm) request_id → conversation_id. Raises BindingConflict, binding nothing."""
         current = self._bindings.get(request_id)
         if current is None:
+            known = self.binding(request_id)
+            if known is not None and known.conversation_id != conversation_id:
+                raise BindingConflict(request_id, known.conversation_id, conversation_id)
             b = Binding(request_id, conversation_id, cursor_run_id)
             self._bindings[request_id] = b
             return b, BindKind.NEW
@@ -66,6 +93,10 @@ class Registry(Generic[R]):
             current.cursor_run_id = cursor_run_id
             return current, BindKind.NEW_GENERATION
         return current, BindKind.SAME
+
+    def bound_streams(self) -> int:
+        """How many bindings the registry itself holds (one per stream in use)."""
+        return len(self._bindings)
 
     def forget(self, request_id: str) -> None:
         """The request id's stream is gone: keep its binding in the store only, so the bindings held

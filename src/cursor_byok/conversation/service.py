@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..protocol import ConnectError, agent_pb2 as pb, unknown_fields, which
 from .identity import ParentConversationRef
 from .output import OutputHub, OutputStream
-from .registry import Binding, BindingConflict, BindKind, Registry
+from .registry import BindingConflict, BindKind, Registry
 from .commands import ClientInput, Detach, Heartbeat, Shutdown, StartRun
 from .data import RuntimeServices
 from .runtime import ConversationRuntime
@@ -37,7 +37,7 @@ class ConversationService:
     def __init__(self, services: RuntimeServices, hub: OutputHub) -> None:
         self.services = services
         self.hub = hub
-        self.registry: Registry[ConversationRuntime] = Registry(self._make_runtime)
+        self.registry: Registry[ConversationRuntime] = Registry(self._make_runtime, services.store)
         hub.on_forget = self.registry.forget  # the registry keeps a binding while the hub keeps its stream
 
     def _make_runtime(self, conversation_id: str) -> ConversationRuntime:
@@ -54,22 +54,18 @@ class ConversationService:
             store.finish_run(run.run_id, "interrupted_by_crash")
         await store.flush()
 
-    def _binding(self, request_id: str) -> Binding | None:
-        """The registry holds the bindings of streams in use; older ones are the store's."""
-        binding = self.registry.binding(request_id)
-        store = self.services.store
-        if binding is None and store is not None:
-            conversation_id = store.bound_conversation(request_id)
-            if conversation_id is not None:
-                binding = Binding(request_id, conversation_id, "")
-        return binding
+    async def resolve(self, request_id: str) -> None:
+        """Await before handing over an append for `request_id`: then its binding, if it has one,
+        is known to the checks and routing that follow in the same step (an indexed read of the
+        store when memory does not hold it)."""
+        await self.registry.resolve(request_id)
 
     def conversation_for(self, run_request: pb.AgentRunRequest, request_id: str) -> str:
         """The conversation a run request belongs to. Without a conversation_id only an existing
         binding may route it; request_id is never used as an identity."""
         if run_request.HasField("conversation_id") and run_request.conversation_id:
             return run_request.conversation_id
-        binding = self._binding(request_id)
+        binding = self.registry.binding(request_id)
         if binding is None:
             raise ConnectError(
                 "invalid_argument", f"run request has no conversation_id and request id {request_id!r} is not bound"
@@ -77,7 +73,7 @@ class ConversationService:
         return binding.conversation_id
 
     def check_binding(self, request_id: str, conversation_id: str) -> None:
-        binding = self._binding(request_id)
+        binding = self.registry.binding(request_id)
         if binding is not None and binding.conversation_id != conversation_id:
             raise ConnectError(
                 "already_exists",
@@ -107,7 +103,7 @@ class ConversationService:
         """Hand ordered input to its conversation's runtime, with the stream it belongs to. A
         conversation action on a stream that has ended is refused here, so the IDE sees it was not
         applied (the runtime would only log it)."""
-        binding = self._binding(request_id)
+        binding = self.registry.binding(request_id)
         if binding is None:
             raise ConnectError("failed_precondition", f"request id {request_id!r} has no run")
         output = self.hub.get(request_id)
@@ -121,7 +117,7 @@ class ConversationService:
         runtime.post(ClientInput(request_id, message, output))
 
     def heartbeat(self, request_id: str) -> None:
-        binding = self._binding(request_id)
+        binding = self.registry.binding(request_id)
         output = self.hub.get(request_id)
         if binding is None or output is None or output.closed:
             return
@@ -155,7 +151,7 @@ class ConversationService:
 
     def parent_ref(self, parent_request_id: str, parent_tool_call_id: str) -> ParentConversationRef | None:
         """The immutable origin of a child conversation from the child's parent headers."""
-        binding = self._binding(parent_request_id)
+        binding = self.registry.binding(parent_request_id)
         if binding is None:
             log.warning("parent request id is not bound", extra={"parent_request_id": parent_request_id})
             return None
@@ -168,7 +164,7 @@ class ConversationService:
 
     def detach(self, request_id: str) -> None:
         """A RunSSE reader went away: the run continues; the runtime only takes note."""
-        binding = self._binding(request_id)
+        binding = self.registry.binding(request_id)
         rt = self.registry.runtime(binding.conversation_id) if binding is not None else None
         if rt is not None:
             rt.post(Detach(request_id))

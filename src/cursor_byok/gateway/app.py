@@ -33,6 +33,9 @@ from .transport import Transports
 log = logging.getLogger("cursor_byok.gateway")
 
 SWEEP_SECONDS = 5.0
+# Retention (config [retention]) runs a while after start, off the start-up path, then hourly.
+RETENTION_FIRST_SECONDS = 60.0
+RETENTION_EVERY_SECONDS = 3600.0
 DRAIN_SECONDS = 1.5  # on a stop, how long open streams get to read their terminal frame
 
 
@@ -53,7 +56,7 @@ class Gateway:
         self.upstream: Upstream
         self.local_rpcs: LocalRpcs
         self.conversations: ConversationService
-        self._sweeper: asyncio.Task[None] | None = None
+        self._background: list[asyncio.Task[None]] = []  # the sweeper and retention
         self._started = False
         self.stopping = False
         self._cut = False
@@ -65,7 +68,7 @@ class Gateway:
         if self._started:
             return
         self._started = True
-        from ..store import Store
+        from ..store import Store, keep_retention
 
         keep_large_blocks_out_of_the_heap()
         self._trimmer = Trimmer()
@@ -89,16 +92,20 @@ class Gateway:
         hub = OutputHub(self.config.server.output_retention_seconds)
         self.conversations = ConversationService(services, hub)
         await self.conversations.restore()
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        loop = asyncio.get_running_loop()
+        retention = keep_retention(
+            self.store, self.config.retention.ages_ms(), first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS
+        )
+        self._background = [loop.create_task(self._sweep()), loop.create_task(retention)]
 
     async def shutdown(self) -> None:
         if not self._started:
             return
         self._started = False
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in self._background:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+                await task
         if hasattr(self, "conversations"):  # absent when startup failed early
             await self.conversations.shutdown("server shutting down")
         if self.providers is not None:

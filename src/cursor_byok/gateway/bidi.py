@@ -27,10 +27,14 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         headers = parse_request_headers(scope["headers"])
         body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
+        # From each resolve to the hand-over below nothing awaits: the checks see the binding it found.
         if append.append_seqno == 0:
+            await gw.conversations.resolve(append.request_id)
             transport = _seqno0_transport(gw, append)
         else:
             transport = gw.transports.get(append.request_id) or await _wait_for_seqno0(gw, scope, append.request_id)
+            if transport.route is Route.LOCAL:
+                await gw.conversations.resolve(append.request_id)
         if transport.route is Route.UPSTREAM:
             await gw.upstream.forward(scope, receive, send, body=body)
             return

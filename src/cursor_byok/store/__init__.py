@@ -26,6 +26,7 @@ from .records import (
     BindOutcome,
     CheckpointKind,
     CheckpointRecord,
+    ConversationPage,
     ConversationRecord,
     DeliveryRecord,
     DeliveryState,
@@ -41,7 +42,9 @@ from .records import (
     UsageRecord,
     UsageTotals,
 )
+from .retention import Retained, keep_retention
 from .store import Store, StoreStats, blob_id_of
+from .upkeep import DatabaseStats, backup_database, database_stats, vacuum_database
 
 __all__ = [
     "MIGRATIONS",
@@ -53,6 +56,8 @@ __all__ = [
     "BlobCorruptError",
     "CheckpointKind",
     "CheckpointRecord",
+    "DatabaseStats",
+    "ConversationPage",
     "ConversationRecord",
     "Deletion",
     "DeliveryRecord",
@@ -65,6 +70,7 @@ __all__ = [
     "MigrationError",
     "NewEvent",
     "ParentRef",
+    "Retained",
     "RunOutcome",
     "RunRecord",
     "SchemaTooNewError",
@@ -77,7 +83,11 @@ __all__ = [
     "UsageRecord",
     "UsageTotals",
     "WriteFailedError",
+    "backup_database",
     "blob_id_of",
+    "database_stats",
     "delete_conversations",
+    "keep_retention",
     "prune_conversations",
+    "vacuum_database",
 ]

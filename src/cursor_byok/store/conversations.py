@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from .bindings import DEFAULT_CAPACITY, SELECT_BOUND, BindingCache, BindRequest
 from .core import StoreCore
-from .errors import BindingConflict
-from .ops import BatchContext, Row, RowWrite, Stage, Statement, WriteOp
-from .records import BindingRecord, BindOutcome, ConversationRecord, ParentRef, RunOutcome, RunRecord
+from .ops import RowWrite, Stage
+from .records import BindingRecord, BindOutcome, ConversationPage, ConversationRecord, ParentRef, RunOutcome, RunRecord
 
 UPSERT_CONVERSATION = """
 INSERT INTO conversations (conversation_id, parent_conversation_id, parent_run_id,
@@ -25,16 +25,6 @@ ON CONFLICT (conversation_id) DO UPDATE SET
     updated_at_ms = excluded.updated_at_ms,
     last_cursor_run_id = excluded.last_cursor_run_id,
     title = excluded.title
-"""
-
-# Setting conversation_id on conflict lets the immutability trigger refuse a move instead of the
-# update silently doing nothing.
-UPSERT_BINDING = """
-INSERT INTO request_bindings (request_id, conversation_id, cursor_run_id, created_at_ms)
-VALUES (?, ?, ?, ?)
-ON CONFLICT (request_id) DO UPDATE SET
-    conversation_id = excluded.conversation_id,
-    cursor_run_id = COALESCE(excluded.cursor_run_id, cursor_run_id)
 """
 
 INSERT_RUN = """
@@ -59,100 +49,12 @@ WHERE run_id = ? AND outcome IS NULL
 """
 
 
-class BindingIndex:
-    """request_id → conversation_id for every binding written or loaded by this store.
-
-    Conflicts are decided here, synchronously at enqueue time, so two concurrent binds of one
-    request_id to different conversations can never both be accepted. Uncommitted bindings are
-    reservations, dropped again if every write carrying them fails.
-    """
-
-    __slots__ = ("_bound", "_reserved")
-
-    def __init__(self) -> None:
-        self._bound: dict[str, str] = {}
-        self._reserved: dict[str, list[Any]] = {}  # request_id → [conversation_id, pending writes]
-
-    def __len__(self) -> int:
-        return len(self._bound)
-
-    def load(self, pairs: Iterable[tuple[str, str]]) -> None:
-        self._bound.update(pairs)
-
-    def get(self, request_id: str) -> str | None:
-        bound = self._bound.get(request_id)
-        if bound is not None:
-            return bound
-        reservation = self._reserved.get(request_id)
-        return None if reservation is None else reservation[0]
-
-    def reserve(self, request_id: str, conversation_id: str) -> bool:
-        """Raise BindingConflict, or accept; True if this created a reservation."""
-        existing = self.get(request_id)
-        if existing is not None and existing != conversation_id:
-            raise BindingConflict(request_id, existing, conversation_id)
-        if request_id in self._bound:
-            return False
-        reservation = self._reserved.get(request_id)
-        if reservation is None:
-            self._reserved[request_id] = [conversation_id, 1]
-        else:
-            reservation[1] += 1
-        return True
-
-    def _release(self, request_id: str) -> None:
-        reservation = self._reserved[request_id]
-        reservation[1] -= 1
-        if reservation[1] == 0:
-            del self._reserved[request_id]
-
-    def committed(self, request_id: str, conversation_id: str, reserved: bool) -> BindOutcome:
-        outcome = BindOutcome.ALREADY_BOUND if request_id in self._bound else BindOutcome.BOUND
-        self._bound[request_id] = conversation_id
-        if reserved:
-            self._release(request_id)
-        return outcome
-
-    def failed(self, request_id: str, reserved: bool) -> None:
-        if reserved:
-            self._release(request_id)
-
-
-class BindRequest(WriteOp):
-    __slots__ = ("_index", "_request_id", "_reserved", "_row")
-
-    def __init__(self, index: BindingIndex, row: Row, reserved: bool) -> None:
-        self._index = index
-        self._row = row
-        self._request_id: str = row[0]
-        self._reserved = reserved
-
-    def describe(self) -> str:
-        return f"bind request {self._request_id} to {self._row[1]}"
-
-    def plan(self, ctx: BatchContext, out: list[Statement]) -> Any:
-        out.append((Stage.BINDINGS, UPSERT_BINDING, self._row))
-        return None
-
-    def committed(self, planned: Any) -> BindOutcome:
-        return self._index.committed(self._request_id, self._row[1], self._reserved)
-
-    def failed(self) -> None:
-        self._index.failed(self._request_id, self._reserved)
-
-
 class ConversationRecords(StoreCore):
     """Conversations, request bindings and runs (a mixin of `Store`)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, binding_cache: int = DEFAULT_CAPACITY, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._bindings = BindingIndex()
-
-    async def _loaded(self) -> None:
-        await super()._loaded()
-        if self.schema_version >= 1:
-            rows = await self._read("SELECT request_id, conversation_id FROM request_bindings", ())
-            self._bindings.load((str(r[0]), str(r[1])) for r in rows)
+        self._bindings = BindingCache(binding_cache)
 
     # -- writes ------------------------------------------------------------------------------
     def upsert_conversation(self, record: ConversationRecord) -> asyncio.Future[None]:
@@ -188,21 +90,45 @@ class ConversationRecords(StoreCore):
     ) -> asyncio.Future[BindOutcome]:
         """Bind `request_id` to `conversation_id`.
 
-        Raises BindingConflict right away (nothing queued) if the request_id is bound, or being
-        bound, to another conversation. Binding it again to the same conversation is idempotent
-        (a given cursor_run_id replaces the stored one) and resolves to ALREADY_BOUND.
+        Raises BindingConflict right away (nothing queued) if the request_id is being bound, or
+        is known in memory to be bound, to another conversation; a stored binding memory no longer
+        holds fails the write instead (WriteFailedError caused by BindingConflict). Binding it again
+        to the same conversation is idempotent (a given cursor_run_id replaces the stored one) and
+        resolves to ALREADY_BOUND.
         """
-        self._check_open()
+        self._check_writable()
         if not request_id or not conversation_id:
             raise ValueError("request_id and conversation_id must be non-empty")
-        reserved = self._bindings.reserve(request_id, conversation_id)
+        self._bindings.reserve(request_id, conversation_id)
         row = (request_id, conversation_id, cursor_run_id,
                self._clock() if created_at_ms is None else created_at_ms)
-        return self._enqueue(BindRequest(self._bindings, row, reserved))
+        return self._enqueue(BindRequest(self._bindings, row))
 
     def bound_conversation(self, request_id: str) -> str | None:
-        """The conversation a request_id is bound (or being bound) to, from memory."""
+        """The conversation a request_id is bound (or being bound) to, if memory holds it: the
+        bindings being written and the most recently used ones. None may mean "not looked up";
+        `lookup_conversation` asks the database."""
         return self._bindings.get(request_id)
+
+    async def lookup_conversation(self, request_id: str) -> str | None:
+        """The conversation `request_id` is bound (or being bound) to: from memory, else one
+        primary-key read whose answer is cached. Exact when the caller gets it: a binding committed
+        while the read ran is found in memory."""
+        bindings = self._bindings
+        while True:
+            found = bindings.get(request_id)
+            if found is not None:
+                return found
+            commits = bindings.commits
+            rows = await self._read(SELECT_BOUND, (request_id,))
+            if rows:
+                bindings.remember(request_id, rows[0][0])
+                return str(rows[0][0])
+            found = bindings.get(request_id)  # bound since the read began
+            # One committed after the read began and already pushed out of the cache by as many
+            # others would be missed: read again (only under a flood of binds).
+            if found is not None or bindings.commits - commits < bindings.capacity:
+                return found
 
     def start_run(self, record: RunRecord) -> asyncio.Future[None]:
         if record.outcome is not None or record.ended_at_ms is not None:
@@ -245,13 +171,23 @@ class ConversationRecords(StoreCore):
     async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
         return await self._read_job(lambda conn: select_conversation(conn, conversation_id))
 
-    async def list_conversations(self, limit: int = 50, offset: int = 0) -> list[ConversationRecord]:
-        """Most recently updated first."""
-        rows = await self._read(
-            f"{_CONVERSATION_SELECT} ORDER BY updated_at_ms DESC, conversation_id LIMIT ? OFFSET ?",
-            (limit, offset),
-        )
-        return [_conversation(r) for r in rows]
+    async def list_conversations(self, limit: int = 50, after: str | None = None) -> ConversationPage:
+        """Most recently updated first, `limit` at a time: pass a page's `next` as `after` for the
+        one that follows (a keyset cursor: every page is one index range, however deep)."""
+        if limit < 1:
+            raise ValueError("a page holds at least one conversation")
+        order = "ORDER BY updated_at_ms DESC, conversation_id LIMIT ?"
+        if after is None:
+            rows = await self._read(f"{_CONVERSATION_SELECT} {order}", (limit + 1,))
+        else:
+            at, conversation_id = parse_cursor(after)
+            rows = await self._read(
+                f"{_CONVERSATION_SELECT} WHERE updated_at_ms <= ? AND (updated_at_ms < ? OR conversation_id > ?) {order}",
+                (at, at, conversation_id, limit + 1),
+            )
+        records = [_conversation(r) for r in rows[:limit]]
+        last = records[-1] if len(rows) > limit else None
+        return ConversationPage(records, None if last is None else f"{last.updated_at_ms}.{last.conversation_id}")
 
     async def find_conversation_ids(self, prefix: str, limit: int = 2) -> list[str]:
         """Ids starting with `prefix`, in order, at most `limit` (a primary-key range scan)."""
@@ -298,6 +234,13 @@ _RUN_SELECT = (
     "SELECT run_id, conversation_id, phase, started_at_ms, cursor_run_id, request_id, outcome, "
     "error_code, error_message, ended_at_ms FROM runs"
 )
+
+
+def parse_cursor(cursor: str) -> tuple[int, str]:
+    at, _, conversation_id = cursor.partition(".")
+    if not at.isdigit() or not conversation_id:
+        raise ValueError(f"{cursor!r} is not a page cursor (give the `next` of the page before)")
+    return int(at), conversation_id
 
 
 def select_conversation(conn: sqlite3.Connection, conversation_id: str) -> ConversationRecord | None:

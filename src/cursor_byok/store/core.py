@@ -10,8 +10,9 @@ Durability: with `synchronous=NORMAL` (default) a committed transaction is in th
 its future resolves, so it survives the process being killed (`kill -9`, OOM); only an OS crash or
 power loss can drop the last few transactions. `synchronous=FULL` also fsyncs each commit.
 
-Reads run on their own thread and connection (WAL readers never block the writer) and are meant
-for startup, recovery and the CLI; live state is held in memory by the callers.
+Reads run on their own thread and connection (WAL readers never block the writer): a
+conversation's history when its runtime loads, request bindings memory does not hold, recovery and
+the CLI. Every one is an indexed lookup or range, so none grows with the size of the database.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .bindings import DEFAULT_CAPACITY
 from .connection import check_sqlite_version, connect, open_writer
 from .errors import FlushError, StoreClosedError, WriteFailedError
 from .migrations import MIGRATIONS, Migration, stored_version
@@ -103,6 +105,8 @@ class StoreCore:
         clock: Callable[[], int] | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
         read_only: bool = False,
+        binding_cache: int = DEFAULT_CAPACITY,
+        trace: Callable[[str], None] | None = None,
     ) -> Self:
         """Open (creating it and its parent dirs if needed) and migrate the database at `path`.
 
@@ -111,6 +115,9 @@ class StoreCore:
         `migrations` exists for upgrade tests and tooling; the server uses the default.
         `read_only`: the read connection only (no migrations, no writer thread), for reading a
         database another process owns; every write raises StoreClosedError.
+        `binding_cache`: how many request bindings memory keeps beyond those being written.
+        `trace`: called with every SQL statement either connection runs, on its thread (for tests
+        and tooling).
         """
         check_sqlite_version()
         if max_batch_ops < 1:
@@ -136,19 +143,14 @@ class StoreCore:
             return writer, version, reader
 
         writer, version, reader = await asyncio.to_thread(open_both)
-        store = cls(
+        if trace is not None:
+            for conn in (writer, reader):
+                if conn is not None:
+                    conn.set_trace_callback(trace)
+        return cls(
             path=path, writer=writer, reader=reader, clock=clock or now_ms, max_batch_ops=max_batch_ops,
-            schema_version=version, synchronous=sync,
+            schema_version=version, synchronous=sync, binding_cache=binding_cache,
         )
-        try:
-            await store._loaded()
-        except BaseException:
-            await store.close()
-            raise
-        return store
-
-    async def _loaded(self) -> None:
-        """Hook for state the families keep in memory, read once after opening."""
 
     async def __aenter__(self: Self) -> Self:
         return self

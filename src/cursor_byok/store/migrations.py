@@ -256,7 +256,13 @@ _TOOL_STATE = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE)
+_RETENTION = Migration(
+    6,
+    "retention: finished runs by when they ended",
+    ("CREATE INDEX runs_finished ON runs(ended_at_ms) WHERE outcome IS NOT NULL",),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION)
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 
 _VERSION_TABLE = """

@@ -3,7 +3,7 @@
 Every public write method of `Store` builds one `WriteOp` (the record families define theirs next
 to their SQL). The writer thread takes a batch of ops,
 probes the little database state the batch depends on (the last seq of each touched conversation,
-which event ids already exist), lets each op `plan` its rows against a batch-local view of that
+which event ids already exist, the stored bindings of the request ids it binds), lets each op `plan` its rows against a batch-local view of that
 state, and executes the rows grouped by table. Tables are visited in foreign-key order (parents
 first) and rows for one table keep their queue order, so grouping changes nothing a caller can see:
 the whole batch commits or none of it does.
@@ -29,6 +29,7 @@ class Stage(enum.IntEnum):
     BLOBS = 6
     TRACES = 7
     USAGE = 8
+    RETENTION = 9
 
 
 Row = tuple[Any, ...]
@@ -39,6 +40,12 @@ SELECT j.value,
        (SELECT COALESCE(MAX(seq), 0) FROM history_events WHERE conversation_id = j.value),
        (SELECT COALESCE(MAX(seq), 0) FROM checkpoints WHERE conversation_id = j.value)
 FROM json_each(?) AS j
+"""
+
+PROBE_BINDINGS = """
+SELECT b.request_id, b.conversation_id
+FROM json_each(?) AS j
+JOIN request_bindings AS b ON b.request_id = j.value
 """
 
 PROBE_EVENT_IDS = """
@@ -53,26 +60,31 @@ JOIN history_events AS h
 class Probe:
     """Database state read at the start of a batch's transaction."""
 
-    __slots__ = ("existing_events", "seqs")
+    __slots__ = ("bindings", "existing_events", "seqs")
 
     def __init__(
-        self, seqs: dict[str, tuple[int, int]], existing_events: dict[tuple[str, str], int]
+        self,
+        seqs: dict[str, tuple[int, int]],
+        existing_events: dict[tuple[str, str], int],
+        bindings: dict[str, str] | None = None,
     ) -> None:
         self.seqs = seqs  # conversation → (last event seq, last checkpoint seq)
         self.existing_events = existing_events  # (conversation, event_id) → stored seq
+        self.bindings = bindings or {}  # request_id → the conversation it is stored bound to
 
 
 class BatchContext:
     """A batch's view of per-conversation counters. Merged into the writer's cache only after
     COMMIT, so a rolled-back batch leaves the cache as it was."""
 
-    __slots__ = ("_cache", "_counters", "_new_events", "_probe")
+    __slots__ = ("_bindings", "_cache", "_counters", "_new_events", "_probe")
 
     def __init__(self, cache: dict[str, tuple[int, int]], probe: Probe) -> None:
         self._cache = cache
         self._probe = probe
         self._counters: dict[str, list[int]] = {}
         self._new_events: dict[tuple[str, str], int] = {}
+        self._bindings: dict[str, str] = {}  # bound earlier in this batch
 
     def _counter(self, conversation_id: str) -> list[int]:
         counter = self._counters.get(conversation_id)
@@ -103,8 +115,17 @@ class BatchContext:
         counter[1] += 1
         return counter[1]
 
+    def bound_conversation(self, request_id: str) -> str | None:
+        bound = self._bindings.get(request_id)
+        return bound if bound is not None else self._probe.bindings.get(request_id)
+
+    def bind(self, request_id: str, conversation_id: str) -> None:
+        self._bindings[request_id] = conversation_id
+
     def commit_into(self, cache: dict[str, tuple[int, int]]) -> None:
+        """Merge the batch's counters into the writer's cache, most recently used last."""
         for conversation_id, (events, checkpoints) in self._counters.items():
+            cache.pop(conversation_id, None)
             cache[conversation_id] = (events, checkpoints)
 
 
@@ -123,6 +144,9 @@ class WriteOp(abc.ABC):
         return ()
 
     def event_keys(self) -> Iterable[tuple[str, str]]:
+        return ()
+
+    def binding_keys(self) -> Iterable[str]:
         return ()
 
     @abc.abstractmethod

@@ -16,6 +16,7 @@ __all__ = [
     "BindingRecord",
     "CheckpointKind",
     "CheckpointRecord",
+    "ConversationPage",
     "ConversationRecord",
     "DeliveryRecord",
     "DeliveryState",
@@ -117,6 +118,13 @@ class ConversationRecord(msgspec.Struct, frozen=True):
     mode: str | None = None
     last_cursor_run_id: str | None = None
     title: str | None = None
+
+
+class ConversationPage(msgspec.Struct, frozen=True):
+    """One page of a conversation listing; `next` is the cursor of the page after it (None: last)."""
+
+    conversations: list[ConversationRecord]
+    next: str | None = None
 
 
 class BindingRecord(msgspec.Struct, frozen=True):

@@ -1,6 +1,6 @@
 """The store: one SQLite database in WAL mode, one writer thread, one reader thread (core.py), with
 the write and read methods of each record family (conversations.py, history.py, deliveries.py,
-activity.py)."""
+activity.py) and retention (retention.py)."""
 from __future__ import annotations
 
 import sqlite3
@@ -13,32 +13,42 @@ from .conversations import ConversationRecords, select_bindings, select_conversa
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
 from .history import HistoryRecords, blob_id_of, select_checkpoints, select_events
+from .retention import RetentionRecords
 
 __all__ = ["Store", "StoreStats", "blob_id_of"]
 
 
-class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords):
+class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, RetentionRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
-    async def export_conversation(self, conversation_id: str) -> dict[str, Any] | None:
+    async def export_conversation(
+        self, conversation_id: str, *, events_after: int = 0, events_limit: int | None = None
+    ) -> dict[str, Any] | None:
         """Everything stored about one conversation as JSON-able builtins (bytes as base64),
-        read from one consistent snapshot. None if the conversation does not exist."""
+        read from one consistent snapshot. None if the conversation does not exist. The history
+        events may be limited to a window (after a seq, at most a number); `next_after` is then
+        the seq to continue after, or None when the window reaches the end."""
         self._check_open()
-        export = await self._read_job(lambda conn: self._export(conn, conversation_id))
+        export = await self._read_job(lambda conn: self._export(conn, conversation_id, events_after, events_limit))
         return None if export is None else msgspec.to_builtins(export)
 
-    def _export(self, conn: sqlite3.Connection, conversation_id: str) -> dict[str, Any] | None:
+    def _export(self, conn: sqlite3.Connection, conversation_id: str, after: int, limit: int | None) -> dict[str, Any] | None:
         conn.execute("BEGIN")
         try:
             conversation = select_conversation(conn, conversation_id)
             if conversation is None:
                 return None
+            events = select_events(conn, conversation_id, after, None if limit is None else limit + 1)
+            more = limit is not None and len(events) > limit
+            if more:
+                del events[limit:]
             return {
                 "schema_version": self.schema_version,
                 "conversation": conversation,
                 "bindings": select_bindings(conn, conversation_id),
                 "runs": select_runs(conn, conversation_id),
-                "events": select_events(conn, conversation_id),
+                "events": events,
+                "next_after": events[-1].seq if more else None,
                 "checkpoints": select_checkpoints(conn, conversation_id),
                 "deliveries": select_deliveries(conn, conversation_id, pending_only=False),
                 "usage": select_usage(conn, conversation_id=conversation_id),

@@ -24,10 +24,11 @@ from typing import Any
 import msgspec
 
 from .errors import WriteFailedError
-from .ops import PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
+from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
 
-# Per-conversation seq counters are a cache (a miss costs one probe); bound its size.
-_SEQ_CACHE_LIMIT = 100_000
+# Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
+# indexed probe); bounded, so idle conversations hold nothing here.
+SEQ_CACHE_LIMIT = 1024
 
 
 class Failed:
@@ -166,17 +167,20 @@ class WriterThread:
                 for conversation_id in op.seq_conversations():
                     self._seq_cache.pop(conversation_id, None)
             raise
-        if len(self._seq_cache) > _SEQ_CACHE_LIMIT:
-            self._seq_cache.clear()
-        ctx.commit_into(self._seq_cache)
+        cache = self._seq_cache
+        ctx.commit_into(cache)
+        while len(cache) > SEQ_CACHE_LIMIT:
+            del cache[next(iter(cache))]  # the least recently written
         return results
 
     def _probe(self, ops: list[WriteOp]) -> Probe:
         conversations: set[str] = set()
         keys: list[tuple[str, str]] = []
+        request_ids: list[str] = []
         for op in ops:
             conversations.update(op.seq_conversations())
             keys.extend(op.event_keys())
+            request_ids.extend(op.binding_keys())
         missing = [c for c in conversations if c not in self._seq_cache]
         seqs: dict[str, tuple[int, int]] = {}
         if missing:
@@ -186,7 +190,11 @@ class WriterThread:
         if keys:
             rows = self._conn.execute(PROBE_EVENT_IDS, (msgspec.json.encode(keys).decode(),))
             existing = {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
-        return Probe(seqs, existing)
+        bindings: dict[str, str] = {}
+        if request_ids:
+            rows = self._conn.execute(PROBE_BINDINGS, (msgspec.json.encode(request_ids).decode(),))
+            bindings = {str(r[0]): str(r[1]) for r in rows}
+        return Probe(seqs, existing, bindings)
 
     def _plan(self, ops: list[WriteOp], probe: Probe) -> tuple[BatchContext, list[Any], list[Statement]]:
         refused: dict[int, Failed] = {}

@@ -1,0 +1,157 @@
+"""`cursor-byok db stats|vacuum|backup`: the database file, while the server may be running.
+
+`stats` and `backup` only read (their own read-only connection), so they run beside a serving
+server; `vacuum` rewrites the file, so it takes the data dir's lock and refuses while a server holds it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from ..config import Config
+from .common import CommandError, echo, load_config, table
+
+
+def size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def _database(cfg: Config) -> Path:
+    if not cfg.database_path.exists():
+        raise CommandError(f"no database yet ({cfg.database_path} does not exist)")
+    return cfg.database_path
+
+
+def _storage_error(exc: BaseException, database: Path) -> CommandError:
+    from ..instance import storage_problem
+
+    return CommandError(storage_problem(exc, database))
+
+
+def cmd_db_stats(args: argparse.Namespace) -> int:
+    from ..store import database_stats
+
+    cfg = load_config(args)
+    database = _database(cfg)
+    try:
+        stats = database_stats(database, table_sizes=args.sizes)
+    except sqlite3.OperationalError as exc:
+        if args.sizes and "dbstat" in str(exc):
+            raise CommandError("--sizes needs SQLite's dbstat table, which this SQLite was built without") from None
+        raise _storage_error(exc, database) from None
+    except sqlite3.Error as exc:
+        raise _storage_error(exc, database) from None
+    ages = cfg.retention.ages_ms()
+    if args.json:
+        echo(json.dumps({
+            "path": str(stats.path), "file_bytes": stats.file_bytes, "wal_bytes": stats.wal_bytes,
+            "page_size": stats.page_size, "pages": stats.pages, "free_pages": stats.free_pages,
+            "used_bytes": stats.used_bytes, "turns": stats.turns, "bytes_per_turn": stats.bytes_per_turn,
+            "rows": stats.rows, "table_bytes": stats.table_bytes,
+            "retention_days": {k: v / 86_400_000 for k, v in ages.items()},
+        }, indent=2))
+        return 0
+    echo(f"database: {stats.path}: {size(stats.file_bytes)} (+ {size(stats.wal_bytes)} write-ahead log)")
+    echo(f"pages: {stats.pages:,} of {stats.page_size} B, {stats.free_pages:,} free ({size(stats.free_pages * stats.page_size)}"
+         " that `cursor-byok db vacuum` gives back)")
+    per_turn = f", {size(stats.bytes_per_turn)} per turn" if stats.bytes_per_turn is not None else ""
+    echo(f"turns: {stats.turns:,}{per_turn}")
+    rows = [("TABLE", "ROWS", "SIZE" if stats.table_bytes else "")]
+    for name, count in stats.rows.items():
+        rows.append((name, f"{count:,}", size(stats.table_bytes[name]) if name in stats.table_bytes else ""))
+    for line in table(rows):
+        echo(line)
+    kept = ", ".join(f"{k} {'forever' if v == 0 else f'{v / 86_400_000:g} days'}" for k, v in ages.items())
+    echo(f"retention: {kept} ([retention] in the config; history is kept until `conversations delete|prune`)")
+    return 0
+
+
+def cmd_db_backup(args: argparse.Namespace) -> int:
+    from ..store import backup_database
+
+    cfg = load_config(args)
+    database = _database(cfg)
+    dest = Path(args.file).expanduser()
+    if dest.exists():
+        raise CommandError(f"{dest} exists: choose another file, or remove it first")
+    if not dest.parent.is_dir():
+        raise CommandError(f"{dest.parent} is not a directory: create it first, or choose another file")
+    started = time.monotonic()
+    try:
+        written = backup_database(database, dest, compact=args.compact)
+    except FileExistsError:
+        raise CommandError(f"{dest} appeared while the backup ran: choose another file") from None
+    except (sqlite3.Error, OSError) as exc:
+        raise _storage_error(exc, dest if isinstance(exc, OSError) else database) from None
+    echo(f"backed up {database} to {dest}: {size(written)} in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def cmd_db_vacuum(args: argparse.Namespace) -> int:
+    from ..instance import DataDirBusy, DataDirError, DataDirLock
+    from ..store import vacuum_database
+
+    cfg = load_config(args)
+    database = _database(cfg)
+    try:
+        lock = DataDirLock.acquire(cfg.data_path, patience=0.0)
+    except DataDirBusy as exc:
+        raise CommandError(
+            f"{exc.holder.describe()} is using {cfg.data_path}: stop it first to vacuum "
+            "(`cursor-byok db backup FILE --compact` writes a compacted copy while it serves)"
+        ) from None
+    except DataDirError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        lock.record(command="db vacuum")
+        before = database.stat().st_size
+        try:
+            pruned = asyncio.run(_apply_retention(cfg, database))
+            vacuum_database(database)
+        except (sqlite3.Error, OSError) as exc:
+            raise _storage_error(exc, database) from None
+    finally:
+        lock.release()
+    gone = ", ".join(f"{n:,} {kind}" for kind, n in pruned.items() if n)
+    echo(f"retention: deleted {gone or 'nothing'}")
+    echo(f"vacuumed {database}: {size(before)} → {size(database.stat().st_size)}")
+    return 0
+
+
+async def _apply_retention(cfg: Config, database: Path) -> dict[str, int]:
+    """What the server would prune at its next retention pass, pruned now (opening the store also
+    brings its schema up to date)."""
+    from ..store import Store
+
+    store = await Store.open(database)
+    try:
+        pruned = await store.apply_retention(cfg.retention.ages_ms(), time.time_ns() // 1_000_000)
+    finally:
+        await store.close()
+    return {kind.value: n for kind, n in pruned.items()}
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    db = sub.add_parser("db", help="the database: its size, a backup, a rebuild")
+    db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    p = db_sub.add_parser("stats", parents=[common], help="size, rows and bytes per turn (runs beside a server)")
+    p.add_argument("--sizes", action="store_true", help="also each table's size (reads the whole file)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_db_stats)
+    p = db_sub.add_parser("backup", parents=[common], help="a consistent copy, taken while the server may be serving")
+    p.add_argument("file", metavar="FILE", help="where the copy goes (must not exist)")
+    p.add_argument("--compact", action="store_true", help="leave out free pages (slower, smaller)")
+    p.set_defaults(handler=cmd_db_backup)
+    p = db_sub.add_parser("vacuum", parents=[common], help="apply the retention ages, then rebuild the file smaller (server stopped)")
+    p.set_defaults(handler=cmd_db_vacuum)
+
+
+__all__ = ["register"]
