@@ -56,7 +56,7 @@ def _compact(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def message_json(message: Message, message_id: str, model_name: str = "") -> bytes:
+def _message_obj(message: Message, message_id: str, model_name: str) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "role": message.role,
         "content": [_part_json(p, model_name) for p in message.parts],
@@ -64,7 +64,19 @@ def message_json(message: Message, message_id: str, model_name: str = "") -> byt
     }
     if message.role in ("assistant", "tool"):
         obj["providerOptions"] = {"cursorByok": {"message": msgspec.to_builtins(message)}}
-    return _compact(obj)
+    return obj
+
+
+def message_json(message: Message, message_id: str, model_name: str = "") -> bytes:
+    return _compact(_message_obj(message, message_id, model_name))
+
+
+def pending_json(message: Message, model_name: str, started_ms: int) -> str:
+    """One `pending_tool_calls` entry: the assistant message whose tool calls are running, inline
+    JSON (not a blob id), with when they started under `providerOptions.cursor`."""
+    obj = _message_obj(message, "1", model_name)
+    obj.setdefault("providerOptions", {})["cursor"] = {"pendingToolCallStartedAtMs": started_ms}
+    return _compact(obj).decode()
 
 
 def system_json(system_prompt: str) -> bytes:
@@ -136,3 +148,7 @@ class RootBlobs:
             out.append(entry[2])
         self._messages = fresh
         return out
+
+    def blob_of(self, message: Message) -> tuple[bytes, bytes] | None:
+        """The blob built for this very message object in the last build, if any."""
+        return next((blob for m, _, blob in self._messages if m is message), None)
