@@ -242,3 +242,64 @@ async def test_a_tool_round_in_flight_runs_again_on_resume(restartable: ServerCo
     tool_results = [m for m in provider.requests[-1].json()["messages"] if m["role"] == "tool"]
     assert len(tool_results) == 1 and "THE-REAL-CONTENT" in tool_results[0]["content"]
     assert not checkpoints(resumed)[-1].pending_tool_calls
+
+
+async def test_a_follow_up_on_the_same_stream_keeps_what_the_ides_state_carried(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    config = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        continuation_window_seconds=3.0,
+    )
+    earlier_turn = pb.ConversationTurnStructure(agent_conversation_turn=pb.AgentConversationTurnStructure(request_id="older")).SerializeToString()
+    earlier_id = hashlib.sha256(earlier_turn).digest()
+    msg = run_request("first", model=MODEL, conversation_id=uuid.uuid4().hex)
+    state = msg.run_request.conversation_state
+    state.turns.append(earlier_id)
+    state.active_branch_name = "feature-x"
+    provider.enqueue(OPENAI_CHAT.text(["first answer"]), OPENAI_CHAT.text(["second answer"]))
+    with ServerProcess(config) as server:
+        ide = ScriptedIDE(server.base_url, workspace)
+        ide.blobs[earlier_id] = earlier_turn
+        try:
+
+            async def follow_up(rid: str, log: StreamLog) -> None:
+                while len(checkpoints(log)) < 1 or "turn_ended" not in log.kinds():
+                    await asyncio.sleep(0.02)
+                again = pb.AgentClientMessage()
+                um = again.conversation_action.user_message_action.user_message
+                um.text, um.message_id = "and one more thing", "msg-follow"
+                await ide.append(rid, again)
+
+            log = await ide.turn(msg, during=follow_up)
+        finally:
+            await ide.close()
+    assert log.kinds().count("turn_ended") == 2 and log.terminal is None
+    last = checkpoints(log)[-1]
+    assert last.active_branch_name == "feature-x"
+    assert len(last.turns) == 3 and last.turns[0] == earlier_id
+    users = [pb.UserMessage.FromString(ide.blobs[turn_of(ide, t).user_message]).text for t in last.turns[1:]]
+    assert users == ["first", "and one more thing"]
+
+
+async def test_a_compaction_checkpoint_carries_its_summary_and_archive(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    config = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1", context_window=8000, max_output_tokens=1024)],
+    )
+    provider.enqueue(OPENAI_CHAT.text(["a durable summary"]), OPENAI_CHAT.text(["answered after compaction"]))
+    with ServerProcess(config) as server:
+        ide = ScriptedIDE(server.base_url, workspace)
+        try:
+            log = await ide.turn(run_request("x" * 20_000, model=MODEL, conversation_id=uuid.uuid4().hex))
+        finally:
+            await ide.close()
+    assert log.terminal is None and log.text == "answered after compaction"
+    assert provider.requests[0].json().get("tools") in (None, [])  # the summary call came first
+    state = checkpoints(log)[-1]
+    assert state.self_summary_count == 1
+    assert pb.ConversationSummary.FromString(ide.blobs[state.summary]).summary == "a durable summary"
+    assert list(state.summary_archives) == [state.summary_archive]
+    archive = pb.ConversationSummaryArchive.FromString(ide.blobs[state.summary_archive])
+    assert archive.summary == "a durable summary" and len(archive.summarized_messages) == 1
+    assert archive.summary_message in state.root_prompt_messages_json
+    assert "a durable summary" in json.loads(ide.blobs[archive.summary_message])["content"][0]["text"]
