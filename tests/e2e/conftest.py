@@ -9,7 +9,7 @@ import pytest_asyncio
 
 from tests.fakes import FakeProviderServer
 from tests.fakes.fixtures import provider, shared_provider  # noqa: F401  (fixtures)
-from tests.harness.ide import ScriptedIDE
+from tests.harness.ide import TRANSPORTS, ScriptedIDE
 from tests.harness.server import LIVE, ModelSpec, ServerConfig, ServerProcess
 
 MODEL = "byok-test"
@@ -38,9 +38,19 @@ def server(server_config: ServerConfig) -> Iterator[ServerProcess]:
         yield proc
 
 
+@pytest.fixture
+def transport(request: pytest.FixtureRequest) -> str:
+    """How the scripted IDE talks to the server: RunSSE + BidiAppend ("sse"), or one HTTP/2 Run
+    stream per request id ("run"). A test runs over both with `both_transports`."""
+    return getattr(request, "param", "sse")
+
+
+both_transports = pytest.mark.parametrize("transport", TRANSPORTS, indirect=True)
+
+
 @pytest_asyncio.fixture
-async def ide(server: ServerProcess, workspace: Path) -> AsyncIterator[ScriptedIDE]:
-    client = ScriptedIDE(server.base_url, workspace)
+async def ide(server: ServerProcess, workspace: Path, transport: str) -> AsyncIterator[ScriptedIDE]:
+    client = ScriptedIDE(server.base_url, workspace, transport=transport)
     try:
         yield client
     finally:

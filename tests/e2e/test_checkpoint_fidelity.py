@@ -16,7 +16,7 @@ from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
-from .conftest import MODEL
+from .conftest import MODEL, both_transports
 
 
 def checkpoints(log: StreamLog) -> list[pb.ConversationStateStructure]:
@@ -56,6 +56,7 @@ def assert_blobs_pushed_before(log: StreamLog, ide: ScriptedIDE) -> None:
                 assert hashlib.sha256(ide.blobs[blob]).digest() == blob
 
 
+@both_transports
 async def test_a_turn_with_thinking_text_and_a_read_is_in_the_checkpoint_turns(ide: ScriptedIDE, provider: FakeProviderServer, workspace: Path) -> None:
     path = str(workspace / "notes.txt")
     (workspace / "notes.txt").write_text("hello from the notes\n")
@@ -94,6 +95,7 @@ async def test_a_turn_with_thinking_text_and_a_read_is_in_the_checkpoint_turns(i
         assert after[: len(before)] == before
 
 
+@both_transports
 async def test_the_next_turn_keeps_the_earlier_turns_unchanged(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     conv = uuid.uuid4().hex
     provider.enqueue(OPENAI_CHAT.text(["one"]), OPENAI_CHAT.text(["two"]))
@@ -107,6 +109,7 @@ async def test_the_next_turn_keeps_the_earlier_turns_unchanged(ide: ScriptedIDE,
     assert [s.assistant_message.text for s in steps_of(ide, turn_of(ide, turns[1]))] == ["two"]
 
 
+@both_transports
 async def test_todo_write_fills_the_checkpoint_todos(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     todos = [{"id": "a", "content": "write the tests", "status": "in_progress"}, {"id": "b", "content": "fix the bug", "status": "pending"}]
     provider.enqueue(
@@ -125,6 +128,7 @@ async def test_todo_write_fills_the_checkpoint_todos(ide: ScriptedIDE, provider:
     assert_blobs_pushed_before(log, ide)
 
 
+@both_transports
 async def test_a_background_task_is_recorded_as_a_subagent_run(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(
         OPENAI_CHAT.tool_calls([CallSpec("c_bg", "Task", [json.dumps({"description": "index the repo", "prompt": "Index it.", "run_in_background": True})])]),

@@ -11,7 +11,9 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 
-from .conftest import MODEL
+from .conftest import MODEL, both_transports
+
+pytestmark = both_transports
 
 
 def call(call_id: str, name: str, **args: object) -> CallSpec:

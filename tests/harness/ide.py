@@ -1,4 +1,5 @@
-"""A scripted IDE: speaks Cursor's wire format (RunSSE + hex BidiAppends) over real HTTP.
+"""A scripted IDE: speaks Cursor's wire format over real HTTP, as RunSSE + hex BidiAppends
+(`transport="sse"`, HTTP/1.1) or as one HTTP/2 `Run` stream per request id (`transport="run"`).
 
 It executes exec messages against a temp workspace (read, write, delete, ls, shell), acks KV
 set_blob requests, answers interaction queries from a script, and records every server message it
@@ -21,6 +22,8 @@ from cursor_byok.protocol import ConnectError, agent_pb2 as pb, aiserver_pb2, pa
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+RUN = "/agent.v1.AgentService/Run"
+TRANSPORTS = ("sse", "run")
 
 
 def envelope(payload: bytes, flags: int = 0) -> bytes:
@@ -121,10 +124,44 @@ class StreamLog:
         return "".join(u.text for u in self.updates("text_delta"))  # type: ignore[attr-defined]
 
 
-class ScriptedIDE:
-    """One IDE talking to one server. Each request id gets its own append seqno counter."""
+@dataclass
+class Appended:
+    """What an append over a Run stream returns: the message went onto the stream (or its queue)."""
 
-    def __init__(self, base_url: str, workspace: Path | None = None, *, http2: bool = False) -> None:
+    status_code: int = 200
+    text: str = ""
+
+
+@dataclass
+class RunChannel:
+    """The Run stream of one request id: what waits to be sent, and the stream once open."""
+
+    queue: list[pb.AgentClientMessage] = field(default_factory=list)
+    first: pb.AgentClientMessage | None = None  # resent when the IDE reopens the stream
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: object | None = None  # cursor_byok.h2_client.H2Stream while open
+    queued: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ScriptedIDE:
+    """One IDE talking to one server. Each request id gets its own append seqno counter (RunSSE +
+    BidiAppend) or its own Run stream."""
+
+    def __init__(
+        self,
+        base_url: str,
+        workspace: Path | None = None,
+        *,
+        http2: bool = False,
+        transport: str = "sse",
+        h2_connect: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        """`h2_connect`: how a Run transport opens its HTTP/2 connection (default: h2c to base_url)."""
+        assert transport in TRANSPORTS
+        self.transport = transport
+        self.runs: dict[str, RunChannel] = {}
+        self._h2: object | None = None
+        self._h2_connect = h2_connect
         self.base_url = base_url.rstrip("/")
         # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
         self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not http2, http2=http2)
@@ -147,9 +184,25 @@ class ScriptedIDE:
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self._h2 is not None:
+            await self._h2.close()  # type: ignore[attr-defined]
+
+    async def h2(self) -> object:
+        """The HTTP/2 connection Run streams go on (opened on first use)."""
+        from cursor_byok.h2_client import H2Client
+
+        if self._h2 is None or self._h2.closed:  # type: ignore[attr-defined]
+            if self._h2_connect is not None:
+                self._h2 = await self._h2_connect()
+            else:
+                url = httpx.URL(self.base_url)
+                self._h2 = await H2Client.connect(url.host, url.port or 80)
+        return self._h2
 
     # -- raw calls -----------------------------------------------------------------------------------
     async def append(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int | None = None, headers: dict[str, str] | None = None, **kw: bool) -> httpx.Response:
+        if self.transport == "run":
+            return await self._run_append(request_id, message, headers)  # type: ignore[return-value]
         if seqno is None:
             seqno = self.seqnos.get(request_id, 0)
         self.seqnos[request_id] = max(self.seqnos.get(request_id, 0), seqno + 1)
@@ -164,8 +217,65 @@ class ScriptedIDE:
         req.request_id.request_id = request_id
         return await self.client.post(BIDI_APPEND, content=req.SerializeToString(), headers={"content-type": "application/proto"})
 
+    async def _run_append(self, request_id: str, message: pb.AgentClientMessage, headers: dict[str, str] | None) -> Appended:
+        """Over Run, an append is the next message on the request id's stream (queued until the
+        stream opens; the first message of a stream not yet open starts it)."""
+        channel = self.runs.setdefault(request_id, RunChannel())
+        if headers:
+            channel.headers.update(headers)
+        if channel.stream is not None:
+            try:
+                await channel.stream.send(envelope(message.SerializeToString()))  # type: ignore[attr-defined]
+                return Appended()
+            except Exception as exc:  # noqa: BLE001 - the stream is gone: like a failed append
+                return Appended(409, str(exc))
+        if not channel.queue:
+            channel.first = message
+        channel.queue.append(message)
+        channel.queued.set()
+        return Appended()
+
+    async def _run_stream(self, request_id: str, log: StreamLog, stop: asyncio.Event | None) -> StreamLog:
+        """Open the request id's Run stream (once its first message is there; a reopened stream
+        starts with the first message again), send what was queued, read to the end."""
+        from cursor_byok.h2_client import StreamReset
+
+        channel = self.runs.setdefault(request_id, RunChannel())
+        while not channel.queue and channel.first is None:
+            channel.queued.clear()
+            await channel.queued.wait()
+        client = await self.h2()
+        url = httpx.URL(self.base_url)
+        head = [(":method", "POST"), (":scheme", url.scheme), (":authority", url.netloc.decode()), (":path", RUN)]
+        head += [("content-type", "application/connect+proto"), ("connect-protocol-version", "1"), ("x-request-id", request_id)]
+        head += list(channel.headers.items())
+        try:
+            stream = await client.request(head)  # type: ignore[attr-defined]
+            if not channel.queue:
+                channel.queue.append(channel.first)  # type: ignore[arg-type]
+            while channel.queue:  # appends made meanwhile join the queue: order is kept
+                await stream.send(envelope(channel.queue.pop(0).SerializeToString()))
+            channel.stream = stream
+            status, _ = await stream.response()
+            assert status == 200, status
+            decoder = hotpath.FrameDecoder()
+            while (data := await stream.read()) is not None:
+                await self._take(request_id, log, decoder, data)
+                if stop is not None and stop.is_set():
+                    stream.reset()
+                    return log
+            decoder.close()
+            stream.reset()  # the response ended: our side of the stream is done too
+        except (StreamReset, ConnectionError):
+            log.broken = True
+        finally:
+            channel.stream = None
+        return log
+
     async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
-        """Read one RunSSE stream to its end (or until `stop` is set: a disconnect)."""
+        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect)."""
+        if self.transport == "run":
+            return await self._run_stream(request_id, log, stop)
         body = pb.BidiRequestId(request_id=request_id).SerializeToString()
         if enveloped:
             body = envelope(body)
