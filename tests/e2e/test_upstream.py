@@ -10,10 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes import FakeProviderServer, Reply
+from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, run_request
 from tests.harness.newer import NEWER_ENUM_VALUE, add_newer_field
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+from .conftest import both_transports
 
 MODEL = "byok-local"
 PROXY_SECRET = "test-proxy-secret"
@@ -154,3 +156,25 @@ async def test_local_model_variant_ids_stay_local(server: ServerProcess, stand_i
         await ide.close()
     assert stand_in.requests == []  # never went upstream
     assert log.terminals == 1 and log.terminal is not None and log.terminal.code == "unavailable"  # provider down
+
+
+@both_transports
+async def test_an_alias_runs_a_hosted_model_on_a_configured_one_and_nothing_goes_upstream(
+    tmp_path: Path, stand_in: FakeProviderServer, provider: FakeProviderServer, workspace: Path, transport: str
+) -> None:
+    cfg = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        upstream=stand_in.url,
+        aliases={"claude-4.5-sonnet-thinking": MODEL},
+    )
+    provider.enqueue(OPENAI_CHAT.text(["answered by your own model"]))
+    with ServerProcess(cfg) as server:
+        ide = ScriptedIDE(server.base_url, workspace, transport=transport)
+        try:
+            log = await ide.turn(run_request("hi", model="claude-4.5-sonnet-thinking", conversation_id=uuid.uuid4().hex))
+        finally:
+            await ide.close()
+    assert log.text == "answered by your own model" and log.terminal is None
+    assert len(provider.requests) == 1 and provider.requests[0].json()["model"] == "fake-model"
+    assert stand_in.requests == []  # nothing went upstream
