@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import h2.config
 import h2.connection
@@ -22,6 +22,39 @@ READ_SIZE = 64 * 1024
 WINDOW = 16 * 1024 * 1024  # per stream and connection: a fast producer is never held up by us
 
 Headers = list[tuple[str, str]]
+
+
+class FlowControl:
+    """What sending DATA on one connection needs: its state machine, its writer, a lock so that
+    one stream's frames are not interleaved mid-call, and a wake-up when the peer opens a window."""
+
+    def __init__(self, conn: h2.connection.H2Connection, writer: asyncio.StreamWriter) -> None:
+        self.conn = conn
+        self.writer = writer
+        self.lock = asyncio.Lock()
+        self.window_open = asyncio.Event()
+
+
+async def send_data(flow: FlowControl, stream_id: int, data: bytes, end: bool, gone: Callable[[], bool]) -> None:
+    """Send `data` on a stream as the peer's flow-control windows allow (waiting for them to
+    open); raises StreamReset once `gone()` says the stream or connection ended."""
+    view = memoryview(data)
+    conn = flow.conn
+    while True:
+        if gone():
+            raise StreamReset("stream closed")
+        async with flow.lock:
+            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+            if window > 0 or not view:
+                chunk, view = view[:window], view[window:]
+                conn.send_data(stream_id, bytes(chunk), end_stream=end and not view)
+                flow.writer.write(conn.data_to_send())
+                await flow.writer.drain()
+                if not view:
+                    return
+                continue
+            flow.window_open.clear()
+        await flow.window_open.wait()
 
 
 class StreamReset(Exception):
@@ -83,8 +116,7 @@ class H2Client:
         self._writer = writer
         self._conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self._streams: dict[int, H2Stream] = {}
-        self._window_open = asyncio.Event()
-        self._lock = asyncio.Lock()
+        self._flow = FlowControl(self._conn, writer)
         self._pump: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -97,9 +129,16 @@ class H2Client:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=tls, server_hostname=server_hostname if tls else None), timeout
         )
-        if tls is not None and writer.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
+        return cls.over(reader, writer)
+
+    @classmethod
+    def over(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> H2Client:
+        """HTTP/2 on a connection already open (TLS done, if any); raises ConnectionError when TLS
+        did not settle on h2."""
+        tls = writer.get_extra_info("ssl_object")
+        if tls is not None and tls.selected_alpn_protocol() != "h2":
             writer.close()
-            raise ConnectionError(f"{host}:{port} does not speak HTTP/2")
+            raise ConnectionError(f"{writer.get_extra_info('peername')} does not speak HTTP/2")
         client = cls(reader, writer)
         client._conn.initiate_connection()
         client._conn.increment_flow_control_window(WINDOW - 65535)
@@ -157,21 +196,7 @@ class H2Client:
                 self._flush()
 
     async def _send_data(self, stream_id: int, data: bytes, end: bool) -> None:
-        view = memoryview(data)
-        while True:
-            if self.closed or stream_id not in self._streams:
-                raise StreamReset("stream closed")
-            async with self._lock:
-                window = min(self._conn.local_flow_control_window(stream_id), self._conn.max_outbound_frame_size)
-                if window > 0 or not view:
-                    chunk, view = view[:window], view[window:]
-                    self._conn.send_data(stream_id, bytes(chunk), end_stream=end and not view)
-                    await self._drain()
-                    if not view:
-                        return
-                    continue
-                self._window_open.clear()
-            await self._window_open.wait()
+        await send_data(self._flow, stream_id, data, end, lambda: self.closed or stream_id not in self._streams)
 
     async def _read_loop(self) -> None:
         error: BaseException = StreamReset("connection closed")
@@ -210,7 +235,7 @@ class H2Client:
             self._streams.pop(event.stream_id, None)
             stream._fail(StreamReset(f"stream reset by the peer (code {event.error_code})"))
         elif isinstance(event, h2.events.WindowUpdated):
-            self._window_open.set()
+            self._flow.window_open.set()
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.closed = True
             self._fail_all(StreamReset("the peer closed the connection"))
@@ -220,4 +245,4 @@ class H2Client:
         for stream in streams.values():
             if not stream.closed:
                 stream._fail(exc)
-        self._window_open.set()
+        self._flow.window_open.set()

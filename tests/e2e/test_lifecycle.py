@@ -12,7 +12,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
 from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, cancel_message, run_request
 
-from .conftest import MODEL, both_transports
+from .conftest import MODEL, both_transports, direct_transports
 
 
 def slow_text(pieces: list[str], delay: float = 0.08) -> Reply:
@@ -230,7 +230,7 @@ async def test_client_that_never_acks_blobs_still_ends_its_turn(ide: ScriptedIDE
     assert "answer without acks" in provider.requests[-1].body.decode()  # the history kept the turn
 
 
-@both_transports
+@direct_transports
 async def test_follow_up_on_the_same_stream_within_the_continuation_window(tmp_path, provider: FakeProviderServer, workspace, transport: str) -> None:
     """After a turn the stream stays open briefly; a user message appended then starts the next run
     on the same stream, with one terminal after the last run."""

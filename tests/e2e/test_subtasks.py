@@ -12,12 +12,12 @@ from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
-from .conftest import both_transports
+from .conftest import direct_transports
 
 MODEL = "byok-parent"
 
 
-@both_transports
+@direct_transports
 async def test_foreground_task_parent_triple_is_exact_and_survives_restart(tmp_path: Path, provider: FakeProviderServer, workspace: Path, transport: str) -> None:
     config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")])
     task_args = json.dumps({"description": "count files", "prompt": "Count the files and report.", "run_in_background": False})

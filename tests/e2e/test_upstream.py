@@ -15,7 +15,7 @@ from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, appe
 from tests.harness.newer import NEWER_ENUM_VALUE, add_newer_field
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
-from .conftest import both_transports
+from .conftest import direct_transports
 
 MODEL = "byok-local"
 PROXY_SECRET = "test-proxy-secret"
@@ -158,7 +158,7 @@ async def test_local_model_variant_ids_stay_local(server: ServerProcess, stand_i
     assert log.terminals == 1 and log.terminal is not None and log.terminal.code == "unavailable"  # provider down
 
 
-@both_transports
+@direct_transports
 async def test_an_alias_runs_a_hosted_model_on_a_configured_one_and_nothing_goes_upstream(
     tmp_path: Path, stand_in: FakeProviderServer, provider: FakeProviderServer, workspace: Path, transport: str
 ) -> None:

@@ -23,7 +23,26 @@ from cursor_byok.protocol import ConnectError, agent_pb2 as pb, aiserver_pb2, pa
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 RUN = "/agent.v1.AgentService/Run"
-TRANSPORTS = ("sse", "run")
+TRANSPORTS = ("sse", "run", "run-via-proxy")  # the last: HTTP/2 in TLS through the intercepting proxy
+CURSOR_HOST = "api2.cursor.sh"
+
+
+async def h2_through_proxy(proxy_port: int, cafile: Path, host: str = CURSOR_HOST) -> object:
+    """HTTP/2 to a Cursor host as the IDE opens it through the intercepting proxy: CONNECT, then
+    TLS (trusting our local CA) with ALPN h2."""
+    import ssl
+
+    from cursor_byok.h2_client import H2Client
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
+    writer.write(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n".encode())
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"200", head
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    ctx.set_alpn_protocols(["h2"])
+    await writer.start_tls(ctx, server_hostname=host)
+    return H2Client.over(reader, writer)
 
 
 def envelope(payload: bytes, flags: int = 0) -> bytes:
@@ -154,11 +173,16 @@ class ScriptedIDE:
         *,
         http2: bool = False,
         transport: str = "sse",
-        h2_connect: Callable[[], Awaitable[object]] | None = None,
+        proxy: tuple[int, Path] | None = None,
     ) -> None:
-        """`h2_connect`: how a Run transport opens its HTTP/2 connection (default: h2c to base_url)."""
+        """`proxy`: (port, CA file) of the intercepting proxy, for transport "run-via-proxy"."""
         assert transport in TRANSPORTS
-        self.transport = transport
+        self.transport = "run" if transport == "run-via-proxy" else transport
+        self._run_url = f"https://{CURSOR_HOST}" if transport == "run-via-proxy" else base_url
+        h2_connect: Callable[[], Awaitable[object]] | None = None
+        if transport == "run-via-proxy":
+            assert proxy is not None, "the run-via-proxy transport needs the proxy's port and CA file"
+            h2_connect = lambda: h2_through_proxy(*proxy)  # noqa: E731
         self.runs: dict[str, RunChannel] = {}
         self._h2: object | None = None
         self._h2_connect = h2_connect
@@ -245,7 +269,7 @@ class ScriptedIDE:
             channel.queued.clear()
             await channel.queued.wait()
         client = await self.h2()
-        url = httpx.URL(self.base_url)
+        url = httpx.URL(self._run_url)
         head = [(":method", "POST"), (":scheme", url.scheme), (":authority", url.netloc.decode()), (":path", RUN)]
         head += [("content-type", "application/connect+proto"), ("connect-protocol-version", "1"), ("x-request-id", request_id)]
         head += list(channel.headers.items())
