@@ -7,8 +7,10 @@ stripped, identity encoding is requested, the user's own auth headers pass throu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import local_trust
+from ..h2_client import H2Client, H2Stream, StreamReset
 
 log = logging.getLogger("cursor_byok.upstream")
 
@@ -162,6 +165,63 @@ class Upstream:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
+
+    async def relay_stream(self, scope: Scope, send: Send, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:
+        """Relay a bidi Connect stream (Cursor's `Run`) upstream over HTTP/2, both directions at
+        once: `first` and then each message `next_message()` gives (None: the client finished
+        sending; an exception: the client went away, and the upstream stream is reset)."""
+        try:
+            url = self.target_url(scope)
+        except ForbiddenUpstream as exc:
+            await _plain_error(send, 403, "permission_denied", str(exc))
+            return
+        except MalformedTarget as exc:
+            await _plain_error(send, 400, "invalid_argument", str(exc))
+            return
+        tls = ssl.create_default_context() if url.scheme == "https" else None
+        try:
+            client = await H2Client.connect(url.host, url.port or (443 if tls else 80), tls=tls, server_hostname=url.host)
+        except (OSError, ConnectionError) as exc:
+            log.warning("upstream stream failed", extra={"url": str(url), "error": type(exc).__name__})
+            await _plain_error(send, 502, "unavailable", f"upstream unreachable: {type(exc).__name__}")
+            return
+        pump: asyncio.Task[None] | None = None
+        try:
+            head = [(":method", scope["method"]), (":scheme", url.scheme), (":authority", url.netloc.decode("ascii")), (":path", url.raw_path.decode("ascii"))]
+            head += [(k.decode("latin-1"), v.decode("latin-1")) for k, v in forward_headers(scope["headers"], None)]
+            stream = await client.request(head)
+            pump = asyncio.get_running_loop().create_task(_pump(stream, first, next_message))
+            status, headers = await stream.response()
+            out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers if k.encode("latin-1") not in HOP_BY_HOP]
+            await send({"type": "http.response.start", "status": status, "headers": out})
+            while (data := await stream.read()) is not None:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except StreamReset as exc:
+            log.warning("upstream stream broke", extra={"url": str(url), "error": str(exc)})
+            with contextlib.suppress(Exception):
+                await _plain_error(send, 502, "unavailable", "upstream stream failed")
+        finally:
+            if pump is not None:
+                pump.cancel()
+                with contextlib.suppress(BaseException):
+                    await pump
+            await client.close()
+
+
+async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:
+    """The client's messages on to the upstream stream, re-enveloped, as they come."""
+    try:
+        raw: bytes | None = first
+        while raw is not None:
+            await stream.send(b"\x00" + len(raw).to_bytes(4, "big") + raw)
+            raw = await next_message()
+        await stream.end()
+    except StreamReset:
+        pass
+    except Exception:  # noqa: BLE001 - the client went away: so does the upstream stream
+        stream.reset()
 
 
 class _BodyStalled(Exception):

@@ -94,7 +94,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         first = client_message(request_id, 0, raw)
         transport = _seqno0_transport(gw, first)
         if transport.route is Route.UPSTREAM:
-            await gw.upstream.relay_stream(scope, receive, send, first=raw, frames=frames)
+            await gw.upstream.relay_stream(scope, send, raw, frames.next)
             return
         parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
         deliver_local(gw, transport, first, parent)
