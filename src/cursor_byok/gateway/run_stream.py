@@ -84,11 +84,13 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         request_id = headers.request_id or f"run-{uuid.uuid4().hex}"
         check_id("x-request-id", request_id)
         frames = RequestFrames(receive, FrameDecoder(server.max_frame_bytes, gzip=headers.content_encoding == "gzip"))
-        try:
-            async with asyncio.timeout(server.body_read_timeout_seconds):
-                raw = await frames.next()
-        except TimeoutError:
-            raise ConnectError("deadline_exceeded", f"no first message within {server.body_read_timeout_seconds:g}s") from None
+        wait = server.body_read_timeout_seconds
+
+        def no_first() -> ConnectError:
+            return ConnectError("deadline_exceeded", f"no first message within {wait:g}s (server.body_read_timeout_seconds)")
+
+        async with gw.pending.slot(scope, wait, no_first):  # a stream that sends nothing holds a bounded slot
+            raw = await frames.next()
         if raw is None:
             raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")
         first = client_message(request_id, 0, raw)
