@@ -139,6 +139,7 @@ class Checkpoints:
             data = await asyncio.wait_for(self.blobs.get_blob(run.output, run.request_id, bid), self.ack_timeout)
         except Exception:  # noqa: BLE001 - the turn is then started afresh, never fatal
             log.warning("could not fetch the checkpoint's last turn", extra={"conversation_id": self.history.conversation_id})
+            run.known_blobs[bid] = b""  # asked once per run: an empty blob reads as no turn
             return None
         run.known_blobs[bid] = data
         return data
