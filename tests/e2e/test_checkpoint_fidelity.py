@@ -17,6 +17,7 @@ from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .conftest import MODEL, both_transports
+from .test_crash_recovery import resume_request
 
 
 def checkpoints(log: StreamLog) -> list[pb.ConversationStateStructure]:
@@ -128,33 +129,6 @@ async def test_todo_write_fills_the_checkpoint_todos(ide: ScriptedIDE, provider:
     assert_blobs_pushed_before(log, ide)
 
 
-@both_transports
-async def test_a_background_task_is_recorded_as_a_subagent_run(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
-    provider.enqueue(
-        OPENAI_CHAT.tool_calls([CallSpec("c_bg", "Task", [json.dumps({"description": "index the repo", "prompt": "Index it.", "run_in_background": True})])]),
-        OPENAI_CHAT.text(["started it"]),
-    )
-    ide.hold_execs = True
-
-    async def answer(rid: str, log: StreamLog) -> None:
-        while not ide.held:
-            await asyncio.sleep(0.02)
-        _, ex = ide.held.pop()
-        reply = pb.AgentClientMessage()
-        reply.exec_client_message.id = ex.id
-        reply.exec_client_message.subagent_result.success.agent_id = "child-bg"
-        reply.exec_client_message.subagent_result.success.background_reason = 1
-        ide.hold_execs = False
-        await ide.append(rid, reply)
-
-    log = await ide.turn(run_request("index in the background", model=MODEL, conversation_id=uuid.uuid4().hex), during=answer)
-    state = checkpoints(log)[-1]
-    run = state.subagent_runs_by_parent_tool_call_id["c_bg"]
-    assert run.parent_tool_call_id == "c_bg" and run.subagent_id == "child-bg"
-    assert run.status == pb.SUBAGENT_RUN_STATUS_BACKGROUNDED and run.title == "index the repo"
-    assert state.subagent_states["child-bg"].created_timestamp_ms > 0
-
-
 @pytest.fixture
 def restartable(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
     return ServerConfig(
@@ -229,13 +203,8 @@ async def test_a_tool_round_in_flight_runs_again_on_resume(restartable: ServerCo
     fresh = ScriptedIDE(server.base_url, workspace)
     fresh.blobs = dict(ide.blobs)
     provider.enqueue(OPENAI_CHAT.text(["the data is real"]))
-    resume = pb.AgentClientMessage()
-    rr = resume.run_request
-    rr.conversation_id = conv
-    rr.run_id = uuid.uuid4().hex
-    rr.requested_model.model_id = MODEL
-    rr.action.resume_action.SetInParent()
-    rr.conversation_state.CopyFrom(pending)
+    resume = resume_request(conv, MODEL)
+    resume.run_request.conversation_state.CopyFrom(pending)
     try:
         resumed = await fresh.turn(resume)
     finally:

@@ -118,15 +118,20 @@ class Upstream:
         except (httpx.InvalidURL, ValueError):
             raise MalformedTarget(f"request target {url[:200]!r} is not a valid URL") from None
 
-    async def forward(self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None) -> None:
-        """Forward one request. `body` is given when the caller already read (or rewrote) it."""
+    async def _target_or_refuse(self, scope: Scope, send: Send) -> httpx.URL | None:
+        """The request's upstream URL; None once a refusal (403 or 400) has been sent instead."""
         try:
-            url = self.target_url(scope)
+            return self.target_url(scope)
         except ForbiddenUpstream as exc:
             await _plain_error(send, 403, "permission_denied", str(exc))
-            return
         except MalformedTarget as exc:
             await _plain_error(send, 400, "invalid_argument", str(exc))
+        return None
+
+    async def forward(self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None) -> None:
+        """Forward one request. `body` is given when the caller already read (or rewrote) it."""
+        url = await self._target_or_refuse(scope, send)
+        if url is None:
             return
         content: bytes | _StreamedBody
         if body is None:
@@ -171,13 +176,8 @@ class Upstream:
         """Relay a bidi Connect stream (Cursor's `Run`) upstream over HTTP/2, both directions at
         once: `first` and then each message `next_message()` gives (None: the client finished
         sending; an exception: the client went away, and the upstream stream is reset)."""
-        try:
-            url = self.target_url(scope)
-        except ForbiddenUpstream as exc:
-            await _plain_error(send, 403, "permission_denied", str(exc))
-            return
-        except MalformedTarget as exc:
-            await _plain_error(send, 400, "invalid_argument", str(exc))
+        url = await self._target_or_refuse(scope, send)
+        if url is None:
             return
         tls = ssl.create_default_context() if url.scheme == "https" else None
         try:
