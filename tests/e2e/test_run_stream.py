@@ -57,3 +57,32 @@ async def test_finishing_the_request_side_early_still_gets_the_whole_run(server:
     body = await run_stream(server, envelope(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex).SerializeToString()))
     assert body.endswith(envelope(b"{}", 2))
     assert b"all " in body and b"it" in body
+
+
+async def test_every_other_call_passes_through_the_proxy_over_http2(tmp_path, provider: FakeProviderServer) -> None:  # type: ignore[no-untyped-def]
+    """With the IDE on HTTP/2, a call we do not serve still reaches Cursor (the stand-in) and its
+    answer comes back whole, through the proxy's TLS and HTTP/2 and the gateway."""
+    from tests.fakes import Reply
+    from tests.harness.ide import h2_through_proxy
+
+    from .edge_support import edge_config, free_port
+
+    with FakeProviderServer() as upstream:
+        upstream.enqueue(Reply(chunks=[b"\x00\x00\x00\x00\x02hi", b"\x02\x00\x00\x00\x02{}"], content_type="application/connect+proto"))
+        config = edge_config(tmp_path, MODEL, provider, upstream, proxy_port=free_port())
+        with ServerProcess(config) as server:
+            client = await h2_through_proxy(config.proxy_port, config.data_dir / "ca" / "ca.crt")
+            try:
+                head = [(":method", "POST"), (":scheme", "https"), (":authority", "api2.cursor.sh"), (":path", "/aiserver.v1.AiService/StreamSomething")]
+                stream = await client.request([*head, ("content-type", "application/connect+proto"), ("authorization", "Bearer user-token")])  # type: ignore[attr-defined]
+                await stream.send(envelope(b"request"), end=True)
+                status, _ = await stream.response()
+                body = b""
+                while (data := await stream.read()) is not None:
+                    body += data
+            finally:
+                await client.close()  # type: ignore[attr-defined]
+    assert status == 200 and body == b"\x00\x00\x00\x00\x02hi\x02\x00\x00\x00\x02{}"
+    [request] = upstream.requests
+    assert request.path == "/aiserver.v1.AiService/StreamSomething" and request.body == envelope(b"request")
+    assert request.headers["authorization"] == "Bearer user-token"
