@@ -86,7 +86,7 @@ class Checkpoints:
             state.pending_tool_calls.append(pending_json(pending.message, run.model.id if run.model else "", pending.started_ms))
         blobs = self._roots(run, messages)
         state.root_prompt_messages_json.extend(bid for bid, _ in blobs)
-        blobs += self._compactions(run, state, blobs)
+        blobs += self._compactions(run, state)
         last_turn = await self._last_turn(run, base_turns) if run.turns.continues() else None
         turn_ids, turn_blobs = run.turns.build(base_turns, last_turn)
         del state.turns[:]
@@ -111,7 +111,7 @@ class Checkpoints:
             state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
         return state, await self._push(run, blobs)
 
-    def _compactions(self, run: ActiveRun, state: pb.ConversationStateStructure, roots: list[Blob]) -> list[Blob]:
+    def _compactions(self, run: ActiveRun, state: pb.ConversationStateStructure) -> list[Blob]:
         """Summary and archive blobs of this run's compactions (each archive names the root ids the
         compaction replaced and the root id of its summary message)."""
         out: list[Blob] = []
@@ -220,8 +220,10 @@ class Checkpoints:
             out.append((kind, f"hydrated:{bid.hex()}", message))
         for text in state.pending_tool_calls:
             data = text.encode()
-            role, message = message_from_json(data)
+            try:
+                role, message = message_from_json(data)
+            except (ValueError, KeyError, TypeError):
+                continue  # a round we cannot read is not resumed (the history ends before it)
             if role == "assistant" and message is not None:
                 out.append((EntryKind.ASSISTANT, f"hydrated-pending:{blob_id(data).hex()}", message))
         return out
-
