@@ -270,3 +270,32 @@ async def test_a_run_for_a_hosted_model_is_relayed_upstream_as_one_bidi_stream(t
                 await client.close()
     assert received.endswith(envelope(b"{}", 2))
     assert stand_in.paths == [RUN] and stand_in.headers[0]["authorization"] == "Bearer user-token"
+
+
+async def test_a_run_relayed_upstream_goes_through_the_proxy_the_environment_names(tmp_path: Path) -> None:
+    """On a network that only lets traffic out through a corporate proxy, the Run relay reaches
+    Cursor through it (a CONNECT tunnel), as every other passthrough does."""
+    from cursor_byok.h2_client import H2Client
+    from tests.fakes import FakeCorporateProxy
+
+    async with H2UpstreamStandIn() as stand_in:
+        authority = stand_in.url.removeprefix("http://")
+        with FakeCorporateProxy() as corporate:
+            cfg = ServerConfig(
+                data_dir=tmp_path / "data",
+                models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")],
+                upstream=stand_in.url,
+            )
+            with ServerProcess(cfg, env={"HTTP_PROXY": corporate.url, "http_proxy": corporate.url, "NO_PROXY": "", "no_proxy": ""}) as server:
+                client = await H2Client.connect("127.0.0.1", server.port)
+                try:
+                    head = [(":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{server.port}"), (":path", RUN)]
+                    stream = await client.request([*head, ("content-type", "application/connect+proto")])
+                    await stream.send(envelope(run_request("hi", model="gpt-5", conversation_id="c-corp").SerializeToString()), end=True)
+                    received = b""
+                    while (more := await stream.read()) is not None:
+                        received += more
+                finally:
+                    await client.close()
+    assert b"got run_request;" in received and received.endswith(envelope(b"{}", 2))
+    assert corporate.connects == [authority]

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ import httpx
 
 from .. import local_trust
 from ..h2_client import H2Client, H2Stream, StreamReset
+from ..interceptor import HttpError, UpstreamDialer
 
 log = logging.getLogger("cursor_byok.upstream")
 
@@ -180,11 +182,16 @@ class Upstream:
         if url is None:
             return
         tls = ssl.create_default_context() if url.scheme == "https" else None
+        if tls is not None:
+            tls.set_alpn_protocols(["h2"])
+        # Through the proxy the environment names for this URL (as every other passthrough goes).
+        dialer = UpstreamDialer(_env_proxy(url), connect_seconds=10.0)
         try:
-            client = await H2Client.connect(url.host, url.port or (443 if tls else 80), tls=tls, server_hostname=url.host)
-        except (OSError, ConnectionError) as exc:
-            log.warning("upstream stream failed", extra={"url": str(url), "error": type(exc).__name__})
-            await _plain_error(send, 502, "unavailable", f"upstream unreachable: {type(exc).__name__}")
+            reader, writer = await dialer.open(url.host, url.port or (443 if tls else 80), tls=tls, server_hostname=url.host)
+            client = H2Client.over(reader, writer)
+        except (HttpError, ConnectionError) as exc:
+            log.warning("upstream stream failed", extra={"url": str(url), "error": str(exc)})
+            await _plain_error(send, 502, "unavailable", f"upstream unreachable: {exc}")
             return
         pump: asyncio.Task[None] | None = None
         try:
@@ -208,6 +215,14 @@ class Upstream:
                 with contextlib.suppress(BaseException):
                     await pump
             await client.close()
+
+
+def _env_proxy(url: httpx.URL) -> str | None:
+    """The http:// proxy the environment sets for this URL (HTTPS_PROXY / HTTP_PROXY, minus NO_PROXY)."""
+    if urllib.request.proxy_bypass_environment(url.host):
+        return None
+    proxy = urllib.request.getproxies_environment().get(url.scheme)
+    return proxy if proxy and proxy.startswith("http://") else None
 
 
 async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:
