@@ -102,8 +102,8 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         deliver_local(gw, transport, first, parent)
     except _Disconnected:
         return
-    except ConnectError as err:
-        await only_terminal(send, err, RUN_HEADERS)
+    except (ConnectError, HotPathError) as exc:
+        await only_terminal(send, exc if isinstance(exc, ConnectError) else connect_error_from(exc), RUN_HEADERS)
         return
     stream = gw.conversations.hub.get(request_id)
     if stream is None:
