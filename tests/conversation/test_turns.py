@@ -5,14 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from cursor_byok.conversation.actions import follow_up_request
-from cursor_byok.conversation.history import (
-    StepLog,
-    TurnLog,
-    add_read_paths,
-    decode_turn,
-    plan_blob,
-    record_subagents,
-)
+from cursor_byok.conversation.history import DerivedState, StepLog, TurnLog, decode_turn
 from cursor_byok.protocol import agent_pb2 as pb
 
 
@@ -76,24 +69,36 @@ def test_turns_carry_the_earlier_ones_and_a_continuation_extends_the_last() -> N
 
 
 def test_derived_state_from_the_calls() -> None:
-    state = pb.ConversationStateStructure(read_paths=["/a"])
-    add_read_paths(state, [read_call("1", "/a"), read_call("2", "/b"), read_call("3", "/c", ok=False), read_call("4", "/b")])
-    assert list(state.read_paths) == ["/a", "/b"]
+    base = pb.ConversationStateStructure(read_paths=["/a"])
+    base.subagent_states["agent-old"].created_timestamp_ms = 1
+    derived = DerivedState(base)
+    derived.add([read_call("1", "/a"), read_call("2", "/b"), read_call("3", "/c", ok=False)])
+    derived.add([read_call("4", "/b")])  # taken in pieces, as steps publish
 
     plan = pb.ToolCall()
     plan.create_plan_tool_call.args.plan = "1. do it"
-    assert plan_blob([plan]) is None  # not accepted (no success)
+    derived.add([plan])
+    assert derived.plan is None  # not accepted (no success)
     plan.create_plan_tool_call.result.success.SetInParent()
-    blob = plan_blob([plan])
-    assert blob is not None and pb.ConversationPlan.FromString(blob[1]).plan == "1. do it"
+    derived.add([plan])
+    assert derived.plan is not None and pb.ConversationPlan.FromString(derived.plan[1]).plan == "1. do it"
 
     task = pb.ToolCall(tool_call_id="t1", started_at_ms=5, completed_at_ms=9)
     task.task_tool_call.args.description = "look around"
     task.task_tool_call.result.success.agent_id = "agent-7"
-    record_subagents(state, [task])
+    resumed = pb.ToolCall(tool_call_id="t2", started_at_ms=20, completed_at_ms=30)
+    resumed.task_tool_call.result.success.agent_id = "agent-old"
+    derived.add([task, resumed])
+
+    state = pb.ConversationStateStructure()
+    state.CopyFrom(base)
+    derived.apply(state)
+    assert list(state.read_paths) == ["/a", "/b"] and state.plan == derived.plan[0]
     run = state.subagent_runs_by_parent_tool_call_id["t1"]
     assert (run.subagent_id, run.status, run.title, run.completed_timestamp_ms) == ("agent-7", pb.SUBAGENT_RUN_STATUS_SUCCESS, "look around", 9)
     assert state.subagent_states["agent-7"].created_timestamp_ms == 5
+    old = state.subagent_states["agent-old"]
+    assert (old.created_timestamp_ms, old.last_used_timestamp_ms) == (1, 30)  # a resumed agent keeps its origin
 
 
 def test_a_follow_up_keeps_the_state_it_builds_on() -> None:

@@ -23,12 +23,9 @@ from .history import (
     ConversationHistory,
     EntryKind,
     RootBlobs,
-    add_read_paths,
     blob_id,
     message_from_json,
     pending_json,
-    plan_blob,
-    record_subagents,
     summary_blobs,
     todo_blobs,
 )
@@ -98,13 +95,10 @@ class Checkpoints:
             del state.todos[:]
             state.todos.extend(bid for bid, _ in items)
             blobs += items
-        calls = run.turns.tool_calls()
-        plan = plan_blob(calls)
-        if plan is not None:
-            state.plan = plan[0]
-            blobs.append(plan)
-        add_read_paths(state, calls)
-        record_subagents(state, calls)
+        run.derived.add(run.turns.take_tool_calls())
+        run.derived.apply(state)
+        if run.derived.plan is not None:
+            blobs.append(run.derived.plan)
         state.mode = run.mode  # type: ignore[assignment]
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window
@@ -146,7 +140,8 @@ class Checkpoints:
 
     async def _push(self, run: ActiveRun, blobs: list[Blob]) -> bool:
         """Push every blob the client may lack; True when all were acked within the timeout."""
-        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs]
+        held = self.blobs.held(run.request_id)
+        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs if bid not in held]
         pending = [w for w in waiters if w is not None]
         if pending:
             try:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .checkpoint import RootBlobs, blob_id, message_from_json, message_json, pending_json, system_json
-from .derived import add_read_paths, plan_blob, record_subagents, summary_blobs, todo_blobs
+from .derived import DerivedState, summary_blobs, todo_blobs
 from .turns import Blob, StepLog, TurnLog, decode_turn
 from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
 from .log import (
@@ -19,12 +19,10 @@ __all__ = [
     "Blob",
     "StepLog",
     "TurnLog",
-    "add_read_paths",
+    "DerivedState",
     "background_completion_messages",
     "decode_turn",
     "pending_json",
-    "plan_blob",
-    "record_subagents",
     "summary_blobs",
     "todo_blobs",
     "ConversationHistory",

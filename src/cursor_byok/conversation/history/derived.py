@@ -14,36 +14,53 @@ def todo_blobs(items: Sequence[pb.TodoItem]) -> list[Blob]:
     return [encode_blob(item) for item in items]
 
 
-def plan_blob(calls: Iterable[pb.ToolCall]) -> Blob | None:
-    """The ConversationPlan of the latest plan the user accepted (CreatePlan that succeeded)."""
-    plan = None
-    for call in calls:
-        if call.HasField("create_plan_tool_call"):
-            c = call.create_plan_tool_call
-            if c.result.HasField("success") and c.args.plan:
-                plan = c.args.plan
-    return encode_blob(pb.ConversationPlan(plan=plan)) if plan is not None else None
+class DerivedState:
+    """What one run's finished tool calls add to its checkpoints: the plan, the paths read, the
+    sub-tasks. Each call is taken once (`add`) as its step is published; every checkpoint then
+    lays the result over the state the run started from (`apply`), in time proportional to what
+    this run added, not to the whole conversation."""
 
+    def __init__(self, base: pb.ConversationStateStructure) -> None:
+        self._known_paths = set(base.read_paths)
+        self._base = base
+        self.read_paths: list[str] = []
+        self.plan: Blob | None = None
+        self.subagent_runs: dict[str, pb.SubagentRunState] = {}
+        self.subagent_states: dict[str, pb.SubagentPersistedState] = {}
 
-def add_read_paths(state: pb.ConversationStateStructure, calls: Iterable[pb.ToolCall]) -> None:
-    """Paths of successful reads, each once, in the order first read."""
-    known = set(state.read_paths)
-    for call in calls:
-        if call.HasField("read_tool_call") and call.read_tool_call.result.HasField("success"):
-            path = call.read_tool_call.result.success.path or call.read_tool_call.args.path
-            if path and path not in known:
-                known.add(path)
-                state.read_paths.append(path)
+    def add(self, calls: Iterable[pb.ToolCall]) -> None:
+        for call in calls:
+            if call.HasField("read_tool_call"):
+                self._read(call.read_tool_call)
+            elif call.HasField("create_plan_tool_call"):
+                c = call.create_plan_tool_call
+                if c.result.HasField("success") and c.args.plan:  # a plan the user accepted
+                    self.plan = encode_blob(pb.ConversationPlan(plan=c.args.plan))
+            elif call.HasField("task_tool_call") and call.tool_call_id:
+                self._task(call)
 
+    def apply(self, state: pb.ConversationStateStructure) -> None:
+        state.read_paths.extend(self.read_paths)
+        if self.plan is not None:
+            state.plan = self.plan[0]
+        for key, run in self.subagent_runs.items():
+            state.subagent_runs_by_parent_tool_call_id[key].CopyFrom(run)
+        for key, persisted in self.subagent_states.items():
+            state.subagent_states[key].CopyFrom(persisted)
 
-def record_subagents(state: pb.ConversationStateStructure, calls: Iterable[pb.ToolCall]) -> None:
-    """Task children: the run of each (keyed by the parent's Task call id) and the persisted state
-    of each sub-agent (keyed by its id), which a later Task may resume."""
-    for call in calls:
-        if not call.HasField("task_tool_call") or not call.tool_call_id:
-            continue
+    def _read(self, call: pb.ReadToolCall) -> None:
+        """Paths of successful reads, each once, in the order first read."""
+        if call.result.HasField("success"):
+            path = call.result.success.path or call.args.path
+            if path and path not in self._known_paths:
+                self._known_paths.add(path)
+                self.read_paths.append(path)
+
+    def _task(self, call: pb.ToolCall) -> None:
+        """A Task child: its run (keyed by the parent's Task call id) and the persisted state of
+        the sub-agent (keyed by its id), which a later Task may resume."""
         task = call.task_tool_call
-        run = state.subagent_runs_by_parent_tool_call_id[call.tool_call_id]
+        run = self.subagent_runs.setdefault(call.tool_call_id, pb.SubagentRunState())
         run.parent_tool_call_id = call.tool_call_id
         run.environment = task.args.environment
         if task.args.description:
@@ -63,23 +80,26 @@ def record_subagents(state: pb.ConversationStateStructure, calls: Iterable[pb.To
                 run.completed_timestamp_ms = call.completed_at_ms
             if success.agent_id:
                 run.subagent_id = success.agent_id
-                _persist_subagent(state, success.agent_id, task.args, call)
+                self._persist(success.agent_id, task.args, call)
         else:
             run.status = pb.SUBAGENT_RUN_STATUS_ABORTED
 
-
-def _persist_subagent(state: pb.ConversationStateStructure, agent_id: str, args: pb.TaskArgs, call: pb.ToolCall) -> None:
-    started = call.started_at_ms if call.HasField("started_at_ms") else 0
-    last_used = call.completed_at_ms if call.HasField("completed_at_ms") else started
-    known = agent_id in state.subagent_states
-    persisted = state.subagent_states[agent_id]
-    if not known:
-        persisted.created_timestamp_ms = started
-        persisted.subagent_type.CopyFrom(args.subagent_type)
-        if args.HasField("model"):
-            persisted.model_id = args.model
-        persisted.environment = args.environment
-    persisted.last_used_timestamp_ms = max(persisted.last_used_timestamp_ms, last_used)
+    def _persist(self, agent_id: str, args: pb.TaskArgs, call: pb.ToolCall) -> None:
+        started = call.started_at_ms if call.HasField("started_at_ms") else 0
+        last_used = call.completed_at_ms if call.HasField("completed_at_ms") else started
+        persisted = self.subagent_states.get(agent_id)
+        if persisted is None:
+            persisted = pb.SubagentPersistedState()
+            if agent_id in self._base.subagent_states:  # resumed: it keeps where it came from
+                persisted.CopyFrom(self._base.subagent_states[agent_id])
+            else:
+                persisted.created_timestamp_ms = started
+                persisted.subagent_type.CopyFrom(args.subagent_type)
+                if args.HasField("model"):
+                    persisted.model_id = args.model
+                persisted.environment = args.environment
+            self.subagent_states[agent_id] = persisted
+        persisted.last_used_timestamp_ms = max(persisted.last_used_timestamp_ms, last_used)
 
 
 def summary_blobs(summary: str, summarized: Sequence[bytes], summary_message: bytes) -> tuple[Blob, Blob]:

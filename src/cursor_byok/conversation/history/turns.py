@@ -37,6 +37,7 @@ class StepLog:
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._blobs: list[Blob] = []  # blobs of the published prefix, built once each
+        self._taken = 0  # published steps whose tool calls were taken
 
     def text(self, text: str) -> None:
         self._close_thinking(0)
@@ -84,19 +85,26 @@ class StepLog:
             self._thinking = []
             self._steps.append(step)
 
-    def published(self) -> list[Blob]:
-        """Blobs of the closed prefix of steps (each built once: it never changes again)."""
+    def _publish(self) -> int:
+        """Extend the published prefix over the steps closed since; its length."""
         while len(self._blobs) < len(self._steps):
             step = self._steps[len(self._blobs)]
             if step is None:
                 break
             self._blobs.append(encode_blob(step))
+        return len(self._blobs)
+
+    def published(self) -> list[Blob]:
+        """Blobs of the closed prefix of steps (each built once: it never changes again)."""
+        self._publish()
         return list(self._blobs)
 
-    def tool_calls(self) -> list[pb.ToolCall]:
-        """The finished tool calls of the published prefix."""
-        count = len(self.published())
-        return [s.tool_call for s in self._steps[:count] if s is not None and s.HasField("tool_call")]
+    def take_tool_calls(self) -> list[pb.ToolCall]:
+        """The tool calls published since the last take."""
+        count = self._publish()
+        taken = [s.tool_call for s in self._steps[self._taken : count] if s is not None and s.HasField("tool_call")]
+        self._taken = count
+        return taken
 
 
 @dataclass(eq=False)
@@ -139,8 +147,9 @@ class TurnLog:
         """Whether this run adds steps to the state's last turn (it began none of its own first)."""
         return bool(self.turns) and self.turns[0].user_message is None and bool(self.turns[0].steps.published())
 
-    def tool_calls(self) -> list[pb.ToolCall]:
-        return [call for turn in self.turns for call in turn.steps.tool_calls()]
+    def take_tool_calls(self) -> list[pb.ToolCall]:
+        """The tool calls published since the last take, in every turn of the run."""
+        return [call for turn in self.turns for call in turn.steps.take_tool_calls()]
 
     def build(self, base: list[bytes], last_base_turn: bytes | None) -> tuple[list[bytes], list[Blob]]:
         """(turn ids, blobs they need) for a checkpoint whose state carried `base` turn ids.
