@@ -63,7 +63,7 @@ async def test_every_other_call_passes_through_the_proxy_over_http2(tmp_path, pr
     """With the IDE on HTTP/2, a call we do not serve still reaches Cursor (the stand-in) and its
     answer comes back whole, through the proxy's TLS and HTTP/2 and the gateway."""
     from tests.fakes import Reply
-    from tests.harness.ide import h2_through_proxy
+    from tests.harness.run_channel import h2_through_proxy
 
     from .edge_support import edge_config, free_port
 
@@ -74,7 +74,7 @@ async def test_every_other_call_passes_through_the_proxy_over_http2(tmp_path, pr
             client = await h2_through_proxy(config.proxy_port, config.data_dir / "ca" / "ca.crt")
             try:
                 head = [(":method", "POST"), (":scheme", "https"), (":authority", "api2.cursor.sh"), (":path", "/aiserver.v1.AiService/StreamSomething")]
-                stream = await client.request([*head, ("content-type", "application/connect+proto"), ("authorization", "Bearer user-token")])  # type: ignore[attr-defined]
+                stream = await client.request([*head, ("content-type", "application/connect+proto"), ("authorization", "Bearer user-token")])
                 await stream.send(envelope(b"request"), end=True)
                 status, _ = await stream.response()
                 body = b""

@@ -19,34 +19,11 @@ import httpx
 
 from cursor_byok import hotpath
 from cursor_byok.protocol import ConnectError, agent_pb2 as pb, aiserver_pb2, parse_end_stream
+from tests.harness.run_channel import RUN, RunStreams, envelope, h2_through_proxy  # noqa: F401 - RUN, envelope, h2_through_proxy for tests
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
-RUN = "/agent.v1.AgentService/Run"
 TRANSPORTS = ("sse", "run", "run-via-proxy")  # the last: HTTP/2 in TLS through the intercepting proxy
-CURSOR_HOST = "api2.cursor.sh"
-
-
-async def h2_through_proxy(proxy_port: int, cafile: Path, host: str = CURSOR_HOST) -> object:
-    """HTTP/2 to a Cursor host as the IDE opens it through the intercepting proxy: CONNECT, then
-    TLS (trusting our local CA) with ALPN h2."""
-    import ssl
-
-    from cursor_byok.h2_client import H2Client
-
-    reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
-    writer.write(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n".encode())
-    await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.split(b" ", 2)[1] == b"200", head
-    ctx = ssl.create_default_context(cafile=str(cafile))
-    ctx.set_alpn_protocols(["h2"])
-    await writer.start_tls(ctx, server_hostname=host)
-    return H2Client.over(reader, writer)
-
-
-def envelope(payload: bytes, flags: int = 0) -> bytes:
-    return bytes([flags]) + len(payload).to_bytes(4, "big") + payload
 
 
 def append_body(request_id: str, seqno: int, message: pb.AgentClientMessage, *, binary: bool = False, enveloped: bool = False, upper: bool = False) -> bytes:
@@ -143,25 +120,6 @@ class StreamLog:
         return "".join(u.text for u in self.updates("text_delta"))  # type: ignore[attr-defined]
 
 
-@dataclass
-class Appended:
-    """What an append over a Run stream returns: the message went onto the stream (or its queue)."""
-
-    status_code: int = 200
-    text: str = ""
-
-
-@dataclass
-class RunChannel:
-    """The Run stream of one request id: what waits to be sent, and the stream once open."""
-
-    queue: list[pb.AgentClientMessage] = field(default_factory=list)
-    first: pb.AgentClientMessage | None = None  # resent when the IDE reopens the stream
-    headers: dict[str, str] = field(default_factory=dict)
-    stream: object | None = None  # cursor_byok.h2_client.H2Stream while open
-    queued: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class ScriptedIDE:
     """One IDE talking to one server. Each request id gets its own append seqno counter (RunSSE +
     BidiAppend) or its own Run stream."""
@@ -178,14 +136,8 @@ class ScriptedIDE:
         """`proxy`: (port, CA file) of the intercepting proxy, for transport "run-via-proxy"."""
         assert transport in TRANSPORTS
         self.transport = "run" if transport == "run-via-proxy" else transport
-        self._run_url = f"https://{CURSOR_HOST}" if transport == "run-via-proxy" else base_url
-        h2_connect: Callable[[], Awaitable[object]] | None = None
-        if transport == "run-via-proxy":
-            assert proxy is not None, "the run-via-proxy transport needs the proxy's port and CA file"
-            h2_connect = lambda: h2_through_proxy(*proxy)  # noqa: E731
-        self.runs: dict[str, RunChannel] = {}
-        self._h2: object | None = None
-        self._h2_connect = h2_connect
+        assert transport != "run-via-proxy" or proxy is not None, "the run-via-proxy transport needs the proxy's port and CA file"
+        self.run_streams = RunStreams(base_url, proxy if transport == "run-via-proxy" else None)
         self.base_url = base_url.rstrip("/")
         # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
         self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not http2, http2=http2)
@@ -208,25 +160,12 @@ class ScriptedIDE:
 
     async def close(self) -> None:
         await self.client.aclose()
-        if self._h2 is not None:
-            await self._h2.close()  # type: ignore[attr-defined]
-
-    async def h2(self) -> object:
-        """The HTTP/2 connection Run streams go on (opened on first use)."""
-        from cursor_byok.h2_client import H2Client
-
-        if self._h2 is None or self._h2.closed:  # type: ignore[attr-defined]
-            if self._h2_connect is not None:
-                self._h2 = await self._h2_connect()
-            else:
-                url = httpx.URL(self.base_url)
-                self._h2 = await H2Client.connect(url.host, url.port or 80)
-        return self._h2
+        await self.run_streams.close()
 
     # -- raw calls -----------------------------------------------------------------------------------
     async def append(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int | None = None, headers: dict[str, str] | None = None, **kw: bool) -> httpx.Response:
         if self.transport == "run":
-            return await self._run_append(request_id, message, headers)  # type: ignore[return-value]
+            return await self.run_streams.append(request_id, message, headers)  # type: ignore[return-value]
         if seqno is None:
             seqno = self.seqnos.get(request_id, 0)
         self.seqnos[request_id] = max(self.seqnos.get(request_id, 0), seqno + 1)
@@ -241,65 +180,11 @@ class ScriptedIDE:
         req.request_id.request_id = request_id
         return await self.client.post(BIDI_APPEND, content=req.SerializeToString(), headers={"content-type": "application/proto"})
 
-    async def _run_append(self, request_id: str, message: pb.AgentClientMessage, headers: dict[str, str] | None) -> Appended:
-        """Over Run, an append is the next message on the request id's stream (queued until the
-        stream opens; the first message of a stream not yet open starts it)."""
-        channel = self.runs.setdefault(request_id, RunChannel())
-        if headers:
-            channel.headers.update(headers)
-        if channel.stream is not None:
-            try:
-                await channel.stream.send(envelope(message.SerializeToString()))  # type: ignore[attr-defined]
-                return Appended()
-            except Exception as exc:  # noqa: BLE001 - the stream is gone: like a failed append
-                return Appended(409, str(exc))
-        if not channel.queue:
-            channel.first = message
-        channel.queue.append(message)
-        channel.queued.set()
-        return Appended()
-
-    async def _run_stream(self, request_id: str, log: StreamLog, stop: asyncio.Event | None) -> StreamLog:
-        """Open the request id's Run stream (once its first message is there; a reopened stream
-        starts with the first message again), send what was queued, read to the end."""
-        from cursor_byok.h2_client import StreamReset
-
-        channel = self.runs.setdefault(request_id, RunChannel())
-        while not channel.queue and channel.first is None:
-            channel.queued.clear()
-            await channel.queued.wait()
-        client = await self.h2()
-        url = httpx.URL(self._run_url)
-        head = [(":method", "POST"), (":scheme", url.scheme), (":authority", url.netloc.decode()), (":path", RUN)]
-        head += [("content-type", "application/connect+proto"), ("connect-protocol-version", "1"), ("x-request-id", request_id)]
-        head += list(channel.headers.items())
-        try:
-            stream = await client.request(head)  # type: ignore[attr-defined]
-            if not channel.queue:
-                channel.queue.append(channel.first)  # type: ignore[arg-type]
-            while channel.queue:  # appends made meanwhile join the queue: order is kept
-                await stream.send(envelope(channel.queue.pop(0).SerializeToString()))
-            channel.stream = stream
-            status, _ = await stream.response()
-            assert status == 200, status
-            decoder = hotpath.FrameDecoder()
-            while (data := await stream.read()) is not None:
-                await self._take(request_id, log, decoder, data)
-                if stop is not None and stop.is_set():
-                    stream.reset()
-                    return log
-            decoder.close()
-            stream.reset()  # the response ended: our side of the stream is done too
-        except (StreamReset, ConnectionError):
-            log.broken = True
-        finally:
-            channel.stream = None
-        return log
-
     async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
         """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect)."""
         if self.transport == "run":
-            return await self._run_stream(request_id, log, stop)
+            log.broken = not await self.run_streams.read(request_id, lambda rid, decoder, data: self._take(rid, log, decoder, data), stop)
+            return log
         body = pb.BidiRequestId(request_id=request_id).SerializeToString()
         if enveloped:
             body = envelope(body)
