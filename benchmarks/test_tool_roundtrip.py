@@ -42,16 +42,25 @@ def read_reply(exec_msg: pb.ExecServerMessage) -> pb.AgentClientMessage:
     return m
 
 
-async def rounds(port: int, model: str, echo: bool) -> list[int]:
-    """Round-trip times over as many turns as it takes (the engine caps one run's model cycles)."""
+def blob_ack(kv: pb.KvServerMessage) -> pb.AgentClientMessage:
+    ack = pb.AgentClientMessage()
+    ack.kv_client_message.id = kv.id
+    ack.kv_client_message.set_blob_result.SetInParent()
+    return ack
+
+
+async def rounds(port: int, model: str, echo: bool, time_acks: bool = True) -> list[int]:
+    """Round-trip times over as many turns as it takes (the engine caps one run's model cycles).
+    With `time_acks` a round starts at the client's last append, a blob ack included; without, at
+    the tool result it answers (the whole round, as test_run_stream.py times it)."""
     times: list[int] = []
     conversation = uuid.uuid4().hex
     while len(times) < ROUNDS:
-        times += await one_stream(port, model, echo, conversation, ROUNDS - len(times))
+        times += await one_stream(port, model, echo, conversation, ROUNDS - len(times), time_acks)
     return times[:ROUNDS]
 
 
-async def one_stream(port: int, model: str, echo: bool, conversation: str, wanted: int) -> list[int]:
+async def one_stream(port: int, model: str, echo: bool, conversation: str, wanted: int, time_acks: bool = True) -> list[int]:
     rid = uuid.uuid4().hex
     appender = await Connection.open("127.0.0.1", port)
     streamer = await Connection.open("127.0.0.1", port)
@@ -60,11 +69,11 @@ async def one_stream(port: int, model: str, echo: bool, conversation: str, wante
     sent_at: int | None = None
     times: list[int] = []
 
-    async def append(message: pb.AgentClientMessage) -> None:
+    async def append(message: pb.AgentClientMessage, timed: bool = True) -> None:
         nonlocal seqno, sent_at
         body = append_body(rid, seqno, message)
         seqno += 1
-        sent_at = time.perf_counter_ns()
+        sent_at = time.perf_counter_ns() if timed else sent_at
         status, _ = await appender.post(BIDI_APPEND, body)
         assert status == 200
 
@@ -83,10 +92,7 @@ async def one_stream(port: int, model: str, echo: bool, conversation: str, wante
                         return  # enough: leave the rest of the run to the server
                     await append(read_reply(msg.exec_server_message))
                 elif kind == "kv_server_message":
-                    ack = pb.AgentClientMessage()
-                    ack.kv_client_message.id = msg.kv_server_message.id
-                    ack.kv_client_message.set_blob_result.SetInParent()
-                    await append(ack)
+                    await append(blob_ack(msg.kv_server_message), timed=time_acks)
 
     reader = asyncio.create_task(read())
     if not echo:

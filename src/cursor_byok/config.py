@@ -119,24 +119,36 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return self.display_name or self.id
 
 
+class AliasConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A Cursor-hosted model id that runs on one of our models instead (opt-in, one id each)."""
+
+    cursor_model: str  # the hosted model id the IDE sends when the user picks it
+    model: str  # the id of one of our [[models]]
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     upstream: UpstreamConfig = msgspec.field(default_factory=UpstreamConfig)
     proxy: ProxyConfig = msgspec.field(default_factory=ProxyConfig)
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     models: list[ModelConfig] = []
+    aliases: list[AliasConfig] = []
     secrets_file: str = ""
     # Where the file was read from (not a TOML key; filled by load()).
     source: str = ""
 
     def model(self, model_id: str) -> ModelConfig | None:
-        """The configured model for a Cursor model id, accepting variant suffixes (`<id>-high`)."""
+        """The configured model for a Cursor model id, accepting variant suffixes (`<id>-high`),
+        or the model an alias runs a hosted model id on."""
         best: ModelConfig | None = None
         for m in self.models:
             if model_id == m.id:
                 return m
             if model_id.startswith(m.id + "-") and (best is None or len(m.id) > len(best.id)):
                 best = m
+        if best is None:
+            target = next((a.model for a in self.aliases if a.cursor_model == model_id), None)
+            best = next((m for m in self.models if m.id == target), None) if target is not None else None
         return best
 
     @property
@@ -279,6 +291,7 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
             yield f"{at}.base_url: {problem}"
         if m.default_effort and m.efforts and m.default_effort not in m.efforts:
             yield f"{at}.default_effort: {m.default_effort!r} is not one of its efforts ({', '.join(m.efforts)})"
+    yield from _alias_problems(cfg, seen)
     if problem := url_problem(cfg.upstream.base_url):
         yield f"upstream.base_url: {problem}"
     if cfg.proxy.upstream_proxy and (problem := url_problem(cfg.proxy.upstream_proxy, ("http",))):
@@ -293,6 +306,22 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
         yield "proxy.port: must be between 0 and 65535"
     elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):
         yield f"proxy.port: {cfg.proxy.port} is also server.port: give the proxy another port"
+
+
+def _alias_problems(cfg: Config, model_ids: set[str]) -> Iterator[str]:
+    hosted: set[str] = set()
+    for i, alias in enumerate(cfg.aliases):
+        at = f"aliases[{i}]"
+        if not alias.cursor_model:
+            yield f"{at}.cursor_model: must not be empty"
+        elif alias.cursor_model in hosted:
+            yield f"{at}.cursor_model: {alias.cursor_model!r} is aliased twice"
+        elif alias.cursor_model in model_ids:
+            yield f"{at}.cursor_model: {alias.cursor_model!r} is one of your own model ids already"
+        hosted.add(alias.cursor_model)
+        if alias.model not in model_ids:
+            known = ", ".join(sorted(model_ids)) or "none configured"
+            yield f"{at}.model: no [[models]] entry has id {alias.model!r} (model ids: {known})"
 
 
 def parse(data: dict[str, Any], source: str = "<memory>") -> Config:

@@ -45,6 +45,10 @@ BAD_CONFIGS = {
     "unknown table": ("[bogus]\nx = 1\n", "bogus: unknown key"),
     "duplicate model id": (MODEL + MODEL, "models[1].id: duplicate model id 'byok-sonnet'"),
     "invalid toml": ("[[models]\n", "invalid TOML"),
+    "alias to no model": (MODEL + '[[aliases]]\ncursor_model = "gpt-5"\nmodel = "byok-opus"\n', "aliases[0].model: no [[models]] entry has id 'byok-opus' (model ids: byok-sonnet)"),
+    "alias of an own id": (MODEL + '[[aliases]]\ncursor_model = "byok-sonnet"\nmodel = "byok-sonnet"\n', "aliases[0].cursor_model: 'byok-sonnet' is one of your own model ids already"),
+    "alias twice": (MODEL + '[[aliases]]\ncursor_model = "gpt-5"\nmodel = "byok-sonnet"\n' * 2, "aliases[1].cursor_model: 'gpt-5' is aliased twice"),
+    "alias without a hosted id": (MODEL + '[[aliases]]\nmodel = "byok-sonnet"\n', "aliases[0].cursor_model: missing required key"),
 }
 
 

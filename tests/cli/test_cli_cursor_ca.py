@@ -94,6 +94,28 @@ def test_cursor_enable_status_disable_round_trip(run_cli, write_config, tmp_path
     assert "nothing to undo" in run_cli("cursor", "disable", *args).out
 
 
+def test_cursor_enable_http2_leaves_cursor_on_http2_and_doctor_says_so(run_cli, write_config, tmp_path: Path):
+    path = write_config(proxy_port=18997)
+    settings = tmp_path / "Cursor" / "User" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(SETTINGS)
+    args = ("--settings", str(settings), "--config", str(path))
+    run_cli("ca", "init", "--config", str(path))
+    assert jsonc.loads((run_cli("cursor", "enable", *args), settings.read_text())[1])["cursor.general.disableHttp2"] is True
+    # Opting in later takes back the disableHttp2 an earlier enable set.
+    enabled = run_cli("cursor", "enable", "--http2", *args)
+    assert enabled.code == 0, enabled.err
+    assert "transport: HTTP/2" in enabled.out
+    values = jsonc.loads(settings.read_text())
+    assert "cursor.general.disableHttp2" not in values and values["http.proxy"] == "http://127.0.0.1:18997"
+    status = run_cli("cursor", "status", *args)
+    assert "state: enabled" in status.out and "transport: HTTP/2 (Run)" in status.out
+    doctor = run_cli("doctor", "--settings", str(settings), "--config", str(path))
+    assert "HTTP/2, the agent as one Run stream" in doctor.out
+    assert run_cli("cursor", "disable", *args).code == 0
+    assert settings.read_text() == SETTINGS
+
+
 def test_cursor_enable_uses_the_default_settings_path_and_options(run_cli, write_config, isolated_home: Path):
     path = write_config(proxy_port=18998)
     default = isolated_home / ".config" / "Cursor" / "User" / "settings.json"

@@ -157,7 +157,7 @@ def test_cursor_pointed_at_a_proxy_that_is_not_running_or_not_ours_fails(run_cli
 
     result = run_cli("doctor", "--config", str(path))  # finds the settings file enable edited
     checks, fixes = lines_by_name(result.out), fixes_by_name(result.out)
-    assert checks["cursor settings"] == ("ok", f"proxy keys set in {settings}")
+    assert checks["cursor settings"] == ("ok", f"proxy keys set in {settings} (HTTP/1.1, RunSSE + BidiAppend)")
     assert checks["cursor proxy"] == ("FAIL", f"Cursor's settings point at {proxy} but nothing listens there: Cursor has no network at all")
     assert fixes["cursor proxy"] == "cursor-byok serve (with [proxy] enabled = true, or --proxy); or `cursor-byok cursor disable`"
     # the CA exists but this machine does not trust it, while Cursor is pointed at the proxy

@@ -108,7 +108,8 @@ async def test_hydration_from_the_client_checkpoint_is_all_or_nothing(rig: Rig, 
     rig.path = tmp_path / "new.db"
     await rig.start()
     ide = rig.ide()
-    ide.blobs = {k: v for i, (k, v) in enumerate(blobs.items()) if i != len(blobs) - 1}  # one missing
+    missing = state.root_prompt_messages_json[-1]
+    ide.blobs = {k: v for k, v in blobs.items() if k != missing}  # one root blob missing
     attempt = run_request("foxtrot question", model=MODEL, conversation_id=conv, message_id="m-fox")
     attempt.run_request.conversation_state.CopyFrom(state)
     failed = await ide.turn(attempt)

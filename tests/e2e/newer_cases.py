@@ -19,7 +19,7 @@ NEWER = NEWER_ENUM_VALUE
 
 # Every switch on the wire in src/: (module, function, oneof or enum type) → what it reads there.
 SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
-    ("protocol/bidi.py", "decode_bidi_append", "message"): ("agent.v1.AgentClientMessage.message",),
+    ("protocol/bidi.py", "client_message", "message"): ("agent.v1.AgentClientMessage.message",),
     ("protocol/ids.py", "_check_action", "action"): ("agent.v1.ConversationAction.action",),
     ("gateway/routing.py", "route_for", "message"): ("agent.v1.AgentClientMessage.message",),
     ("conversation/service.py", "ConversationService.deliver", "message"): ("agent.v1.AgentClientMessage.message",),

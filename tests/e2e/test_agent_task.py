@@ -10,7 +10,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 
-from .conftest import MODEL
+from .conftest import MODEL, both_transports
 
 
 def call(call_id: str, name: str, **args: object) -> CallSpec:
@@ -46,6 +46,7 @@ def collapse(seq: list[str]) -> list[str]:
     return out
 
 
+@both_transports
 async def test_end_to_end_agent_task_changes_the_workspace(ide: ScriptedIDE, provider: FakeProviderServer, workspace) -> None:
     src = workspace / "app.py"
     src.write_text("def greet():\n    return 'hello world'\n\nprint(greet())\n")
@@ -107,6 +108,7 @@ async def test_invalid_tool_arguments_become_a_tool_error(ide: ScriptedIDE, prov
     assert "invalid" in tool_msg["content"].lower() or "json" in tool_msg["content"].lower()
 
 
+@both_transports
 async def test_result_of_the_wrong_kind_is_rejected(ide: ScriptedIDE, provider: FakeProviderServer, workspace) -> None:
     target = workspace / "r.txt"
     target.write_text("right content\n")

@@ -20,12 +20,12 @@ from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 MODEL = "byok-crash"
 
 
-def resume_request(conv: str) -> pb.AgentClientMessage:
+def resume_request(conv: str, model: str = MODEL) -> pb.AgentClientMessage:
     msg = pb.AgentClientMessage()
     rr = msg.run_request
     rr.conversation_id = conv
     rr.run_id = uuid.uuid4().hex
-    rr.requested_model.model_id = MODEL
+    rr.requested_model.model_id = model
     rr.action.resume_action.SetInParent()
     return msg
 

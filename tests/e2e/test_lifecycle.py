@@ -12,7 +12,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
 from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, cancel_message, run_request
 
-from .conftest import MODEL
+from .conftest import MODEL, both_transports, direct_transports
 
 
 def slow_text(pieces: list[str], delay: float = 0.08) -> Reply:
@@ -73,6 +73,7 @@ async def test_cancel_in_prepare_phase(ide: ScriptedIDE, provider: FakeProviderS
     await follow_up_works(ide, provider, conv)
 
 
+@both_transports
 async def test_cancel_in_model_phase(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["w"] * 40, 0.05))
     rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
@@ -88,6 +89,7 @@ async def test_cancel_in_model_phase(ide: ScriptedIDE, provider: FakeProviderSer
     assert after.terminal is None
 
 
+@both_transports
 async def test_cancel_in_tools_phase_aborts_the_exec(ide: ScriptedIDE, provider: FakeProviderServer, workspace) -> None:
     (workspace / "f.txt").write_text("data\n")
     provider.enqueue(OPENAI_CHAT.tool_calls([read_call("call_1", f"{workspace}/f.txt")]))
@@ -114,6 +116,7 @@ async def test_cancel_in_tools_phase_aborts_the_exec(ide: ScriptedIDE, provider:
     assert "did not finish" in results[0]["content"] and "data" not in results[0]["content"]
 
 
+@both_transports
 async def test_cancel_in_checkpoint_phase(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["answer"]))
     ide.hold_kv = True
@@ -130,6 +133,7 @@ async def test_cancel_in_checkpoint_phase(ide: ScriptedIDE, provider: FakeProvid
     await follow_up_works(ide, provider, conv)
 
 
+@both_transports
 async def test_final_checkpoint_precedes_the_terminal(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["hello"]))
     rid = uuid.uuid4().hex
@@ -150,6 +154,7 @@ async def test_final_checkpoint_precedes_the_terminal(ide: ScriptedIDE, provider
     assert roles[0] == "system" and roles[-1] == "assistant" and "user" in roles
 
 
+@both_transports
 async def test_next_turn_pushes_only_the_blobs_the_clients_checkpoint_lacks(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     conv = uuid.uuid4().hex
     provider.enqueue(OPENAI_CHAT.text(["first answer"]), OPENAI_CHAT.text(["second answer"]))
@@ -163,10 +168,13 @@ async def test_next_turn_pushes_only_the_blobs_the_clients_checkpoint_lacks(ide:
     roots = list(second.messages[-1].conversation_checkpoint_update.root_prompt_messages_json)
     assert roots[: len(held)] == held
     pushed = [kv.set_blob_args.blob_id for kv in ide.kv_log if kv.WhichOneof("message") == "set_blob_args"]
-    assert pushed == roots[len(held):]  # the new user and assistant messages only
+    assert [b for b in pushed if b in roots] == roots[len(held):]  # the new user and assistant messages only
+    named = set(held) | set(first.messages[-1].conversation_checkpoint_update.turns)
+    assert not named & set(pushed)  # nothing the client's checkpoint names is pushed again
     assert all(blob in ide.blobs for blob in roots)  # and the client holds every blob it names
 
 
+@both_transports
 async def test_soft_interrupt_continues_the_same_conversation(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["part "] * 30, 0.05), OPENAI_CHAT.text(["handled the follow-up"]))
     rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
@@ -185,6 +193,7 @@ async def test_soft_interrupt_continues_the_same_conversation(ide: ScriptedIDE, 
     assert any(m["role"] == "assistant" and "part" in str(m.get("content")) for m in second)  # partial text kept
 
 
+@both_transports
 async def test_late_tool_result_never_pollutes_the_next_round(ide: ScriptedIDE, provider: FakeProviderServer, workspace) -> None:
     (workspace / "secret.txt").write_text("LATE-CONTENT\n")
     provider.enqueue(OPENAI_CHAT.tool_calls([read_call("call_late", f"{workspace}/secret.txt")]), OPENAI_CHAT.text(["moved on"]))
@@ -207,6 +216,7 @@ async def test_late_tool_result_never_pollutes_the_next_round(ide: ScriptedIDE, 
     assert len(completed) == 1
 
 
+@both_transports
 async def test_client_that_never_acks_blobs_still_ends_its_turn(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["answer without acks"]))
     ide.hold_kv = True
@@ -220,7 +230,8 @@ async def test_client_that_never_acks_blobs_still_ends_its_turn(ide: ScriptedIDE
     assert "answer without acks" in provider.requests[-1].body.decode()  # the history kept the turn
 
 
-async def test_follow_up_on_the_same_stream_within_the_continuation_window(tmp_path, provider: FakeProviderServer, workspace) -> None:
+@direct_transports
+async def test_follow_up_on_the_same_stream_within_the_continuation_window(tmp_path, provider: FakeProviderServer, workspace, transport: str) -> None:
     """After a turn the stream stays open briefly; a user message appended then starts the next run
     on the same stream, with one terminal after the last run."""
     from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
@@ -232,7 +243,7 @@ async def test_follow_up_on_the_same_stream_within_the_continuation_window(tmp_p
     )
     provider.enqueue(OPENAI_CHAT.text(["first answer"]), OPENAI_CHAT.text(["second answer"]))
     with ServerProcess(config) as server:
-        ide = ScriptedIDE(server.base_url, workspace)
+        ide = ScriptedIDE(server.base_url, workspace, transport=transport)
         try:
 
             async def follow_up(rid: str, log: StreamLog) -> None:

@@ -12,10 +12,13 @@ from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
+from .conftest import direct_transports
+
 MODEL = "byok-parent"
 
 
-async def test_foreground_task_parent_triple_is_exact_and_survives_restart(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+@direct_transports
+async def test_foreground_task_parent_triple_is_exact_and_survives_restart(tmp_path: Path, provider: FakeProviderServer, workspace: Path, transport: str) -> None:
     config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")])
     task_args = json.dumps({"description": "count files", "prompt": "Count the files and report.", "run_in_background": False})
     provider.enqueue(
@@ -24,7 +27,7 @@ async def test_foreground_task_parent_triple_is_exact_and_survives_restart(tmp_p
         OPENAI_CHAT.text(["the sub-agent says 3"]),  # parent, after the task result
     )
     server = ServerProcess(config).start()
-    ide = ScriptedIDE(server.base_url, workspace)
+    ide = ScriptedIDE(server.base_url, workspace, transport=transport)
     ide.hold_execs = True
     parent_conv, child_conv = uuid.uuid4().hex, uuid.uuid4().hex
     parent_rid, child_rid = uuid.uuid4().hex, uuid.uuid4().hex
@@ -83,7 +86,7 @@ async def test_foreground_task_parent_triple_is_exact_and_survives_restart(tmp_p
     # And a restarted server keeps it: a second run of the child does not change its origin.
     server.start()
     provider.enqueue(OPENAI_CHAT.text(["again"]))
-    ide = ScriptedIDE(server.base_url, workspace)
+    ide = ScriptedIDE(server.base_url, workspace, transport=transport)
     try:
         rid = uuid.uuid4().hex
         log = StreamLog()

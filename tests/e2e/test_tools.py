@@ -11,7 +11,9 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 
-from .conftest import MODEL
+from .conftest import MODEL, both_transports
+
+pytestmark = both_transports
 
 
 def call(call_id: str, name: str, **args: object) -> CallSpec:
@@ -148,6 +150,12 @@ async def test_background_task_returns_at_once_and_its_completion_is_delivered_o
 
     log = await ide.turn(run_request("index in the background", model=MODEL, conversation_id=conv), during=during)
     assert log.text == "started it" and log.terminal is None
+    # The checkpoint records the sub-task: its run by the parent's Task call, its own state by id.
+    state = [m.conversation_checkpoint_update for m in log.messages if m.WhichOneof("message") == "conversation_checkpoint_update"][-1]
+    run = state.subagent_runs_by_parent_tool_call_id["c_bg"]
+    assert run.parent_tool_call_id == "c_bg" and run.subagent_id == "child-bg"
+    assert run.status == pb.SUBAGENT_RUN_STATUS_BACKGROUNDED and run.title == "index the repo"
+    assert state.subagent_states["child-bg"].created_timestamp_ms > 0
 
     # Later the IDE reports the completion: one simulated user turn, one follow-up.
     provider.enqueue(OPENAI_CHAT.text(["the index is ready"]))

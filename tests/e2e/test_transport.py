@@ -11,7 +11,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
 from tests.harness.ide import ScriptedIDE, StreamLog, append_body, cancel_message, heartbeat_message, run_request
 
-from .conftest import MODEL
+from .conftest import MODEL, both_transports
 
 
 def slow_text(pieces: list[str], delay: float = 0.08) -> Reply:
@@ -34,6 +34,7 @@ async def test_same_request_same_conversation_same_event_is_idempotent(ide: Scri
     assert len(provider.requests) == 1
 
 
+@both_transports
 async def test_same_request_same_conversation_new_run_is_new_generation(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["first"]), OPENAI_CHAT.text(["second"]))
     rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
@@ -65,13 +66,15 @@ async def test_run_request_without_conversation_id_needs_a_binding(ide: Scripted
     assert provider.requests == []
 
 
+@both_transports
 async def test_expected_run_id_is_compared_with_the_wire_run_id(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["a", "b", "c", "d", "e", "f"], 0.15), OPENAI_CHAT.text(["after injection"]))
     rid, conv, run_id = uuid.uuid4().hex, uuid.uuid4().hex, "cursor-run-1"
     log = StreamLog()
     reader = asyncio.create_task(ide.stream(rid, log))
     await ide.append(rid, run_request("start", model=MODEL, conversation_id=conv, run_id=run_id))
-    provider.wait_for_requests(1)
+    while not provider.requests:  # waits without blocking the loop (a Run stream sends from it)
+        await asyncio.sleep(0.02)
     stale = pb.AgentClientMessage()
     ica = stale.conversation_action.inject_context_action
     ica.injection_id = "inj-stale"
@@ -93,6 +96,7 @@ async def test_expected_run_id_is_compared_with_the_wire_run_id(ide: ScriptedIDE
     assert "remember the injection" in provider.requests[-1].body.decode()
 
 
+@both_transports
 async def test_runsse_first_waits_for_the_first_append(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["early bird"]))
     rid = uuid.uuid4().hex
@@ -109,6 +113,7 @@ async def test_runsse_without_any_append_ends_with_deadline(ide: ScriptedIDE) ->
     assert log.terminals == 1 and log.terminal is not None and log.terminal.code == "deadline_exceeded"
 
 
+@both_transports
 async def test_runsse_reconnect_and_late_arrival_replay(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["one ", "two ", "three ", "four"], 0.1))
     rid = uuid.uuid4().hex
@@ -127,6 +132,7 @@ async def test_runsse_reconnect_and_late_arrival_replay(ide: ScriptedIDE, provid
     assert late.raw == second.raw
 
 
+@both_transports
 async def test_sse_detach_is_independent_of_cancel(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["x"] * 8, 0.08))
     rid = uuid.uuid4().hex
@@ -144,6 +150,7 @@ async def test_sse_detach_is_independent_of_cancel(ide: ScriptedIDE, provider: F
     assert not provider.requests[0].disconnected.is_set()
 
 
+@both_transports
 async def test_cancel_action_ends_with_one_canceled_terminal(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["tick"] * 30, 0.1))
     rid = uuid.uuid4().hex
@@ -172,6 +179,7 @@ async def test_terminal_frame_exactly_once_for_every_reader(ide: ScriptedIDE, pr
     assert logs[0].raw == logs[1].raw == logs[2].raw
 
 
+@both_transports
 async def test_heartbeat_is_answered_at_once(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(slow_text(["z"] * 6, 0.1))
     rid = uuid.uuid4().hex
@@ -194,11 +202,13 @@ async def test_out_of_order_appends_are_delivered_once_in_order(ide: ScriptedIDE
     log = StreamLog()
     reader = asyncio.create_task(ide.stream(rid, log))
     await ide.append(rid, run_request("read all", model=MODEL, conversation_id=uuid.uuid4().hex))
-    while len(ide.held) < 4:
+    # The round's checkpoint (its blobs acked by the IDE's own appends) comes first.
+    while len(ide.held) < 4 or "conversation_checkpoint_update" not in log.kinds():
         await asyncio.sleep(0.02)
     replies = [ide.execute(ex)[0] for _, ex in ide.held]
-    bodies = [(i + 1, append_body(rid, i + 1, r)) for i, r in enumerate(replies)]
-    ide.seqnos[rid] = len(bodies) + 1  # the IDE's own later appends (blob acks) continue after these
+    start = ide.seqnos[rid]
+    bodies = [(start + i, append_body(rid, start + i, r)) for i, r in enumerate(replies)]
+    ide.seqnos[rid] = start + len(bodies)  # the IDE's own later appends (blob acks) continue after these
     shuffled = bodies[1:] + [bodies[2]]  # seqno 1 (a gap) comes last; seqno 3 twice
     random.Random(7).shuffle(shuffled)
     async with httpx.AsyncClient(base_url=ide.base_url, headers={"content-type": "application/proto"}) as client:

@@ -10,10 +10,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes import FakeProviderServer, Reply
-from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, run_request
+from cursor_byok.protocol import agent_pb2 as pb
+from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
+from tests.harness.ide import BIDI_APPEND, RUN, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, heartbeat_message, run_request
 from tests.harness.newer import NEWER_ENUM_VALUE, add_newer_field
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+from .conftest import direct_transports
 
 MODEL = "byok-local"
 PROXY_SECRET = "test-proxy-secret"
@@ -154,3 +157,145 @@ async def test_local_model_variant_ids_stay_local(server: ServerProcess, stand_i
         await ide.close()
     assert stand_in.requests == []  # never went upstream
     assert log.terminals == 1 and log.terminal is not None and log.terminal.code == "unavailable"  # provider down
+
+
+@direct_transports
+async def test_an_alias_runs_a_hosted_model_on_a_configured_one_and_nothing_goes_upstream(
+    tmp_path: Path, stand_in: FakeProviderServer, provider: FakeProviderServer, workspace: Path, transport: str
+) -> None:
+    cfg = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        upstream=stand_in.url,
+        aliases={"claude-4.5-sonnet-thinking": MODEL},
+    )
+    provider.enqueue(OPENAI_CHAT.text(["answered by your own model"]))
+    with ServerProcess(cfg) as server:
+        ide = ScriptedIDE(server.base_url, workspace, transport=transport)
+        try:
+            log = await ide.turn(run_request("hi", model="claude-4.5-sonnet-thinking", conversation_id=uuid.uuid4().hex))
+        finally:
+            await ide.close()
+    assert log.text == "answered by your own model" and log.terminal is None
+    assert len(provider.requests) == 1 and provider.requests[0].json()["model"] == "fake-model"
+    assert stand_in.requests == []  # nothing went upstream
+
+
+class H2UpstreamStandIn:
+    """Cursor's backend as far as a Run stream goes: h2c, answers each client message at once
+    with a text delta naming it (so a reply can only come while the request is still open), and
+    ends with the end-stream frame once the client has finished sending."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> H2UpstreamStandIn:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import h2.config
+        import h2.connection
+        import h2.events
+
+        from cursor_byok import hotpath
+
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        decoders: dict[int, hotpath.FrameDecoder] = {}
+        while data := await reader.read(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    headers = dict(event.headers)
+                    self.paths.append(headers[":path"])
+                    self.headers.append(headers)
+                    decoders[event.stream_id] = hotpath.FrameDecoder()
+                    conn.send_headers(event.stream_id, [(":status", "200"), ("content-type", "application/connect+proto")])
+                elif isinstance(event, h2.events.DataReceived):
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    for _, payload in decoders[event.stream_id].feed(event.data):
+                        kind = pb.AgentClientMessage.FromString(payload).WhichOneof("message")
+                        reply = pb.AgentServerMessage()
+                        reply.interaction_update.text_delta.text = f"got {kind};"
+                        conn.send_data(event.stream_id, envelope(reply.SerializeToString()))
+                elif isinstance(event, h2.events.StreamEnded):
+                    conn.send_data(event.stream_id, envelope(b"{}", 2), end_stream=True)
+            writer.write(conn.data_to_send())
+            await writer.drain()
+        writer.close()
+
+
+async def test_a_run_for_a_hosted_model_is_relayed_upstream_as_one_bidi_stream(tmp_path: Path, workspace: Path) -> None:
+    from cursor_byok.h2_client import H2Client
+
+    async with H2UpstreamStandIn() as stand_in:
+        cfg = ServerConfig(
+            data_dir=tmp_path / "data",
+            models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")],
+            upstream=stand_in.url,
+        )
+        with ServerProcess(cfg) as server:
+            client = await H2Client.connect("127.0.0.1", server.port)
+            try:
+                head = [(":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{server.port}"), (":path", RUN)]
+                head += [("content-type", "application/connect+proto"), ("authorization", "Bearer user-token")]
+                stream = await client.request(head)
+                await stream.send(envelope(run_request("hi", model="gpt-5", conversation_id="c-up").SerializeToString()))
+                status, _ = await stream.response()
+                assert status == 200
+                received = await stream.read()
+                assert received is not None and b"got run_request;" in received
+                # Still open both ways: the next message gets its own answer.
+                await stream.send(envelope(heartbeat_message().SerializeToString()))
+                while b"got client_heartbeat;" not in received:
+                    more = await stream.read()
+                    assert more is not None
+                    received += more
+                await stream.end()
+                while (more := await stream.read()) is not None:
+                    received += more
+            finally:
+                await client.close()
+    assert received.endswith(envelope(b"{}", 2))
+    assert stand_in.paths == [RUN] and stand_in.headers[0]["authorization"] == "Bearer user-token"
+
+
+async def test_a_run_relayed_upstream_goes_through_the_proxy_the_environment_names(tmp_path: Path) -> None:
+    """On a network that only lets traffic out through a corporate proxy, the Run relay reaches
+    Cursor through it (a CONNECT tunnel), as every other passthrough does."""
+    from cursor_byok.h2_client import H2Client
+    from tests.fakes import FakeCorporateProxy
+
+    async with H2UpstreamStandIn() as stand_in:
+        authority = stand_in.url.removeprefix("http://")
+        with FakeCorporateProxy() as corporate:
+            cfg = ServerConfig(
+                data_dir=tmp_path / "data",
+                models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")],
+                upstream=stand_in.url,
+            )
+            with ServerProcess(cfg, env={"HTTP_PROXY": corporate.url, "http_proxy": corporate.url, "NO_PROXY": "", "no_proxy": ""}) as server:
+                client = await H2Client.connect("127.0.0.1", server.port)
+                try:
+                    head = [(":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{server.port}"), (":path", RUN)]
+                    stream = await client.request([*head, ("content-type", "application/connect+proto")])
+                    await stream.send(envelope(run_request("hi", model="gpt-5", conversation_id="c-corp").SerializeToString()), end=True)
+                    received = b""
+                    while (more := await stream.read()) is not None:
+                        received += more
+                finally:
+                    await client.close()
+    assert b"got run_request;" in received and received.endswith(envelope(b"{}", 2))
+    assert corporate.connects == [authority]

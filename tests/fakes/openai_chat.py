@@ -52,8 +52,9 @@ class OpenAIChatDialect:
         chunks += [_chunk({"content": p, "reasoning_content": None}) for p in pieces]
         return self.stream(chunks, "stop", usage)
 
-    def tool_calls(self, calls: list[CallSpec], pieces: list[str] = [], usage: UsageSpec = UsageSpec()) -> Reply:
-        chunks = [_chunk({"content": p}) for p in pieces]
+    def tool_calls(self, calls: list[CallSpec], pieces: list[str] = [], usage: UsageSpec = UsageSpec(), thoughts: list[str] = []) -> Reply:
+        chunks = [_chunk({"content": None, "reasoning_content": t}) for t in thoughts]
+        chunks += [_chunk({"content": p}) for p in pieces]
         for i, call in enumerate(calls):
             chunks.append(_chunk({"tool_calls": [{"index": i, "id": call.id, "type": "function",
                                                   "function": {"name": call.name, "arguments": ""}}]}))

@@ -170,9 +170,21 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._serve()
 
+    def _body(self) -> bytes:
+        """The request body, framed by Content-Length or chunked (as a request relayed from HTTP/2)."""
+        if "chunked" not in (self.headers.get("transfer-encoding") or "").lower():
+            length = int(self.headers.get("content-length") or 0)
+            return self.rfile.read(length) if length else b""
+        body = b""
+        while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+            body += self.rfile.read(size)
+            self.rfile.readline()
+        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass
+        return body
+
     def _serve(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        request = self._recorded(self.rfile.read(length) if length else b"")
+        request = self._recorded(self._body())
         reply = self.owner._next_reply(request)
         keep = self.owner.keep_alive and reply.cut_after is None and reply.stall_after is None
         self.close_connection = not keep

@@ -1,4 +1,5 @@
-"""A scripted IDE: speaks Cursor's wire format (RunSSE + hex BidiAppends) over real HTTP.
+"""A scripted IDE: speaks Cursor's wire format over real HTTP, as RunSSE + hex BidiAppends
+(`transport="sse"`, HTTP/1.1) or as one HTTP/2 `Run` stream per request id (`transport="run"`).
 
 It executes exec messages against a temp workspace (read, write, delete, ls, shell), acks KV
 set_blob requests, answers interaction queries from a script, and records every server message it
@@ -18,13 +19,11 @@ import httpx
 
 from cursor_byok import hotpath
 from cursor_byok.protocol import ConnectError, agent_pb2 as pb, aiserver_pb2, parse_end_stream
+from tests.harness.run_channel import RUN, RunStreams, envelope, h2_through_proxy  # noqa: F401 - RUN, envelope, h2_through_proxy for tests
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
-
-
-def envelope(payload: bytes, flags: int = 0) -> bytes:
-    return bytes([flags]) + len(payload).to_bytes(4, "big") + payload
+TRANSPORTS = ("sse", "run", "run-via-proxy")  # the last: HTTP/2 in TLS through the intercepting proxy
 
 
 def append_body(request_id: str, seqno: int, message: pb.AgentClientMessage, *, binary: bool = False, enveloped: bool = False, upper: bool = False) -> bytes:
@@ -122,9 +121,23 @@ class StreamLog:
 
 
 class ScriptedIDE:
-    """One IDE talking to one server. Each request id gets its own append seqno counter."""
+    """One IDE talking to one server. Each request id gets its own append seqno counter (RunSSE +
+    BidiAppend) or its own Run stream."""
 
-    def __init__(self, base_url: str, workspace: Path | None = None, *, http2: bool = False) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        workspace: Path | None = None,
+        *,
+        http2: bool = False,
+        transport: str = "sse",
+        proxy: tuple[int, Path] | None = None,
+    ) -> None:
+        """`proxy`: (port, CA file) of the intercepting proxy, for transport "run-via-proxy"."""
+        assert transport in TRANSPORTS
+        self.transport = "run" if transport == "run-via-proxy" else transport
+        assert transport != "run-via-proxy" or proxy is not None, "the run-via-proxy transport needs the proxy's port and CA file"
+        self.run_streams = RunStreams(base_url, proxy if transport == "run-via-proxy" else None)
         self.base_url = base_url.rstrip("/")
         # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
         self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not http2, http2=http2)
@@ -147,9 +160,12 @@ class ScriptedIDE:
 
     async def close(self) -> None:
         await self.client.aclose()
+        await self.run_streams.close()
 
     # -- raw calls -----------------------------------------------------------------------------------
     async def append(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int | None = None, headers: dict[str, str] | None = None, **kw: bool) -> httpx.Response:
+        if self.transport == "run":
+            return await self.run_streams.append(request_id, message, headers)  # type: ignore[return-value]
         if seqno is None:
             seqno = self.seqnos.get(request_id, 0)
         self.seqnos[request_id] = max(self.seqnos.get(request_id, 0), seqno + 1)
@@ -165,7 +181,10 @@ class ScriptedIDE:
         return await self.client.post(BIDI_APPEND, content=req.SerializeToString(), headers={"content-type": "application/proto"})
 
     async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
-        """Read one RunSSE stream to its end (or until `stop` is set: a disconnect)."""
+        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect)."""
+        if self.transport == "run":
+            log.broken = not await self.run_streams.read(request_id, lambda rid, decoder, data: self._take(rid, log, decoder, data), stop)
+            return log
         body = pb.BidiRequestId(request_id=request_id).SerializeToString()
         if enveloped:
             body = envelope(body)

@@ -70,6 +70,7 @@ class ServerConfig:
     output_retention_seconds: float = 60.0
     continuation_window_seconds: float = 0.2
     extra_server: dict[str, object] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # Cursor-hosted model id → one of `models`
     # Where the server keeps its state, when not in data_dir (which then holds only the config and
     # the log): e.g. a file system mounted for one test.
     state_dir: Path | None = None
@@ -99,6 +100,8 @@ class ServerConfig:
                 f"max_output_tokens = {m.max_output_tokens}",
                 "",
             ]
+        for hosted, model in self.aliases.items():
+            lines += ["[[aliases]]", f'cursor_model = "{hosted}"', f'model = "{model}"', ""]
         return "\n".join(lines)
 
 

@@ -327,15 +327,16 @@ async def test_health_endpoint_and_stop_releases_the_port(ca, gateway):
         await asyncio.open_connection("127.0.0.1", port)
 
 
-async def test_tls_handshake_offers_only_http11(proxy, ca):
+@pytest.mark.parametrize(("offered", "chosen"), [(["h2", "http/1.1"], "h2"), (["http/1.1"], "http/1.1")])
+async def test_tls_handshake_speaks_http2_when_the_client_offers_it(proxy, ca, offered, chosen):
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
     writer.write(b"CONNECT api2.cursor.sh:443 HTTP/1.1\r\n\r\n")
     await reader.readuntil(b"\r\n\r\n")
     ctx = client_context(ca.paths.cert)
-    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    ctx.set_alpn_protocols(offered)
     await writer.start_tls(ctx, server_hostname="api2.cursor.sh")
     ssl_object: ssl.SSLObject = writer.get_extra_info("ssl_object")
-    assert ssl_object.selected_alpn_protocol() == "http/1.1"
+    assert ssl_object.selected_alpn_protocol() == chosen
     writer.close()
 
 

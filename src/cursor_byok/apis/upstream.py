@@ -7,8 +7,11 @@ stripped, identity encoding is requested, the user's own auth headers pass throu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +19,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import local_trust
+from ..h2_client import H2Client, H2Stream, StreamReset
+from ..interceptor import HttpError, UpstreamDialer
 
 log = logging.getLogger("cursor_byok.upstream")
 
@@ -115,15 +120,20 @@ class Upstream:
         except (httpx.InvalidURL, ValueError):
             raise MalformedTarget(f"request target {url[:200]!r} is not a valid URL") from None
 
-    async def forward(self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None) -> None:
-        """Forward one request. `body` is given when the caller already read (or rewrote) it."""
+    async def _target_or_refuse(self, scope: Scope, send: Send) -> httpx.URL | None:
+        """The request's upstream URL; None once a refusal (403 or 400) has been sent instead."""
         try:
-            url = self.target_url(scope)
+            return self.target_url(scope)
         except ForbiddenUpstream as exc:
             await _plain_error(send, 403, "permission_denied", str(exc))
-            return
         except MalformedTarget as exc:
             await _plain_error(send, 400, "invalid_argument", str(exc))
+        return None
+
+    async def forward(self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None) -> None:
+        """Forward one request. `body` is given when the caller already read (or rewrote) it."""
+        url = await self._target_or_refuse(scope, send)
+        if url is None:
             return
         content: bytes | _StreamedBody
         if body is None:
@@ -162,6 +172,71 @@ class Upstream:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
+
+    async def relay_stream(self, scope: Scope, send: Send, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:
+        """Relay a bidi Connect stream (Cursor's `Run`) upstream over HTTP/2, both directions at
+        once: `first` and then each message `next_message()` gives (None: the client finished
+        sending; an exception: the client went away, and the upstream stream is reset)."""
+        url = await self._target_or_refuse(scope, send)
+        if url is None:
+            return
+        tls = ssl.create_default_context() if url.scheme == "https" else None
+        if tls is not None:
+            tls.set_alpn_protocols(["h2"])
+        # Through the proxy the environment names for this URL (as every other passthrough goes).
+        dialer = UpstreamDialer(_env_proxy(url), connect_seconds=10.0)
+        try:
+            reader, writer = await dialer.open(url.host, url.port or (443 if tls else 80), tls=tls, server_hostname=url.host)
+            client = H2Client.over(reader, writer)
+        except (HttpError, ConnectionError) as exc:
+            log.warning("upstream stream failed", extra={"url": str(url), "error": str(exc)})
+            await _plain_error(send, 502, "unavailable", f"upstream unreachable: {exc}")
+            return
+        pump: asyncio.Task[None] | None = None
+        try:
+            head = [(":method", scope["method"]), (":scheme", url.scheme), (":authority", url.netloc.decode("ascii")), (":path", url.raw_path.decode("ascii"))]
+            head += [(k.decode("latin-1"), v.decode("latin-1")) for k, v in forward_headers(scope["headers"], None)]
+            stream = await client.request(head)
+            pump = asyncio.get_running_loop().create_task(_pump(stream, first, next_message))
+            status, headers = await stream.response()
+            out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers if k.encode("latin-1") not in HOP_BY_HOP]
+            await send({"type": "http.response.start", "status": status, "headers": out})
+            while (data := await stream.read()) is not None:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except StreamReset as exc:
+            log.warning("upstream stream broke", extra={"url": str(url), "error": str(exc)})
+            with contextlib.suppress(Exception):
+                await _plain_error(send, 502, "unavailable", "upstream stream failed")
+        finally:
+            if pump is not None:
+                pump.cancel()
+                with contextlib.suppress(BaseException):
+                    await pump
+            await client.close()
+
+
+def _env_proxy(url: httpx.URL) -> str | None:
+    """The http:// proxy the environment sets for this URL (HTTPS_PROXY / HTTP_PROXY, minus NO_PROXY)."""
+    if urllib.request.proxy_bypass_environment(url.host):
+        return None
+    proxy = urllib.request.getproxies_environment().get(url.scheme)
+    return proxy if proxy and proxy.startswith("http://") else None
+
+
+async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:
+    """The client's messages on to the upstream stream, re-enveloped, as they come."""
+    try:
+        raw: bytes | None = first
+        while raw is not None:
+            await stream.send(b"\x00" + len(raw).to_bytes(4, "big") + raw)
+            raw = await next_message()
+        await stream.end()
+    except StreamReset:
+        pass
+    except Exception:  # noqa: BLE001 - the client went away: so does the upstream stream
+        stream.reset()
 
 
 class _BodyStalled(Exception):

@@ -29,10 +29,11 @@ def cmd_cursor_enable(args: argparse.Namespace) -> int:
     turned_on = url == proxy_url(cfg) and enable_proxy_in_file(config_path(args.config))
     settings = cursor_settings(cfg, args.settings)
     try:
-        changed = settings.enable(url, proxy_support=args.proxy_support, create_user_dir=args.force)
+        changed = settings.enable(url, proxy_support=args.proxy_support, create_user_dir=args.force, http2=args.http2)
     except SettingsError as exc:
         raise CommandError(str(exc)) from None
     echo(f"enabled: {settings.path} now points Cursor at {url}")
+    echo(f"transport: {'HTTP/2 (the agent runs as one Run stream)' if args.http2 else 'HTTP/1.1 (cursor.general.disableHttp2 = true)'}")
     echo(f"changed: {', '.join(changed) if changed else 'nothing (already set)'}")
     if turned_on:
         echo(f"proxy: turned on in {config_path(args.config)} ([proxy] enabled = true)")
@@ -72,6 +73,7 @@ def cmd_cursor_status(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     echo(f"settings: {status.path}{'' if status.exists else ' (does not exist)'}")
     echo(f"state: {status.state.value} (expected proxy {url})")
+    echo(f"transport: {'HTTP/2 (Run)' if status.http2 else 'HTTP/1.1 (RunSSE + BidiAppend)'}")
     for key in MANAGED_KEYS:
         value = status.values.get(key)
         echo(f"  {key}: {'(unset)' if key not in status.values else json.dumps(value)}")
@@ -96,6 +98,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         if name == "enable":
             p.add_argument("--proxy-support", choices=("override", "on"), default="override")
             p.add_argument("--force", action="store_true", help="enable even without a local CA, or where Cursor's user dir does not exist")
+            p.add_argument("--http2", action="store_true", help="leave Cursor on HTTP/2 (its agent then uses the Run stream) instead of setting disableHttp2")
         if name == "disable":
             p.add_argument("--force", action="store_true", help="restore the saved values even over ones changed since `enable`")
         p.set_defaults(handler=handler)

@@ -188,7 +188,8 @@ def _cursor_settings_check(cfg: Config, settings_path: str | None) -> tuple[Chec
     pointed = current if is_loopback_proxy(current) else None
     extra = ("; " + "; ".join(status.warnings)) if status.warnings else ""
     if status.state is IntegrationState.ENABLED:
-        check = Check("cursor settings", CheckStatus.WARN if extra else CheckStatus.OK, f"proxy keys set in {path}{extra}")
+        mode = "HTTP/2, the agent as one Run stream" if status.http2 else "HTTP/1.1, RunSSE + BidiAppend"
+        check = Check("cursor settings", CheckStatus.WARN if extra else CheckStatus.OK, f"proxy keys set in {path} ({mode}){extra}")
     elif status.state is IntegrationState.PARTIAL:
         check = Check(
             "cursor settings", CheckStatus.WARN,

@@ -195,12 +195,17 @@ def _refused_injection(stream: Stream, ica: pb.InjectContextAction) -> Reject | 
     return None
 
 
-def follow_up_request(base: pb.AgentRunRequest, action: pb.ConversationAction) -> pb.AgentRunRequest:
+def follow_up_request(
+    base: pb.AgentRunRequest, action: pb.ConversationAction, state: pb.ConversationStateStructure | None
+) -> pb.AgentRunRequest:
     """The run request of a follow-up: the stream's run settings (model, mode, tools, Cursor run
-    id) with the action; the conversation state is ours to build, not the client's."""
+    id) with the action, on the newest checkpoint the IDE got on that stream (`state`; None: none
+    was sent since the stream's run request, whose state it keeps), so nothing the IDE's state
+    carried is dropped."""
     rr = pb.AgentRunRequest()
     rr.CopyFrom(base)
-    rr.ClearField("conversation_state")
+    if state is not None:
+        rr.conversation_state.CopyFrom(state)
     rr.action.CopyFrom(action)
     return rr
 

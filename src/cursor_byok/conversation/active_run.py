@@ -11,6 +11,7 @@ from ..config import ModelConfig
 from ..protocol import agent_pb2 as pb, encode_server_message, encode_server_messages
 from ..run import RunEngine, RunSpec, ToolCallRequest, ToolOutcome
 from .actions import Injected
+from .history import DerivedState, TurnLog
 from .output import OutputStream
 from .presenter import RunPresenter
 
@@ -63,6 +64,15 @@ class ActiveRun:
     checkpoint_sent: int = 0  # the newest one written to the stream
     call_model: bool = True  # False: the input was answered already; finish without the model
     tool_ctx: tools.ToolContext | None = None
+    turns: TurnLog = field(init=False)  # the turns this run adds, with their steps
+    derived: DerivedState = field(init=False)  # what its tool calls add to its checkpoints
+    compactions: list[Any] = field(default_factory=list)  # checkpoints.Compaction, in order
+    known_blobs: dict[bytes, bytes] = field(default_factory=dict)  # blob id → bytes (pre-fetched, fetched)
+    final_state: pb.ConversationStateStructure | None = None  # the final checkpoint, once sent
+
+    def __post_init__(self) -> None:
+        self.turns = TurnLog(self.request_id)
+        self.derived = DerivedState(self.run_request.conversation_state)
 
     def send(self, *messages: pb.AgentServerMessage) -> None:
         """Write server messages to this run's stream (nothing once it has its terminal)."""

@@ -1,21 +1,55 @@
-"""Checkpoints exchanged with the IDE: built from the history (blobs first, each acked by the client,
-then the structure naming them), and the history rebuilt from the client's checkpoint when our
-database has none. Data only: the runtime decides what a failure means for the run."""
+"""Checkpoints exchanged with the IDE: built from the history and the run (blobs first, each acked by
+the client, then the structure naming them), and the history rebuilt from the client's checkpoint
+when our database has none. Data only: the runtime decides what a failure means for the run.
+
+A checkpoint starts from the state the run request carried and fills what the IDE keeps to redraw
+and resume the conversation: the root prompt messages, the turns (earlier ones as received, this
+run's with their steps), the todo list, the plan, the paths read, the sub-tasks, the tool calls in
+flight, and after a compaction its summary and archive (see protocols/cursor/NOTES.md).
+"""
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..protocol import agent_pb2 as pb
 from ..run import Message
 from . import updates
-from .active_run import ActiveRun
-from .history import ConversationHistory, EntryKind, RootBlobs, blob_id, message_from_json
+from .active_run import ActiveRun, now_ms
+from .history import (
+    Blob,
+    ConversationHistory,
+    EntryKind,
+    RootBlobs,
+    blob_id,
+    message_from_json,
+    pending_json,
+    summary_blobs,
+    todo_blobs,
+)
 from .persistence import ConversationRecords
 from .sync import BlobSync
 
 log = logging.getLogger("cursor_byok.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """A compaction in this run: its summary, the root ids it replaced, and its history message."""
+
+    summary: str
+    replaced: tuple[bytes, ...]
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRound:
+    """The assistant message whose tool calls are running, and when they started."""
+
+    message: Message
+    started_ms: int
 
 
 class Checkpoints:
@@ -25,43 +59,117 @@ class Checkpoints:
         self.records = records
         self.ack_timeout = ack_timeout
         self.root_blobs = RootBlobs()
+        self.todos: Callable[[], list[pb.TodoItem] | None] = lambda: None  # None: the state's own list stands
 
-    async def build(self, run: ActiveRun) -> tuple[pb.ConversationStateStructure, bool]:
+    def root_ids(self, run: ActiveRun) -> tuple[bytes, ...]:
+        """The root message ids of the history as it is now (before a compaction changes it)."""
+        return tuple(bid for bid, _ in self._roots(run, self.history.project()))
+
+    def _roots(self, run: ActiveRun, messages: list[Message]) -> list[Blob]:
+        model_name = run.model.id if run.model else ""
+        return self.root_blobs.build(run.spec.system if run.spec else None, messages, model_name)
+
+    async def build(self, run: ActiveRun, pending: PendingRound | None = None) -> tuple[pb.ConversationStateStructure, bool]:
         """The run's checkpoint, and whether the client acked every blob it names in time."""
         state = pb.ConversationStateStructure()
         if run.run_request.HasField("conversation_state"):
             state.CopyFrom(run.run_request.conversation_state)
+        base_turns = list(state.turns)
         del state.root_prompt_messages_json[:]
         del state.pending_tool_calls[:]
-        model_name = run.model.id if run.model else ""
-        blobs = self.root_blobs.build(run.spec.system if run.spec else None, self.history.project(), model_name)
-        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs]
+        messages = self.history.project()
+        if pending is not None and messages and messages[-1] is pending.message:
+            messages = messages[:-1]  # the round in flight goes in pending_tool_calls, not the roots
+            state.pending_tool_calls.append(pending_json(pending.message, run.model.id if run.model else "", pending.started_ms))
+        blobs = self._roots(run, messages)
+        state.root_prompt_messages_json.extend(bid for bid, _ in blobs)
+        blobs += self._compactions(run, state)
+        last_turn = await self._last_turn(run, base_turns) if run.turns.continues() else None
+        turn_ids, turn_blobs = run.turns.build(base_turns, last_turn)
+        del state.turns[:]
+        state.turns.extend(turn_ids)
+        blobs += turn_blobs
+        todos = self.todos()
+        if todos is not None:
+            items = todo_blobs(todos)
+            del state.todos[:]
+            state.todos.extend(bid for bid, _ in items)
+            blobs += items
+        run.derived.add(run.turns.take_tool_calls())
+        run.derived.apply(state)
+        if run.derived.plan is not None:
+            blobs.append(run.derived.plan)
+        state.mode = run.mode  # type: ignore[assignment]
+        if run.model is not None:
+            state.token_details.max_tokens = run.model.context_window
+            state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
+        return state, await self._push(run, blobs)
+
+    def _compactions(self, run: ActiveRun, state: pb.ConversationStateStructure) -> list[Blob]:
+        """Summary and archive blobs of this run's compactions (each archive names the root ids the
+        compaction replaced and the root id of its summary message)."""
+        out: list[Blob] = []
+        for compaction in run.compactions:
+            summary_root = self.root_blobs.blob_of(compaction.message)
+            summary, archive = summary_blobs(
+                compaction.summary, compaction.replaced[1:], summary_root[0] if summary_root else b""
+            )
+            state.summary = summary[0]
+            state.summary_archive = archive[0]
+            state.summary_archives.append(archive[0])
+            state.self_summary_count += 1
+            out += [summary, archive]
+        return out
+
+    async def _last_turn(self, run: ActiveRun, base_turns: list[bytes]) -> bytes | None:
+        """The bytes of the state's last turn, which this run's steps extend: pre-fetched, held
+        here, or asked of the client (None when it cannot be had in time)."""
+        if not base_turns:
+            return None
+        bid = base_turns[-1]
+        if bid in run.known_blobs:
+            return run.known_blobs[bid]
+        try:
+            data = await asyncio.wait_for(self.blobs.get_blob(run.output, run.request_id, bid), self.ack_timeout)
+        except Exception:  # noqa: BLE001 - the turn is then started afresh, never fatal
+            log.warning("could not fetch the checkpoint's last turn", extra={"conversation_id": self.history.conversation_id})
+            run.known_blobs[bid] = b""  # asked once per run: an empty blob reads as no turn
+            return None
+        run.known_blobs[bid] = data
+        return data
+
+    async def _push(self, run: ActiveRun, blobs: list[Blob]) -> bool:
+        """Push every blob the client may lack; True when all were acked within the timeout."""
+        held = self.blobs.held(run.request_id)
+        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs if bid not in held]
         pending = [w for w in waiters if w is not None]
-        acked = True
         if pending:
             try:
                 await asyncio.wait_for(asyncio.gather(*pending), self.ack_timeout)
             except TimeoutError:
-                acked = False
-        state.root_prompt_messages_json.extend(bid for bid, _ in blobs)
-        state.mode = run.mode
-        if run.model is not None:
-            state.token_details.max_tokens = run.model.context_window
-            state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
-        return state, acked
+                return False
+        return True
 
-    def start_step(self, run: ActiveRun, still_running: Callable[[], bool]) -> None:
-        """Checkpoint a committed step while the run goes on (cancelled with the run's tasks)."""
+    def start_step(self, run: ActiveRun, still_running: Callable[[], bool], pending: PendingRound | None = None) -> None:
+        """Checkpoint a committed step (or a tool round starting) while the run goes on (cancelled
+        with the run's tasks)."""
         run.checkpoint_seq += 1
-        task = asyncio.get_running_loop().create_task(self._step(run, run.checkpoint_seq, still_running))
+        task = asyncio.get_running_loop().create_task(self._step(run, run.checkpoint_seq, still_running, pending))
         run.side_tasks.add(task)
         task.add_done_callback(run.side_tasks.discard)
 
-    async def _step(self, run: ActiveRun, seq: int, still_running: Callable[[], bool]) -> None:
+    def round_started(self, run: ActiveRun, still_running: Callable[[], bool]) -> None:
+        """A tool round is running: checkpoint it in flight (`pending_tool_calls`), so that a run
+        resumed from this checkpoint runs those calls before it calls the model again."""
+        entries = self.history.entries
+        if entries and entries[-1].kind is EntryKind.ASSISTANT:
+            self.start_step(run, still_running, PendingRound(entries[-1].message, now_ms()))
+
+    async def _step(self, run: ActiveRun, seq: int, still_running: Callable[[], bool], pending: PendingRound | None) -> None:
         """A failure is logged, never fatal, and a step checkpoint never overtakes a newer one (or
         the final one)."""
         try:
-            state, acked = await self.build(run)
+            state, acked = await self.build(run, pending)
             await self.records.put_checkpoint(run, state, kind="step")
         except asyncio.CancelledError:
             raise
@@ -78,23 +186,26 @@ class Checkpoints:
         not hold is not sent."""
         run.checkpoint_seq += 1
         run.checkpoint_sent = run.checkpoint_seq  # no step checkpoint may follow the final one
+        run.turns.close()
         state, acked = await self.build(run)
         await self.records.put_checkpoint(run, state, kind="final")
         if not acked:
             log.warning("checkpoint blobs were not acked in time; checkpoint not sent", extra={"conversation_id": self.history.conversation_id})
         elif still_current():
             run.send(updates.checkpoint(state))
+            run.final_state = state
 
     async def hydrate(self, run: ActiveRun) -> list[tuple[EntryKind, str, Message]]:
         """The history the client's checkpoint names, when our database has none (a new machine, a
         deleted database): root blobs from the run request's pre-fetched blobs or asked of the
-        client with get_blob, each hashing to its id. All or nothing: nothing is appended here."""
+        client with get_blob, each hashing to its id, then the tool round that was in flight
+        (`pending_tool_calls`). All or nothing: nothing is appended here."""
         state = run.run_request.conversation_state
-        prefetched = {b.id: b.value for b in run.run_request.pre_fetched_blobs if blob_id(b.value) == b.id}
-        wanted = [bid for bid in state.root_prompt_messages_json if bid not in prefetched]
+        blobs = run.known_blobs
+        wanted = [bid for bid in state.root_prompt_messages_json if bid not in blobs]
         fetches = (self.blobs.get_blob(run.output, run.request_id, bid) for bid in wanted)
         fetched = await asyncio.wait_for(asyncio.gather(*fetches), self.ack_timeout)
-        blobs = {**prefetched, **dict(zip(wanted, fetched, strict=True))}
+        blobs.update(zip(wanted, fetched, strict=True))
         out = []
         for bid in state.root_prompt_messages_json:
             role, message = message_from_json(blobs[bid])
@@ -102,4 +213,12 @@ class Checkpoints:
                 continue  # the system prompt: we compile our own
             kind = {"assistant": EntryKind.ASSISTANT, "tool": EntryKind.TOOL_RESULTS}.get(role, EntryKind.USER)
             out.append((kind, f"hydrated:{bid.hex()}", message))
+        for text in state.pending_tool_calls:
+            data = text.encode()
+            try:
+                role, message = message_from_json(data)
+            except (ValueError, KeyError, TypeError):
+                continue  # a round we cannot read is not resumed (the history ends before it)
+            if role == "assistant" and message is not None:
+                out.append((EntryKind.ASSISTANT, f"hydrated-pending:{blob_id(data).hex()}", message))
         return out

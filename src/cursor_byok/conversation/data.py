@@ -50,6 +50,7 @@ class ConversationData:
         self.blobs = BlobSync()
         self.checkpoints = Checkpoints(self.history, self.blobs, self.records, services.blob_ack_timeout)
         self.tool_rounds = ToolRounds(conversation_id, self.records.put_tool_state)
+        self.checkpoints.todos = self.tool_rounds.todo_items
         # The stored history is read once per runtime life: `_loading` is that read while it runs,
         # and only a read that completed marks it loaded (a cancelled or failed one is redone).
         self.loaded = False
@@ -111,3 +112,4 @@ class ConversationData:
                 run.send(updates.user_message_appended(turn.delivered.user_message))
         run.engine = s.make_engine(model)
         run.spec = run_spec(rr, model, run.tool_ctx, mode, s.resolve_effort)
+        run.spec.pending_calls = turn.pending_calls

@@ -13,6 +13,7 @@ from ..protocol import agent_pb2 as pb
 from ..run import Message, ToolCallRequest, ToolOutcome, Usage
 from . import updates
 from .active_run import ActiveRun, now_ms
+from .checkpoints import Compaction
 from .commands import Command, InjectionsTaken, ToolBatch
 from .data import ConversationData
 from .history import EntryKind, HistoryEntry
@@ -82,6 +83,7 @@ class RunPorts:
             if inj.injection_id:
                 out.append(updates.injection_delivered(inj.injection_id, run.presenter.step, now_ms()))
             if inj.user_message is not None:
+                run.turns.begin(inj.user_message, run.mode)
                 out.append(updates.user_message_appended(inj.user_message))
         self.owner.data.records.append([e for e in entries if e is not None])
         run.send(*out)
@@ -92,8 +94,11 @@ class RunPorts:
         if not self.owner.is_current(run.run_id):
             return
         history = self.owner.data.history
+        replaced = self.owner.data.checkpoints.root_ids(run)
         entry = history.compact(summary, f"compaction:{run.run_id}:{history.next_seq}", run.run_id)
         entries = [entry] if entry is not None else []
+        if entry is not None:
+            run.compactions.append(Compaction(summary, replaced, entry.message))
         # Keep the current turn's own request after the summary so the model still sees it verbatim.
         for e in reversed(history.entries[:-1]):
             if e.kind is EntryKind.USER and e.run_id == run.run_id:

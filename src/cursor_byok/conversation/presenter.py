@@ -20,13 +20,15 @@ from ..run import (
     Usage,
 )
 from . import updates
+from .history import TurnLog
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
 class RunPresenter:
-    def __init__(self, run_id: str, workspace_root: str | None, write: Callable[..., None]) -> None:
+    def __init__(self, run_id: str, workspace_root: str | None, write: Callable[..., None], turns: TurnLog) -> None:
         self.run_id = run_id
+        self.turns = turns  # the steps of the turn in progress are recorded there
         self.workspace_root = workspace_root
         self._write = write  # (*AgentServerMessage) -> None
         self.step = 0
@@ -45,15 +47,18 @@ class RunPresenter:
         match event:
             case TextDelta():
                 self.end_thinking()
+                self.turns.steps.text(event.text)
                 self._write(updates.text_delta(event.text))
             case ThinkingDelta():
                 if self._thinking_since is None:
                     self._thinking_since = time.monotonic()
+                self.turns.steps.thinking(event.text)
                 self._write(updates.thinking_delta(event.text))
             case ThinkingEnd():
                 self.end_thinking()
             case ToolCallStart():
                 self.end_thinking()
+                self.turns.steps.close()
                 self.tool_calls += 1
                 stream = tools.ArgsStream(event.id, event.name, self.model_call_id, workspace_root=self.workspace_root)
                 self._args[event.id] = stream
@@ -78,6 +83,7 @@ class RunPresenter:
                 return True
             case ModelCycleFinished():
                 self.end_thinking()
+                self.turns.steps.close()
                 self._write(updates.step_completed(event.step, 0))
         return False
 
@@ -85,6 +91,7 @@ class RunPresenter:
         if self._thinking_since is not None:
             ms = int((time.monotonic() - self._thinking_since) * 1000)
             self._thinking_since = None
+            self.turns.steps.end_thinking(ms)
             self._write(updates.thinking_completed(ms))
 
     def usage_total(self) -> Usage | None:

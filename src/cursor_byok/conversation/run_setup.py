@@ -2,6 +2,7 @@
 environment, the tool context and the compiled prompt. Pure: no awaits, no clock."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from .. import prompting, tools
@@ -29,6 +30,26 @@ def agent_mode(rr: pb.AgentRunRequest) -> int:
     if which(action, "action") == "user_message_action" and action.user_message_action.user_message.mode:
         return action.user_message_action.user_message.mode
     return pb.AGENT_MODE_AGENT
+
+
+def turn_user_message(rr: pb.AgentRunRequest) -> pb.UserMessage | None:
+    """The user message a run request begins a turn with (None: the run continues the last turn)."""
+    action = rr.action
+    if action.HasField("user_message_action"):
+        return action.user_message_action.user_message
+    if action.HasField("inject_context_action") and action.inject_context_action.HasField("user_context"):
+        return action.inject_context_action.user_context.user_message
+    return None
+
+
+def prefetched_blobs(rr: pb.AgentRunRequest) -> dict[bytes, bytes]:
+    """The run request's pre-fetched blobs that hash to their ids."""
+    return {b.id: b.value for b in rr.pre_fetched_blobs if hashlib.sha256(b.value).digest() == b.id}
+
+
+def held_blob_ids(state: pb.ConversationStateStructure) -> list[bytes]:
+    """Blob ids a client's checkpoint names: it stores those, so they are never pushed again."""
+    return [*state.root_prompt_messages_json, *state.turns, *state.todos, *([state.plan] if state.HasField("plan") else [])]
 
 
 def request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:

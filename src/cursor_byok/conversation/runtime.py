@@ -56,7 +56,7 @@ from .identity import new_run_id
 from .output import OutputStream
 from .presenter import RunPresenter
 from .run_errors import run_error
-from .run_setup import agent_mode, cursor_run_id, workspace_root
+from .run_setup import agent_mode, cursor_run_id, held_blob_ids, prefetched_blobs, turn_user_message, workspace_root
 from .state import Outcome, Phase, check_transition
 from .tool_calls import TOOL_RESULT_KINDS
 from .turn_input import stored_as
@@ -198,8 +198,12 @@ class ConversationRuntime:
             mode=agent_mode(rr),
             follow_up=cmd.follow_up,
         )
-        run.presenter = RunPresenter(run.run_id, workspace_root(rr), run.send)
-        self.data.blobs.held_by_client(cmd.request_id, rr.conversation_state.root_prompt_messages_json)
+        run.presenter = RunPresenter(run.run_id, workspace_root(rr), run.send, run.turns)
+        run.known_blobs.update(prefetched_blobs(rr))
+        user = turn_user_message(rr)
+        if user is not None:
+            run.turns.begin(user, run.mode)
+        self.data.blobs.held_by_client(cmd.request_id, held_blob_ids(rr.conversation_state))
         self.run = run
         self._transition(Phase.PREPARING)
         self._start(run, lambda: self.data.prepare(run), lambda error, _: Prepared(run.run_id, error))
@@ -254,6 +258,8 @@ class ConversationRuntime:
         self._transition(Phase.WAITING_TOOLS)
         if self.data.tool_rounds.start(run, cmd.calls, cmd.future):
             self._batch_done()
+        else:
+            self.data.checkpoints.round_started(run, lambda: self.is_current(run.run_id) and self.phase in MID_RUN)
 
     def _batch_done(self) -> None:
         if self.phase is Phase.WAITING_TOOLS:
@@ -350,7 +356,9 @@ class ConversationRuntime:
         base, output = self._on_stream(decision.stream)
         if any(q.output is output and q.run_request.action == decision.action for q in self.queued):
             return  # the same follow-up again
-        rr = actions.follow_up_request(base, decision.action)
+        # On the newest checkpoint the IDE got on this stream (the finished run's), if one was sent.
+        latest = self.run.final_state if self.run is not None and self.run.output is output else None
+        rr = actions.follow_up_request(base, decision.action, latest)
         if decision.injection_id:
             output.write(encode_server_message(updates.injection_queued_for_next_turn(decision.injection_id)))
         self._on_start_run(StartRun(output.request_id, output, rr, follow_up=True))

@@ -39,6 +39,10 @@ class BlobSync:
         whole history once more."""
         self._acked.setdefault(request_id, set()).update(blob_ids)
 
+    def held(self, request_id: str) -> set[bytes]:
+        """Blob ids the client holds for this request id (acked, or named by its checkpoint)."""
+        return self._acked.setdefault(request_id, set())
+
     def set_blob(self, output: OutputStream, request_id: str, bid: bytes, data: bytes) -> Awaitable[pb.KvClientMessage] | None:
         """Push one blob (`bid` is its id); the awaitable resolves on the client's ack (None: the
         client holds it already)."""

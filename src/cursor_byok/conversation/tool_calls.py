@@ -30,6 +30,7 @@ class ToolState(msgspec.Struct):
 
     todos: list[tools.TodoEntry] = []
     shell_output_seen: dict[str, int] = {}
+    todos_written: bool = False  # the todo list is ours (else the IDE's checkpoint keeps its own)
 
 
 _encode = msgspec.json.Encoder().encode
@@ -64,6 +65,7 @@ class ToolRounds:
         for pending in batch.pending:
             pending.started_ms = now_ms()
             if pending.execution.presentable:
+                run.turns.steps.tool_started(pending.call.call_id)
                 run.send(updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
             self._advance(run, pending, pending.execution.first())
         return self._finish_if_done(run)
@@ -147,12 +149,14 @@ class ToolRounds:
                 self._remember(pending.execution)
                 if pending.execution.presentable:
                     update = tools.completed_update(pending.execution, completed_at_ms=now_ms(), started_at_ms=pending.started_ms)
+                    run.turns.steps.tool_completed(pending.call.call_id, update.tool_call_completed.tool_call)
                     run.send(updates.interaction(update))
 
     def _remember(self, execution: tools.ToolExecution) -> None:
         changed = False
         if execution.todos is not None:
             self.state.todos = list(execution.todos)
+            self.state.todos_written = True
             changed = True
         if execution.seen_output is not None:
             shell_id, seen = execution.seen_output
@@ -160,6 +164,10 @@ class ToolRounds:
             changed = True
         if changed:
             self._on_state(self.state)
+
+    def todo_items(self) -> list[pb.TodoItem] | None:
+        """The todo list for a checkpoint (None: never written here, the IDE's own list stands)."""
+        return [tools.todo_item(entry) for entry in self.state.todos] if self.state.todos_written else None
 
     def _reserve(self, run: ActiveRun, pending: PendingTool) -> int:
         self.next_exec_id += 1

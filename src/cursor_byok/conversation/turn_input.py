@@ -15,7 +15,14 @@ from .. import prompting
 from ..protocol import ConnectError, agent_pb2 as pb, which
 from ..run import Message, ToolCallPart, ToolResultPart
 from .actions import Injected, injected_context, user_message
-from .history import ConversationHistory, EntryKind, HistoryEntry, background_completion_messages, render_request_context
+from .history import (
+    ConversationHistory,
+    EntryKind,
+    HistoryEntry,
+    background_completion_messages,
+    message_from_json,
+    render_request_context,
+)
 
 UNFINISHED_TOOL_TEXT = (
     "This tool call did not finish (its run was cancelled or the server restarted), so its result is "
@@ -28,6 +35,7 @@ class TurnInput:
     entries: list[HistoryEntry] = field(default_factory=list)  # appended now; stored before the model runs
     call_model: bool = True
     delivered: Injected | None = None  # an IDE injection that became this run: report it delivered
+    pending_calls: list[ToolCallPart] = field(default_factory=list)  # a round in flight: run before the model
 
 
 def stored_as(history: ConversationHistory, key: str) -> str | None:
@@ -60,7 +68,8 @@ def commit_turn_input(
     if kind == "background_task_completion_action":
         return _background_completions(history, action.background_task_completion_action, run_id)
     if kind == "resume_action":
-        turn = TurnInput(repair_dangling_tool_calls(history, run_id))
+        pending = pending_calls(history, rr.conversation_state)
+        turn = TurnInput(pending_calls=pending) if pending else TurnInput(repair_dangling_tool_calls(history, run_id))
         ctx = history.add_request_context(
             render_request_context(action.resume_action.request_context), f"request-context:{run_id}", run_id
         )
@@ -68,7 +77,7 @@ def commit_turn_input(
             turn.entries.append(ctx)
         last = history.entries[-1] if history.entries else None
         # Nothing to resume after a complete turn (unless the context changed since).
-        turn.call_model = bool(turn.entries) or not (last is None or last.kind is EntryKind.ASSISTANT)
+        turn.call_model = bool(turn.entries or pending) or not (last is None or last.kind is EntryKind.ASSISTANT)
         return turn
     if kind is None:
         raise ConnectError("invalid_argument", "run request has no action this server knows (none, or one from a newer Cursor)")
@@ -103,6 +112,24 @@ def _background_completions(history: ConversationHistory, action: pb.BackgroundT
             if entry is not None:
                 turn.entries.append(entry)
     return turn
+
+
+def pending_calls(history: ConversationHistory, state: pb.ConversationStateStructure) -> list[ToolCallPart]:
+    """The tool calls of the history's last message when the client's checkpoint says they were in
+    flight (`pending_tool_calls`): a resume runs them before the model is called again."""
+    entries = history.entries
+    if not entries or entries[-1].kind is not EntryKind.ASSISTANT or not state.pending_tool_calls:
+        return []
+    calls = [p for p in entries[-1].message.parts if isinstance(p, ToolCallPart)]
+    in_flight: set[str] = set()
+    for text in state.pending_tool_calls:
+        try:
+            _, message = message_from_json(text.encode())
+        except (ValueError, KeyError, TypeError):
+            continue  # not one of ours or not readable: those calls are repaired, not run
+        if message is not None:
+            in_flight.update(p.id for p in message.parts if isinstance(p, ToolCallPart))
+    return calls if calls and all(c.id in in_flight for c in calls) else []
 
 
 def repair_dangling_tool_calls(history: ConversationHistory, run_id: str) -> list[HistoryEntry]:

@@ -51,6 +51,12 @@ class SettingsStatus:
     backup_present: bool
     warnings: tuple[str, ...] = ()
 
+    @property
+    def http2(self) -> bool:
+        """Cursor may use HTTP/2 (its agent then runs as one `Run` stream), else HTTP/1.1 only
+        (RunSSE + BidiAppend)."""
+        return self.values.get(DISABLE_HTTP2_KEY) is not True
+
 
 @dataclass(slots=True)
 class _Backup:
@@ -111,20 +117,23 @@ def default_settings_path(
     return base / "Cursor" / "User" / "settings.json"
 
 
-def desired_values(proxy_url: str, proxy_support: str = "override") -> dict[str, Any]:
+def desired_values(proxy_url: str, proxy_support: str = "override", *, http2: bool = False) -> dict[str, Any]:
     parts = urlsplit(proxy_url)
     if parts.scheme != "http" or not parts.hostname or parts.port is None:
         raise SettingsError(f"proxy URL must look like http://127.0.0.1:8788, got {proxy_url!r}")
     if proxy_support not in PROXY_SUPPORT_VALUES:
         raise SettingsError(f"http.proxySupport must be one of {', '.join(PROXY_SUPPORT_VALUES)}")
-    return {
+    wanted: dict[str, Any] = {
         PROXY_KEY: proxy_url,
         PROXY_SUPPORT_KEY: proxy_support,
-        # Our server speaks Cursor's HTTP/1.1 SSE+append transport only.
+        # HTTP/1.1 (RunSSE + BidiAppend) unless the user opts in to HTTP/2 (the `Run` stream).
         DISABLE_HTTP2_KEY: True,
         # Lets Cursor's Node side trust our CA from the OS store.
         SYSTEM_CERTS_KEY: True,
     }
+    if http2:
+        del wanted[DISABLE_HTTP2_KEY]
+    return wanted
 
 
 def is_loopback_proxy(value: Any) -> bool:
@@ -233,10 +242,12 @@ class CursorSettings:
         values = self._current_values(text, doc) if doc is not None else {}
         current_proxy = values.get(PROXY_KEY)
         proxy_ok = current_proxy == proxy_url if proxy_url is not None else is_loopback_proxy(current_proxy)
+        backup = self._load_backup() if backup_present else None
+        http2_chosen = backup is not None and DISABLE_HTTP2_KEY not in backup.applied
         matches = (
             proxy_ok,
             values.get(PROXY_SUPPORT_KEY) in PROXY_SUPPORT_VALUES,
-            values.get(DISABLE_HTTP2_KEY) is True,
+            values.get(DISABLE_HTTP2_KEY) is True or http2_chosen,
             values.get(SYSTEM_CERTS_KEY) is True,
         )
         if all(matches):
@@ -255,11 +266,12 @@ class CursorSettings:
         return SettingsStatus(self.path, True, state, values, backup_present, tuple(warnings))
 
     # ---- writing --------------------------------------------------------------------------
-    def enable(self, proxy_url: str, *, proxy_support: str = "override", create_user_dir: bool = False) -> list[str]:
+    def enable(self, proxy_url: str, *, proxy_support: str = "override", create_user_dir: bool = False, http2: bool = False) -> list[str]:
         """Set our keys; returns the keys whose value changed. Safe to run again (keeps the first backup).
         Refuses where the settings file's directory does not exist (Cursor not installed for this
-        user?) unless `create_user_dir`."""
-        wanted = desired_values(proxy_url, proxy_support)
+        user?) unless `create_user_dir`. With `http2` Cursor's own disableHttp2 is left as the user
+        had it (restored if an earlier `enable` set it)."""
+        wanted = desired_values(proxy_url, proxy_support, http2=http2)
         text = self._read()
         backup = self._load_backup()
         if backup is not None and Path(backup.settings_path) != self.path:
@@ -294,6 +306,12 @@ class CursorSettings:
                 continue
             new_text = jsonc.set_value(new_text, key, _encode(value))
             changed.append(key)
+        if http2:
+            previous = backup.previous.get(DISABLE_HTTP2_KEY)
+            current = jsonc.value_text(new_text, DISABLE_HTTP2_KEY)
+            if current != previous:
+                new_text = jsonc.remove(new_text, DISABLE_HTTP2_KEY) if previous is None else jsonc.set_value(new_text, DISABLE_HTTP2_KEY, previous)
+                changed.append(DISABLE_HTTP2_KEY)
         if changed or origin != "existing":
             self._write(new_text)
         return changed

@@ -26,7 +26,8 @@ from .bidi import handle_append
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
-from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_SSE_PATH, UI_PREFIX
+from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_PATH, RUN_SSE_PATH, UI_PREFIX
+from .run_stream import handle_run
 from .stream import handle_run_sse
 from .transport import Transports
 
@@ -168,7 +169,7 @@ class Gateway:
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = self.guard.route_path(scope)
         method = scope["method"]
-        local = method == "POST" and (path == BIDI_APPEND_PATH or path == RUN_SSE_PATH)
+        local = method == "POST" and path in _AGENT_ROUTES
         side_rpc = not local and self.local_rpcs.handles(path)
         ui = path.startswith(UI_PREFIX)
         if local:
@@ -183,7 +184,7 @@ class Gateway:
             return
         try:
             if local:
-                await (handle_append if path == BIDI_APPEND_PATH else handle_run_sse)(self, scope, receive, send)
+                await _AGENT_ROUTES[path](self, scope, receive, send)
             elif path in HEALTH_PATHS:
                 await reply(send, 204, b"", [])
             elif ui:
@@ -198,6 +199,9 @@ class Gateway:
             log.error("request failed", exc_info=exc, extra={"error_id": error_id, "path": path[:200]})
             with contextlib.suppress(Exception):  # the response may have started already
                 await reply_error(send, internal_error(error_id))
+
+
+_AGENT_ROUTES = {BIDI_APPEND_PATH: handle_append, RUN_SSE_PATH: handle_run_sse, RUN_PATH: handle_run}
 
 
 def create_app(config: Config) -> Gateway:

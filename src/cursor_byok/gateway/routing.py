@@ -6,6 +6,7 @@ from ..protocol import ConnectError, agent_pb2 as pb, which
 from .transport import Route
 
 RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
+RUN_PATH = "/agent.v1.AgentService/Run"  # the same agent stream as one HTTP/2 bidi call
 BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 HEALTH_PATHS = frozenset({"/__byok-api__/healthz", "/healthz"})
 UI_PREFIX = "/ui/"  # the dashboard and its API (/ui/api/): local only, behind the same guard

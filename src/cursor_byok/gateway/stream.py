@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..conversation import ReplayUnavailable
+from ..conversation import OutputStream, ReplayUnavailable
 from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error
 from .asgi import STREAM_HEADERS, Receive, Scope, Send, reply_error
 from .transport import Route, Waiter
@@ -36,7 +36,7 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         return
     wait = server.runsse_wait_seconds
     if gw.stopping:
-        await _only_terminal(send, SHUTTING_DOWN)
+        await only_terminal(send, SHUTTING_DOWN)
         return
 
     def no_append() -> ConnectError:
@@ -52,12 +52,12 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         local = transport.route is Route.LOCAL
         stream = await gw.conversations.hub.wait_for(request_id, wait) if local else None  # a valid transport's run
     except ConnectError as err:
-        await _only_terminal(send, err)
+        await only_terminal(send, err)
         return
     except asyncio.CancelledError:
         if not gw.stopping:
             raise
-        await _only_terminal(send, SHUTTING_DOWN)
+        await only_terminal(send, SHUTTING_DOWN)
         return
     finally:
         gw.waiting_readers.discard(me)
@@ -65,10 +65,27 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         await gw.upstream.forward(scope, receive, send, body=body)
         return
     if stream is None:
-        await _only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
+        await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, me))
+    try:
+        await relay(stream, send)
+    except asyncio.CancelledError:
+        # The client went away: detach only; the run goes on and a reconnect replays.
+        if watcher.done():
+            gw.conversations.detach(request_id)
+            return
+        raise
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(BaseException):
+            await watcher
+
+
+async def relay(stream: OutputStream, send: Send) -> None:
+    """Send the stream's frames from the start (replay, then live) through its terminal, after
+    the response has started."""
     direct = DirectSend(send)
     stream.readers += 1
     position = 0
@@ -94,18 +111,9 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
             if result.finished:
                 stream.terminal_delivered = True
                 return
-    except asyncio.CancelledError:
-        # The client went away: detach only; the run goes on and a reconnect replays.
-        if watcher.done():
-            gw.conversations.detach(request_id)
-            return
-        raise
     finally:
         stream.readers -= 1
         direct.abandon()
-        watcher.cancel()
-        with contextlib.suppress(BaseException):
-            await watcher
 
 
 class DirectSend:
@@ -171,6 +179,6 @@ async def _watch_disconnect(receive: Receive, reader: asyncio.Task[None] | None)
             return
 
 
-async def _only_terminal(send: Send, err: ConnectError) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
+async def only_terminal(send: Send, err: ConnectError, headers: list[tuple[bytes, bytes]] = STREAM_HEADERS) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})

@@ -6,6 +6,8 @@ host is tunnelled untouched.
 from __future__ import annotations
 
 from .ca import CA_COMMON_NAME, CAError, CAPaths, LeafCertificate, LocalCA, certificate_fingerprint
+from .dialer import UpstreamDialer
+from .http1 import HttpError
 from .proxy import UPSTREAM_URL_HEADER, InterceptingProxy, ProxyLimits, ProxyStats, is_cursor_host
 from .thread import ProxyThread
 from .trust import (
@@ -23,6 +25,7 @@ __all__ = [
     "CAError",
     "CAPaths",
     "CAState",
+    "HttpError",
     "InterceptingProxy",
     "LeafCertificate",
     "LinuxTrustPaths",
@@ -32,6 +35,7 @@ __all__ = [
     "ProxyThread",
     "TrustReport",
     "UPSTREAM_URL_HEADER",
+    "UpstreamDialer",
     "ca_trust_state",
     "certificate_fingerprint",
     "format_commands",

@@ -310,7 +310,7 @@ class LocalCA:
         )
 
     def server_context(self, host: str) -> ssl.SSLContext:
-        """A TLS server context presenting the leaf for `host`; ALPN offers HTTP/1.1 only."""
+        """A TLS server context presenting the leaf for `host`; ALPN offers HTTP/2 and HTTP/1.1."""
         host = host.lower().rstrip(".")
         with self._lock:
             ctx = self._contexts.get(host)
@@ -319,7 +319,7 @@ class LocalCA:
         leaf = self.issue(host)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.set_alpn_protocols(["http/1.1"])
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
         _load_chain_from_memory(ctx, leaf.cert_pem, leaf.key_pem)
         with self._lock:
             return self._contexts.setdefault(host, ctx)

@@ -1,9 +1,10 @@
 """A loopback HTTP proxy for the Cursor IDE that terminates TLS only for Cursor's own hosts.
 
 CONNECT to an intercepted host (default: cursor.sh and *.cursor.sh): answer 200, do the TLS server
-handshake with a leaf certificate from our local CA (ALPN http/1.1), then read HTTP/1.1 requests
-off the tunnel and forward each one to the gateway over plain HTTP with the original URL in
-`x-server-upstream-url`. Responses stream back as they arrive (RunSSE is one long response).
+handshake with a leaf certificate from our local CA (ALPN h2 or http/1.1), then read HTTP/1.1
+requests off the tunnel and forward each one to the gateway over plain HTTP with the original URL in
+`x-server-upstream-url` (with `h2`, each HTTP/2 stream goes to the gateway as an h2c stream:
+`h2relay.py`). Responses stream back as they arrive (RunSSE is one long response).
 WebSocket upgrades on intercepted hosts go to the real host instead (the gateway serves none).
 CONNECT to any other host is a raw TCP tunnel: bytes are piped untouched, no TLS termination.
 Plain-HTTP absolute-form requests are forwarded (to the gateway for intercepted hosts). With an
@@ -25,6 +26,7 @@ import httpx
 from ..http_client import passthrough_client
 from .ca import LocalCA, is_permitted_host
 from .dialer import UpstreamDialer
+from .h2relay import H2Relay
 from .http1 import (
     READ_SIZE,
     HttpError,
@@ -287,7 +289,10 @@ class InterceptingProxy:
             await writer.drain()
             ctx = self._ca.server_context(host)
             await writer.start_tls(ctx, ssl_handshake_timeout=self.limits.handshake_seconds)
-            await self._serve_requests(reader, writer, _Origin(host, port))
+            if writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2":
+                await self._relay_h2(reader, writer, _Origin(host, port))
+            else:
+                await self._serve_requests(reader, writer, _Origin(host, port))
             return
         up_reader, up_writer = await self.dialer.open(host, port)
         self.stats.raw_tunnels += 1
@@ -297,6 +302,13 @@ class InterceptingProxy:
             await self._pipe(reader, writer, up_reader, up_writer)
         finally:
             up_writer.close()
+
+    async def _relay_h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, origin: _Origin) -> None:
+        def counted() -> None:
+            self.stats.gateway_requests += 1
+
+        relay = H2Relay(reader, writer, origin, self._gateway, self._gateway_headers, UPSTREAM_URL_HEADER, counted)
+        await relay.serve(self.limits.idle_seconds)
 
     # ---- HTTP exchanges ------------------------------------------------------------------
     async def _serve_requests(

@@ -7,7 +7,7 @@ delegated to `cursor_byok.hotpath` (compiled, or its pure twin).
 """
 from __future__ import annotations
 
-from .bidi import BidiAppend, decode_bidi_append
+from .bidi import BidiAppend, client_message, decode_bidi_append
 from .codec import (
     DEFAULT_MAX_MESSAGE_SIZE,
     SERVER_HEARTBEAT_FRAME,
@@ -88,6 +88,7 @@ __all__ = [
     "aiserver_pb2",
     "check_client_message_ids",
     "check_id",
+    "client_message",
     "connect_error_from",
     "decode_bidi_append",
     "decode_message",

@@ -12,7 +12,7 @@ from .errors import ConnectError
 from .ids import check_client_message_ids, check_id
 from .pb import agent_v1_pb2, aiserver_v1_pb2
 
-__all__ = ["BidiAppend", "decode_bidi_append"]
+__all__ = ["BidiAppend", "client_message", "decode_bidi_append"]
 
 _BidiAppendRequest = aiserver_v1_pb2.BidiAppendRequest
 _parse_request = _BidiAppendRequest.FromString
@@ -86,6 +86,12 @@ def decode_bidi_append(
         if not raw:
             raise _invalid("protocol error: BidiAppend data is empty")
         binary = True
+    return client_message(request_id, seqno, raw, binary=binary)
+
+
+def client_message(request_id: str, seqno: int, raw: bytes, *, binary: bool = True) -> BidiAppend:
+    """One serialized AgentClientMessage as the append it stands for: a BidiAppend's, or one
+    message of a `Run` stream (whose position in the stream is its seqno)."""
     try:
         message = _parse_client_message(raw)
     except DecodeError as exc:

@@ -66,6 +66,8 @@ class RunSpec(msgspec.Struct, kw_only=True):
     extra_params: dict[str, Any] = {}
     compaction_threshold: float = 0.9  # share of model.context_window that triggers compaction
     compaction: CompactionPrompt | None = None  # default: prompting.compaction_prompt()
+    # Tool calls of a round that was in flight when an earlier run stopped: run before the model.
+    pending_calls: list[ToolCallPart] = []
 
 
 class RunResult(msgspec.Struct, frozen=True):
@@ -261,6 +263,8 @@ class RunEngine:
         compacted = False  # compaction ran since the last completed cycle: do not repeat it
         overflow_retried = False
 
+        if spec.pending_calls:
+            await self._tool_round([_request(p.id, p.name, p.arguments) for p in spec.pending_calls], history, tools, sink)
         while True:
             self._interrupt.clear()
             injected = history.take_injections()
@@ -329,11 +333,14 @@ class RunEngine:
                 stop = cycle.stop_reason
                 finished = stop if stop == "end_turn" or stop == "max_tokens" else "other"
                 continue
-            outcomes = await self._run_tools(calls, tools, sink)
-            history.commit_tool_results(Message("tool", [
-                ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes
-            ]))
-            sink.emit(ToolBatchFinished(outcomes))
+            await self._tool_round(calls, history, tools, sink)
+
+    async def _tool_round(self, calls: list[ToolCallRequest], history: HistoryPort, tools: ToolPort, sink: EventSink) -> None:
+        outcomes = await self._run_tools(calls, tools, sink)
+        history.commit_tool_results(Message("tool", [
+            ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes
+        ]))
+        sink.emit(ToolBatchFinished(outcomes))
 
     def _request(self, spec: RunSpec, messages: list[Message]) -> ModelRequest:
         model = spec.model

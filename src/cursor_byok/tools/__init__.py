@@ -29,6 +29,7 @@ from .presentation import ArgsStream, completed_update, partial_args_updates, st
 from .registry import BUILTIN_TOOLS, advertised_tools, start_tool
 from .shell import TerminalFile, parse_terminal_file
 from .steps import Done, ExecStep, InteractionStep, Progress, ResultKindMismatch, Step, ToolProtocolError
+from .todos import todo_item
 
 __all__ = [
     "ArgsStream",
@@ -57,5 +58,6 @@ __all__ = [
     "partial_args_updates",
     "start_tool",
     "started_update",
+    "todo_item",
     "tool_call_variant",
 ]

@@ -1,7 +1,9 @@
 """Canonical conversation history, its provider projection, and checkpoint message blobs."""
 from __future__ import annotations
 
-from .checkpoint import RootBlobs, blob_id, message_from_json, message_json, system_json
+from .checkpoint import RootBlobs, blob_id, message_from_json, message_json, pending_json, system_json
+from .derived import DerivedState, summary_blobs, todo_blobs
+from .turns import Blob, StepLog, TurnLog, decode_turn
 from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
 from .log import (
     ConversationHistory,
@@ -14,7 +16,15 @@ from .log import (
 )
 
 __all__ = [
+    "Blob",
+    "StepLog",
+    "TurnLog",
+    "DerivedState",
     "background_completion_messages",
+    "decode_turn",
+    "pending_json",
+    "summary_blobs",
+    "todo_blobs",
     "ConversationHistory",
     "EntryKind",
     "HistoryEntry",

@@ -56,7 +56,7 @@ def _compact(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def message_json(message: Message, message_id: str, model_name: str = "") -> bytes:
+def _message_obj(message: Message, message_id: str, model_name: str) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "role": message.role,
         "content": [_part_json(p, model_name) for p in message.parts],
@@ -64,7 +64,19 @@ def message_json(message: Message, message_id: str, model_name: str = "") -> byt
     }
     if message.role in ("assistant", "tool"):
         obj["providerOptions"] = {"cursorByok": {"message": msgspec.to_builtins(message)}}
-    return _compact(obj)
+    return obj
+
+
+def message_json(message: Message, message_id: str, model_name: str = "") -> bytes:
+    return _compact(_message_obj(message, message_id, model_name))
+
+
+def pending_json(message: Message, model_name: str, started_ms: int) -> str:
+    """One `pending_tool_calls` entry: the assistant message whose tool calls are running, inline
+    JSON (not a blob id), with when they started under `providerOptions.cursor`."""
+    obj = _message_obj(message, "1", model_name)
+    obj.setdefault("providerOptions", {})["cursor"] = {"pendingToolCallStartedAtMs": started_ms}
+    return _compact(obj).decode()
 
 
 def system_json(system_prompt: str) -> bytes:
@@ -115,7 +127,9 @@ class RootBlobs:
     same object at the same position as last time keeps its blob."""
 
     def __init__(self) -> None:
-        self._messages: list[tuple[Message, str, tuple[bytes, bytes]]] = []
+        self._messages: list[Message] = []  # the messages of the last build
+        self._blobs: list[tuple[bytes, bytes]] = []  # their blobs, in the same order
+        self._model = ""
         self._system: tuple[str, tuple[bytes, bytes]] | None = None
 
     def build(self, system_prompt: str | None, messages: list[Message], model_name: str) -> list[tuple[bytes, bytes]]:
@@ -125,14 +139,19 @@ class RootBlobs:
                 data = system_json(system_prompt)
                 self._system = (system_prompt, (blob_id(data), data))
             out.append(self._system[1])
-        cached, fresh = self._messages, []
-        for i, message in enumerate(messages):
-            if i < len(cached) and cached[i][0] is message and cached[i][1] == model_name:
-                entry = cached[i]
-            else:
-                data = message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name)
-                entry = (message, model_name, (blob_id(data), data))
-            fresh.append(entry)
-            out.append(entry[2])
-        self._messages = fresh
+        cached = self._messages if model_name == self._model else []
+        same, limit = 0, min(len(messages), len(cached))
+        while same < limit and messages[same] is cached[same]:
+            same += 1
+        blobs = self._blobs[:same]
+        for i in range(same, len(messages)):
+            message = messages[i]
+            data = message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name)
+            blobs.append((blob_id(data), data))
+        self._messages, self._blobs, self._model = list(messages), blobs, model_name
+        out += blobs
         return out
+
+    def blob_of(self, message: Message) -> tuple[bytes, bytes] | None:
+        """The blob built for this very message object in the last build, if any."""
+        return next((blob for m, blob in zip(self._messages, self._blobs) if m is message), None)

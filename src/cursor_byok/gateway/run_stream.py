@@ -1,0 +1,151 @@
+"""Run: Cursor's HTTP/2 agent stream, one bidi stream instead of RunSSE + BidiAppend.
+
+The request side is the appends: each Connect envelope is one AgentClientMessage, the first must
+select a model (seqno 0), and each later one is the next append in order. The response side is the
+run's output stream, exactly as a RunSSE reader gets it (replay, then live, one terminal). The
+client closing the stream or its connection only detaches, like a RunSSE disconnect: the run goes
+on. A new Run with the same `x-request-id` and the same first message reattaches and replays.
+A run routed upstream (a model we do not serve) is relayed to Cursor as the same bidi stream.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
+from ..protocol import ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers
+from .asgi import Receive, Scope, Send
+from .bidi import _parent_ref, _seqno0_transport, deliver_local
+from .stream import SHUTTING_DOWN, only_terminal, relay
+from .transport import Route, Transport
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+log = logging.getLogger("cursor_byok.gateway.run")
+
+RUN_HEADERS = [
+    (b"content-type", b"application/connect+proto"),
+    (b"cache-control", b"no-cache"),
+    (b"connect-protocol-version", b"1"),
+]
+
+
+class _Disconnected(Exception):
+    """The client went away (stream reset or connection closed)."""
+
+
+class RequestFrames:
+    """The request body of a Run stream as the messages it carries, as they arrive."""
+
+    def __init__(self, receive: Receive, decoder: FrameDecoder) -> None:
+        self._receive = receive
+        self._decoder = decoder
+        self._ready: collections.deque[bytes] = collections.deque()
+        self.ended = False  # the client finished sending (it may still read)
+
+    async def next(self) -> bytes | None:
+        """The next message's bytes; None once the client finished sending. Raises _Disconnected,
+        or ConnectError for a malformed stream."""
+        while not self._ready:
+            if self.ended:
+                return None
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected()
+            try:
+                for flags, payload in self._decoder.feed(message.get("body", b"")):
+                    if not flags & FLAG_END_STREAM:  # a client's end frame carries nothing for us
+                        self._ready.append(payload)
+                if not message.get("more_body", False):
+                    self.ended = True
+                    self._decoder.close()
+            except HotPathError as exc:
+                raise connect_error_from(exc) from None
+        return self._ready.popleft()
+
+    async def wait_disconnect(self) -> None:
+        """After the client finished sending: return once it goes away."""
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+
+
+async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+    server = gw.config.server
+    if gw.stopping:
+        await only_terminal(send, SHUTTING_DOWN, RUN_HEADERS)
+        return
+    try:
+        headers = parse_request_headers(scope["headers"])
+        request_id = headers.request_id or f"run-{uuid.uuid4().hex}"
+        check_id("x-request-id", request_id)
+        frames = RequestFrames(receive, FrameDecoder(server.max_frame_bytes, gzip=headers.content_encoding == "gzip"))
+        wait = server.body_read_timeout_seconds
+
+        def no_first() -> ConnectError:
+            return ConnectError("deadline_exceeded", f"no first message within {wait:g}s (server.body_read_timeout_seconds)")
+
+        async with gw.pending.slot(scope, wait, no_first):  # a stream that sends nothing holds a bounded slot
+            raw = await frames.next()
+        if raw is None:
+            raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")
+        first = client_message(request_id, 0, raw)
+        transport = _seqno0_transport(gw, first)
+        if transport.route is Route.UPSTREAM:
+            await gw.upstream.relay_stream(scope, send, raw, frames.next)
+            return
+        parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
+        deliver_local(gw, transport, first, parent)
+    except _Disconnected:
+        return
+    except (ConnectError, HotPathError) as exc:
+        await only_terminal(send, exc if isinstance(exc, ConnectError) else connect_error_from(exc), RUN_HEADERS)
+        return
+    stream = gw.conversations.hub.get(request_id)
+    if stream is None:
+        await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"), RUN_HEADERS)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": RUN_HEADERS})
+    me = asyncio.current_task()
+    assert me is not None
+    failure: list[ConnectError] = []
+    inbound = asyncio.get_running_loop().create_task(_inbound(gw, transport, frames, request_id, me, failure))
+    try:
+        await relay(stream, send)
+    except asyncio.CancelledError:
+        if not inbound.done():
+            raise
+        if failure:  # the client sent something we cannot take: the stream ends with that error
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": end_stream_error(failure[0]), "more_body": False})
+        else:
+            gw.conversations.detach(request_id)
+    finally:
+        inbound.cancel()
+        with contextlib.suppress(BaseException):
+            await inbound
+
+
+async def _inbound(
+    gw: Gateway, transport: Transport, frames: RequestFrames, request_id: str, relay_task: asyncio.Task[None],
+    failure: list[ConnectError],
+) -> None:
+    """Deliver each later message as the next append; a disconnect (or a message we cannot take)
+    stops the relay. The client finishing its side changes nothing: output goes on."""
+    try:
+        while (raw := await frames.next()) is not None:
+            deliver_local(gw, transport, client_message(request_id, transport.buffer.next_seqno, raw), None)
+        await frames.wait_disconnect()
+    except _Disconnected:
+        pass
+    except ConnectError as err:
+        log.info("Run stream input refused: %s", err.message, extra={"request_id": request_id})
+        failure.append(err)
+    except HotPathError as exc:
+        failure.append(connect_error_from(exc))
+    relay_task.cancel()
+
