@@ -82,6 +82,15 @@ class ProxyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     upstream_proxy: str = ""
 
 
+class ModelPrice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What a model's tokens cost, in USD per million tokens (for the dashboard and `usage`)."""
+
+    input: float = 0.0  # uncached prompt tokens
+    output: float = 0.0  # reasoning tokens included
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: str  # the model id Cursor sees and selects
     provider: ProviderKind
@@ -100,16 +109,29 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     extra_params: dict[str, Any] = {}
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
+    price: ModelPrice | None = None  # none: costs are not shown for this model
 
     @property
     def label(self) -> str:
         return self.display_name or self.id
 
 
+class ObservabilityConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What the server records about its provider calls and runs, and how it logs."""
+
+    enabled: bool = True  # off: no call records, run lines or run metrics
+    retention_days: int = 30  # call and run records older than this are deleted (0: kept)
+    retention_rows: int = 100_000  # and beyond this many of each, the oldest (0: no cap)
+    # Keep each provider call's request and response bodies (redacted of the key; large, so off).
+    detailed: bool = False
+    log_format: str = "text"  # or "json" (--log-format wins)
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     upstream: UpstreamConfig = msgspec.field(default_factory=UpstreamConfig)
     proxy: ProxyConfig = msgspec.field(default_factory=ProxyConfig)
+    observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
     models: list[ModelConfig] = []
     secrets_file: str = ""
     # Where the file was read from (not a TOML key; filled by load()).
@@ -265,6 +287,8 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
             yield f"{at}.base_url: {problem}"
         if m.default_effort and m.efforts and m.default_effort not in m.efforts:
             yield f"{at}.default_effort: {m.default_effort!r} is not one of its efforts ({', '.join(m.efforts)})"
+        if m.price is not None and min(msgspec.structs.astuple(m.price)) < 0:
+            yield f"{at}.price: prices must be >= 0 (USD per million tokens)"
     if problem := url_problem(cfg.upstream.base_url):
         yield f"upstream.base_url: {problem}"
     if cfg.proxy.upstream_proxy and (problem := url_problem(cfg.proxy.upstream_proxy, ("http",))):
@@ -272,6 +296,11 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
     if not 0 < cfg.server.port < 65536:
         yield "server.port: must be between 1 and 65535"
     yield from _edge_limit_problems(cfg.server)
+    obs = cfg.observability
+    if obs.log_format not in ("text", "json"):
+        yield f"observability.log_format: expected \"text\" or \"json\", got {obs.log_format!r}"
+    if obs.retention_days < 0 or obs.retention_rows < 0:
+        yield "observability: retention_days and retention_rows must be >= 0 (0: no limit)"
     if not 0 <= cfg.proxy.port < 65536:
         yield "proxy.port: must be between 0 and 65535"
     elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):

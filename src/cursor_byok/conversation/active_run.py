@@ -11,6 +11,7 @@ from ..config import ModelConfig
 from ..protocol import agent_pb2 as pb, encode_server_message, encode_server_messages
 from ..run import RunEngine, RunSpec, ToolCallRequest, ToolOutcome
 from .actions import Injected
+from .observation import ObservedRun
 from .output import OutputStream
 from .presenter import RunPresenter
 
@@ -58,6 +59,7 @@ class ActiveRun:
     taken: list[Injected] = field(default_factory=list)  # handed to the engine, not yet committed
     input_keys: set[str] = field(default_factory=set)  # inputs injected into this run
     presenter: RunPresenter = field(init=False)
+    observed: ObservedRun = field(init=False)
     side_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # step checkpoints in flight
     checkpoint_seq: int = 0  # checkpoints started in this run
     checkpoint_sent: int = 0  # the newest one written to the stream

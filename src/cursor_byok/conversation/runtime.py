@@ -53,10 +53,11 @@ from .commands import (
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
 from .identity import new_run_id
+from .observation import ObservedRun
 from .output import OutputStream
 from .presenter import RunPresenter
 from .run_errors import run_error
-from .run_setup import agent_mode, cursor_run_id, workspace_root
+from .run_setup import agent_mode, cursor_run_id, requested_model_id, workspace_root
 from .state import Outcome, Phase, check_transition
 from .tool_calls import TOOL_RESULT_KINDS
 from .turn_input import stored_as
@@ -164,6 +165,8 @@ class ConversationRuntime:
             )
             raise
         self.phase = target
+        if self.run is not None:
+            self.run.observed.phases.append((target.value, time.monotonic_ns()))
 
     def is_current(self, run_id: str) -> bool:
         return self.run is not None and self.run.run_id == run_id
@@ -199,6 +202,8 @@ class ConversationRuntime:
             follow_up=cmd.follow_up,
         )
         run.presenter = RunPresenter(run.run_id, workspace_root(rr), run.send)
+        run.observed = ObservedRun(self.conversation_id, run.run_id, run.cursor_run_id, run.request_id, requested_model_id(rr))
+        self.s.observer.run_started(run.observed)
         self.data.blobs.held_by_client(cmd.request_id, rr.conversation_state.root_prompt_messages_json)
         self.run = run
         self._transition(Phase.PREPARING)
@@ -465,6 +470,7 @@ class ConversationRuntime:
     def _finish_run(self, run: ActiveRun, outcome: Outcome, error: ConnectError | None = None) -> None:
         """The run's one outcome (every run that started gets exactly one)."""
         self.data.records.run_finished(run, outcome, error)
+        self.s.observer.run_finished(run.observed, outcome.value, error.code if error else None, error.message if error else None)
 
     def _on_shutdown(self, cmd: Shutdown) -> None:
         """Every open stream gets its terminal: a finished run's `{}`, any other `unavailable`
