@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..config import ModelConfig
 from ..protocol import new_trace_id
@@ -28,6 +28,7 @@ class ObservedRun:
     started_ns: int = field(default_factory=time.monotonic_ns)
     model: ModelConfig | None = None  # once the run's model is resolved
     phases: list[tuple[str, int]] = field(default_factory=list)  # (phase entered, monotonic ns)
+    observer_state: Any = None  # what the observer keeps about the run
 
 
 @dataclass(frozen=True, slots=True)

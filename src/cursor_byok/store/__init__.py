@@ -8,6 +8,7 @@ database.
 """
 from __future__ import annotations
 
+from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
 from .errors import (
     BindingConflict,
     BlobCorruptError,
@@ -46,6 +47,10 @@ from .store import Store, StoreStats, blob_id_of
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "ActivityBucket",
+    "CallRecord",
+    "ConversationSummary",
+    "UsageGroup",
     "AppendResult",
     "BindOutcome",
     "BindingConflict",

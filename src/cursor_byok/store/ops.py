@@ -29,6 +29,7 @@ class Stage(enum.IntEnum):
     BLOBS = 6
     TRACES = 7
     USAGE = 8
+    CALLS = 9
 
 
 Row = tuple[Any, ...]

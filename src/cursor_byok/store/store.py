@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from .activity import ActivityRecords, select_traces, select_usage
+from .calls import CallRecords
 from .conversations import ConversationRecords, select_bindings, select_conversation, select_runs
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
@@ -17,7 +18,7 @@ from .history import HistoryRecords, blob_id_of, select_checkpoints, select_even
 __all__ = ["Store", "StoreStats", "blob_id_of"]
 
 
-class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords):
+class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
     async def export_conversation(self, conversation_id: str) -> dict[str, Any] | None:
