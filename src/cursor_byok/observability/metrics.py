@@ -10,7 +10,7 @@ import collections
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -33,6 +33,7 @@ class GatewayGauges:
 
 class Metrics:
     def __init__(self) -> None:
+        disable_created_metrics()  # a `_created` series beside every counter is noise here
         self.registry = CollectorRegistry()
         r = self.registry
         self.runs = Counter("cursor_byok_runs", "Finished runs by model and outcome.", ["model", "outcome"], registry=r)
