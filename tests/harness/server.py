@@ -79,7 +79,7 @@ class ServerConfig:
     def toml(self, port: int) -> str:
         lines = [
             "[server]",
-            'host = "127.0.0.1"',
+            *(() if "host" in self.extra_server else ('host = "127.0.0.1"',)),
             f"port = {port}",
             f'data_dir = "{self.state_dir or self.data_dir}"',
             f"runsse_wait_seconds = {self.runsse_wait_seconds}",

@@ -38,7 +38,7 @@ const fmt = {
   pct: (r) => (r === null || r === undefined ? "-" : (r * 100).toFixed(1) + "%"),
   money: (c) => (c === null || c === undefined ? "-" : "$" + c.toFixed(4)),
   when: (ms) => (ms ? new Date(ms).toLocaleString() : "-"),
-  time: (ms) => new Date(ms).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}),
+  time: (ms) => new Date(ms).toLocaleString([], {weekday: "short", hour: "2-digit", minute: "2-digit"}),
 };
 
 function card(label, value) {
@@ -81,6 +81,9 @@ function chart(title, points, series, opts = {}) {
       d += (d && points[i - 1] && points[i - 1][key] !== null && points[i - 1][key] !== undefined ? " L" : " M") + x(i).toFixed(1) + " " + y(v).toFixed(1);
     });
     svg.append(s("path", {class: "series series-" + key + (n ? " second" : ""), d: d.trim() || `M${L} ${H - B}`}));
+    points.forEach((p, i) => {  // a dot per value: a lone point between gaps shows too
+      if (p[key] !== null && p[key] !== undefined) svg.append(s("circle", {class: "dot" + (n ? " second" : ""), cx: x(i), cy: y(p[key]), r: 2}));
+    });
   });
   const legend = series.length > 1 ? h("span", {class: "muted"}, " (" + series.join(", ").replaceAll("_", " ") + ")") : null;
   return h("div", {class: "chart-box"}, h("h3", {}, title, legend), svg);
