@@ -172,3 +172,21 @@ async def test_the_api_key_is_in_no_record_metric_log_or_page(server: ServerProc
         assert CANARY not in text, name
     data = b"".join(p.read_bytes() for p in server.config.data_dir.glob("state.db*"))
     assert CANARY.encode() not in data and b"[REDACTED]" in data
+
+
+def test_usage_command_shows_the_dashboards_numbers(server: ServerProcess) -> None:
+    """`cursor-byok usage` beside a running server: the same rows as the dashboard's API, as a table."""
+    for by in ("model", "day"):
+        api = ui(server, f"usage?since=7d&by={by}")
+        assert api["rows"], "the turns of this module were recorded"
+        done = server.run_to_exit("usage", "--since", "7d", "--by", by, "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == api
+    table = server.run_to_exit("usage", "--since", "7d")
+    assert table.returncode == 0, table.stderr
+    head, *rows = table.stdout.splitlines()
+    assert head.split()[:3] == ["MODEL", "CALLS", "ERRORS"] and "CACHE HIT" in head and "COST" in head
+    [model_row] = [r for r in rows if r.startswith(MODEL)]
+    assert str(api_calls := ui(server, "usage?since=7d")["totals"]["calls"]) in model_row and "$" in model_row, (api_calls, rows)
+    bad = server.run_to_exit("usage", "--since", "soon")
+    assert bad.returncode == 2 and "not an age" in bad.stderr and "Traceback" not in bad.stderr
