@@ -3,15 +3,14 @@ reply, tool call and result, and one per run with its outcome and tokens. Also t
 history payloads for `conversations export`."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
 
+from ..prompting import user_query
+
 _WIDTH = 160
-# The runtime wraps the user's text in its prompt (prompting.render_runtime_message).
-_USER_QUERY = re.compile(r"<user_query>\n?(.*?)\n?</user_query>", re.S)
 
 
 def decode_payload(payload: bytes) -> Any:
@@ -41,10 +40,8 @@ def message_lines(kind: str, message: Mapping[str, Any]) -> Iterator[str]:
         yield f"compaction: {one_line(_texts(parts, 'text'))}"
         return
     if message.get("role") == "user":
-        text = _texts(parts, "text")
-        query = _USER_QUERY.search(text)
         label = {"injection": "user (while running)", "background_completion": "background task"}.get(kind, "user")
-        yield f"{label}: {one_line(query.group(1) if query else text)}"
+        yield f"{label}: {one_line(user_query(_texts(parts, 'text')))}"
         return
     for part in parts:
         kind_of = part.get("type")

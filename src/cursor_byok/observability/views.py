@@ -3,29 +3,25 @@ the overview's series, pages of conversations and one conversation's runs and ca
 the prices in the config as it is now."""
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from ..config import Config
+from ..prompting import user_query
 from ..store import CallRecord, UsageGroup
 from .costs import cache_hit_rate, cost
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 MAX_PAGE = 200
-# The runtime wraps the user's text in its prompt (prompting.render_runtime_message).
-_USER_QUERY = re.compile(r"<user_query>\n?(.*?)\n?</user_query>", re.S)
 _TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
 def user_text(message: Mapping[str, Any]) -> str:
     """The user's own words in a stored user message (without the prompt around them)."""
-    text = " ".join(p.get("text", "") for p in message.get("parts") or [] if p.get("type") == "text")
-    query = _USER_QUERY.search(text)
-    return query.group(1) if query else text
+    return user_query(" ".join(p.get("text", "") for p in message.get("parts") or [] if p.get("type") == "text"))
 
 
 def _payload_user_text(payload: bytes | None) -> str:
