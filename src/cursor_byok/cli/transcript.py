@@ -57,12 +57,13 @@ def message_lines(kind: str, message: Mapping[str, Any]) -> Iterator[str]:
 
 
 def run_line(run: Any, usage: Any | None) -> str:
-    """One run: its outcome (and error), how long it took, its tokens."""
+    """One run: its outcome (and error), how long it took, its tokens (when it spent any)."""
     outcome = getattr(run.outcome, "value", run.outcome) or "in progress"
     if run.error_code:
         outcome += f" ({run.error_code}: {one_line(run.error_message or '', 100)})"
     took = f", {(run.ended_at_ms - run.started_at_ms) / 1000:.1f} s" if run.ended_at_ms else ""
-    tokens = f", tokens in {usage.input_tokens} out {usage.output_tokens}" if usage is not None else ""
+    spent = usage is not None and (usage.input_tokens or usage.output_tokens)
+    tokens = f", tokens in {usage.input_tokens} out {usage.output_tokens}" if spent else ""
     return f"run {run.run_id}: {outcome}{took}{tokens}"
 
 
