@@ -149,6 +149,7 @@ async def test_the_api_key_is_in_no_record_metric_log_or_page(server: ServerProc
     echoed = OPENAI_CHAT.text(["fine"])
     echoed.chunks.insert(1, sse({"id": "x", "object": "chat.completion.chunk", "choices": [], "system_fingerprint": CANARY}))
     provider.enqueue(echoed, OPENAI_CHAT.auth_error(echo=CANARY))
+    before = metrics(server)
     ide = ScriptedIDE(server.base_url, workspace)
     conversation_ids = [uuid.uuid4().hex, uuid.uuid4().hex]
     try:
@@ -157,6 +158,8 @@ async def test_the_api_key_is_in_no_record_metric_log_or_page(server: ServerProc
     finally:
         await ide.close()
     assert ok.terminal is None and failed.terminal is not None and failed.terminal.code == "unauthenticated"
+    errors = 'cursor_byok_errors_total{code="unauthenticated"}'
+    assert metrics(server).get(errors, 0.0) - before.get(errors, 0.0) == 1  # the failed run, counted once
     details = [wait_for(lambda c=c: ui(server, f"conversations/{c}"), lambda d: d["runs"] and d["runs"][0]["calls"]) for c in conversation_ids]
     bodies = [ui(server, f"calls/{call['trace_id']}/{call['seq']}/bodies") for d in details for call in d["runs"][0]["calls"]]
     assert "[REDACTED]" in bodies[0]["response"]  # the echo was there, and was scrubbed
