@@ -193,3 +193,19 @@ def test_usage_command_shows_the_dashboards_numbers(server: ServerProcess) -> No
     assert str(api_calls := ui(server, "usage?since=7d")["totals"]["calls"]) in model_row and "$" in model_row, (api_calls, rows)
     bad = server.run_to_exit("usage", "--since", "soon")
     assert bad.returncode == 2 and "not an age" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(("path", "status", "says"), [
+    ("conversations?cursor=garbage", 400, "cursor"),
+    ("conversations?limit=many", 400, "limit"),
+    ("overview?hours=soon", 400, "hours"),
+    ("usage?since=soon", 400, "not an age"),
+    ("usage?by=week", 400, "by: model or day"),
+    ("calls/nope/1/bodies", 404, "no call"),
+    ("nothing", 404, "no API"),
+])
+def test_the_dashboard_api_answers_bad_input_with_one_line(server: ServerProcess, path: str, status: int, says: str) -> None:
+    resp = httpx.get(f"{server.base_url}/ui/api/{path}", timeout=5)
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert says in error and "\n" not in error and "invalid literal" not in error, error

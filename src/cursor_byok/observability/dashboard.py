@@ -56,6 +56,15 @@ def since_ms(text: str, now_ms: int) -> int:
     return now_ms - int(amount) * _AGE_UNITS[unit]
 
 
+def _int_param(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise ValueError(f"{name}: a whole number between {low} and {high}")
+    return int(text)
+
+
 class Dashboard:
     def __init__(
         self, config: Config, store: Any, recorder: Recorder, adapter: Callable[[ModelConfig], Provider],
@@ -93,9 +102,7 @@ class Dashboard:
         now = time.time_ns() // 1_000_000
         match parts:
             case ["overview"]:
-                hours = int(params.get("hours", "24"))
-                if not 1 <= hours <= 24 * 90:
-                    raise ValueError("hours: between 1 and 2160")
+                hours = _int_param(params, "hours", 24, 1, 24 * 90)
                 return _json(await views.overview(self.store, self.config, now_ms=now, hours=hours))
             case ["usage"]:
                 by = params.get("by", "model")
@@ -105,7 +112,7 @@ class Dashboard:
                 rows = await views.usage(self.store, self.config, since_ms=since, by=by)
                 return _json({"rows": rows, "totals": views.totals(rows)})
             case ["conversations"]:
-                limit = int(params.get("limit", "50"))
+                limit = _int_param(params, "limit", views.PAGE, 1, views.MAX_PAGE)
                 return _json(await views.conversations(self.store, cursor=params.get("cursor"), limit=limit))
             case ["conversations", conversation_id]:
                 found = await views.conversation(self.store, self.config, urllib.parse.unquote(conversation_id))

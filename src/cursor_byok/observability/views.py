@@ -15,6 +15,7 @@ from .costs import cache_hit_rate, cost
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
+PAGE = 50  # conversations per page unless asked
 MAX_PAGE = 200
 _TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -96,15 +97,16 @@ def encode_cursor(updated_at_ms: int, conversation_id: str) -> str:
     return f"{updated_at_ms}.{conversation_id}"
 
 
-def decode_cursor(cursor: str) -> tuple[int, str] | None:
-    """The keyset position a page cursor names; None for a malformed one."""
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """The keyset position a page cursor names; ValueError for one this API did not give out."""
     updated, _, conversation_id = cursor.partition(".")
-    return (int(updated), conversation_id) if updated.isdigit() and conversation_id else None
+    if not (updated.isdigit() and conversation_id):
+        raise ValueError("cursor: not one this API gave out (use the `next` of the previous page)")
+    return int(updated), conversation_id
 
 
 async def conversations(store: Any, *, cursor: str | None, limit: int) -> dict[str, Any]:
     """One page of root conversations, most recently active first; `next` continues after it."""
-    limit = max(1, min(limit, MAX_PAGE))
     before = decode_cursor(cursor) if cursor else None
     page = await store.conversation_page(before=before, limit=limit + 1)
     items = [
