@@ -3,6 +3,7 @@
 the turn and the token counts the provider reported. And the API key appears in none of them."""
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
@@ -193,6 +194,45 @@ def test_usage_command_shows_the_dashboards_numbers(server: ServerProcess) -> No
     assert str(api_calls := ui(server, "usage?since=7d")["totals"]["calls"]) in model_row and "$" in model_row, (api_calls, rows)
     bad = server.run_to_exit("usage", "--since", "soon")
     assert bad.returncode == 2 and "not an age" in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_a_run_in_progress_is_on_the_live_page_and_in_the_gauges(
+    server: ServerProcess, provider: FakeProviderServer, workspace: Path
+) -> None:
+    """Held at its tool call, the run is live (its phase, calls and tokens so far), its conversation
+    is active and its stream open; once it ends it is gone from all three."""
+    (workspace / "notes.txt").write_text("remember the milk\n")
+    provider.enqueue(
+        OPENAI_CHAT.tool_calls([CallSpec("c1", "Read", [json.dumps({"path": str(workspace / "notes.txt")})])], usage=UsageSpec(input=30, output=4)),
+        OPENAI_CHAT.text(["done"], usage=UsageSpec(input=40, output=2)),
+    )
+    conversation_id = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    ide.hold_execs = True
+    seen: dict[str, Any] = {}
+
+    async def while_held(request_id: str, log: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not ide.held and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        seen["live"] = ui(server, "live")
+        seen["metrics"] = metrics(server)
+        await ide.release_held()
+
+    try:
+        log = await ide.turn(run_request("read my notes", model=MODEL, conversation_id=conversation_id), during=while_held)
+    finally:
+        await ide.close()
+    assert log.terminal is None and log.text == "done"
+    [live] = [r for r in seen["live"]["runs"] if r["conversation_id"] == conversation_id]
+    assert (live["model_id"], live["phase"], live["calls"], live["tool_calls"]) == (MODEL, "waiting_tools", 1, 0)
+    assert (live["input_tokens"], live["output_tokens"], live["trace_id"] != "") == (30, 4, True)
+    assert (seen["live"]["active_conversations"], seen["live"]["open_streams"]) == (1, 1)
+    gauges = ("cursor_byok_active_conversations", "cursor_byok_runsse_streams_open")
+    assert [seen["metrics"][g] for g in gauges] == [1, 1]
+    after = wait_for(lambda: ui(server, "live"), lambda v: not v["runs"])
+    assert (after["runs"], after["active_conversations"]) == ([], 0)
+    assert metrics(server)["cursor_byok_active_conversations"] == 0
 
 
 @pytest.mark.parametrize(("path", "status", "says"), [
