@@ -111,6 +111,10 @@ async def test_every_page_shows_the_turn_and_logs_no_error(
     calls = page.locator("section.run tr[data-trace]")
     assert await calls.count() == 2
     assert "Read" in await calls.nth(0).text_content() and "succeeded" in await page.locator("section.run").text_content()
+    # The detailed mode is off by default: no bodies kept, no bodies button.
+    detail = httpx.get(f"{server.base_url}/ui/api/conversations/{conversation_id}", timeout=5).json()
+    assert [c["has_bodies"] for c in detail["runs"][0]["calls"]] == [False, False]
+    assert await page.locator("section.run button", has_text="bodies").count() == 0
     await page.screenshot(path=str(shots / "dashboard-conversation.png"), full_page=True)
 
     await open_page(page, base + "#/live", "live")
@@ -120,7 +124,8 @@ async def test_every_page_shows_the_turn_and_logs_no_error(
     # Models: the test button measures the model through the server.
     await open_page(page, base + "#/models", "models")
     await page.locator(f"button[data-model='{MODEL}']").click()
-    await page.wait_for_function("document.querySelector('td.result').textContent.includes('tokens/s')", timeout=15_000)
+    # A locator wait, not wait_for_function: its polling evaluates strings, which the page's CSP forbids.
+    await page.locator("td.result", has_text="tokens/s").wait_for(timeout=15_000)
     assert "TTFT" in await page.locator("td.result").text_content()
     await page.screenshot(path=str(shots / "dashboard-models.png"), full_page=True)
     assert problems == []
