@@ -235,17 +235,21 @@ async def test_a_run_in_progress_is_on_the_live_page_and_in_the_gauges(
     assert metrics(server)["cursor_byok_active_conversations"] == 0
 
 
-@pytest.mark.parametrize(("path", "status", "says"), [
-    ("conversations?cursor=garbage", 400, "cursor"),
-    ("conversations?limit=many", 400, "limit"),
-    ("overview?hours=soon", 400, "hours"),
-    ("usage?since=soon", 400, "not an age"),
-    ("usage?by=week", 400, "by: model or day"),
-    ("calls/nope/1/bodies", 404, "no call"),
-    ("nothing", 404, "no API"),
+@pytest.mark.parametrize(("method", "path", "code", "says"), [
+    ("GET", "conversations?cursor=garbage", "invalid_argument", "cursor"),
+    ("GET", "conversations?limit=many", "invalid_argument", "limit"),
+    ("GET", "overview?hours=soon", "invalid_argument", "hours"),
+    ("GET", "usage?since=soon", "invalid_argument", "not an age"),
+    ("GET", "usage?by=week", "invalid_argument", "by: model or day"),
+    ("GET", "calls/nope/1/bodies", "not_found", "no call"),
+    ("GET", "nothing", "not_found", "no API"),
+    ("POST", "models/nope/test", "not_found", "no model"),
+    ("DELETE", "overview", "unimplemented", "read with GET"),
 ])
-def test_the_dashboard_api_answers_bad_input_with_one_line(server: ServerProcess, path: str, status: int, says: str) -> None:
-    resp = httpx.get(f"{server.base_url}/ui/api/{path}", timeout=5)
-    assert resp.status_code == status, resp.text
-    error = resp.json()["error"]
-    assert says in error and "\n" not in error and "invalid literal" not in error, error
+def test_the_dashboard_api_answers_bad_input_with_a_connect_error(server: ServerProcess, method: str, path: str, code: str, says: str) -> None:
+    """One line naming the parameter, with a Connect code like every refusal of this server."""
+    resp = httpx.request(method, f"{server.base_url}/ui/api/{path}", headers={"content-type": "application/json"}, timeout=5)
+    assert 400 <= resp.status_code < 500, resp.text
+    error = resp.json()
+    assert error["code"] == code and says in error["message"], error
+    assert "\n" not in error["message"] and "invalid literal" not in error["message"], error

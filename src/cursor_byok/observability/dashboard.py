@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from ..config import Config, ConfigError, ModelConfig
+from ..protocol import ConnectError, error_body, http_status_for
 from ..providers import Provider, ProviderCall, ProviderError
 from . import views
 from .metrics import GatewayGauges
@@ -44,8 +45,9 @@ def _json(value: Any, status: int = 200) -> UiResponse:
     return UiResponse(status, JSON_TYPE, msgspec.json.encode(value))
 
 
-def _error(status: int, message: str) -> UiResponse:
-    return _json({"error": message}, status)
+def _error(code: str, message: str, status: int | None = None) -> UiResponse:
+    """A Connect-shaped refusal (`{"code", "message"}`), like every other this server sends."""
+    return UiResponse(status or http_status_for(code), JSON_TYPE, error_body(ConnectError(code, message)))
 
 
 def since_ms(text: str, now_ms: int) -> int:
@@ -83,9 +85,9 @@ class Dashboard:
         if not path.startswith("api/"):
             name = STATIC.get(path)
             if name is None:
-                return _error(404, f"no page /ui/{path}")
+                return _error("not_found", f"no page /ui/{path}")
             if method not in ("GET", "HEAD"):
-                return _error(405, "pages are read with GET")
+                return _error("unimplemented", "pages are read with GET", 405)
             return UiResponse(200, STATIC_TYPES[name.rpartition(".")[2]], self._static[name])
         parts = path.split("/")[1:]
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
@@ -93,10 +95,10 @@ class Dashboard:
             if method == "POST" and len(parts) == 3 and parts[0] == "models" and parts[2] == "test":
                 return await self._test_model(urllib.parse.unquote(parts[1]))
             if method != "GET":
-                return _error(405, "the dashboard API is read with GET (POST only for a model test)")
+                return _error("unimplemented", "the dashboard API is read with GET (POST only for a model test)", 405)
             return await self._read(parts, params)
         except ValueError as exc:
-            return _error(400, str(exc))
+            return _error("invalid_argument", str(exc))
 
     async def _read(self, parts: list[str], params: dict[str, str]) -> UiResponse:
         now = time.time_ns() // 1_000_000
@@ -116,11 +118,11 @@ class Dashboard:
                 return _json(await views.conversations(self.store, cursor=params.get("cursor"), limit=limit))
             case ["conversations", conversation_id]:
                 found = await views.conversation(self.store, self.config, urllib.parse.unquote(conversation_id))
-                return _json(found) if found is not None else _error(404, f"no conversation {conversation_id!r}")
+                return _json(found) if found is not None else _error("not_found", f"no conversation {conversation_id!r}")
             case ["calls", trace_id, seq, "bodies"] if seq.isdigit():
                 call = await self.store.get_call(trace_id, int(seq))
                 if call is None:
-                    return _error(404, f"no call {trace_id}/{seq}")
+                    return _error("not_found", f"no call {trace_id}/{seq}")
                 return _json({
                     "request": call.request_body.decode("utf-8", "replace") if call.request_body else None,
                     "response": call.response_body.decode("utf-8", "replace") if call.response_body else None,
@@ -129,7 +131,7 @@ class Dashboard:
                 return _json(self._live(now))
             case ["models"]:
                 return _json([_model_view(m) for m in self.config.models])
-        return _error(404, f"no API /ui/api/{'/'.join(parts)}")
+        return _error("not_found", f"no API /ui/api/{'/'.join(parts)}")
 
     def _live(self, now_ms: int) -> dict[str, Any]:
         runs = []
@@ -157,16 +159,16 @@ class Dashboard:
     async def _test_model(self, model_id: str) -> UiResponse:
         model = self.config.model(model_id)
         if model is None or model.id != model_id:
-            return _error(404, f"no model {model_id!r} in the config")
+            return _error("not_found", f"no model {model_id!r} in the config")
         try:
             provider = self._adapter(model)
-        except ConfigError as exc:
-            return _error(400, str(exc))
+        except ConfigError as exc:  # its key is missing
+            return _error("failed_precondition", str(exc))
         call = ProviderCall("test")
         try:
             result = await measure_model(provider, model, call)
         except ProviderError as exc:
-            return _error(502, exc.explain())
+            return _error("unavailable", exc.explain(), 502)
         finally:
             self.recorder.test_call(model, call)
         return _json({

@@ -28,7 +28,7 @@ function s(tag, attrs) {
 async function api(path, init) {
   const r = await fetch("api/" + path, init);
   const body = await r.json();
-  if (!r.ok) throw new Error(body.error || ("HTTP " + r.status));
+  if (!r.ok) throw new Error(body.message || ("HTTP " + r.status));
   return body;
 }
 
