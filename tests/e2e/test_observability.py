@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply, UsageSpec, sse
-from tests.harness.ide import ScriptedIDE, run_request
+from tests.harness.ide import BIDI_APPEND, ScriptedIDE, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 MODEL = "byok-observed"
@@ -194,6 +194,14 @@ def test_usage_command_shows_the_dashboards_numbers(server: ServerProcess) -> No
     assert str(api_calls := ui(server, "usage?since=7d")["totals"]["calls"]) in model_row and "$" in model_row, (api_calls, rows)
     bad = server.run_to_exit("usage", "--since", "soon")
     assert bad.returncode == 2 and "not an age" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_refusal_at_the_edge_is_counted_by_its_connect_code(server: ServerProcess) -> None:
+    name = 'cursor_byok_errors_total{code="invalid_argument"}'
+    before = metrics(server).get(name, 0.0)
+    resp = httpx.post(server.base_url + BIDI_APPEND, content=b"\xff not a protobuf", headers={"content-type": "application/proto"}, timeout=5)
+    assert (resp.status_code, resp.json()["code"]) == (400, "invalid_argument")
+    assert metrics(server)[name] - before == 1
 
 
 async def test_a_run_in_progress_is_on_the_live_page_and_in_the_gauges(
