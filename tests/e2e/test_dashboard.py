@@ -99,6 +99,10 @@ async def test_every_page_shows_the_turn_and_logs_no_error(
     assert drawn == [True, True, True, True, False], drawn  # the errors chart has nothing to draw: no error
     tokens = await page.evaluate("document.querySelector('svg.chart path.series-input_tokens').getAttribute('d')")
     assert tokens.count("L") >= 1  # a line through the day's buckets, not a lone point
+    # Cost per day: today's row for the model, priced (the prices are in the server's config).
+    [day] = httpx.get(f"{server.base_url}/ui/api/usage?since=7d&by=day", timeout=5).json()["rows"]
+    row = page.locator(f"tr[data-day='{day['group']}']")
+    assert MODEL in await row.text_content() and f"${day['cost']:.4f}" in await row.text_content() and day["cost"] > 0
     await page.screenshot(path=str(shots / "dashboard-overview.png"), full_page=True)
 
     # Conversations: the turn's conversation with its first message; then that conversation.

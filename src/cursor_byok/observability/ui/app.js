@@ -101,7 +101,7 @@ function show(...nodes) {
 
 // ---- pages -------------------------------------------------------------------------------------
 async function overview() {
-  const o = await api("overview?hours=24");
+  const [o, days] = await Promise.all([api("overview?hours=24"), api("usage?since=7d&by=day")]);
   const t = o.totals;
   const series = o.series;
   show(
@@ -122,7 +122,13 @@ async function overview() {
         h("td", {}, m.model_id), h("td", {class: "num"}, fmt.int(m.calls)), h("td", {class: "num"}, fmt.int(m.errors)),
         h("td", {class: "num"}, fmt.int(m.input_tokens)), h("td", {class: "num"}, fmt.int(m.output_tokens)),
         h("td", {class: "num"}, fmt.int(m.cache_read_tokens)), h("td", {class: "num"}, fmt.pct(m.cache_hit_rate)),
-        h("td", {class: "num"}, fmt.money(m.cost))))));
+        h("td", {class: "num"}, fmt.money(m.cost))))),
+    h("h2", {}, "Last 7 days, by day"),
+    table([["Day"], ["Model"], ["Calls", "num"], ["Errors", "num"], ["Input", "num"], ["Output", "num"], ["Cache hit", "num"], ["Cost", "num"]],
+      days.rows.map((d) => h("tr", {"data-day": d.group},
+        h("td", {}, d.group), h("td", {}, d.model_id), h("td", {class: "num"}, fmt.int(d.calls)), h("td", {class: "num"}, fmt.int(d.errors)),
+        h("td", {class: "num"}, fmt.int(d.input_tokens)), h("td", {class: "num"}, fmt.int(d.output_tokens)),
+        h("td", {class: "num"}, fmt.pct(d.cache_hit_rate)), h("td", {class: "num"}, fmt.money(d.cost))))));
 }
 
 async function conversations(cursor) {
