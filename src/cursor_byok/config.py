@@ -88,11 +88,21 @@ class RetentionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     runs_days: float = 180.0  # finished run records (outcome, error): `conversations show` lists them
     traces_days: float = 30.0  # request traces
-    usage_days: float = 400.0  # token usage per model call
+    usage_days: float = 400.0  # each run's usage row (tokens, outcome, phase timings)
+    calls_days: float = 30.0  # provider call records (the dashboard's calls; bodies in detailed mode)
 
     def ages_ms(self) -> dict[str, int]:
         """Record kind → age in ms (0: kept forever)."""
-        return {kind: int(getattr(self, f"{kind}_days") * 86_400_000) for kind in ("runs", "traces", "usage")}
+        return {kind: int(getattr(self, f"{kind}_days") * 86_400_000) for kind in ("runs", "traces", "usage", "calls")}
+
+
+class ModelPrice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What a model's tokens cost, in USD per million tokens (for the dashboard and `usage`)."""
+
+    input: float = 0.0  # uncached prompt tokens
+    output: float = 0.0  # reasoning tokens included
+    cache_read: float = 0.0
+    cache_write: float = 0.0
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -113,6 +123,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     extra_params: dict[str, Any] = {}
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
+    price: ModelPrice | None = None  # none: costs are not shown for this model
 
     @property
     def label(self) -> str:
@@ -126,11 +137,22 @@ class AliasConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str  # the id of one of our [[models]]
 
 
+class ObservabilityConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What the server records about its provider calls and runs, and how it logs (how long the
+    records are kept: [retention] calls_days and usage_days)."""
+
+    enabled: bool = True  # off: no call records, run lines or run metrics
+    # Keep each provider call's request and response bodies (redacted of the key; large, so off).
+    detailed: bool = False
+    log_format: str = "text"  # or "json" (--log-format wins)
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     upstream: UpstreamConfig = msgspec.field(default_factory=UpstreamConfig)
     proxy: ProxyConfig = msgspec.field(default_factory=ProxyConfig)
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
+    observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
     models: list[ModelConfig] = []
     aliases: list[AliasConfig] = []
     secrets_file: str = ""
@@ -291,6 +313,8 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
             yield f"{at}.base_url: {problem}"
         if m.default_effort and m.efforts and m.default_effort not in m.efforts:
             yield f"{at}.default_effort: {m.default_effort!r} is not one of its efforts ({', '.join(m.efforts)})"
+        if m.price is not None and min(msgspec.structs.astuple(m.price)) < 0:
+            yield f"{at}.price: prices must be >= 0 (USD per million tokens)"
     yield from _alias_problems(cfg, seen)
     if problem := url_problem(cfg.upstream.base_url):
         yield f"upstream.base_url: {problem}"
@@ -302,6 +326,9 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
     for kind in cfg.retention.ages_ms():
         if getattr(cfg.retention, f"{kind}_days") < 0:
             yield f"retention.{kind}_days: must be >= 0 (0 keeps them forever)"
+    obs = cfg.observability
+    if obs.log_format not in ("text", "json"):
+        yield f"observability.log_format: expected \"text\" or \"json\", got {obs.log_format!r}"
     if not 0 <= cfg.proxy.port < 65536:
         yield "proxy.port: must be between 0 and 65535"
     elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):

@@ -108,6 +108,14 @@ def test_flags_override_the_config(run_cli, write_config, stand_in, tmp_path: Pa
     assert stand_in.responses == []
 
 
+@pytest.mark.parametrize(("flag", "json_lines"), [((), True), (("--log-format", "text"), False), (("--log-format", "json"), True)])
+def test_the_configs_log_format_unless_the_flag_says_otherwise(run_cli, write_config, stand_in, flag, json_lines):
+    path = write_config('[observability]\nlog_format = "json"\n')
+    result = run_cli(*flag, "serve", "--config", str(path), "--no-proxy")
+    assert result.code == 0, result.err
+    assert result.err_lines and all(line.startswith("{") == json_lines for line in result.err_lines), result.err
+
+
 def test_proxy_runs_beside_the_gateway_and_stops_after_it(run_cli, write_config, stand_in):
     proxy_port = free_port()
     path = write_config(proxy_port=proxy_port)

@@ -59,6 +59,7 @@ class ModelSpec:
     api_key_env: str = "CURSOR_BYOK_TEST_KEY"
     context_window: int = 200_000
     max_output_tokens: int = 4096
+    extra: str = ""  # more TOML lines of this [[models]] table, e.g. 'price = { input = 3.0 }'
 
 
 @dataclass
@@ -74,11 +75,12 @@ class ServerConfig:
     # Where the server keeps its state, when not in data_dir (which then holds only the config and
     # the log): e.g. a file system mounted for one test.
     state_dir: Path | None = None
+    extra_toml: str = ""  # more tables, after the models (e.g. an [observability] table)
 
     def toml(self, port: int) -> str:
         lines = [
             "[server]",
-            'host = "127.0.0.1"',
+            *(() if "host" in self.extra_server else ('host = "127.0.0.1"',)),
             f"port = {port}",
             f'data_dir = "{self.state_dir or self.data_dir}"',
             f"runsse_wait_seconds = {self.runsse_wait_seconds}",
@@ -98,11 +100,12 @@ class ServerConfig:
                 f'api_key_env = "{m.api_key_env}"',
                 f"context_window = {m.context_window}",
                 f"max_output_tokens = {m.max_output_tokens}",
+                m.extra,
                 "",
             ]
         for hosted, model in self.aliases.items():
             lines += ["[[aliases]]", f'cursor_model = "{hosted}"', f'model = "{model}"', ""]
-        return "\n".join(lines)
+        return "\n".join([*lines, self.extra_toml])
 
 
 LIVE: set["ServerProcess"] = set()  # every server started and not yet stopped

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from cursor_byok.run import Message, RunEvent, TextPart, ToolCallRequest, ToolOutcome, Usage
+from cursor_byok.run import Message, ProviderCall, RunEvent, TextPart, ToolCallRequest, ToolOutcome, Usage
 
 
 def user(text: str) -> Message:
@@ -49,7 +49,11 @@ class MemoryHistory:
 class RecordingSink:
     def __init__(self, on_event: Callable[[RunEvent], None] | None = None) -> None:
         self.events: list[RunEvent] = []
+        self.calls: list[ProviderCall] = []  # provider calls, as they ended
         self.on_event = on_event
+
+    def provider_call(self, call: ProviderCall) -> None:
+        self.calls.append(call)
 
     def emit(self, event: RunEvent) -> None:
         self.events.append(event)

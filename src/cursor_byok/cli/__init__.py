@@ -6,6 +6,7 @@
     cursor-byok models list|test MODEL_ID
     cursor-byok conversations list|show ID|export ID|delete ID|prune --older-than AGE
     cursor-byok db stats|backup FILE|vacuum
+    cursor-byok usage [--since 7d] [--by model|day]
     cursor-byok cursor enable|disable|status
     cursor-byok ca init [--rotate]|show|install
     cursor-byok service install|uninstall|status [--dry-run]
@@ -25,10 +26,10 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, ConfigError
-from . import ca, config, conversations, cursor, db, doctor, models, serve, service
+from . import ca, config, conversations, cursor, db, doctor, models, serve, service, usage
 from .common import PROG, CommandError, echo, setup_logging
 
-COMMAND_GROUPS = (serve, doctor, config, models, conversations, db, cursor, ca, service)
+COMMAND_GROUPS = (serve, doctor, config, models, conversations, usage, db, cursor, ca, service)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Cursor's agent backend, run locally on your own model keys.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format (default: text)")
+    parser.add_argument("--log-format", choices=("text", "json"), default=None, help="log line format (default: text, or the config's observability.log_format)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    setup_logging(args.log_format, args.log_level)
+    setup_logging(args.log_format or "text", args.log_level)
     try:
         return int(args.handler(args) or 0)
     except ConfigError as exc:

@@ -63,8 +63,16 @@ class TextLogFormatter(logging.Formatter):
 
 
 def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None = None) -> None:
+    """Log lines to stderr, as text for a person or one JSON object each (which carries the ids of
+    the run a line was written in: trace_id, conversation_id, run_id, request_id)."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonLogFormatter() if fmt == "json" else TextLogFormatter())
+    if fmt == "json":
+        from ..observability import RunIdsFilter
+
+        handler.setFormatter(JsonLogFormatter())
+        handler.addFilter(RunIdsFilter())
+    else:
+        handler.setFormatter(TextLogFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         if getattr(old, "_cursor_byok", False):

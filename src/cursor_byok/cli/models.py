@@ -4,11 +4,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import time
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..config import ModelConfig, ProviderKind, resolve_api_key
 from .common import CommandError, echo, key_status, load_config, model_or_fail, table
+
+if TYPE_CHECKING:
+    from ..observability import ModelTestResult
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
@@ -25,56 +27,13 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass(slots=True)
-class ModelTestResult:
-    text: str
-    ttft_ms: float | None
-    total_ms: float
-    output_tokens: int | None
-    tokens_per_second: float | None
-
-
 async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_tokens: int) -> ModelTestResult:
     from ..http_client import streaming_client
-    from ..providers import (
-        Message,
-        ModelRequest,
-        TextDelta,
-        TextPart,
-        ThinkingDelta,
-        Usage,
-        make_provider,
-    )
+    from ..observability import measure_model
+    from ..providers import ProviderCall, make_provider
 
-    request = ModelRequest(
-        model=model.model,
-        system="You are a helpful assistant. Answer briefly.",
-        messages=[Message(role="user", parts=[TextPart(text=prompt)])],
-        tools=[],
-        max_tokens=max_tokens,
-        effort=model.default_effort or None,
-        thinking_budget=model.thinking_budget_tokens or None,
-        extra_params={},
-    )
-    text: list[str] = []
-    output_tokens: int | None = None
-    first: float | None = None
     async with streaming_client() as client:  # the provider bounds its own waits
-        provider = make_provider(model, api_key, client)
-        started = time.perf_counter()
-        async for event in provider.stream(request):
-            if isinstance(event, (TextDelta, ThinkingDelta)) and event.text and first is None:
-                first = time.perf_counter()
-            if isinstance(event, TextDelta):
-                text.append(event.text)
-            elif isinstance(event, Usage) and event.output_tokens is not None:
-                output_tokens = event.output_tokens
-        ended = time.perf_counter()
-    ttft = (first - started) * 1000 if first is not None else None
-    rate = None
-    if output_tokens and first is not None and ended > first:
-        rate = output_tokens / (ended - first)
-    return ModelTestResult("".join(text), ttft, (ended - started) * 1000, output_tokens, rate)
+        return await measure_model(make_provider(model, api_key, client), model, ProviderCall("test"), prompt=prompt, max_tokens=max_tokens)
 
 
 def cmd_models_test(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from ..datadir import secure_data_dir, use_private_umask
 from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, display_address
 from . import startup
 from .chain import corporate_proxy
-from .common import CommandError, gateway_url, load_config, port_number, proxy_url
+from .common import CommandError, gateway_url, load_config, port_number, proxy_url, setup_logging
 from .first_run import warn_if_no_models
 
 if TYPE_CHECKING:
@@ -27,6 +27,8 @@ log = logging.getLogger("cursor_byok.cli")
 
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = load_config(args)
+    if args.log_format is None and cfg.observability.log_format == "json":
+        setup_logging("json", args.log_level)  # the config's format; --log-format would have won
     server = cfg.server
     if args.host is not None:
         server = msgspec.structs.replace(server, host=args.host)

@@ -3,15 +3,14 @@ reply, tool call and result, and one per run with its outcome and tokens. Also t
 history payloads for `conversations export`."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
 
+from ..prompting import user_query
+
 _WIDTH = 160
-# The runtime wraps the user's text in its prompt (prompting.render_runtime_message).
-_USER_QUERY = re.compile(r"<user_query>\n?(.*?)\n?</user_query>", re.S)
 
 
 def decode_payload(payload: bytes) -> Any:
@@ -41,10 +40,8 @@ def message_lines(kind: str, message: Mapping[str, Any]) -> Iterator[str]:
         yield f"compaction: {one_line(_texts(parts, 'text'))}"
         return
     if message.get("role") == "user":
-        text = _texts(parts, "text")
-        query = _USER_QUERY.search(text)
         label = {"injection": "user (while running)", "background_completion": "background task"}.get(kind, "user")
-        yield f"{label}: {one_line(query.group(1) if query else text)}"
+        yield f"{label}: {one_line(user_query(_texts(parts, 'text')))}"
         return
     for part in parts:
         kind_of = part.get("type")
@@ -60,12 +57,13 @@ def message_lines(kind: str, message: Mapping[str, Any]) -> Iterator[str]:
 
 
 def run_line(run: Any, usage: Any | None) -> str:
-    """One run: its outcome (and error), how long it took, its tokens."""
+    """One run: its outcome (and error), how long it took, its tokens (when it spent any)."""
     outcome = getattr(run.outcome, "value", run.outcome) or "in progress"
     if run.error_code:
         outcome += f" ({run.error_code}: {one_line(run.error_message or '', 100)})"
     took = f", {(run.ended_at_ms - run.started_at_ms) / 1000:.1f} s" if run.ended_at_ms else ""
-    tokens = f", tokens in {usage.input_tokens} out {usage.output_tokens}" if usage is not None else ""
+    spent = usage is not None and (usage.input_tokens or usage.output_tokens)
+    tokens = f", tokens in {usage.input_tokens} out {usage.output_tokens}" if spent else ""
     return f"run {run.run_id}: {outcome}{took}{tokens}"
 
 

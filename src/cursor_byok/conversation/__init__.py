@@ -1,7 +1,8 @@
 """The conversation domain: identities, bindings, the single-writer runtime, output, history."""
 from __future__ import annotations
 
-from .identity import ParentConversationRef, new_run_id, new_trace_id
+from .identity import ParentConversationRef, new_run_id
+from .observation import NO_OBSERVER, NoObserver, ObservedRun, ObservedTool, RunObserver
 from .output import OutputHub, OutputStream, ReadResult, ReplayUnavailable
 from .registry import Binding, BindingConflict, BindKind, Registry
 from .data import RuntimeServices
@@ -17,6 +18,10 @@ __all__ = [
     "ConversationRuntime",
     "ConversationService",
     "IllegalTransition",
+    "NO_OBSERVER",
+    "NoObserver",
+    "ObservedRun",
+    "ObservedTool",
     "OpenedRun",
     "Outcome",
     "OutputHub",
@@ -26,8 +31,8 @@ __all__ = [
     "ReadResult",
     "Registry",
     "ReplayUnavailable",
+    "RunObserver",
     "RuntimeServices",
     "check_transition",
     "new_run_id",
-    "new_trace_id",
 ]

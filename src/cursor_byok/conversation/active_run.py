@@ -12,8 +12,11 @@ from ..protocol import agent_pb2 as pb, encode_server_message, encode_server_mes
 from ..run import RunEngine, RunSpec, ToolCallRequest, ToolOutcome
 from .actions import Injected
 from .history import DerivedState, TurnLog
+from .identity import new_run_id
+from .observation import ObservedRun
 from .output import OutputStream
 from .presenter import RunPresenter
+from .run_setup import agent_mode, cursor_run_id, prefetched_blobs, requested_model_id, turn_user_message, workspace_root
 
 
 def now_ms() -> int:
@@ -59,6 +62,7 @@ class ActiveRun:
     taken: list[Injected] = field(default_factory=list)  # handed to the engine, not yet committed
     input_keys: set[str] = field(default_factory=set)  # inputs injected into this run
     presenter: RunPresenter = field(init=False)
+    observed: ObservedRun = field(init=False)
     side_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # step checkpoints in flight
     checkpoint_seq: int = 0  # checkpoints started in this run
     checkpoint_sent: int = 0  # the newest one written to the stream
@@ -82,3 +86,18 @@ class ActiveRun:
             self.output.write(encode_server_message(messages[0]))
         else:
             self.output.write(encode_server_messages(messages))
+
+
+def begin_run(
+    conversation_id: str, request_id: str, output: OutputStream, rr: pb.AgentRunRequest, *, follow_up: bool
+) -> ActiveRun:
+    """A new run of `rr`: its ids, presenter and observation record, the blobs the request carried,
+    and the turn it opens (a run without a user message continues the last turn)."""
+    run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, agent_mode(rr), follow_up)
+    run.presenter = RunPresenter(run.run_id, workspace_root(rr), run.send, run.turns)
+    run.observed = ObservedRun(conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr))
+    run.known_blobs.update(prefetched_blobs(rr))
+    user = turn_user_message(rr)
+    if user is not None:
+        run.turns.begin(user, run.mode)
+    return run

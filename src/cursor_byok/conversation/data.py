@@ -19,6 +19,7 @@ from .active_run import ActiveRun, now_ms
 from .checkpoints import Checkpoints
 from .history import ConversationHistory, prompt_mode
 from .identity import ParentConversationRef
+from .observation import NO_OBSERVER, RunObserver
 from .persistence import ConversationRecords
 from .run_setup import requested_model_id, run_spec, tool_context
 from .state import Phase
@@ -38,6 +39,7 @@ class RuntimeServices:
     resolve_effort: Callable[[ModelConfig, str, list[tuple[str, str]]], str] | None = None
     continuation_window: float = 2.0
     blob_ack_timeout: float = 15.0
+    observer: RunObserver = NO_OBSERVER  # told of runs, provider calls and tools (observability)
 
 
 class ConversationData:
@@ -49,7 +51,7 @@ class ConversationData:
         self.records = ConversationRecords(conversation_id, services.store)
         self.blobs = BlobSync()
         self.checkpoints = Checkpoints(self.history, self.blobs, self.records, services.blob_ack_timeout)
-        self.tool_rounds = ToolRounds(conversation_id, self.records.put_tool_state)
+        self.tool_rounds = ToolRounds(conversation_id, self.records.put_tool_state, services.observer)
         self.checkpoints.todos = self.tool_rounds.todo_items
         # The stored history is read once per runtime life: `_loading` is that read while it runs,
         # and only a read that completed marks it loaded (a cancelled or failed one is redone).
@@ -89,7 +91,7 @@ class ConversationData:
         model = s.config.model(model_id)
         if model is None:
             raise model_not_found_error(model_id)
-        run.model = model
+        run.model = run.observed.model = model
         await self.ensure_loaded()
         self.records.run_started(run, self.parent, Phase.PREPARING.value)
         if not self.history.entries and rr.conversation_state.root_prompt_messages_json:

@@ -10,7 +10,7 @@ import asyncio
 from typing import Any, Protocol
 
 from ..protocol import agent_pb2 as pb
-from ..run import Message, ToolCallRequest, ToolOutcome, Usage
+from ..run import Message, ProviderCall, ToolCallRequest, ToolOutcome, Usage
 from . import updates
 from .active_run import ActiveRun, now_ms
 from .checkpoints import Compaction
@@ -43,6 +43,9 @@ class RunPorts:
             return
         if run.presenter.present(event) and run.presenter.step > 1:
             self.owner.step_committed(run)  # a new step began: the previous one is committed
+
+    def provider_call(self, call: ProviderCall) -> None:
+        self.owner.data.services.observer.provider_call(self.run.observed, call)
 
     # -- ToolPort ---------------------------------------------------------------------------------------
     async def run_tools(self, calls: list[ToolCallRequest]) -> list[ToolOutcome]:

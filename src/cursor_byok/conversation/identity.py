@@ -26,7 +26,3 @@ class ParentConversationRef:
 def new_run_id() -> str:
     """A globally unique internal run id (never derived from request_id)."""
     return "run-" + uuid.uuid4().hex
-
-
-def new_trace_id() -> str:
-    return "trace-" + uuid.uuid4().hex

@@ -15,7 +15,6 @@ from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreErr
 from .active_run import ActiveRun, now_ms
 from .history import HistoryEntry, decode_entry, encode_entry
 from .identity import ParentConversationRef
-from .run_report import report_run_finished
 from .state import Outcome
 from .tool_calls import ToolState, decode_tool_state, encode_tool_state
 
@@ -111,7 +110,6 @@ class ConversationRecords:
                 error_code=error.code if error else None,
                 error_message=error.message if error else None,
             )
-        report_run_finished(self.store, self.conversation_id, run, outcome.value, error.code if error else None)
 
 
 def _event(entry: HistoryEntry) -> NewEvent:

@@ -35,15 +35,11 @@ class RunPresenter:
         self.model_call_id = ""
         self.output_tokens = 0
         self.usage: dict[str, int] = {}
-        self.first_output_ms: int | None = None  # wall clock of the first text, thinking or tool call
-        self.tool_calls = 0
         self._thinking_since: float | None = None
         self._args: dict[str, tools.ArgsStream] = {}
 
     def present(self, event: Any) -> bool:
         """Write the updates for one engine event. True when a new model cycle (step) started."""
-        if self.first_output_ms is None and isinstance(event, (TextDelta, ThinkingDelta, ToolCallStart)):
-            self.first_output_ms = int(time.time() * 1000)
         match event:
             case TextDelta():
                 self.end_thinking()
@@ -59,7 +55,6 @@ class RunPresenter:
             case ToolCallStart():
                 self.end_thinking()
                 self.turns.steps.close()
-                self.tool_calls += 1
                 stream = tools.ArgsStream(event.id, event.name, self.model_call_id, workspace_root=self.workspace_root)
                 self._args[event.id] = stream
                 self._interaction(stream.opened())

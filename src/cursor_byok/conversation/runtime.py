@@ -35,7 +35,7 @@ from ..protocol import (
 )
 from ..run import Interrupted
 from . import actions, updates
-from .active_run import ActiveRun
+from .active_run import ActiveRun, begin_run
 from .commands import (
     CheckpointDone,
     ClientInput,
@@ -52,11 +52,9 @@ from .commands import (
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
-from .identity import new_run_id
 from .output import OutputStream
-from .presenter import RunPresenter
 from .run_errors import run_error
-from .run_setup import agent_mode, cursor_run_id, held_blob_ids, prefetched_blobs, turn_user_message, workspace_root
+from .run_setup import cursor_run_id, held_blob_ids
 from .state import Outcome, Phase, check_transition
 from .tool_calls import TOOL_RESULT_KINDS
 from .turn_input import stored_as
@@ -164,6 +162,8 @@ class ConversationRuntime:
             )
             raise
         self.phase = target
+        if self.run is not None:
+            self.run.observed.phases.append((target.value, time.monotonic_ns()))
 
     def is_current(self, run_id: str) -> bool:
         return self.run is not None and self.run.run_id == run_id
@@ -188,22 +188,9 @@ class ConversationRuntime:
                 return
 
     def _begin(self, cmd: StartRun) -> None:
-        rr = cmd.run_request
-        run = ActiveRun(
-            run_id=new_run_id(),
-            cursor_run_id=cursor_run_id(rr),
-            request_id=cmd.request_id,
-            output=cmd.output,
-            run_request=rr,
-            mode=agent_mode(rr),
-            follow_up=cmd.follow_up,
-        )
-        run.presenter = RunPresenter(run.run_id, workspace_root(rr), run.send, run.turns)
-        run.known_blobs.update(prefetched_blobs(rr))
-        user = turn_user_message(rr)
-        if user is not None:
-            run.turns.begin(user, run.mode)
-        self.data.blobs.held_by_client(cmd.request_id, held_blob_ids(rr.conversation_state))
+        run = begin_run(self.conversation_id, cmd.request_id, cmd.output, cmd.run_request, follow_up=cmd.follow_up)
+        self.s.observer.run_started(run.observed)
+        self.data.blobs.held_by_client(cmd.request_id, held_blob_ids(cmd.run_request.conversation_state))
         self.run = run
         self._transition(Phase.PREPARING)
         self._start(run, lambda: self.data.prepare(run), lambda error, _: Prepared(run.run_id, error))
@@ -473,6 +460,7 @@ class ConversationRuntime:
     def _finish_run(self, run: ActiveRun, outcome: Outcome, error: ConnectError | None = None) -> None:
         """The run's one outcome (every run that started gets exactly one)."""
         self.data.records.run_finished(run, outcome, error)
+        self.s.observer.run_finished(run.observed, outcome.value, error.code if error else None, error.message if error else None)
 
     def _on_shutdown(self, cmd: Shutdown) -> None:
         """Every open stream gets its terminal: a finished run's `{}`, any other `unavailable`

@@ -19,6 +19,7 @@ from ..protocol import agent_pb2 as pb, which
 from ..run import Interrupted, ToolCallRequest, ToolOutcome
 from . import updates
 from .active_run import ActiveBatch, ActiveRun, PendingTool, now_ms
+from .observation import ObservedTool, RunObserver
 
 log = logging.getLogger("cursor_byok.runtime")
 
@@ -46,11 +47,12 @@ def decode_tool_state(data: bytes) -> ToolState:
 
 
 class ToolRounds:
-    def __init__(self, conversation_id: str, on_state: Callable[[ToolState], None]) -> None:
+    def __init__(self, conversation_id: str, on_state: Callable[[ToolState], None], observer: RunObserver) -> None:
         self.conversation_id = conversation_id
         self.state = ToolState()
         self.next_exec_id = 0  # monotonic per runtime, never reused
         self._on_state = on_state
+        self._observer = observer
 
     def start(self, run: ActiveRun, calls: list[ToolCallRequest], future: asyncio.Future[list[ToolOutcome]]) -> bool:
         """Start a batch; True when it is already complete (tools that need no exec)."""
@@ -147,8 +149,11 @@ class ToolRounds:
                 for exec_id in pending.exec_ids:
                     run.execs.pop(exec_id, None)
                 self._remember(pending.execution)
+                ended_ms = now_ms()
+                call = pending.call
+                self._observer.tool_finished(run.observed, ObservedTool(call.call_id, call.name, pending.started_ms, ended_ms, step.outcome.is_error))
                 if pending.execution.presentable:
-                    update = tools.completed_update(pending.execution, completed_at_ms=now_ms(), started_at_ms=pending.started_ms)
+                    update = tools.completed_update(pending.execution, completed_at_ms=ended_ms, started_at_ms=pending.started_ms)
                     run.turns.steps.tool_completed(pending.call.call_id, update.tool_call_completed.tool_call)
                     run.send(updates.interaction(update))
 

@@ -16,20 +16,22 @@ import httpx
 from .. import local_trust
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
-from ..conversation import ConversationService, OutputHub, RuntimeServices
+from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
 from ..http_client import ProviderHttp, passthrough_client, streaming_client
-from ..protocol import ConnectError, internal_error, new_error_id
-from ..providers import ProviderPool
+from ..observability import Dashboard, GatewayGauges, Metrics, Recorder
+from ..protocol import internal_error, new_error_id
+from ..providers import Provider, ProviderPool
 from ..run import RunEngine
-from .asgi import Receive, Scope, Send, reply, reply_error
+from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
-from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, RUN_PATH, RUN_SSE_PATH, UI_PREFIX
+from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, RUN_PATH, RUN_SSE_PATH, UI_PREFIX
 from .run_stream import handle_run
 from .stream import handle_run_sse
 from .transport import Transports
+from .ui import handle_metrics, handle_ui
 
 log = logging.getLogger("cursor_byok.gateway")
 
@@ -58,6 +60,10 @@ class Gateway:
         self.local_rpcs: LocalRpcs
         self.conversations: ConversationService
         self._background: list[asyncio.Task[None]] = []  # the sweeper and retention
+        self.metrics = Metrics()
+        self.recorder: Recorder | None = None
+        self.dashboard: Dashboard | None = None
+        self.appends = 0  # BidiAppends accepted (for /metrics)
         self._started = False
         self.stopping = False
         self._cut = False
@@ -82,6 +88,8 @@ class Gateway:
             self.config.upstream.base_url, self.http, body_idle_seconds=self.config.server.body_read_timeout_seconds
         )
         self.local_rpcs = LocalRpcs(self.config, self.upstream)
+        if self.config.observability.enabled:
+            self.recorder = Recorder(self.config, self.store, self.metrics)
         services = RuntimeServices(
             config=self.config,
             make_engine=self._make_engine,
@@ -89,9 +97,19 @@ class Gateway:
             continuation_window=self.config.server.continuation_window_seconds,
             blob_ack_timeout=self.config.server.blob_ack_timeout_seconds,
             resolve_effort=effort_for,
+            observer=self.recorder or NO_OBSERVER,
         )
         hub = OutputHub(self.config.server.output_retention_seconds)
         self.conversations = ConversationService(services, hub)
+        gauges = GatewayGauges(
+            active_conversations=lambda: sum(rt.phase is not Phase.IDLE or bool(rt.queued) for rt in self.conversations.registry.runtimes()),
+            open_streams=lambda: sum(stream.readers for stream in hub.streams()),
+            appends=lambda: self.appends,
+            edge_errors=lambda: ERROR_REPLIES,
+        )
+        self.metrics.attach(gauges)
+        if self.recorder is not None:
+            self.dashboard = Dashboard(self.config, self.store, self.recorder, self._adapter, gauges)
         await self.conversations.restore()
         loop = asyncio.get_running_loop()
         retention = keep_retention(
@@ -137,9 +155,12 @@ class Gateway:
         for request in list(self._requests):
             request.cancel()
 
-    def _make_engine(self, model: ModelConfig) -> RunEngine:
+    def _adapter(self, model: ModelConfig) -> Provider:
         assert self.providers is not None
-        return RunEngine(self.providers.adapter(model, resolve_api_key(self.config, model)))
+        return self.providers.adapter(model, resolve_api_key(self.config, model))
+
+    def _make_engine(self, model: ModelConfig) -> RunEngine:
+        return RunEngine(self._adapter(model), keep_bodies=self.config.observability.detailed)
 
     async def _sweep(self) -> None:
         while True:
@@ -172,13 +193,16 @@ class Gateway:
         local = method == "POST" and path in _AGENT_ROUTES
         side_rpc = not local and self.local_rpcs.handles(path)
         ui = path.startswith(UI_PREFIX)
+        metrics = path == METRICS_PATH and method == "GET"
         if local:
             types: frozenset[bytes] | None = PROTO_TYPES
-        elif path in HEALTH_PATHS:
+        elif path in HEALTH_PATHS or metrics:
             types = frozenset()
         else:
             types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
         refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
+        if refusal is None and (ui or metrics):
+            refusal = self.guard.exposed_refusal
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
             return
@@ -187,9 +211,10 @@ class Gateway:
                 await _AGENT_ROUTES[path](self, scope, receive, send)
             elif path in HEALTH_PATHS:
                 await reply(send, 204, b"", [])
-            elif ui:
-                # Reserved for the dashboard: never forwarded upstream.
-                await reply_error(send, ConnectError("not_found", "no dashboard in this version"))
+            elif ui:  # the dashboard: never forwarded upstream
+                await handle_ui(self, scope, receive, send, path)
+            elif metrics:
+                await handle_metrics(self, send)
             elif side_rpc:
                 await self.local_rpcs.handle(scope, receive, send)
             else:

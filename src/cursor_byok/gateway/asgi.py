@@ -1,6 +1,7 @@
 """Small ASGI helpers shared by the gateway's handlers (body reading with a cap, unary replies)."""
 from __future__ import annotations
 
+import collections
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -85,7 +86,12 @@ class BodyTimeout(ConnectError):
         super().__init__("deadline_exceeded", f"request body not received within {seconds:g}s (server.body_read_timeout_seconds)")
 
 
+# Connect errors this process sent (replies and stream terminals), by code, for /metrics.
+ERROR_REPLIES: collections.Counter[str] = collections.Counter()
+
+
 async def reply_error(send: Send, err: ConnectError, status: int | None = None) -> None:
+    ERROR_REPLIES[err.code] += 1
     if isinstance(err, BodyTimeout):
         await reply(send, 408, error_body(err), CLOSE_HEADERS)
         return

@@ -40,6 +40,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             return
         parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
         deliver_local(gw, transport, append, parent)
+        gw.appends += 1
     except ConnectError as err:
         await reply_error(send, err)
         return

@@ -22,6 +22,7 @@ Every check is a set lookup or a compare on header bytes as they come off the wi
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 from dataclasses import dataclass
 
@@ -99,6 +100,11 @@ class RequestGuard:
         self._bearer = b"Bearer " + self._token
         self._path_prefix = f"{local_trust.TOKEN_PATH_PREFIX}{auth_token}/" if auth_token else ""
         self._seen_origins: set[bytes] = set()
+        # The dashboard and /metrics show what the server did: beyond loopback, only with a token.
+        self.exposed_refusal = None if auth_token or _is_loopback(config.server.host) else _refuse(
+            403, "permission_denied",
+            "the dashboard and /metrics need an auth token when the server listens beyond loopback (set server.auth_token)",
+        )
 
     def check(self, scope: Scope, content_types: frozenset[bytes] | None, *, needs_token: bool = True) -> Refusal | None:
         """`content_types`: what the route accepts in a body; None for the upstream passthrough.
@@ -191,6 +197,15 @@ class RequestGuard:
             return
         self._seen_origins.add(origin)
         log.info("request origin seen", extra={"origin": origin.decode("latin-1")[:200], "allowed": allowed})
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
 
 
 def _type_ok(content_type: bytes | None, allowed: frozenset[bytes]) -> bool:

@@ -10,6 +10,7 @@ RUN_PATH = "/agent.v1.AgentService/Run"  # the same agent stream as one HTTP/2 b
 BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 HEALTH_PATHS = frozenset({"/__byok-api__/healthz", "/healthz"})
 UI_PREFIX = "/ui/"  # the dashboard and its API (/ui/api/): local only, behind the same guard
+METRICS_PATH = "/metrics"  # Prometheus text format
 
 
 def requested_model_id(run_request: pb.AgentRunRequest) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conversation import OutputStream, ReplayUnavailable
 from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error
-from .asgi import STREAM_HEADERS, Receive, Scope, Send, reply_error
+from .asgi import ERROR_REPLIES, STREAM_HEADERS, Receive, Scope, Send, reply_error
 from .transport import Route, Waiter
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ async def relay(stream: OutputStream, send: Send) -> None:
                 result = await stream.read(position, direct)
             except ReplayUnavailable:
                 await direct.settle()
+                ERROR_REPLIES["unavailable"] += 1
                 await send(
                     {
                         "type": "http.response.body",
@@ -180,5 +181,6 @@ async def _watch_disconnect(receive: Receive, reader: asyncio.Task[None] | None)
 
 
 async def only_terminal(send: Send, err: ConnectError, headers: list[tuple[bytes, bytes]] = STREAM_HEADERS) -> None:
+    ERROR_REPLIES[err.code] += 1
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})

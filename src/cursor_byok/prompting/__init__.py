@@ -19,6 +19,7 @@ from .context import (
     Selection,
     render_request_context,
     render_runtime_message,
+    user_query,
 )
 from .modes import FIXED_TOOLS, Mode, mode_allows_mcp, tools_for_mode
 from .tools import FIXED_TOOL_SCHEMAS
@@ -43,4 +44,5 @@ __all__ = [
     "render_runtime_message",
     "system_prompt",
     "tools_for_mode",
+    "user_query",
 ]

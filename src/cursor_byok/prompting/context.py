@@ -6,6 +6,8 @@ comparison is a plain string comparison.
 """
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from .modes import Mode
@@ -44,6 +46,15 @@ class RuntimeMessage(msgspec.Struct, frozen=True, kw_only=True):
     selections: list[Selection] = []
     active_file: str = ""
     timestamp: str = ""  # supplied by the caller (ISO 8601); never read from a clock here
+
+
+_USER_QUERY = re.compile(r"<user_query>\n?(.*?)\n?</user_query>", re.S)
+
+
+def user_query(rendered: str) -> str:
+    """The user's own words in a rendered runtime message (the text as it is when it has none)."""
+    found = _USER_QUERY.search(rendered)
+    return found.group(1) if found else rendered
 
 
 def _block(tag: str, body: str, **attrs: str) -> str:

@@ -14,14 +14,15 @@ from .errors import AuthError, ProviderError
 from .openai_chat import OpenAIChatProvider
 from .openai_responses import OpenAIResponsesProvider
 from .transport import HttpStreamProvider, RetryPolicy, Sleep
-from .types import ModelRequest, StreamEvent
+from .types import ModelRequest, ProviderCall, StreamEvent
 
 
 class Provider(Protocol):
     """Streams one model response. Implementations are async generator methods: iterate
-    `provider.stream(request)`; closing the iterator early closes the HTTP response."""
+    `provider.stream(request, call)`; closing the iterator early closes the HTTP response. `call`
+    (optional) is filled in with what the exchange did, for observers."""
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: ModelRequest, call: ProviderCall | None = None) -> AsyncIterator[StreamEvent]: ...
 
 
 _ADAPTERS: dict[ProviderKind, type[HttpStreamProvider]] = {
@@ -56,12 +57,12 @@ class FailoverProvider:
     def __repr__(self) -> str:
         return f"FailoverProvider({self._providers!r})"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest, call: ProviderCall | None = None) -> AsyncIterator[StreamEvent]:
         last = len(self._providers) - 1
         for position, provider in enumerate(self._providers):
             emitted = False
             try:
-                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model)):
+                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model), call):
                     emitted = True
                     yield event
                 return

@@ -6,6 +6,7 @@ import abc
 import asyncio
 import codecs
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -28,7 +29,7 @@ from .errors import (
     parse_retry_after,
 )
 from .fragments import Fragments
-from .types import ModelRequest, StreamEvent
+from .types import ModelRequest, ProviderCall, StreamEvent
 
 _log = logging.getLogger("cursor_byok.providers")
 
@@ -36,6 +37,7 @@ _ERROR_BODY_CAP = 64 * 1024
 # Where providers put their id for a request (OpenAI and compatibles; Anthropic).
 _REQUEST_ID_HEADERS = ("x-request-id", "request-id")
 _CONNECT_TIMEOUT = 30.0
+_KEPT_BODY_CAP = 1024 * 1024  # detailed mode: the first MiB of a response body is kept
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -141,14 +143,29 @@ class HttpStreamProvider(abc.ABC):
         body = merge_params(self.build_body(request), self.model.extra_params, request.extra_params)
         return msgspec.json.encode(body)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest, call: ProviderCall | None = None) -> AsyncIterator[StreamEvent]:
+        """The response's events. `call`, when given, is filled in with what the exchange did."""
         # One generator for attempts and events: every event crosses a single async-generator hop.
         body = self.encode_request(request)
+        kept: bytearray | None = None
+        if call is not None:
+            call.provider_kind = self.family
+            call.upstream_model = request.model
+            if call.keep_bodies:
+                call.request_body = self._redact(body.decode("utf-8", "replace")).encode()
         attempt = 0
         while True:
             emitted = False
             try:
+                if call is not None:
+                    call.attempts += 1
                 response = await self._open(body)
+                if call is not None:
+                    call.response_ns = time.monotonic_ns()
+                    call.status = response.status
+                    call.provider_request_id = _request_id(response)
+                    if call.keep_bodies:
+                        kept = call.response_body = bytearray()
                 try:
                     translator = self.new_translator()
                     reader = _SSEReader()
@@ -169,6 +186,8 @@ class HttpStreamProvider(abc.ABC):
                             if not chunk:
                                 break
                             watch.waiting = False
+                            if kept is not None and len(kept) < _KEPT_BODY_CAP:
+                                kept += chunk[: _KEPT_BODY_CAP - len(kept)]
                             for sse in reader.feed(chunk):
                                 watch.progress()
                                 for event in translator.feed(sse.event, sse.data):
@@ -194,6 +213,8 @@ class HttpStreamProvider(abc.ABC):
                         yield event
                 finally:
                     await response.aclose()
+                    if kept is not None:
+                        call.response_body = bytearray(self._redact(kept.decode("utf-8", "replace")).encode())  # type: ignore[union-attr]
                 return
             except ProviderError as err:
                 attempt += 1

@@ -140,6 +140,39 @@ StreamEvent = Union[
 ]
 
 
+class ProviderCall:
+    """What one provider call did, filled in as it happens: by the adapter (attempts, the HTTP status,
+    when the response head came, the provider's id for the request, and in detailed mode the bodies,
+    key redacted) and by whoever drives the stream (the rest). Observation only: nothing reads it to
+    decide anything. Times are `time.monotonic_ns()` values, 0 while they have not happened."""
+
+    __slots__ = (
+        "purpose", "step", "keep_bodies", "provider_kind", "upstream_model", "attempts", "status",
+        "provider_request_id", "started_ns", "response_ns", "first_event_ns", "first_token_ns", "ended_ns",
+        "usage", "stop_reason", "error", "request_body", "response_body",
+    )
+
+    def __init__(self, purpose: str = "cycle", step: int = 0, *, keep_bodies: bool = False) -> None:
+        self.purpose = purpose  # "cycle" (a model step), "compaction" (a summary) or "test"
+        self.step = step
+        self.keep_bodies = keep_bodies
+        self.provider_kind = ""
+        self.upstream_model = ""
+        self.attempts = 0
+        self.status: int | None = None
+        self.provider_request_id: str | None = None
+        self.started_ns = 0
+        self.response_ns = 0
+        self.first_event_ns = 0
+        self.first_token_ns = 0  # first text, thinking or tool call
+        self.ended_ns = 0
+        self.usage: Usage | None = None
+        self.stop_reason: str | None = None
+        self.error: BaseException | None = None
+        self.request_body: bytes | None = None
+        self.response_body: bytearray | None = None
+
+
 def add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
     """Field-wise sum; a field stays None only while no call reported it."""
     if more is None:

@@ -7,6 +7,7 @@ cancel (task cancellation) never leaves a partial commit behind.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from ..providers import (
     Message,
     ModelRequest,
     Provider,
+    ProviderCall,
     RefusalError,
     StopReason,
     StreamEvent,
@@ -105,9 +107,9 @@ class _Call:
 class _Cycle:
     """Forwards a cycle's stream events to the sink and builds the assistant message from them."""
 
-    __slots__ = ("_emit", "_parts", "_current", "_calls", "usage", "stop_reason", "emitted")
+    __slots__ = ("_emit", "_parts", "_current", "_calls", "usage", "stop_reason", "emitted", "call")
 
-    def __init__(self, sink: EventSink) -> None:
+    def __init__(self, sink: EventSink, call: ProviderCall) -> None:
         self._emit = sink.emit
         self._parts: list[_Text | _Thinking | _Call] = []
         self._current: _Text | _Thinking | None = None
@@ -115,6 +117,12 @@ class _Cycle:
         self.usage: Usage | None = None
         self.stop_reason: StopReason = "other"
         self.emitted = False
+        self.call = call
+
+    def _new_part(self, part: _Text | _Thinking | _Call) -> None:
+        self._parts.append(part)
+        if not self.call.first_token_ns:
+            self.call.first_token_ns = time.monotonic_ns()
 
     def apply(self, event: StreamEvent) -> None:
         kind = type(event)
@@ -122,7 +130,7 @@ class _Cycle:
             current = self._current
             if type(current) is not _Text:
                 current = self._current = _Text()
-                self._parts.append(current)
+                self._new_part(current)
             current.chunks.append(event.text)  # type: ignore[union-attr]
         elif kind is ToolCallArgsDelta:
             call = self._calls.get(event.index)  # type: ignore[union-attr]
@@ -132,7 +140,7 @@ class _Cycle:
             current = self._current
             if type(current) is not _Thinking or current.closed:  # type: ignore[union-attr]
                 current = self._current = _Thinking()
-                self._parts.append(current)
+                self._new_part(current)
             current.chunks.append(event.text)  # type: ignore[union-attr]
         elif kind is ThinkingEnd:
             current = self._current
@@ -145,14 +153,16 @@ class _Cycle:
         elif kind is ToolCallStart:
             call = _Call(event.id, event.name)  # type: ignore[union-attr]
             self._calls[event.index] = call  # type: ignore[union-attr]
-            self._parts.append(call)
+            self._new_part(call)
             self._current = None
         elif kind is Usage:
             self.usage = event  # type: ignore[assignment]
         elif kind is Finish:
             self.stop_reason = event.stop_reason  # type: ignore[union-attr]
             return  # reported as ModelCycleFinished instead
-        self.emitted = True
+        if not self.emitted:
+            self.call.first_event_ns = time.monotonic_ns()
+            self.emitted = True
         self._emit(event)
 
     def message(self) -> Message:
@@ -201,17 +211,26 @@ def _invalid_outcome(call: ToolCallRequest) -> ToolOutcome:
 class _Summary:
     """Collects a summary call's text; nothing of it reaches the sink."""
 
-    __slots__ = ("chunks", "usage")
+    __slots__ = ("chunks", "usage", "stop_reason", "call")
 
-    def __init__(self) -> None:
+    def __init__(self, call: ProviderCall) -> None:
         self.chunks: list[str] = []
         self.usage: Usage | None = None
+        self.stop_reason: StopReason = "other"
+        self.call = call
 
     def apply(self, event: StreamEvent) -> None:
+        call = self.call
+        if not call.first_event_ns:
+            call.first_event_ns = time.monotonic_ns()
         if type(event) is TextDelta:
+            if not call.first_token_ns:
+                call.first_token_ns = call.first_event_ns
             self.chunks.append(event.text)
         elif type(event) is Usage:
             self.usage = event
+        elif type(event) is Finish:
+            self.stop_reason = event.stop_reason
 
 
 async def _drain(stream: AsyncIterator[StreamEvent], apply: Callable[[StreamEvent], None]) -> None:
@@ -229,8 +248,10 @@ class RunEngine:
     """Runs one model loop at a time. `interrupt()` is the soft interrupt; cancel the task running
     `run()` for a hard cancel."""
 
-    def __init__(self, provider: Provider) -> None:
+    def __init__(self, provider: Provider, *, keep_bodies: bool = False) -> None:
+        """`keep_bodies`: the provider calls' records keep their request and response bodies."""
         self._provider = provider
+        self._keep_bodies = keep_bodies
         self._interrupt = asyncio.Event()
         self._active = False
 
@@ -294,10 +315,9 @@ class RunEngine:
 
             cycles += 1
             sink.emit(ModelCycleStarted(cycles))
-            cycle = _Cycle(sink)
+            cycle = _Cycle(sink, ProviderCall("cycle", cycles, keep_bodies=self._keep_bodies))
             try:
-                stream = self._provider.stream(self._request(spec, messages))
-                interrupted = await self._interruptible(_drain(stream, cycle.apply))
+                interrupted = await self._stream(self._request(spec, messages), cycle, sink)
             except ContextLengthError:
                 if overflow_retried or cycle.emitted:
                     raise
@@ -354,6 +374,24 @@ class RunEngine:
             thinking_budget=spec.thinking_budget or model.thinking_budget_tokens or None,
             extra_params=spec.extra_params,
         )
+
+    async def _stream(self, request: ModelRequest, into: _Cycle | _Summary, sink: EventSink) -> bool:
+        """One provider call streamed into `into` (True: a soft interrupt cut it short, see
+        `_interruptible`). However it ends, the sink is told what the call did."""
+        call = into.call
+        call.started_ns = time.monotonic_ns()
+        interrupted = False
+        try:
+            interrupted = await self._interruptible(_drain(self._provider.stream(request, call), into.apply))
+        except BaseException as exc:
+            call.error = exc
+            raise
+        finally:
+            call.ended_ns = time.monotonic_ns()
+            call.usage = into.usage
+            call.stop_reason = None if call.error is not None else "interrupted" if interrupted else into.stop_reason
+            sink.provider_call(call)
+        return interrupted
 
     async def _interruptible(self, work: Coroutine[Any, Any, None]) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
@@ -421,9 +459,9 @@ class RunEngine:
             max_tokens=max_tokens,
             extra_params=spec.extra_params,
         )
-        collected = _Summary()
+        collected = _Summary(ProviderCall("compaction", keep_bodies=self._keep_bodies))
         try:
-            interrupted = await self._interruptible(_drain(self._provider.stream(request), collected.apply))
+            interrupted = await self._stream(request, collected, sink)
         except (ContextLengthError, RefusalError):
             interrupted = False
             collected.chunks = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..providers import Message, Usage
+from ..providers import Message, ProviderCall, Usage
 from .events import RunEvent
 from .types import ToolCallRequest, ToolOutcome
 
@@ -54,4 +54,8 @@ class HistoryPort(Protocol):
 class EventSink(Protocol):
     def emit(self, event: RunEvent) -> None:
         """Synchronous and non-blocking; called once per event in order."""
+        ...
+
+    def provider_call(self, call: ProviderCall) -> None:
+        """A provider call ended (however it ended): what it did, for observers. Synchronous."""
         ...

@@ -8,6 +8,7 @@ database.
 """
 from __future__ import annotations
 
+from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
 from .errors import (
     BindingConflict,
     BlobCorruptError,
@@ -49,6 +50,10 @@ from .upkeep import DatabaseStats, backup_database, database_stats, vacuum_datab
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "ActivityBucket",
+    "CallRecord",
+    "ConversationSummary",
+    "UsageGroup",
     "AppendResult",
     "BindOutcome",
     "BindingConflict",

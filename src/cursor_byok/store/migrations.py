@@ -262,7 +262,63 @@ _RETENTION = Migration(
     ("CREATE INDEX runs_finished ON runs(ended_at_ms) WHERE outcome IS NOT NULL",),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION)
+_PROVIDER_CALLS = Migration(
+    7,
+    "observability: one record per provider call; outcome and phase timings on each run's usage row",
+    (
+        # No foreign keys: records stay (until retention) when their conversation goes away.
+        """
+        CREATE TABLE provider_calls (
+            trace_id            TEXT NOT NULL,
+            seq                 INTEGER NOT NULL CHECK (seq > 0),
+            conversation_id     TEXT,
+            run_id              TEXT,
+            cursor_run_id       TEXT,
+            request_id          TEXT,
+            model_id            TEXT NOT NULL,
+            provider            TEXT NOT NULL,
+            upstream_model      TEXT NOT NULL,
+            purpose             TEXT NOT NULL,
+            step                INTEGER NOT NULL DEFAULT 0,
+            attempts            INTEGER NOT NULL DEFAULT 0,
+            started_at_ms       INTEGER NOT NULL,
+            ttfb_ms             INTEGER,
+            first_event_ms      INTEGER,
+            ttft_ms             INTEGER,
+            duration_ms         INTEGER NOT NULL,
+            input_tokens        INTEGER NOT NULL DEFAULT 0,
+            output_tokens       INTEGER NOT NULL DEFAULT 0,
+            cache_read_tokens   INTEGER NOT NULL DEFAULT 0,
+            cache_write_tokens  INTEGER NOT NULL DEFAULT 0,
+            reasoning_tokens    INTEGER NOT NULL DEFAULT 0,
+            finish_reason       TEXT,
+            http_status         INTEGER,
+            error_kind          TEXT,
+            error_message       TEXT,
+            provider_request_id TEXT,
+            tools               BLOB,
+            request_body        BLOB,
+            response_body       BLOB,
+            PRIMARY KEY (trace_id, seq)
+        ) STRICT
+        """,
+        "CREATE INDEX provider_calls_by_started ON provider_calls(started_at_ms)",
+        """
+        CREATE INDEX provider_calls_by_conversation ON provider_calls(conversation_id, started_at_ms)
+            WHERE conversation_id IS NOT NULL
+        """,
+        "ALTER TABLE usage ADD COLUMN trace_id TEXT",
+        "ALTER TABLE usage ADD COLUMN outcome TEXT",
+        "ALTER TABLE usage ADD COLUMN error_code TEXT",
+        "ALTER TABLE usage ADD COLUMN calls INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE usage ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE usage ADD COLUMN phases TEXT",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS,
+)
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 
 _VERSION_TABLE = """

@@ -29,7 +29,8 @@ class Stage(enum.IntEnum):
     BLOBS = 6
     TRACES = 7
     USAGE = 8
-    RETENTION = 9
+    CALLS = 9
+    RETENTION = 10
 
 
 Row = tuple[Any, ...]

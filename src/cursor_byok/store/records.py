@@ -228,6 +228,13 @@ class UsageRecord(msgspec.Struct, frozen=True):
     reasoning_tokens: int = 0
     ttft_ms: int | None = None
     duration_ms: int | None = None
+    # Since schema 6 the row is the run's observation record: what else it says about the run.
+    trace_id: str | None = None
+    outcome: str | None = None
+    error_code: str | None = None
+    calls: int = 0  # provider calls
+    tool_calls: int = 0
+    phases: str | None = None  # JSON: milliseconds spent in each lifecycle phase
 
 
 class UsageTotals(msgspec.Struct, frozen=True):

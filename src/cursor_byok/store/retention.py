@@ -1,5 +1,5 @@
-"""Retention of what is not conversation history: finished run records, request traces and usage rows
-older than an age are deleted, a small batch at a time, through the store's writer.
+"""Retention of what is not conversation history: finished run records, request traces, usage rows and
+provider call records older than an age are deleted, a small batch at a time, through the store's writer.
 
 History itself (conversations, their events, checkpoints and request bindings) is never removed here;
 `conversations delete|prune` does that, whole conversations at a time. Each batch is one indexed read
@@ -33,6 +33,7 @@ class Retained(enum.StrEnum):
     RUNS = "runs"
     TRACES = "traces"
     USAGE = "usage"
+    CALLS = "calls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,7 @@ RULES = {
     Retained.RUNS: _Rule("runs", "ended_at_ms", "outcome IS NOT NULL"),  # a run in progress stays
     Retained.TRACES: _Rule("traces", "started_at_ms"),
     Retained.USAGE: _Rule("usage", "created_at_ms"),
+    Retained.CALLS: _Rule("provider_calls", "started_at_ms"),
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from .activity import ActivityRecords, select_traces, select_usage
+from .calls import CallRecords
 from .conversations import ConversationRecords, select_bindings, select_conversation, select_runs
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
@@ -18,7 +19,7 @@ from .retention import RetentionRecords
 __all__ = ["Store", "StoreStats", "blob_id_of"]
 
 
-class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, RetentionRecords):
+class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, RetentionRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
     async def export_conversation(

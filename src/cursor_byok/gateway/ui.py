@@ -1,0 +1,37 @@
+"""The dashboard (/ui/, its API under /ui/api/) and GET /metrics, behind the request guard like every
+route. Both show what the server did: listening beyond loopback they need the auth token."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..observability import METRICS_CONTENT_TYPE, UI_HEADERS
+from ..protocol import ConnectError
+from .asgi import Receive, Scope, Send, reply, reply_error
+from .routing import UI_PREFIX
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+MAX_UI_BODY = 64 * 1024
+NO_DASHBOARD = ConnectError("unavailable", "observability is off (set [observability] enabled = true)")
+
+
+async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    if gw.dashboard is None:
+        await reply_error(send, NO_DASHBOARD)
+        return
+    method = scope["method"]
+    body = b""
+    if method not in ("GET", "HEAD"):
+        try:
+            body = await gw.pending.read_body(scope, receive, MAX_UI_BODY, gw.config.server.body_read_timeout_seconds)
+        except ConnectError as err:
+            await reply_error(send, err)
+            return
+    query = scope.get("query_string", b"").decode("latin-1")
+    answer = await gw.dashboard.respond(method, path[len(UI_PREFIX):], query, body)
+    await reply(send, answer.status, answer.body, [(b"content-type", answer.content_type.encode()), *UI_HEADERS])
+
+
+async def handle_metrics(gw: Gateway, send: Send) -> None:
+    await reply(send, 200, gw.metrics.render(), [(b"content-type", METRICS_CONTENT_TYPE.encode()), (b"cache-control", b"no-store")])

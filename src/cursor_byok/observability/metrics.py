@@ -1,0 +1,89 @@
+"""`GET /metrics`: the server's counters in the Prometheus text format (prometheus-client).
+
+Runs, provider calls, tokens and tool round trips are counted when they end (never per delta). What
+the gateway holds anyway (open RunSSE streams, active conversations, appends, its error replies) is
+read when the page is scraped, so counting it costs the hot path nothing.
+"""
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
+# Seconds: from a fast local model's first token to a long reasoning answer.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayGauges:
+    """What the gateway counts itself, read at scrape time."""
+
+    active_conversations: Callable[[], int]
+    open_streams: Callable[[], int]
+    appends: Callable[[], int]
+    edge_errors: Callable[[], Mapping[str, int]]  # Connect code → replies and stream terminals
+
+
+class Metrics:
+    def __init__(self) -> None:
+        disable_created_metrics()  # a `_created` series beside every counter is noise here
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.runs = Counter("cursor_byok_runs", "Finished runs by model and outcome.", ["model", "outcome"], registry=r)
+        self.calls = Counter(
+            "cursor_byok_provider_calls", "Provider calls by model, provider kind and result (ok or the error kind).",
+            ["model", "provider", "result"], registry=r,
+        )
+        self.ttft = Histogram(
+            "cursor_byok_provider_ttft_seconds", "Provider calls: start to first text, thinking or tool call.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.duration = Histogram(
+            "cursor_byok_provider_call_duration_seconds", "Provider calls: start to end of the response.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.tokens = Counter("cursor_byok_tokens", "Tokens by model and kind.", ["model", "kind"], registry=r)
+        self.tool_round_trip = Histogram(
+            "cursor_byok_tool_round_trip_seconds", "Tool calls: sent to the IDE (or started) to result.",
+            ["tool"], buckets=TOOL_BUCKETS, registry=r,
+        )
+        self.run_errors: collections.Counter[str] = collections.Counter()  # failed runs by Connect code
+        self._gateway: GatewayGauges | None = None
+        r.register(_GatewayCollector(self))
+
+    def attach(self, gauges: GatewayGauges) -> None:
+        self._gateway = gauges
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _GatewayCollector:
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # described at collection: these families are read live
+
+    def collect(self) -> Iterator[Metric]:
+        errors = collections.Counter(self._metrics.run_errors)
+        gauges = self._metrics._gateway
+        if gauges is not None:
+            errors.update(gauges.edge_errors())
+            yield GaugeMetricFamily(
+                "cursor_byok_active_conversations", "Conversations with a run in progress or queued.",
+                value=gauges.active_conversations(),
+            )
+            yield GaugeMetricFamily("cursor_byok_runsse_streams_open", "RunSSE responses streaming now.", value=gauges.open_streams())
+            yield CounterMetricFamily("cursor_byok_appends", "BidiAppend requests accepted.", value=gauges.appends())
+        family = CounterMetricFamily("cursor_byok_errors", "Errors sent to clients, by Connect code.", labels=["code"])
+        for code, count in sorted(errors.items()):
+            family.add_metric([code], count)
+        yield family
