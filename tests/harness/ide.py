@@ -126,8 +126,8 @@ class ScriptedIDE:
 
     def __init__(self, base_url: str, workspace: Path | None = None, *, http2: bool = False) -> None:
         self.base_url = base_url.rstrip("/")
-        # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
-        self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not http2, http2=http2)
+        self.http2 = http2
+        self.client = self._client()
         self.workspace = workspace
         self.seqnos: dict[str, int] = {}
         self.exec_log: list[pb.ExecServerMessage] = []
@@ -145,8 +145,20 @@ class ScriptedIDE:
         self.terminals: Path | None = None
         self.next_shell_id = 100
 
+    def _client(self) -> httpx.AsyncClient:
+        # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
+        return httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not self.http2, http2=self.http2)
+
     async def close(self) -> None:
         await self.client.aclose()
+
+    async def reconnect(self, base_url: str | None = None) -> None:
+        """The server went away and came back (a restart): new connections, the same IDE state
+        (seqnos, blobs, held execs), as Cursor keeps its own across a server restart."""
+        await self.client.aclose()
+        if base_url is not None:
+            self.base_url = base_url.rstrip("/")
+        self.client = self._client()
 
     # -- raw calls -----------------------------------------------------------------------------------
     async def append(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int | None = None, headers: dict[str, str] | None = None, **kw: bool) -> httpx.Response:
