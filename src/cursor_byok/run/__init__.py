@@ -40,7 +40,7 @@ from ..providers import (
     make_provider,
 )
 from .compaction import ContextEstimator, estimate_tokens
-from .engine import RunEngine, RunResult, RunSpec, RunStop
+from .engine import RunEngine, RunResult, RunSpec, RunStop, tool_call_request
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -105,6 +105,7 @@ __all__ = [
     "ToolCallStart",
     "ToolOutcome",
     "ToolPort",
+    "tool_call_request",
     "ToolResultPart",
     "ToolSchema",
     "Usage",

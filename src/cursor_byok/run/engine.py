@@ -66,6 +66,9 @@ class RunSpec(msgspec.Struct, kw_only=True):
     extra_params: dict[str, Any] = {}
     compaction_threshold: float = 0.9  # share of model.context_window that triggers compaction
     compaction: CompactionPrompt | None = None  # default: prompting.compaction_prompt()
+    # Tool calls of the last committed assistant message whose results are still owed (a run resumed
+    # after a restart): run as a batch before the first model cycle.
+    pending_calls: list[ToolCallRequest] = []
 
 
 class RunResult(msgspec.Struct, frozen=True):
@@ -173,10 +176,11 @@ class _Cycle:
         return Message("assistant", parts) if parts else None
 
     def tool_calls(self) -> list[ToolCallRequest]:
-        return [_request(p.id, p.name, "".join(p.chunks)) for p in self._parts if type(p) is _Call]
+        return [tool_call_request(p.id, p.name, "".join(p.chunks)) for p in self._parts if type(p) is _Call]
 
 
-def _request(call_id: str, name: str, arguments: str) -> ToolCallRequest:
+def tool_call_request(call_id: str, name: str, arguments: str) -> ToolCallRequest:
+    """A model's tool call as the ToolPort gets it: its arguments parsed, or why they could not be."""
     if not arguments.strip():
         return ToolCallRequest(call_id, name, arguments, {})
     try:
@@ -260,6 +264,8 @@ class RunEngine:
         after_interrupt = False
         compacted = False  # compaction ran since the last completed cycle: do not repeat it
         overflow_retried = False
+        if spec.pending_calls:
+            await self._tool_round(spec.pending_calls, history, tools, sink)
 
         while True:
             self._interrupt.clear()
@@ -329,11 +335,7 @@ class RunEngine:
                 stop = cycle.stop_reason
                 finished = stop if stop == "end_turn" or stop == "max_tokens" else "other"
                 continue
-            outcomes = await self._run_tools(calls, tools, sink)
-            history.commit_tool_results(Message("tool", [
-                ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes
-            ]))
-            sink.emit(ToolBatchFinished(outcomes))
+            await self._tool_round(calls, history, tools, sink)
 
     def _request(self, spec: RunSpec, messages: list[Message]) -> ModelRequest:
         model = spec.model
@@ -364,6 +366,13 @@ class RunEngine:
             return True
         task.result()
         return False
+
+    async def _tool_round(self, calls: list[ToolCallRequest], history: HistoryPort, tools: ToolPort, sink: EventSink) -> None:
+        outcomes = await self._run_tools(calls, tools, sink)
+        history.commit_tool_results(Message("tool", [
+            ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes
+        ]))
+        sink.emit(ToolBatchFinished(outcomes))
 
     async def _run_tools(self, calls: list[ToolCallRequest], tools: ToolPort, sink: EventSink) -> list[ToolOutcome]:
         sink.emit(ToolBatchStarted(calls))
