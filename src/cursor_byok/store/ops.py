@@ -29,6 +29,7 @@ class Stage(enum.IntEnum):
     BLOBS = 6
     TRACES = 7
     USAGE = 8
+    INBOUND = 9
 
 
 Row = tuple[Any, ...]

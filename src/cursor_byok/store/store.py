@@ -1,6 +1,6 @@
 """The store: one SQLite database in WAL mode, one writer thread, one reader thread (core.py), with
 the write and read methods of each record family (conversations.py, history.py, deliveries.py,
-activity.py)."""
+activity.py, inbound.py)."""
 from __future__ import annotations
 
 import sqlite3
@@ -13,11 +13,12 @@ from .conversations import ConversationRecords, select_bindings, select_conversa
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
 from .history import HistoryRecords, blob_id_of, select_checkpoints, select_events
+from .inbound import InboundRecords
 
 __all__ = ["Store", "StoreStats", "blob_id_of"]
 
 
-class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords):
+class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, InboundRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
     async def export_conversation(self, conversation_id: str) -> dict[str, Any] | None:
