@@ -40,7 +40,7 @@ from ..providers import (
     make_provider,
 )
 from .compaction import ContextEstimator, estimate_tokens
-from .engine import RunEngine, RunResult, RunSpec, RunStop, tool_call_request
+from .engine import RunEngine, RunResult, RunSpec, RunStop, batch_outcomes, tool_call_request, tool_results_message
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -105,7 +105,9 @@ __all__ = [
     "ToolCallStart",
     "ToolOutcome",
     "ToolPort",
+    "batch_outcomes",
     "tool_call_request",
+    "tool_results_message",
     "ToolResultPart",
     "ToolSchema",
     "Usage",

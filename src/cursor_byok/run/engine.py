@@ -66,9 +66,6 @@ class RunSpec(msgspec.Struct, kw_only=True):
     extra_params: dict[str, Any] = {}
     compaction_threshold: float = 0.9  # share of model.context_window that triggers compaction
     compaction: CompactionPrompt | None = None  # default: prompting.compaction_prompt()
-    # Tool calls of the last committed assistant message whose results are still owed (a run resumed
-    # after a restart): run as a batch before the first model cycle.
-    pending_calls: list[ToolCallRequest] = []
 
 
 class RunResult(msgspec.Struct, frozen=True):
@@ -192,6 +189,28 @@ def tool_call_request(call_id: str, name: str, arguments: str) -> ToolCallReques
     return ToolCallRequest(call_id, name, arguments, value)
 
 
+def batch_outcomes(calls: list[ToolCallRequest], returned: list[ToolOutcome], interrupted: bool) -> list[ToolOutcome]:
+    """One outcome per call of a batch, in call order: what the ToolPort returned for the valid
+    calls (the batch was `interrupted` when it raised), the argument error of an invalid one."""
+    results: dict[str, ToolOutcome] = {}
+    for outcome in returned:
+        results.setdefault(outcome.call_id, outcome)
+    outcomes: list[ToolOutcome] = []
+    for call in calls:
+        if call.parsed is None:
+            outcomes.append(_invalid_outcome(call))
+        elif call.call_id in results:
+            outcomes.append(results[call.call_id])
+        else:
+            content = INTERRUPTED_RESULT if interrupted else NO_RESULT
+            outcomes.append(ToolOutcome(call.call_id, call.name, content, is_error=True))
+    return outcomes
+
+
+def tool_results_message(outcomes: list[ToolOutcome]) -> Message:
+    return Message("tool", [ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes])
+
+
 def _invalid_outcome(call: ToolCallRequest) -> ToolOutcome:
     return ToolOutcome(
         call.call_id, call.name,
@@ -264,8 +283,6 @@ class RunEngine:
         after_interrupt = False
         compacted = False  # compaction ran since the last completed cycle: do not repeat it
         overflow_retried = False
-        if spec.pending_calls:
-            await self._tool_round(spec.pending_calls, history, tools, sink)
 
         while True:
             self._interrupt.clear()
@@ -335,7 +352,9 @@ class RunEngine:
                 stop = cycle.stop_reason
                 finished = stop if stop == "end_turn" or stop == "max_tokens" else "other"
                 continue
-            await self._tool_round(calls, history, tools, sink)
+            outcomes = await self._run_tools(calls, tools, sink)
+            history.commit_tool_results(tool_results_message(outcomes))
+            sink.emit(ToolBatchFinished(outcomes))
 
     def _request(self, spec: RunSpec, messages: list[Message]) -> ModelRequest:
         model = spec.model
@@ -367,17 +386,10 @@ class RunEngine:
         task.result()
         return False
 
-    async def _tool_round(self, calls: list[ToolCallRequest], history: HistoryPort, tools: ToolPort, sink: EventSink) -> None:
-        outcomes = await self._run_tools(calls, tools, sink)
-        history.commit_tool_results(Message("tool", [
-            ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes
-        ]))
-        sink.emit(ToolBatchFinished(outcomes))
-
     async def _run_tools(self, calls: list[ToolCallRequest], tools: ToolPort, sink: EventSink) -> list[ToolOutcome]:
         sink.emit(ToolBatchStarted(calls))
         valid = [c for c in calls if c.parsed is not None]
-        results: dict[str, ToolOutcome] = {}
+        returned: list[ToolOutcome] = []
         interrupted = False
         if valid:
             try:
@@ -385,18 +397,7 @@ class RunEngine:
             except Interrupted as exc:
                 returned = exc.outcomes
                 interrupted = True
-            for outcome in returned:
-                results.setdefault(outcome.call_id, outcome)
-        outcomes: list[ToolOutcome] = []
-        for call in calls:
-            if call.parsed is None:
-                outcomes.append(_invalid_outcome(call))
-            elif call.call_id in results:
-                outcomes.append(results[call.call_id])
-            else:
-                content = INTERRUPTED_RESULT if interrupted else NO_RESULT
-                outcomes.append(ToolOutcome(call.call_id, call.name, content, is_error=True))
-        return outcomes
+        return batch_outcomes(calls, returned, interrupted)
 
     # ---- compaction ------------------------------------------------------------------------------
     async def _compact(
