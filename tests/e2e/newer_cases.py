@@ -20,6 +20,7 @@ NEWER = NEWER_ENUM_VALUE
 # Every switch on the wire in src/: (module, function, oneof or enum type) → what it reads there.
 SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("protocol/bidi.py", "decode_bidi_append", "message"): ("agent.v1.AgentClientMessage.message",),
+    ("protocol/bidi.py", "journaled_append", "message"): ("agent.v1.AgentClientMessage.message",),
     ("protocol/ids.py", "_check_action", "action"): ("agent.v1.ConversationAction.action",),
     ("gateway/routing.py", "route_for", "message"): ("agent.v1.AgentClientMessage.message",),
     ("conversation/service.py", "ConversationService.deliver", "message"): ("agent.v1.AgentClientMessage.message",),
@@ -28,7 +29,7 @@ SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("conversation/actions.py", "decide", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/actions.py", "_refused_injection", "payload"): ("agent.v1.InjectContextAction.payload",),
     ("conversation/actions.py", "injected_context", "payload"): ("agent.v1.InjectContextAction.payload",),
-    ("conversation/turn_input.py", "commit_turn_input", "action"): ("agent.v1.ConversationAction.action",),
+    ("conversation/turn_input.py", "_turn_input", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/run_setup.py", "agent_mode", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/run_setup.py", "request_env", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/tool_calls.py", "ToolRounds.on_client_message", "message"): (

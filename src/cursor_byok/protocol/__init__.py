@@ -7,7 +7,7 @@ delegated to `cursor_byok.hotpath` (compiled, or its pure twin).
 """
 from __future__ import annotations
 
-from .bidi import BidiAppend, decode_bidi_append
+from .bidi import BidiAppend, decode_bidi_append, journaled_append
 from .codec import (
     DEFAULT_MAX_MESSAGE_SIZE,
     SERVER_HEARTBEAT_FRAME,
@@ -90,6 +90,7 @@ __all__ = [
     "check_id",
     "connect_error_from",
     "decode_bidi_append",
+    "journaled_append",
     "decode_message",
     "decode_stream",
     "decode_unary",

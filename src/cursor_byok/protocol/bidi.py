@@ -12,7 +12,7 @@ from .errors import ConnectError
 from .ids import check_client_message_ids, check_id
 from .pb import agent_v1_pb2, aiserver_v1_pb2
 
-__all__ = ["BidiAppend", "decode_bidi_append"]
+__all__ = ["BidiAppend", "decode_bidi_append", "journaled_append"]
 
 _BidiAppendRequest = aiserver_v1_pb2.BidiAppendRequest
 _parse_request = _BidiAppendRequest.FromString
@@ -93,3 +93,10 @@ def decode_bidi_append(
     variant = which(message, "message")
     check_client_message_ids(message, variant)
     return BidiAppend(request_id, seqno, message, raw, binary, variant)
+
+
+def journaled_append(request_id: str, seqno: int, raw: bytes) -> BidiAppend:
+    """An append as this server journaled it (its message bytes passed `decode_bidi_append` when it
+    came), read back after a restart."""
+    message = _parse_client_message(raw)
+    return BidiAppend(request_id, seqno, message, raw, False, which(message, "message"))
