@@ -144,6 +144,11 @@ class ScriptedIDE:
         # A terminals folder: commands starting with "background:" move to the background there.
         self.terminals: Path | None = None
         self.next_shell_id = 100
+        # Across a server crash, as Cursor: an append that got no answer is kept and sent again
+        # (`resend_unacked`) instead of failing the caller; `acked` is every append answered 200.
+        self.tolerate_crashes = False
+        self.unacked: dict[tuple[str, int], tuple[bytes, pb.AgentClientMessage]] = {}
+        self.acked: list[tuple[str, int, pb.AgentClientMessage]] = []
 
     def _client(self) -> httpx.AsyncClient:
         # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
@@ -166,7 +171,27 @@ class ScriptedIDE:
             seqno = self.seqnos.get(request_id, 0)
         self.seqnos[request_id] = max(self.seqnos.get(request_id, 0), seqno + 1)
         body = append_body(request_id, seqno, message, **kw)
-        return await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
+        self.unacked[(request_id, seqno)] = (body, message)
+        return await self._post_append(request_id, seqno, body, message, headers)  # type: ignore[return-value]
+
+    async def _post_append(
+        self, request_id: str, seqno: int, body: bytes, message: pb.AgentClientMessage, headers: dict[str, str] | None = None
+    ) -> httpx.Response | None:
+        try:
+            resp = await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
+        except httpx.TransportError:
+            if not self.tolerate_crashes:
+                raise
+            return None  # no answer: kept in `unacked`
+        self.unacked.pop((request_id, seqno), None)
+        if resp.status_code == 200:
+            self.acked.append((request_id, seqno, message))
+        return resp
+
+    async def resend_unacked(self) -> None:
+        """Send again, in seqno order, every append that got no answer before the server died."""
+        for (request_id, seqno), (body, message) in sorted(self.unacked.items()):
+            await self._post_append(request_id, seqno, body, message)
 
     async def append_raw(self, request_id: str, raw: bytes) -> httpx.Response:
         """Append raw AgentClientMessage bytes (e.g. a variant from a newer client) in seqno order."""

@@ -47,6 +47,7 @@ class ActiveRun:
     run_request: pb.AgentRunRequest
     mode: int
     follow_up: bool = False  # built by the runtime from an action on this stream, not sent by the IDE
+    resumed: bool = False  # after a restart, from the journaled input of its stream
     started_ms: int = field(default_factory=now_ms)
     model: ModelConfig | None = None
     engine: RunEngine | None = None
@@ -63,6 +64,16 @@ class ActiveRun:
     checkpoint_sent: int = 0  # the newest one written to the stream
     call_model: bool = True  # False: the input was answered already; finish without the model
     tool_ctx: tools.ToolContext | None = None
+    # A resumed run: the batch its stream had in flight, rebuilt (`owed_calls`: every call of that
+    # assistant message), and whether the IDE came back for the stream (True) or not (False).
+    owed_calls: list[ToolCallRequest] = field(default_factory=list)
+    rebuilt: ActiveBatch | None = None
+    claim: asyncio.Future[bool] | None = None
+
+    def claimed(self, by_ide: bool) -> None:
+        """The IDE came back for this resumed run's stream (it reads or appends to it), or will not."""
+        if self.claim is not None and not self.claim.done():
+            self.claim.set_result(by_ide)
 
     def send(self, *messages: pb.AgentServerMessage) -> None:
         """Write server messages to this run's stream (nothing once it has its terminal)."""

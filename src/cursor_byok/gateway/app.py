@@ -23,6 +23,7 @@ from ..providers import ProviderPool
 from ..run import RunEngine
 from .asgi import Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
+from .journal import resume_journaled
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
@@ -84,11 +85,13 @@ class Gateway:
             store=self.store,
             continuation_window=self.config.server.continuation_window_seconds,
             blob_ack_timeout=self.config.server.blob_ack_timeout_seconds,
+            recovery_wait=self.config.server.recovery_wait_seconds,
             resolve_effort=effort_for,
         )
         hub = OutputHub(self.config.server.output_retention_seconds)
         self.conversations = ConversationService(services, hub)
         await self.conversations.restore()
+        await resume_journaled(self)
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def shutdown(self) -> None:
