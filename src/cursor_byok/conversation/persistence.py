@@ -71,9 +71,11 @@ class ConversationRecords:
         if self.store is not None:
             await self.store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind=kind, run_id=run.run_id)
 
-    def put_tool_state(self, state: ToolState) -> None:
-        if self.store is not None:
-            self.store.put_tool_state(self.conversation_id, encode_tool_state(state))
+    def put_tool_state(self, state: ToolState) -> asyncio.Future[Any] | None:
+        """Queue the state (await the future for durability); None without a store."""
+        if self.store is None:
+            return None
+        return self.store.put_tool_state(self.conversation_id, encode_tool_state(state))
 
     def inputs_applied(self, output: OutputStream) -> None:
         """The stream has ended: its journaled input has had its effect (queued before this)."""

@@ -9,7 +9,9 @@ started from and reserving the same exec ids, then taking the IDE's journaled re
 order: the same inputs drive the same executions to the same outcomes. What the rebuilt batch would
 send the IDE (exec requests, questions) is not sent again: it went out before the restart, or never,
 and either way running it twice could repeat a side effect. A step taken because of a result that
-arrives after the restart is new, and is sent.
+arrives after the restart is new, and is sent. So that a batch is always known to the history when
+the IDE runs any of it, a new batch's first requests go out once its start is stored (the
+assistant message that asked for it was queued before).
 """
 from __future__ import annotations
 
@@ -64,11 +66,12 @@ def decode_tool_state(data: bytes) -> ToolState:
 
 
 class ToolRounds:
-    def __init__(self, conversation_id: str, on_state: Callable[[ToolState], None]) -> None:
+    def __init__(self, conversation_id: str, on_state: Callable[[ToolState], asyncio.Future[Any] | None]) -> None:
         self.conversation_id = conversation_id
         self.state = ToolState()
         self.next_exec_id = 0  # monotonic per runtime life (a rebuilt batch takes its ids again, first)
         self._on_state = on_state
+        self._held: list[pb.AgentServerMessage] | None = None  # what a starting batch sends, until it is stored
 
     def start(self, run: ActiveRun, calls: list[ToolCallRequest], future: asyncio.Future[list[ToolOutcome]]) -> bool:
         """Start a batch; True when it is already complete (tools that need no exec)."""
@@ -81,9 +84,25 @@ class ToolRounds:
             output.request_id, output.cursor_run_id, [c.call_id for c in calls], self.next_exec_id,
             list(state.todos), dict(state.shell_output_seen),
         )
-        self._on_state(state)
+        stored = self._on_state(state)
         ctx = dataclasses.replace(run.tool_ctx, todos=tuple(state.todos), shell_output_seen=state.shell_output_seen)
-        return self._begin_batch(run, calls, ctx, ActiveBatch([], future), run.presenter.model_call_id, send=True)
+        self._held = []
+        try:
+            done = self._begin_batch(run, calls, ctx, ActiveBatch([], future), run.presenter.model_call_id, send=True)
+        finally:
+            held, self._held = self._held, None
+        if done or stored is None or stored.done():  # nothing of it runs in the IDE, or it is stored
+            run.send(*held)
+        else:
+            stored.add_done_callback(lambda _: self._send_held(run, held))
+        return done
+
+    @staticmethod
+    def _send_held(run: ActiveRun, held: list[pb.AgentServerMessage]) -> None:
+        """A batch's first messages, once its start is stored (a store failure is the run's to
+        report; holding them back would only hang it). A request for an exec aborted meanwhile
+        is dropped: its abort went first."""
+        run.send(*(m for m in held if _pending_request(run, m)))
 
     def recover(self, run: ActiveRun, calls: list[ToolCallRequest], ctx: tools.ToolContext) -> None:
         """Rebuild the batch cut by a restart (`state.open_batch`, whose calls are `calls`) for the
@@ -114,7 +133,7 @@ class ToolRounds:
         for pending in batch.pending:
             pending.started_ms = now_ms()
             if send and pending.execution.presentable:
-                run.send(updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
+                self._send(run, updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
             self._advance(run, pending, pending.execution.first(), send)
         return self._finish_if_done(run)
 
@@ -189,13 +208,13 @@ class ToolRounds:
                 elif step.delay_ms > 0:  # a background-shell poll: send it later, if still wanted
                     asyncio.get_running_loop().call_later(step.delay_ms / 1000, self._send_delayed, run, exec_id, step.message)
                 else:
-                    run.send(updates.exec_request(step.message))
+                    self._send(run, updates.exec_request(step.message))
             case tools.InteractionStep():
                 step.query.id = self._reserve(run, pending)
                 if send:
-                    run.send(updates.interaction_query(step.query))
+                    self._send(run, updates.interaction_query(step.query))
             case tools.Progress():
-                run.send(*(updates.interaction(u) for u in step.updates))
+                self._send(run, *(updates.interaction(u) for u in step.updates))
             case tools.Done():
                 pending.outcome = step.outcome
                 for exec_id in pending.exec_ids:
@@ -203,7 +222,7 @@ class ToolRounds:
                 self._remember(pending.execution)
                 if pending.execution.presentable:
                     update = tools.completed_update(pending.execution, completed_at_ms=now_ms(), started_at_ms=pending.started_ms)
-                    run.send(updates.interaction(update))
+                    self._send(run, updates.interaction(update))
 
     def _remember(self, execution: tools.ToolExecution) -> None:
         changed = False
@@ -216,6 +235,12 @@ class ToolRounds:
             changed = True
         if changed:
             self._on_state(self.state)
+
+    def _send(self, run: ActiveRun, *messages: pb.AgentServerMessage) -> None:
+        if self._held is not None:
+            self._held.extend(messages)
+        else:
+            run.send(*messages)
 
     def _reserve(self, run: ActiveRun, pending: PendingTool) -> int:
         self.next_exec_id += 1
@@ -237,3 +262,12 @@ class ToolRounds:
         if not batch.future.done():
             batch.future.set_result([p.outcome for p in batch.pending if p.outcome is not None])
         return True
+
+
+def _pending_request(run: ActiveRun, message: pb.AgentServerMessage) -> bool:
+    """False for an exec request or question whose exec is no longer pending; True for the rest."""
+    if message.HasField("exec_server_message"):
+        return message.exec_server_message.id in run.execs
+    if message.HasField("interaction_query"):
+        return message.interaction_query.id in run.execs
+    return True
