@@ -6,29 +6,31 @@ Data, not lifecycle: the runtime decides what each result or failure means for t
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .. import prompting
 from ..config import Config, ModelConfig
-from ..protocol import model_not_found_error
-from ..protocol import ConnectError, agent_pb2 as pb
+from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error
 from ..run import Interrupted, RunEngine, ToolCallPart, batch_outcomes, tool_call_request, tool_results_message
 from . import updates
 from .actions import Injected
 from .active_run import ActiveRun, now_ms
 from .checkpoints import Checkpoints
 from .commands import ClientInput
-from .output import OutputStream
 from .history import ConversationHistory, EntryKind, HistoryEntry, prompt_mode
 from .identity import ParentConversationRef
+from .output import OutputStream
 from .persistence import ConversationRecords
 from .run_setup import requested_model_id, run_spec, tool_context
 from .state import Phase
 from .sync import BlobSync
 from .tool_calls import ToolRounds
 from .turn_input import UNFINISHED_TOOL_TEXT, commit_turn_input
+
+log = logging.getLogger("cursor_byok.runtime")
 
 
 @dataclass
@@ -119,6 +121,7 @@ class ConversationData:
         )
         run.owed_calls = calls
         self.tool_rounds.recover(run, valid, ctx)
+        log.info("tool batch cut by the restart rebuilt", extra={"conversation_id": self.conversation_id, "calls": len(calls)})
 
     def run_queued(self, run: ActiveRun | None, output: OutputStream) -> None:
         """A run on `output` is queued behind `run`: a resumed run on another stream yields to it."""

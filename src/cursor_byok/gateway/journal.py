@@ -42,16 +42,21 @@ def unjournaled(gw: Gateway, exc: BaseException) -> ConnectError:
 
 async def resume_journaled(gw: Gateway) -> None:
     """At start: rebuild the transport of every journaled stream and resume its run, oldest first."""
-    for stream in await gw.store.inbound_streams():
+    streams = await gw.store.inbound_streams()
+    replayed = 0
+    for stream in streams:
         try:
-            await _resume(gw, stream)
+            replayed += await _resume(gw, stream)
         except ConnectError as exc:
             log.warning("journaled stream not resumed: %s", exc.message, extra={"request_id": stream.request_id})
             if exc.code != "unavailable":  # it never will be (an unavailable store may recover by the next start)
                 gw.store.forget_appends(stream.request_id, stream.generation)
+    if streams:
+        log.info("journaled streams resumed", extra={"streams": len(streams), "appends_taken_again": replayed})
 
 
-async def _resume(gw: Gateway, stream: InboundStream) -> None:
+async def _resume(gw: Gateway, stream: InboundStream) -> int:
+    """Resume one stream; how many journaled appends after its run request are taken again."""
     first, rest = stream.appends[0], stream.appends[1:]
     if first.seqno != 0 or first.message is None:
         raise ConnectError("failed_precondition", "its run request is not in the journal")
@@ -74,3 +79,4 @@ async def _resume(gw: Gateway, stream: InboundStream) -> None:
                 replay.append((item.append_seqno, item.message))
     await gw.conversations.resume(stream.request_id, seqno0.message.run_request, replay)
     gw.transports.restore(transport)
+    return len(replay)
