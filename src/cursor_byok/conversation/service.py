@@ -184,6 +184,14 @@ class ConversationService:
             return None
         return ParentConversationRef(binding.conversation_id, run.run_id, parent_tool_call_id)
 
+    def has_ended(self, request_id: str, cursor_run_id: str, *, opened: bool) -> bool:
+        """The request id's stream of that generation has ended: nothing appended to it now has an
+        effect. `opened`: its run request was taken (no stream now means it ended and was swept)."""
+        stream = self.hub.get(request_id)
+        if stream is None:
+            return opened
+        return stream.closed and stream.cursor_run_id == cursor_run_id
+
     def attach(self, request_id: str) -> None:
         """A RunSSE reader is on the request id's stream: a run resumed on it after a restart goes on."""
         self._reader(request_id, True)

@@ -29,7 +29,14 @@ log = logging.getLogger("cursor_byok.gateway.journal")
 
 def journal(gw: Gateway, transport: Transport, append: BidiAppend) -> asyncio.Future[Any]:
     """Queue the append's journal row; the IDE gets its 200 once the future resolves. Queued before
-    the append is handed on, so whatever it causes is stored with it or after it."""
+    the append is handed on, so whatever it causes is stored with it or after it. An append to a
+    stream that has ended (a late reply, its run request again) has no effect and its stream's rows
+    are gone: it is not journaled (it would stay for good). While the server stops, streams end
+    cut, their rows kept for the next start: what comes for them then is journaled with them."""
+    if not gw.stopping and gw.conversations.has_ended(append.request_id, transport.cursor_run_id, opened=append.append_seqno > 0):
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
     try:
         return gw.store.record_append(append.request_id, transport.cursor_run_id, append.append_seqno, append.raw)
     except StoreError as exc:  # the store is closing: the IDE sends the append again
