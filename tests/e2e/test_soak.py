@@ -1,12 +1,15 @@
 """The soak: many conversations at once against the real `serve`, turn after turn, with tools,
 streams that disconnect and read again, and cancels. Every RunSSE read to its end gets exactly one
-terminal, every turn not cancelled gets its answer, and once the warm-up is over resident memory
-grows by less than 5 % and the open file descriptors come back to where they were (both measured
-after what finished turns keep in memory has expired)."""
+terminal, every turn not cancelled gets its answer, the inbound journal is empty once every stream
+has ended, and once the warm-up is over the open file descriptors come back to where they were and
+(in the long run) resident memory grows by less than 5 %, both measured after what finished turns
+keep in memory has expired."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import sqlite3
 import time
 import uuid
 from collections import Counter
@@ -24,7 +27,11 @@ from .edge_support import open_fds, server_rss
 
 KINDS = ("text", "tools", "tools", "reconnect", "cancel")
 IDLE_SECONDS = 1.0  # what a finished turn keeps in memory expires after this (defaults: minutes)
-SETTLE_SECONDS = 12.0  # the idle time plus two sweeps (every 5 s): everything idle has expired
+# A transport expires by idle time even while its run goes on (a turn of many conversations at once
+# takes seconds): longer than any turn here.
+TRANSPORT_IDLE_SECONDS = 6.0
+RETENTION_SECONDS = 4.0  # a finished stream's output, for a RunSSE that reads it again: longer than that takes
+SETTLE_SECONDS = 12.0  # the longest idle time plus a sweep (every 5 s): everything idle has expired
 TURN_TIMEOUT = 60.0
 
 
@@ -34,6 +41,7 @@ class Tally:
     bad_streams: list[str] = field(default_factory=list)  # … without exactly one terminal
     kinds: Counter[str] = field(default_factory=Counter)
     cancelled: int = 0  # cancels that arrived before the turn's end
+    reread: int = 0  # streams read again after their connection dropped
     wrong: list[str] = field(default_factory=list)  # turns without their answer
 
     def ended(self, log: StreamLog, what: str) -> None:
@@ -45,6 +53,7 @@ class Tally:
 class Conversation:
     def __init__(self, server: ServerProcess, workspace: Path, seed: int, tally: Tally) -> None:
         self.ide = ScriptedIDE(server.base_url, workspace)
+        self.ide.resend_attempts = 2
         self.conv = uuid.uuid4().hex
         self.rng = random.Random(seed)
         self.tally = tally
@@ -73,6 +82,9 @@ class Conversation:
             await asyncio.wait_for(reader, TURN_TIMEOUT)
         else:
             await asyncio.wait_for(reader, TURN_TIMEOUT)
+        while log.broken and not log.finished:  # the connection dropped under the stream: read it again
+            self.tally.reread += 1
+            log = await asyncio.wait_for(self.ide.stream(rid, StreamLog()), TURN_TIMEOUT)
         self.tally.ended(log, what)
         if log.terminal is not None and log.terminal.code == "canceled" and kind == "cancel":
             self.tally.cancelled += 1
@@ -86,68 +98,88 @@ class Conversation:
             await asyncio.sleep(0.005)
 
 
-async def settled(server: ServerProcess, conversations: list[Conversation]) -> tuple[int, int]:
-    """Close every IDE connection, let what finished turns keep expire: (RSS, open fds)."""
+async def settled(server: ServerProcess, conversations: list[Conversation]) -> Sample:
+    """Close every IDE connection, let what finished turns keep expire, then measure."""
     for c in conversations:
         await c.ide.reconnect()
     await asyncio.sleep(SETTLE_SECONDS)
     assert server.proc is not None
-    return server_rss(server), open_fds(server.proc.pid)
+    database = server.config.data_dir / "state.db"
+    with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        journaled = conn.execute("SELECT count(*) FROM inbound_appends").fetchone()[0]
+    return Sample(server_rss(server), open_fds(server.proc.pid), journaled)
 
 
-async def soak(tmp_path: Path, provider: FakeProviderServer, workspace: Path, *, conversations: int, turns: int, warm_up: int, seed: int) -> None:
+@dataclass
+class Sample:
+    rss: int
+    fds: int
+    journaled: int  # rows in the inbound journal
+
+    def __str__(self) -> str:
+        return f"{self.rss / 2**20:.1f} MiB, {self.fds} fds, {self.journaled} journal rows"
+
+
+async def soak(
+    tmp_path: Path, provider: FakeProviderServer, workspace: Path, *, conversations: int, marks: tuple[int, ...], seed: int, check_rss: bool
+) -> None:
+    """`conversations` at once, each taking turns up to each of `marks` (turn counts) in step and
+    sampled there; the first mark ends the warm-up, the last is the end. `check_rss`: memory growth
+    is judged (only the long run has turns enough to tell growth from warm-up)."""
     provider.respond_with(LoopModel(chunk_delay=0.02))
-    for n in range(turns):
+    for n in range(marks[-1]):
         (workspace / f"t{n}.txt").write_text(f"T{n}-CONTENT\n")
     config = ServerConfig(
         data_dir=tmp_path / "data",
         models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
         runsse_wait_seconds=2.0,
-        output_retention_seconds=IDLE_SECONDS,
+        output_retention_seconds=RETENTION_SECONDS,
         continuation_window_seconds=0.1,
-        extra_server={"runtime_idle_seconds": IDLE_SECONDS, "transport_idle_seconds": IDLE_SECONDS, "blob_ack_timeout_seconds": 2.0},
+        extra_server={"runtime_idle_seconds": IDLE_SECONDS, "transport_idle_seconds": TRANSPORT_IDLE_SECONDS, "blob_ack_timeout_seconds": 2.0},
     )
     tally = Tally()
-    convs: list[Conversation] = []
+    samples: list[Sample] = []
     with ServerProcess(config) as server:
         convs = [Conversation(server, workspace, seed * 1000 + i, tally) for i in range(conversations)]
 
-        async def run(turn_numbers: range) -> None:
+        async def take_turns(turn_numbers: range) -> None:
             async def one(c: Conversation) -> None:
                 for n in turn_numbers:
                     await c.turn(n)
 
             await asyncio.gather(*(one(c) for c in convs))
 
+        took = 0.0
         try:
-            started = time.monotonic()
-            await run(range(warm_up))
-            warm_rss, warm_fds = await settled(server, convs)
-            await run(range(warm_up, turns))
-            took = time.monotonic() - started
-            end_rss, end_fds = await settled(server, convs)
+            for begin, end in zip((0, *marks), marks):
+                started = time.monotonic()
+                await take_turns(range(begin, end))
+                took += time.monotonic() - started
+                samples.append(await settled(server, convs))
         finally:
             for c in convs:
                 await c.ide.close()
-        growth = (end_rss - warm_rss) / warm_rss
-        print(
-            f"\nsoak: {conversations} conversations x {turns} turns in {took:.0f} s, turn kinds {dict(tally.kinds)}, "
-            f"{tally.cancelled} cancelled in flight, {tally.streams} RunSSEs read to their end, {len(tally.bad_streams)} without one terminal; "
-            f"RSS after warm-up {warm_rss / 2**20:.1f} MiB, at the end {end_rss / 2**20:.1f} MiB ({growth:+.1%}); "
-            f"open fds {warm_fds} -> {end_fds}"
-        )
-        assert not tally.bad_streams, tally.bad_streams[:5]
-        assert not tally.wrong, tally.wrong[:5]
-        assert growth < 0.05
-        assert end_fds <= warm_fds
+    warm, last = samples[0], samples[-1]
+    growth = (last.rss - warm.rss) / warm.rss
+    print(
+        f"\nsoak: {conversations} conversations x {marks[-1]} turns ({took:.0f} s of turns), turn kinds {dict(tally.kinds)}, "
+        f"{tally.cancelled} cancelled in flight, {tally.streams} RunSSEs read to their end, {len(tally.bad_streams)} without one terminal, {tally.reread} read again after their connection dropped; "
+        f"after warm-up ({marks[0]} turns) {warm}; then " + "; ".join(f"after {m} turns {s}" for m, s in zip(marks[1:], samples[1:]))
+        + f"; RSS growth {growth:+.1%}"
+    )
+    assert not tally.bad_streams, tally.bad_streams[:5]
+    assert not tally.wrong, tally.wrong[:5]
+    assert all(s.journaled == 0 for s in samples)  # every stream ended: nothing left to apply again
+    assert growth < 0.05 or not check_rss
+    assert last.fds <= warm.fds
 
 
 @pytest.mark.timeout(600)
 async def test_soak(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
-    await soak(tmp_path, provider, workspace, conversations=12, turns=8, warm_up=3, seed=12)
+    await soak(tmp_path, provider, workspace, conversations=12, marks=(3, 8), seed=12, check_rss=False)
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
 async def test_soak_full(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
-    await soak(tmp_path, provider, workspace, conversations=50, turns=20, warm_up=4, seed=1212)
+    await soak(tmp_path, provider, workspace, conversations=50, marks=(5, 10, 15, 20), seed=1212, check_rss=True)

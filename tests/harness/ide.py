@@ -148,6 +148,9 @@ class ScriptedIDE:
         # (`resend_unacked`) instead of failing the caller; `acked` is every append answered 200.
         self.tolerate_crashes = False
         self.unacked: dict[tuple[str, int], tuple[bytes, pb.AgentClientMessage]] = {}
+        # How many times an append that got no answer is sent again at once, as Cursor does when a
+        # connection drops under it (the server is up): a resend of a received one is a duplicate.
+        self.resend_attempts = 0
         self.acked: list[tuple[str, int, pb.AgentClientMessage]] = []
 
     def _client(self) -> httpx.AsyncClient:
@@ -177,12 +180,16 @@ class ScriptedIDE:
     async def _post_append(
         self, request_id: str, seqno: int, body: bytes, message: pb.AgentClientMessage, headers: dict[str, str] | None = None
     ) -> httpx.Response | None:
-        try:
-            resp = await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
-        except httpx.TransportError:
-            if not self.tolerate_crashes:
-                raise
-            return None  # no answer: kept in `unacked`
+        for attempt in range(self.resend_attempts + 1):
+            try:
+                resp = await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
+                break
+            except httpx.TransportError:
+                if attempt < self.resend_attempts:
+                    continue  # e.g. a kept-alive connection the server had just closed: send again
+                if not self.tolerate_crashes:
+                    raise
+                return None  # no answer: kept in `unacked`
         self.unacked.pop((request_id, seqno), None)
         if resp.status_code == 200:
             self.acked.append((request_id, seqno, message))
