@@ -71,13 +71,13 @@ class Conversation:
         assert resp.status_code == 200, resp.text
         if kind == "reconnect":
             # The stream goes away mid-turn (the run goes on) and the IDE reads it again.
-            await self.until(lambda: bool(log.messages) or log.finished)
+            await self.until(lambda: bool(log.messages) or reader.done())
             stop.set()
             await asyncio.wait_for(reader, TURN_TIMEOUT)
             if not log.finished:
                 log = await asyncio.wait_for(self.ide.stream(rid, StreamLog()), TURN_TIMEOUT)
         elif kind == "cancel":
-            await self.until(lambda: bool(log.text) or log.finished)
+            await self.until(lambda: bool(log.text) or reader.done())
             await self.ide.append(rid, cancel_message())
             await asyncio.wait_for(reader, TURN_TIMEOUT)
         else:
