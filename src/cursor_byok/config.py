@@ -54,6 +54,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # After a turn the stream stays open this long for a follow-up on the same request id.
     continuation_window_seconds: float = 2.0
     blob_ack_timeout_seconds: float = 15.0  # how long a checkpoint waits for the IDE's set_blob acks
+    # After a restart, how long a resumed run waits for tool results the IDE still owes it.
+    recovery_wait_seconds: float = 10.0
     # Other users of the machine: when set, every request must carry this token (README "Security").
     auth_token: str = ""
     auth_token_env: str = ""  # or the name of the environment variable holding it
@@ -369,7 +371,10 @@ def _edge_limit_problems(server: ServerConfig) -> Iterator[str]:
         yield "server: set auth_token or auth_token_env, not both"
     if server.auth_token_env and _looks_like_a_key(server.auth_token_env):  # never echoed: it is likely the token
         yield "server.auth_token_env: this looks like a token, not the name of an environment variable"
-    for key in ("body_read_timeout_seconds", "header_read_timeout_seconds", "max_header_bytes", "max_pending_requests", "max_pending_per_connection"):
+    for key in (
+        "body_read_timeout_seconds", "header_read_timeout_seconds", "max_header_bytes", "max_pending_requests",
+        "max_pending_per_connection", "recovery_wait_seconds",
+    ):
         if getattr(server, key) <= 0:
             yield f"server.{key}: must be > 0"
 

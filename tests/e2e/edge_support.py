@@ -120,6 +120,10 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def server_rss(server: ServerProcess) -> int:
     """Resident memory of the whole server (main process and worker)."""
     return sum(rss_bytes(pid) for pid in server_processes(server))

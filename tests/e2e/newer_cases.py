@@ -28,7 +28,7 @@ SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("conversation/actions.py", "decide", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/actions.py", "_refused_injection", "payload"): ("agent.v1.InjectContextAction.payload",),
     ("conversation/actions.py", "injected_context", "payload"): ("agent.v1.InjectContextAction.payload",),
-    ("conversation/turn_input.py", "commit_turn_input", "action"): ("agent.v1.ConversationAction.action",),
+    ("conversation/turn_input.py", "_turn_input", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/run_setup.py", "agent_mode", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/run_setup.py", "request_env", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/tool_calls.py", "ToolRounds.on_client_message", "message"): (

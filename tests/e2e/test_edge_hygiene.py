@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import sqlite3
 import time
@@ -17,7 +16,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, append_body, envelope, heartbeat_message, run_request
 from tests.harness.server import ServerProcess
 
-from .edge_support import PROTO, edge_config, provider_and_upstream, raw_http, server_processes
+from .edge_support import PROTO, edge_config, provider_and_upstream, open_fds, raw_http, server_processes
 
 MODEL = "byok-hygiene"
 
@@ -101,10 +100,6 @@ async def test_oversized_heads_are_refused_by_the_http_layer(server: ServerProce
     big = base + "x-big: " + "a" * (200 * 1024) + "\r\ncontent-length: 0\r\n\r\n"
     resp = await asyncio.to_thread(raw_http, server.port, big.encode())
     assert resp.status == 431
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 async def test_slow_clients_do_not_pin_file_descriptors(server: ServerProcess) -> None:

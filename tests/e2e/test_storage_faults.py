@@ -1,12 +1,13 @@
 """Storage faults against the real server: a read-only data dir, a full disk, a damaged database.
 
-At start each is one clear line and exit 1; during a run the affected run ends with a Connect
-`unavailable` error (never a silent success that was not saved) and the server recovers once the
-fault is gone; `doctor` explains each. The read-only and full file systems are real ones (a
+At start each is one clear line and exit 1; during a run the append that could not be stored is
+refused and the affected run ends with a Connect `unavailable` error (never a silent success that
+was not saved) and the server recovers once the fault is gone; `doctor` explains each. The read-only and full file systems are real ones (a
 read-only bind mount, a size-limited tmpfs), mounted in the server's own user and mount namespaces.
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import subprocess
@@ -115,7 +116,17 @@ async def test_a_disk_that_fills_up_fails_the_affected_run_and_the_server_recove
 
         filler = fill(seen_by_us)
         provider.enqueue(OPENAI_CHAT.text(["bravo answer"]))
-        failed = await turn(server, workspace, conv, "bravo question")
+        ide = ScriptedIDE(server.base_url, workspace)
+        try:
+            rid, failed = uuid.uuid4().hex, StreamLog()
+            reader = asyncio.create_task(ide.stream(rid, failed))
+            refused = await ide.append(rid, run_request("bravo question", model=MODEL, conversation_id=conv))
+            await asyncio.wait_for(reader, 20)
+        finally:
+            await ide.close()
+        # Not stored, so not acknowledged: the IDE is told to send it again, and why.
+        assert refused.status_code == 503 and refused.json()["code"] == "unavailable", refused.text
+        assert "no space left" in refused.json()["message"] and "send it again" in refused.json()["message"]
         assert failed.terminals == 1 and failed.terminal is not None
         assert failed.terminal.code == "unavailable" and "no space left" in failed.terminal.message, failed.terminal
 

@@ -60,6 +60,12 @@ class RecordedRequest:
 Responder = Callable[[RecordedRequest], Reply]
 
 
+class _ListeningServer(ThreadingHTTPServer):
+    # The default backlog (5) drops connection attempts when dozens of runs call the model at
+    # once; each dropped SYN is retried a second later, which looks like a slow server.
+    request_queue_size = 256
+
+
 class FakeProviderServer:
     """`keep_alive=True` keeps connections open between replies (as real providers do) instead of
     closing each after its reply. HEAD requests (connection warm-ups) are answered 204 and recorded
@@ -79,7 +85,7 @@ class FakeProviderServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _ListeningServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, name="fake-provider", daemon=True

@@ -139,8 +139,8 @@ class ScriptedIDE:
         assert transport != "run-via-proxy" or proxy is not None, "the run-via-proxy transport needs the proxy's port and CA file"
         self.run_streams = RunStreams(base_url, proxy if transport == "run-via-proxy" else None)
         self.base_url = base_url.rstrip("/")
-        # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
-        self.client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not http2, http2=http2)
+        self.http2 = http2
+        self.client = self._client()
         self.workspace = workspace
         self.seqnos: dict[str, int] = {}
         self.exec_log: list[pb.ExecServerMessage] = []
@@ -157,10 +157,30 @@ class ScriptedIDE:
         # A terminals folder: commands starting with "background:" move to the background there.
         self.terminals: Path | None = None
         self.next_shell_id = 100
+        # Across a server crash, as Cursor: an append that got no answer is kept and sent again
+        # (`resend_unacked`) instead of failing the caller; `acked` is every append answered 200.
+        self.tolerate_crashes = False
+        self.unacked: dict[tuple[str, int], tuple[bytes, pb.AgentClientMessage]] = {}
+        # How many times an append that got no answer is sent again at once, as Cursor does when a
+        # connection drops under it (the server is up): a resend of a received one is a duplicate.
+        self.resend_attempts = 0
+        self.acked: list[tuple[str, int, pb.AgentClientMessage]] = []
+
+    def _client(self) -> httpx.AsyncClient:
+        # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
+        return httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not self.http2, http2=self.http2)
 
     async def close(self) -> None:
         await self.client.aclose()
         await self.run_streams.close()
+
+    async def reconnect(self, base_url: str | None = None) -> None:
+        """The server went away and came back (a restart): new connections, the same IDE state
+        (seqnos, blobs, held execs), as Cursor keeps its own across a server restart."""
+        await self.client.aclose()
+        if base_url is not None:
+            self.base_url = base_url.rstrip("/")
+        self.client = self._client()
 
     # -- raw calls -----------------------------------------------------------------------------------
     async def append(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int | None = None, headers: dict[str, str] | None = None, **kw: bool) -> httpx.Response:
@@ -170,7 +190,31 @@ class ScriptedIDE:
             seqno = self.seqnos.get(request_id, 0)
         self.seqnos[request_id] = max(self.seqnos.get(request_id, 0), seqno + 1)
         body = append_body(request_id, seqno, message, **kw)
-        return await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
+        self.unacked[(request_id, seqno)] = (body, message)
+        return await self._post_append(request_id, seqno, body, message, headers)  # type: ignore[return-value]
+
+    async def _post_append(
+        self, request_id: str, seqno: int, body: bytes, message: pb.AgentClientMessage, headers: dict[str, str] | None = None
+    ) -> httpx.Response | None:
+        for attempt in range(self.resend_attempts + 1):
+            try:
+                resp = await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
+                break
+            except httpx.TransportError:
+                if attempt < self.resend_attempts:
+                    continue  # e.g. a kept-alive connection the server had just closed: send again
+                if not self.tolerate_crashes:
+                    raise
+                return None  # no answer: kept in `unacked`
+        self.unacked.pop((request_id, seqno), None)
+        if resp.status_code == 200:
+            self.acked.append((request_id, seqno, message))
+        return resp
+
+    async def resend_unacked(self) -> None:
+        """Send again, in seqno order, every append that got no answer before the server died."""
+        for (request_id, seqno), (body, message) in sorted(self.unacked.items()):
+            await self._post_append(request_id, seqno, body, message)
 
     async def append_raw(self, request_id: str, raw: bytes) -> httpx.Response:
         """Append raw AgentClientMessage bytes (e.g. a variant from a newer client) in seqno order."""

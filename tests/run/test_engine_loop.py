@@ -21,8 +21,14 @@ from cursor_byok.run import (
     ToolCallStart,
     ToolResultPart,
     ToolSchema,
+    INTERRUPTED_RESULT,
+    ToolOutcome,
+    batch_outcomes,
     make_provider,
+    tool_call_request,
+    tool_results_message,
 )
+from cursor_byok.run.engine import NO_RESULT
 from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, UsageSpec, fake_model
 from tests.fakes.anthropic import SIGNATURE
 from tests.fakes.openai_responses import ENCRYPTED
@@ -201,3 +207,21 @@ async def test_usage_is_committed_with_the_assistant_message(fake_server, http_c
     (_, (message, usage)), = history.log
     assert message == Message("assistant", [TextPart("hi")])
     assert usage == dialect.expected_usage(UsageSpec(input=10, output=2, cache_read=90)) == result.usage_total
+
+
+
+def test_a_batch_has_one_outcome_per_call_in_call_order() -> None:
+    """What the engine commits for a batch, also used for a batch rebuilt after a restart: the
+    returned outcome of each valid call, the argument error of an invalid one, and for a valid call
+    without an outcome the text saying why (the batch was interrupted, or simply returned none)."""
+    calls = [tool_call_request("call_a", "Read", '{"path": "a.py"}'), tool_call_request("call_bad", "Read", '{"path": '),
+             tool_call_request("call_c", "Read", '{"path": "c.py"}')]
+    returned = [ToolOutcome("call_a", "Read", "A")]
+    for interrupted, missing in ((False, NO_RESULT), (True, INTERRUPTED_RESULT)):
+        outcomes = batch_outcomes(calls, returned, interrupted)
+        assert [o.call_id for o in outcomes] == ["call_a", "call_bad", "call_c"]
+        assert outcomes[0].content == "A" and not outcomes[0].is_error
+        assert outcomes[1].is_error and "Invalid arguments for Read" in outcomes[1].content
+        assert outcomes[2].is_error and outcomes[2].content == missing
+    message = tool_results_message(batch_outcomes(calls, returned, False))
+    assert message.role == "tool" and [p.call_id for p in message.parts] == ["call_a", "call_bad", "call_c"]

@@ -51,6 +51,7 @@ class ActiveRun:
     run_request: pb.AgentRunRequest
     mode: int
     follow_up: bool = False  # built by the runtime from an action on this stream, not sent by the IDE
+    resumed: bool = False  # after a restart, from the journaled input of its stream
     started_ms: int = field(default_factory=now_ms)
     model: ModelConfig | None = None
     engine: RunEngine | None = None
@@ -73,10 +74,20 @@ class ActiveRun:
     compactions: list[Any] = field(default_factory=list)  # checkpoints.Compaction, in order
     known_blobs: dict[bytes, bytes] = field(default_factory=dict)  # blob id → bytes (pre-fetched, fetched)
     final_state: pb.ConversationStateStructure | None = None  # the final checkpoint, once sent
+    # A resumed run: the batch its stream had in flight, rebuilt (`owed_calls`: every call of that
+    # assistant message), and whether the IDE came back for the stream (True) or not (False).
+    owed_calls: list[ToolCallRequest] = field(default_factory=list)
+    rebuilt: ActiveBatch | None = None
+    claim: asyncio.Future[bool] | None = None
 
     def __post_init__(self) -> None:
         self.turns = TurnLog(self.request_id)
         self.derived = DerivedState(self.run_request.conversation_state)
+
+    def claimed(self, by_ide: bool) -> None:
+        """The IDE came back for this resumed run's stream (it reads or appends to it), or will not."""
+        if self.claim is not None and not self.claim.done():
+            self.claim.set_result(by_ide)
 
     def send(self, *messages: pb.AgentServerMessage) -> None:
         """Write server messages to this run's stream (nothing once it has its terminal)."""
@@ -89,11 +100,11 @@ class ActiveRun:
 
 
 def begin_run(
-    conversation_id: str, request_id: str, output: OutputStream, rr: pb.AgentRunRequest, *, follow_up: bool
+    conversation_id: str, request_id: str, output: OutputStream, rr: pb.AgentRunRequest, *, follow_up: bool, resumed: bool
 ) -> ActiveRun:
     """A new run of `rr`: its ids, presenter and observation record, the blobs the request carried,
     and the turn it opens (a run without a user message continues the last turn)."""
-    run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, agent_mode(rr), follow_up)
+    run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, agent_mode(rr), follow_up, resumed=resumed)
     run.presenter = RunPresenter(run.run_id, workspace_root(rr), run.send, run.turns)
     run.observed = ObservedRun(conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr))
     run.known_blobs.update(prefetched_blobs(rr))

@@ -17,6 +17,7 @@ class StartRun:
     run_request: pb.AgentRunRequest
     parent: ParentConversationRef | None = None
     follow_up: bool = False  # built by the runtime from an action on this stream
+    resumed: bool = False  # its run was cut by a restart: resumed from the journaled input
 
 
 @dataclass(slots=True)
@@ -24,6 +25,8 @@ class ClientInput:
     request_id: str
     message: pb.AgentClientMessage
     output: OutputStream | None = None  # the stream it was appended on (the request id's latest)
+    seqno: int = 0  # its append seqno (0: not from the journal's view of the stream)
+    replayed: bool = False  # journaled before a restart and applied again after it
 
 
 @dataclass(slots=True)
@@ -68,8 +71,18 @@ class FinalizeExpired:
 
 
 @dataclass(slots=True)
-class Detach:
+class RecoveryExpired:
+    """A resumed run has waited long enough for its IDE (and the tool results it still owed)."""
+
+    run_id: str
+
+
+@dataclass(slots=True)
+class Reader:
+    """A RunSSE reader came to (`attached`) or went from the request id's stream."""
+
     request_id: str
+    attached: bool
 
 
 @dataclass(slots=True)
@@ -80,7 +93,7 @@ class Shutdown:
 
 Command = (
     StartRun | ClientInput | Heartbeat | ToolBatch | Prepared | EngineDone | InjectionsTaken | CheckpointDone
-    | FinalizeExpired | Detach | Shutdown
+    | FinalizeExpired | RecoveryExpired | Reader | Shutdown
 )
 
 

@@ -6,26 +6,32 @@ Data, not lifecycle: the runtime decides what each result or failure means for t
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .. import prompting
 from ..config import Config, ModelConfig
-from ..protocol import model_not_found_error
-from ..run import RunEngine
+from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error
+from ..run import Interrupted, RunEngine, ToolCallPart, batch_outcomes, tool_call_request, tool_results_message
 from . import updates
+from .actions import Injected
 from .active_run import ActiveRun, now_ms
 from .checkpoints import Checkpoints
-from .history import ConversationHistory, prompt_mode
+from .commands import ClientInput
+from .history import ConversationHistory, EntryKind, HistoryEntry, prompt_mode
 from .identity import ParentConversationRef
 from .observation import NO_OBSERVER, RunObserver
+from .output import OutputStream
 from .persistence import ConversationRecords
 from .run_setup import requested_model_id, run_spec, tool_context
 from .state import Phase
 from .sync import BlobSync
 from .tool_calls import ToolRounds
-from .turn_input import commit_turn_input
+from .turn_input import UNFINISHED_TOOL_TEXT, commit_turn_input
+
+log = logging.getLogger("cursor_byok.runtime")
 
 
 @dataclass
@@ -40,6 +46,7 @@ class RuntimeServices:
     continuation_window: float = 2.0
     blob_ack_timeout: float = 15.0
     observer: RunObserver = NO_OBSERVER  # told of runs, provider calls and tools (observability)
+    recovery_wait: float = 10.0  # how long a resumed run waits for tool results the IDE still owes
 
 
 class ConversationData:
@@ -82,6 +89,94 @@ class ConversationData:
             self.tool_rounds.state = stored.tool_state
         self.loaded = True
 
+    def resume(self, run: ActiveRun, expire: Callable[[], None]) -> None:
+        """A run resumed after a restart (its history loaded), before it takes any input: it waits
+        for its IDE to come back for the stream (`run.claim`), `expire` called if none has by the
+        recovery wait, and rebuilds the batch its stream had in flight."""
+        run.claim = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(self.services.recovery_wait, expire)
+        self._recover_batch(run)
+
+    def input_taken(self, cmd: ClientInput, run: ActiveRun | None) -> None:
+        """The runtime took `cmd` (on `run`'s stream when given): how far the stream's journaled
+        input is taken; live input there means the IDE is back for a resumed run."""
+        if cmd.output is not None:
+            cmd.output.applied_seqno = max(cmd.output.applied_seqno, cmd.seqno)
+        if run is not None and not cmd.replayed:
+            run.claimed(True)
+
+    def _recover_batch(self, run: ActiveRun) -> None:
+        """When the last assistant message's tool calls are the batch this run's stream had in
+        flight, rebuild that batch: its calls are owed results (`run.owed_calls`)."""
+        last = self.history.entries[-1] if self.history.entries else None
+        opened = self.tool_rounds.state.open_batch
+        if last is None or last.kind is not EntryKind.ASSISTANT or opened is None:
+            return
+        calls = [tool_call_request(p.id, p.name, p.arguments) for p in last.message.parts if isinstance(p, ToolCallPart)]
+        valid = [c for c in calls if c.parsed is not None]
+        model = self.services.config.model(requested_model_id(run.run_request))
+        mine = (opened.request_id, opened.generation) == (run.request_id, run.output.cursor_run_id)
+        if not mine or model is None or opened.calls != [c.call_id for c in valid]:
+            return
+        ctx = tool_context(
+            run.run_request, conversation_id=self.conversation_id, run_id=run.run_id, parent=self.parent,
+            config=self.services.config, model=model, mode=self.mode(run),
+        )
+        run.owed_calls = calls
+        self.tool_rounds.recover(run, valid, ctx)
+        log.info("tool batch cut by the restart rebuilt", extra={"conversation_id": self.conversation_id, "calls": len(calls)})
+
+    def run_queued(self, run: ActiveRun | None, output: OutputStream) -> None:
+        """A run on `output` is queued behind `run`: a resumed run on another stream yields to it."""
+        if run is not None and output is not run.output:
+            self.give_up_resume(run)
+
+    def give_up_resume(self, run: ActiveRun | None) -> None:
+        """A resumed run's IDE went elsewhere (a run on another stream came), or did not come back
+        in time: the results it still owed are not coming (those calls end unfinished) and this
+        stream's turn is not continued. Nothing for any other run."""
+        if run is not None and run.claim is not None:
+            self.tool_rounds.give_up_rebuilt(run, UNFINISHED_TOOL_TEXT)
+            run.claimed(False)
+
+    async def _settle_rebuilt(self, run: ActiveRun) -> None:
+        """A resumed run's rebuilt batch, once every call has its result (or was given up): its
+        results stored, as the engine stores a batch's, before anything else of the run."""
+        assert run.rebuilt is not None
+        try:
+            returned, interrupted = await run.rebuilt.future, False
+        except Interrupted as exc:
+            returned, interrupted = exc.outcomes, True
+        message = tool_results_message(batch_outcomes(run.owed_calls, returned, interrupted))
+        entry = self.history.append(EntryKind.TOOL_RESULTS, f"{EntryKind.TOOL_RESULTS.value}:{run.run_id}:{self.history.next_seq}", message, run.run_id)
+        await self.records.append_durably([entry] if entry is not None else [])
+
+    def commit_injections(self, run: ActiveRun, taken: list[Injected]) -> None:
+        """Injected input into the history (its request context first), and the IDE told."""
+        entries: list[HistoryEntry | None] = []
+        out: list[pb.AgentServerMessage] = []
+        for inj in taken:
+            if inj.request_context:
+                entries.append(self.history.add_request_context(inj.request_context, f"request-context:{inj.key}", run.run_id))
+            entries.append(self.history.append(EntryKind.INJECTION, inj.key, inj.message, run.run_id))
+            if inj.injection_id:
+                out.append(updates.injection_delivered(inj.injection_id, run.presenter.step, now_ms()))
+            if inj.user_message is not None:
+                run.turns.begin(inj.user_message, run.mode)
+                out.append(updates.user_message_appended(inj.user_message))
+        self.records.append([e for e in entries if e is not None])
+        run.send(*out)
+
+    def settle_inputs(self, run: ActiveRun, *, follow_up_queued: bool) -> None:
+        """A batch's results are queued for the store: the input taken from the run's stream so far
+        has had its durable effect, unless some of it still waits (an injection not yet taken, a
+        follow-up not yet run). Settle its journal that far."""
+        output = run.output
+        if run.injections or run.taken or follow_up_queued or output.applied_seqno <= output.settled_seqno:
+            return
+        output.settled_seqno = output.applied_seqno
+        self.records.inputs_settled(output)
+
     async def prepare(self, run: ActiveRun) -> None:
         """Everything before the model is called: the model, the history (loaded, or hydrated from
         the client's checkpoint when we hold none), the turn's input stored durably, the engine."""
@@ -105,7 +200,9 @@ class ConversationData:
         # A user message without a message id is keyed by its Cursor run; one of our follow-ups
         # shares the run id of the run before it, so it is keyed by its own.
         fallback = run.run_id if run.follow_up else (run.cursor_run_id or run.run_id)
-        turn = commit_turn_input(self.history, rr, run.run_id, fallback, mode)
+        if run.rebuilt is not None:
+            await self._settle_rebuilt(run)
+        turn = commit_turn_input(self.history, rr, run.run_id, fallback, mode, resumed=run.resumed)
         run.call_model = turn.call_model
         await self.records.append_durably(turn.entries)
         if turn.delivered is not None:
@@ -115,3 +212,9 @@ class ConversationData:
         run.engine = s.make_engine(model)
         run.spec = run_spec(rr, model, run.tool_ctx, mode, s.resolve_effort)
         run.spec.pending_calls = turn.pending_calls
+        if run.claim is not None and (run.call_model or run.injections) and not await run.claim:
+            # The IDE did not come back for this stream: what it had sent is in the history now
+            # (input injected while the run was cut too); the turn is its to send again.
+            injected, run.injections = run.injections, []
+            self.commit_injections(run, injected)
+            raise ConnectError("unavailable", "the server restarted during this turn; send it again")

@@ -7,16 +7,15 @@ the runtime's current one is committed (a cancelled run never commits after the 
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any, Protocol
 
-from ..protocol import agent_pb2 as pb
 from ..run import Message, ProviderCall, ToolCallRequest, ToolOutcome, Usage
-from . import updates
-from .active_run import ActiveRun, now_ms
+from .active_run import ActiveRun
 from .checkpoints import Compaction
-from .commands import Command, InjectionsTaken, ToolBatch
+from .commands import Command, InjectionsTaken, StartRun, ToolBatch
 from .data import ConversationData
-from .history import EntryKind, HistoryEntry
+from .history import EntryKind
 
 
 class RunOwner(Protocol):
@@ -27,6 +26,8 @@ class RunOwner(Protocol):
     def post(self, command: Command) -> None: ...
 
     def is_current(self, run_id: str) -> bool: ...
+
+    queued: collections.deque[StartRun]
 
     def step_committed(self, run: ActiveRun) -> None: ...
 
@@ -61,7 +62,9 @@ class RunPorts:
         self._commit(EntryKind.ASSISTANT, message)
 
     def commit_tool_results(self, message: Message) -> None:
-        self._commit(EntryKind.TOOL_RESULTS, message)
+        if self._commit(EntryKind.TOOL_RESULTS, message):
+            run, owner = self.run, self.owner
+            owner.data.settle_inputs(run, follow_up_queued=any(q.output is run.output for q in owner.queued))
 
     def take_injections(self) -> list[Message]:
         """Hand the queued soft-interrupt messages to the engine (committed by commit_injected)."""
@@ -76,20 +79,7 @@ class RunPorts:
         taken, run.taken = run.taken, []
         if not self.owner.is_current(run.run_id) or not taken:
             return
-        history = self.owner.data.history
-        entries: list[HistoryEntry | None] = []
-        out: list[pb.AgentServerMessage] = []
-        for inj in taken:
-            if inj.request_context:
-                entries.append(history.add_request_context(inj.request_context, f"request-context:{inj.key}", run.run_id))
-            entries.append(history.append(EntryKind.INJECTION, inj.key, inj.message, run.run_id))
-            if inj.injection_id:
-                out.append(updates.injection_delivered(inj.injection_id, run.presenter.step, now_ms()))
-            if inj.user_message is not None:
-                run.turns.begin(inj.user_message, run.mode)
-                out.append(updates.user_message_appended(inj.user_message))
-        self.owner.data.records.append([e for e in entries if e is not None])
-        run.send(*out)
+        self.owner.data.commit_injections(run, taken)
         self.owner.post(InjectionsTaken(run.run_id))
 
     def compact(self, summary: str) -> None:
@@ -111,11 +101,13 @@ class RunPorts:
                 break
         self.owner.data.records.append(entries)
 
-    def _commit(self, kind: EntryKind, message: Message) -> None:
+    def _commit(self, kind: EntryKind, message: Message) -> bool:
+        """Append a message of the current run to the history; False when the run is not current."""
         run = self.run
         if not self.owner.is_current(run.run_id):
-            return
+            return False
         history = self.owner.data.history
         entry = history.append(kind, f"{kind.value}:{run.run_id}:{history.next_seq}", message, run.run_id)
         if entry is not None:
             self.owner.data.records.append([entry])
+        return True

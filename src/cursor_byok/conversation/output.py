@@ -49,6 +49,11 @@ class OutputStream:
     request_id: str
     generation: int
     max_retained_bytes: int = 64 * 1024 * 1024
+    # With request_id, the key of the input journaled for this stream: its transport generation's
+    # Cursor run id. The runtime tracks how far it has taken that input and how far it is settled.
+    cursor_run_id: str = ""
+    applied_seqno: int = 0
+    settled_seqno: int = 0
     frames: list[bytes] = field(default_factory=list)
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
@@ -147,10 +152,10 @@ class OutputHub:
         self._changed: dict[str, asyncio.Event] = {}
         self.on_forget: Callable[[str], None] | None = None  # told each request id `sweep` drops
 
-    def open(self, request_id: str) -> OutputStream:
+    def open(self, request_id: str, cursor_run_id: str = "") -> OutputStream:
         """A new generation for request_id (the previous one must already be closed or is replaced)."""
         prev = self._streams.get(request_id)
-        stream = OutputStream(request_id, (prev.generation + 1) if prev else 0, self.max_retained_bytes)
+        stream = OutputStream(request_id, (prev.generation + 1) if prev else 0, self.max_retained_bytes, cursor_run_id)
         self._streams[request_id] = stream
         ev = self._changed.pop(request_id, None)
         if ev is not None:

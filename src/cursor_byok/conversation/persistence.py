@@ -15,6 +15,7 @@ from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreErr
 from .active_run import ActiveRun, now_ms
 from .history import HistoryEntry, decode_entry, encode_entry
 from .identity import ParentConversationRef
+from .output import OutputStream
 from .state import Outcome
 from .tool_calls import ToolState, decode_tool_state, encode_tool_state
 
@@ -30,6 +31,7 @@ class ConversationRecords:
     def __init__(self, conversation_id: str, store: Any) -> None:
         self.conversation_id = conversation_id
         self.store = store  # cursor_byok.store.Store, or None for a memory-only runtime
+        self.stopping = False  # the server stops: streams ending now were cut, their input is kept
 
     async def load(self) -> StoredConversation:
         """Everything a runtime needs from the store; a failed read is `unavailable` (retry)."""
@@ -68,9 +70,21 @@ class ConversationRecords:
         if self.store is not None:
             await self.store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind=kind, run_id=run.run_id)
 
-    def put_tool_state(self, state: ToolState) -> None:
+    def put_tool_state(self, state: ToolState) -> asyncio.Future[Any] | None:
+        """Queue the state (await the future for durability); None without a store."""
+        if self.store is None:
+            return None
+        return self.store.put_tool_state(self.conversation_id, encode_tool_state(state))
+
+    def inputs_applied(self, output: OutputStream) -> None:
+        """The stream has ended: its journaled input has had its effect (queued before this)."""
+        if self.store is not None and not self.stopping:
+            self.store.forget_appends(output.request_id, output.cursor_run_id)
+
+    def inputs_settled(self, output: OutputStream) -> None:
+        """The stream's input through `settled_seqno` has had its durable effect (queued before this)."""
         if self.store is not None:
-            self.store.put_tool_state(self.conversation_id, encode_tool_state(state))
+            self.store.settle_appends(output.request_id, output.cursor_run_id, output.settled_seqno)
 
     def run_started(self, run: ActiveRun, parent: ParentConversationRef | None, phase: str) -> None:
         store = self.store

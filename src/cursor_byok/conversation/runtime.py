@@ -40,12 +40,13 @@ from .commands import (
     CheckpointDone,
     ClientInput,
     Command,
-    Detach,
     EngineDone,
     FinalizeExpired,
     Heartbeat,
     InjectionsTaken,
     Prepared,
+    Reader,
+    RecoveryExpired,
     Shutdown,
     StartRun,
     ToolBatch,
@@ -138,6 +139,8 @@ class ConversationRuntime:
                     self._transition(Phase.MODELING)
             case CheckpointDone():
                 self._on_checkpoint_done(cmd)
+            case RecoveryExpired():  # a resumed run waited long enough for its IDE
+                self.data.give_up_resume(self.run if self.is_current(cmd.run_id) else None)
             case FinalizeExpired():
                 if self.is_current(cmd.run_id) and self.phase is Phase.FINALIZING:
                     assert self.run is not None
@@ -145,8 +148,9 @@ class ConversationRuntime:
                         self.post(cmd)  # the window closes after the input already accepted for it
                     else:
                         self._end_output_and_idle()
-            case Detach():
-                pass  # the run continues; output stays retained for a reconnecting RunSSE
+            case Reader():  # gone: the run continues (output stays for a reconnect); come: a resumed run goes on
+                if cmd.attached and self.run is not None and self.run.request_id == cmd.request_id:
+                    self.run.claimed(True)
             case Shutdown():
                 self._on_shutdown(cmd)
                 return True
@@ -173,6 +177,7 @@ class ConversationRuntime:
         if cmd.parent is not None and self.data.parent is None:
             self.data.parent = cmd.parent
         self.queued.append(cmd)
+        self.data.run_queued(self.run, cmd.output)
         if self.phase is Phase.IDLE:
             self._begin_next()
         elif self.phase is Phase.FINALIZING:
@@ -188,11 +193,13 @@ class ConversationRuntime:
                 return
 
     def _begin(self, cmd: StartRun) -> None:
-        run = begin_run(self.conversation_id, cmd.request_id, cmd.output, cmd.run_request, follow_up=cmd.follow_up)
+        run = begin_run(self.conversation_id, cmd.request_id, cmd.output, cmd.run_request, follow_up=cmd.follow_up, resumed=cmd.resumed)
         self.s.observer.run_started(run.observed)
         self.data.blobs.held_by_client(cmd.request_id, held_blob_ids(cmd.run_request.conversation_state))
         self.run = run
         self._transition(Phase.PREPARING)
+        if cmd.resumed:  # before any input is taken; it waits for its IDE, not forever
+            self.data.resume(run, partial(self.post, RecoveryExpired(run.run_id)))
         self._start(run, lambda: self.data.prepare(run), lambda error, _: Prepared(run.run_id, error))
 
     def _start(self, run: ActiveRun, work: Callable[[], Awaitable[Any]], done: Callable[[BaseException | None, Any], Command]) -> None:
@@ -261,12 +268,13 @@ class ConversationRuntime:
         kind = which(msg, "message")
         run = self.run
         on_run_stream = run is not None and cmd.output is run.output
+        self.data.input_taken(cmd, run if on_run_stream else None)
         if kind in TOOL_RESULT_KINDS:
             # Exec ids are only unique within one runtime's lifetime: a result that comes on another
             # stream than the active run's (an earlier run's, before a restart) is late.
             if not on_run_stream:
                 log.info("ignoring a tool result from another stream", extra={"conversation_id": self.conversation_id})
-            elif self.data.tool_rounds.on_client_message(run, kind, getattr(msg, kind)):  # type: ignore[arg-type]
+            elif self.data.tool_rounds.on_client_message(run, kind, getattr(msg, kind), replayed=cmd.replayed):  # type: ignore[arg-type]
                 self._batch_done()
         elif kind == "kv_client_message":
             self.data.blobs.on_reply(cmd.request_id, msg.kv_client_message)
@@ -440,10 +448,11 @@ class ConversationRuntime:
         self._begin_next()
 
     def _close_stream(self, output: OutputStream, terminal: bytes) -> None:
-        """The one terminal of a stream; what was kept for its request id goes with it."""
+        """The one terminal of a stream; what was kept for its request id goes with it (its journaled input too)."""
         if not output.closed:
             output.close(terminal)
         self.data.blobs.forget(output.request_id)
+        self.data.records.inputs_applied(output)
 
     def _stop_tasks(self, run: ActiveRun) -> None:
         if run.task is not None and not run.task.done():
@@ -466,6 +475,7 @@ class ConversationRuntime:
         """Every open stream gets its terminal: a finished run's `{}`, any other `unavailable`
         (and the run is recorded failed with it)."""
         error = ConnectError("unavailable", f"server shutting down: {cmd.reason}")
+        self.data.records.stopping = True  # what is cut now is resumed at the next start
         queued, self.queued = self.queued, collections.deque()
         for q in queued:
             self._close_stream(q.output, end_stream_error(error))

@@ -2,6 +2,10 @@
 
 It binds request ids to conversations (registry), opens output streams (hub) and turns ordered wire
 input into runtime commands. It never changes a lifecycle itself: runtimes do.
+
+After a restart it resumes the streams whose journaled input had not all had its effect (`resume`):
+the stream's run starts again from its run request, marked resumed, and the journaled appends that
+followed are delivered again, in order, marked replayed.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from ..protocol import ConnectError, agent_pb2 as pb, unknown_fields, which
 from .identity import ParentConversationRef
 from .output import OutputHub, OutputStream
 from .registry import BindingConflict, BindKind, Registry
-from .commands import ClientInput, Detach, Heartbeat, Shutdown, StartRun
+from .commands import ClientInput, Heartbeat, Reader, Shutdown, StartRun
 from .data import RuntimeServices
 from .runtime import ConversationRuntime
 
@@ -81,7 +85,8 @@ class ConversationService:
             )
 
     def open_run(
-        self, request_id: str, run_request: pb.AgentRunRequest, parent: ParentConversationRef | None = None
+        self, request_id: str, run_request: pb.AgentRunRequest, parent: ParentConversationRef | None = None,
+        *, resumed: bool = False,
     ) -> OpenedRun:
         """Bind request_id and start (or queue) the run on a fresh output stream generation."""
         unknown_fields(run_request, NEWER_FIELDS_DEPTH)
@@ -94,12 +99,26 @@ class ConversationService:
         existing = self.hub.get(request_id)
         if kind is BindKind.SAME and existing is not None:
             return OpenedRun(conversation_id, existing, kind)
-        output = self.hub.open(request_id)
+        output = self.hub.open(request_id, cursor_run_id)
         runtime = self.registry.ensure_runtime(conversation_id)
-        runtime.post(StartRun(request_id, output, run_request, parent))
+        runtime.post(StartRun(request_id, output, run_request, parent, resumed=resumed))
         return OpenedRun(conversation_id, output, kind)
 
-    def deliver(self, request_id: str, message: pb.AgentClientMessage) -> None:
+    async def resume(self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]]) -> None:
+        """Resume a stream cut by a restart: its run again, then the appends journaled after its
+        run request (seqno, message), as they were delivered before. The conversation's history is
+        loaded first, so the run can rebuild what was in flight before any of them is taken."""
+        await self.resolve(request_id)
+        conversation_id = self.conversation_for(run_request, request_id)
+        await self.registry.ensure_runtime(conversation_id).data.ensure_loaded()
+        self.open_run(request_id, run_request, resumed=True)
+        for seqno, message in replay:
+            try:
+                self.deliver(request_id, message, seqno=seqno, replayed=True)
+            except ConnectError as exc:
+                log.info("journaled append not applied again: %s", exc.message, extra={"request_id": request_id})
+
+    def deliver(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int = 0, replayed: bool = False) -> None:
         """Hand ordered input to its conversation's runtime, with the stream it belongs to. A
         conversation action on a stream that has ended is refused here, so the IDE sees it was not
         applied (the runtime would only log it)."""
@@ -114,7 +133,7 @@ class ConversationService:
             action = which(message.conversation_action, "action") or "conversation action"
             raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
         runtime = self.registry.ensure_runtime(binding.conversation_id)
-        runtime.post(ClientInput(request_id, message, output))
+        runtime.post(ClientInput(request_id, message, output, seqno, replayed))
 
     def heartbeat(self, request_id: str) -> None:
         binding = self.registry.binding(request_id)
@@ -162,9 +181,24 @@ class ConversationService:
             return None
         return ParentConversationRef(binding.conversation_id, run.run_id, parent_tool_call_id)
 
+    def has_ended(self, request_id: str, cursor_run_id: str, *, opened: bool) -> bool:
+        """The request id's stream of that generation has ended: nothing appended to it now has an
+        effect. `opened`: its run request was taken (no stream now means it ended and was swept)."""
+        stream = self.hub.get(request_id)
+        if stream is None:
+            return opened
+        return stream.closed and stream.cursor_run_id == cursor_run_id
+
+    def attach(self, request_id: str) -> None:
+        """A RunSSE reader is on the request id's stream: a run resumed on it after a restart goes on."""
+        self._reader(request_id, True)
+
     def detach(self, request_id: str) -> None:
         """A RunSSE reader went away: the run continues; the runtime only takes note."""
+        self._reader(request_id, False)
+
+    def _reader(self, request_id: str, attached: bool) -> None:
         binding = self.registry.binding(request_id)
         rt = self.registry.runtime(binding.conversation_id) if binding is not None else None
         if rt is not None:
-            rt.post(Detach(request_id))
+            rt.post(Reader(request_id, attached))

@@ -1,8 +1,17 @@
 """Tool batches of the active run: exec requests out to the IDE, its results in, aborts.
 
 Data only: it reports when a batch completed and the runtime changes the phase. The conversation's
-tool state (the todo list, how much of each background shell's output the model has seen) lives
-here too, and every change is handed to `on_state` to be persisted.
+tool state (the todo list, how much of each background shell's output the model has seen, the
+batch in flight) lives here too, and every change is handed to `on_state` to be persisted.
+
+A batch cut by a restart is rebuilt (`recover`) by starting the same calls from the state they
+started from and reserving the same exec ids, then taking the IDE's journaled results again in
+order: the same inputs drive the same executions to the same outcomes. What the rebuilt batch would
+send the IDE (exec requests, questions) is not sent again: it went out before the restart, or never,
+and either way running it twice could repeat a side effect. A step taken because of a result that
+arrives after the restart is new, and is sent. So that a batch is always known to the history when
+the IDE runs any of it, a new batch's first requests go out once its start is stored (the
+assistant message that asked for it was queued before).
 """
 from __future__ import annotations
 
@@ -19,11 +28,22 @@ from ..protocol import agent_pb2 as pb, which
 from ..run import Interrupted, ToolCallRequest, ToolOutcome
 from . import updates
 from .active_run import ActiveBatch, ActiveRun, PendingTool, now_ms
-from .observation import ObservedTool, RunObserver
+from .observation import NO_OBSERVER, ObservedTool, RunObserver
 
 log = logging.getLogger("cursor_byok.runtime")
 
 TOOL_RESULT_KINDS = frozenset({"exec_client_message", "exec_client_control_message", "interaction_response"})
+
+
+class OpenBatch(msgspec.Struct):
+    """The batch in flight, as it started: what rebuilding it after a restart needs."""
+
+    request_id: str  # the stream of the run that started it (with generation)
+    generation: str
+    calls: list[str]  # its call ids, in order
+    exec_base: int  # the exec id counter when it started: a rebuild reserves the same ids
+    todos: list[tools.TodoEntry] = []
+    shell_output_seen: dict[str, int] = {}
 
 
 class ToolState(msgspec.Struct):
@@ -32,6 +52,7 @@ class ToolState(msgspec.Struct):
     todos: list[tools.TodoEntry] = []
     shell_output_seen: dict[str, int] = {}
     todos_written: bool = False  # the todo list is ours (else the IDE's checkpoint keeps its own)
+    open_batch: OpenBatch | None = None
 
 
 _encode = msgspec.json.Encoder().encode
@@ -47,47 +68,97 @@ def decode_tool_state(data: bytes) -> ToolState:
 
 
 class ToolRounds:
-    def __init__(self, conversation_id: str, on_state: Callable[[ToolState], None], observer: RunObserver) -> None:
+    def __init__(self, conversation_id: str, on_state: Callable[[ToolState], asyncio.Future[Any] | None], observer: RunObserver = NO_OBSERVER) -> None:
         self.conversation_id = conversation_id
         self.state = ToolState()
-        self.next_exec_id = 0  # monotonic per runtime, never reused
+        self.next_exec_id = 0  # monotonic per runtime life (a rebuilt batch takes its ids again, first)
         self._on_state = on_state
         self._observer = observer
+        self._held: list[pb.AgentServerMessage] | None = None  # what a starting batch sends, until it is stored
 
     def start(self, run: ActiveRun, calls: list[ToolCallRequest], future: asyncio.Future[list[ToolOutcome]]) -> bool:
         """Start a batch; True when it is already complete (tools that need no exec)."""
         assert run.tool_ctx is not None
-        # The todo list as it is now: an earlier batch of this run may have changed it.
-        ctx = dataclasses.replace(run.tool_ctx, todos=tuple(self.state.todos), shell_output_seen=self.state.shell_output_seen)
+        # The todo list as it is now: an earlier batch of this run may have changed it. Recorded
+        # before any exec goes out, so a result the IDE sends back is never stored before it.
+        state = self.state
+        output = run.output
+        state.open_batch = OpenBatch(
+            output.request_id, output.cursor_run_id, [c.call_id for c in calls], self.next_exec_id,
+            list(state.todos), dict(state.shell_output_seen),
+        )
+        stored = self._on_state(state)
+        ctx = dataclasses.replace(run.tool_ctx, todos=tuple(state.todos), shell_output_seen=state.shell_output_seen)
+        self._held = []
+        try:
+            done = self._begin_batch(run, calls, ctx, ActiveBatch([], future), run.presenter.model_call_id, send=True)
+        finally:
+            held, self._held = self._held, None
+        if done or stored is None or stored.done():  # nothing of it runs in the IDE, or it is stored
+            run.send(*held)
+        else:
+            stored.add_done_callback(lambda _: self._send_held(run, held))
+        return done
+
+    @staticmethod
+    def _send_held(run: ActiveRun, held: list[pb.AgentServerMessage]) -> None:
+        """A batch's first messages, once its start is stored (a store failure is the run's to
+        report; holding them back would only hang it). A request for an exec aborted meanwhile
+        is dropped: its abort went first."""
+        run.send(*(m for m in held if _pending_request(run, m)))
+
+    def recover(self, run: ActiveRun, calls: list[ToolCallRequest], ctx: tools.ToolContext) -> None:
+        """Rebuild the batch cut by a restart (`state.open_batch`, whose calls are `calls`) for the
+        resumed `run` (`run.rebuilt`), sending nothing."""
+        opened = self.state.open_batch
+        assert opened is not None
+        self.next_exec_id = opened.exec_base
+        run.tool_ctx = ctx
+        started = dataclasses.replace(ctx, todos=tuple(opened.todos), shell_output_seen=dict(opened.shell_output_seen))
+        future: asyncio.Future[list[ToolOutcome]] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a cancel may end it unread
         batch = ActiveBatch([], future)
+        run.rebuilt = batch
+        self._begin_batch(run, calls, started, batch, "", send=False)
+
+    def give_up_rebuilt(self, run: ActiveRun, reason: str) -> None:
+        """End the calls of a rebuilt batch still waiting for results."""
+        if run.rebuilt is not None and run.batch is run.rebuilt:
+            self.abort_pending(run, reason)
+
+    def _begin_batch(
+        self, run: ActiveRun, calls: list[ToolCallRequest], ctx: tools.ToolContext, batch: ActiveBatch, model_call_id: str,
+        *, send: bool,
+    ) -> bool:
         run.batch = batch
-        model_call_id = run.presenter.model_call_id
         for call in calls:
             batch.pending.append(PendingTool(call, tools.start_tool(call, ctx, model_call_id=model_call_id), model_call_id))
         for pending in batch.pending:
             pending.started_ms = now_ms()
-            if pending.execution.presentable:
+            if send and pending.execution.presentable:
                 run.turns.steps.tool_started(pending.call.call_id)
-                run.send(updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
-            self._advance(run, pending, pending.execution.first())
+                self._send(run, updates.interaction(tools.started_update(pending.execution, started_at_ms=pending.started_ms)))
+            self._advance(run, pending, pending.execution.first(), send)
         return self._finish_if_done(run)
 
-    def on_client_message(self, run: ActiveRun, kind: str, msg: Any) -> bool:
-        """A result, stream control or interaction answer from the IDE; True when it completed the batch."""
+    def on_client_message(self, run: ActiveRun, kind: str, msg: Any, *, replayed: bool = False) -> bool:
+        """A result, stream control or interaction answer from the IDE; True when it completed the
+        batch. `replayed`: journaled before a restart (what it leads to was sent then)."""
+        send = not replayed
         if kind == "exec_client_message":
             if which(msg, "message") is None:
                 return False  # an empty ExecClientMessage is not a result
-            return self._step(run, msg.id, lambda p: p.execution.on_exec_result(msg))
+            return self._step(run, msg.id, lambda p: p.execution.on_exec_result(msg), send)
         if kind == "interaction_response":
-            return self._step(run, msg.id, lambda p: p.execution.on_interaction_response(msg))
+            return self._step(run, msg.id, lambda p: p.execution.on_interaction_response(msg), send)
         control = which(msg, "message")
         if control == "stream_close":
             exec_id = msg.stream_close.id
-            return self._step(run, exec_id, lambda p: p.execution.on_stream_close(exec_id))
+            return self._step(run, exec_id, lambda p: p.execution.on_stream_close(exec_id), send)
         if control == "throw":
             exec_id = msg.throw.id
             error = msg.throw.error or "the client reported an error"
-            return self._step(run, exec_id, lambda p: p.execution.on_throw(error, exec_id))
+            return self._step(run, exec_id, lambda p: p.execution.on_throw(error, exec_id), send)
         return False
 
     def abort_pending(self, run: ActiveRun, reason: str) -> None:
@@ -117,7 +188,7 @@ class ToolRounds:
         run.send(*(updates.exec_abort(exec_id) for exec_id in pending.exec_ids if exec_id in run.execs))
         self._advance(run, pending, pending.execution.on_abort(reason))
 
-    def _step(self, run: ActiveRun, exec_id: int, fn: Callable[[PendingTool], Any]) -> bool:
+    def _step(self, run: ActiveRun, exec_id: int, fn: Callable[[PendingTool], Any], send: bool) -> bool:
         pending = run.execs.get(exec_id)
         if pending is None:
             log.info("ignoring a result for an unknown or finished exec", extra={"conversation_id": self.conversation_id, "exec_id": exec_id})
@@ -127,23 +198,27 @@ class ToolRounds:
         except tools.ResultKindMismatch as exc:
             log.warning("exec result of the wrong kind ignored: %s", exc, extra={"conversation_id": self.conversation_id})
             return False
-        self._advance(run, pending, step)
+        self._advance(run, pending, step, send)
         return self._finish_if_done(run)
 
-    def _advance(self, run: ActiveRun, pending: PendingTool, step: Any) -> None:
+    def _advance(self, run: ActiveRun, pending: PendingTool, step: Any, send: bool = True) -> None:
+        """Act on a step of a call; a request to the IDE goes out only when `send`."""
         match step:
             case tools.ExecStep():
                 exec_id = self._reserve(run, pending)
                 step.message.id = exec_id
-                if step.delay_ms > 0:  # a background-shell poll: send it later, if still wanted
+                if not send:
+                    pass
+                elif step.delay_ms > 0:  # a background-shell poll: send it later, if still wanted
                     asyncio.get_running_loop().call_later(step.delay_ms / 1000, self._send_delayed, run, exec_id, step.message)
                 else:
-                    run.send(updates.exec_request(step.message))
+                    self._send(run, updates.exec_request(step.message))
             case tools.InteractionStep():
                 step.query.id = self._reserve(run, pending)
-                run.send(updates.interaction_query(step.query))
+                if send:
+                    self._send(run, updates.interaction_query(step.query))
             case tools.Progress():
-                run.send(*(updates.interaction(u) for u in step.updates))
+                self._send(run, *(updates.interaction(u) for u in step.updates))
             case tools.Done():
                 pending.outcome = step.outcome
                 for exec_id in pending.exec_ids:
@@ -155,7 +230,7 @@ class ToolRounds:
                 if pending.execution.presentable:
                     update = tools.completed_update(pending.execution, completed_at_ms=ended_ms, started_at_ms=pending.started_ms)
                     run.turns.steps.tool_completed(pending.call.call_id, update.tool_call_completed.tool_call)
-                    run.send(updates.interaction(update))
+                    self._send(run, updates.interaction(update))
 
     def _remember(self, execution: tools.ToolExecution) -> None:
         changed = False
@@ -173,6 +248,12 @@ class ToolRounds:
     def todo_items(self) -> list[pb.TodoItem] | None:
         """The todo list for a checkpoint (None: never written here, the IDE's own list stands)."""
         return [tools.todo_item(entry) for entry in self.state.todos] if self.state.todos_written else None
+
+    def _send(self, run: ActiveRun, *messages: pb.AgentServerMessage) -> None:
+        if self._held is not None:
+            self._held.extend(messages)
+        else:
+            run.send(*messages)
 
     def _reserve(self, run: ActiveRun, pending: PendingTool) -> int:
         self.next_exec_id += 1
@@ -194,3 +275,12 @@ class ToolRounds:
         if not batch.future.done():
             batch.future.set_result([p.outcome for p in batch.pending if p.outcome is not None])
         return True
+
+
+def _pending_request(run: ActiveRun, message: pb.AgentServerMessage) -> bool:
+    """False for an exec request or question whose exec is no longer pending; True for the rest."""
+    if message.HasField("exec_server_message"):
+        return message.exec_server_message.id in run.execs
+    if message.HasField("interaction_query"):
+        return message.interaction_query.id in run.execs
+    return True

@@ -3,7 +3,9 @@
 Every input has an idempotency key, so a retried input is never stored twice; whether it still
 needs the model is decided by the history alone: an input is answered once a final assistant
 message follows it (`ConversationHistory.answered`). A turn that failed, was cancelled or was cut
-by a crash is therefore run again when the IDE retries it; one that was answered is not.
+by a crash is therefore run again when the IDE retries it; one that was answered is not. A run
+resumed after a restart (`resumed`) carries on where its stream stood: it calls the model unless the
+history already ends with an answer, whatever its own input's state.
 
 Pure: no awaits, no clock, no output; it appends to the in-memory history the runtime hands it.
 """
@@ -47,10 +49,20 @@ def stored_as(history: ConversationHistory, key: str) -> str | None:
 
 
 def commit_turn_input(
-    history: ConversationHistory, rr: pb.AgentRunRequest, run_id: str, fallback_key: str, mode: prompting.Mode
+    history: ConversationHistory, rr: pb.AgentRunRequest, run_id: str, fallback_key: str, mode: prompting.Mode,
+    *, resumed: bool = False,
 ) -> TurnInput:
     """Append this run's request context and input. `fallback_key` names a user message that came
     without a message id."""
+    turn = _turn_input(history, rr, run_id, fallback_key, mode)
+    if resumed:
+        last = history.entries[-1] if history.entries else None
+        answered = last is not None and last.kind is EntryKind.ASSISTANT and not any(isinstance(p, ToolCallPart) for p in last.message.parts)
+        turn.call_model = not answered
+    return turn
+
+
+def _turn_input(history: ConversationHistory, rr: pb.AgentRunRequest, run_id: str, fallback_key: str, mode: prompting.Mode) -> TurnInput:
     action = rr.action
     kind = which(action, "action")
     if kind == "user_message_action":

@@ -24,6 +24,7 @@ from ..providers import Provider, ProviderPool
 from ..run import RunEngine
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
+from .journal import resume_journaled
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
@@ -96,6 +97,7 @@ class Gateway:
             store=self.store,
             continuation_window=self.config.server.continuation_window_seconds,
             blob_ack_timeout=self.config.server.blob_ack_timeout_seconds,
+            recovery_wait=self.config.server.recovery_wait_seconds,
             resolve_effort=effort_for,
             observer=self.recorder or NO_OBSERVER,
         )
@@ -111,6 +113,7 @@ class Gateway:
         if self.recorder is not None:
             self.dashboard = Dashboard(self.config, self.store, self.recorder, self._adapter, gauges)
         await self.conversations.restore()
+        await resume_journaled(self)
         loop = asyncio.get_running_loop()
         retention = keep_retention(
             self.store, self.config.retention.ages_ms(), first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS

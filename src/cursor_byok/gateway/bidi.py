@@ -1,17 +1,23 @@
 """BidiAppend: decode, route, order by append_seqno, answer heartbeats at once, hand over to the runtime.
 
 An append is checked completely (decode, identifiers, seqno, the first-message rule, the binding)
-before a transport is created or touched: refused input allocates nothing.
+before a transport is created or touched: refused input allocates nothing. A locally served one is
+journaled before it is handed over and answered 200 only once that row is durable (journal.py):
+what the IDE has been told was received survives a crash. Appends that come in the same instant
+share one commit.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..conversation import ParentConversationRef
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
+from ..store import StoreError
 from .asgi import Receive, Scope, Send, reply_error, reply_proto
+from .journal import journal, unjournaled
 from .routing import route_for
 from .transport import Route, Transport, Waiter
 
@@ -39,7 +45,11 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             await gw.upstream.forward(scope, receive, send, body=body)
             return
         parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
-        deliver_local(gw, transport, append, parent)
+        durable = deliver_local(gw, transport, append, parent)
+        try:
+            await durable
+        except StoreError as exc:  # taken, but not durable: not acknowledged (a resend is a duplicate)
+            raise unjournaled(gw, exc) from None
         gw.appends += 1
     except ConnectError as err:
         await reply_error(send, err)
@@ -74,12 +84,13 @@ async def _wait_for_seqno0(gw: Gateway, scope: Scope, request_id: str) -> Transp
         return await gw.transports.wait_for(request_id, Waiter.APPEND)
 
 
-def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> None:
-    """Order the append and hand every deliverable message to the conversation domain."""
+def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> asyncio.Future[Any]:
+    """Journal the append, order it and hand every deliverable message to the conversation domain;
+    the returned future resolves once the journal row is durable."""
     service = gw.conversations
     if append.append_seqno == 0 and transport.seqno0_raw:
         if append.raw == transport.seqno0_raw:
-            return  # the same event again: idempotent
+            return journal(gw, transport, append)  # the same event again: idempotent
         rr = append.message.run_request
         run_id = rr.run_id if rr.HasField("run_id") else ""
         if not run_id or run_id == transport.cursor_run_id:
@@ -91,13 +102,15 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
         rr = append.message.run_request
         transport.seqno0_raw = append.raw
         transport.cursor_run_id = rr.run_id if rr.HasField("run_id") else ""
+    durable = journal(gw, transport, append)
     if append.variant == "client_heartbeat":
         service.heartbeat(append.request_id)
     for item in transport.buffer.push(append.append_seqno, append):
         if item.append_seqno == 0 and item.variant == "run_request":
             service.open_run(item.request_id, item.message.run_request, parent)
         elif item.variant != "client_heartbeat":
-            service.deliver(item.request_id, item.message)
+            service.deliver(item.request_id, item.message, seqno=item.append_seqno)
+    return durable
 
 
 def _parent_ref(gw: Gateway, parent_request_id: str | None, tool_call_id: str | None) -> ParentConversationRef | None:

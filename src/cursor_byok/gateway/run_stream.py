@@ -14,7 +14,7 @@ import collections
 import contextlib
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
 from ..protocol import ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers
@@ -99,7 +99,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
             await gw.upstream.relay_stream(scope, send, raw, frames.next)
             return
         parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
-        deliver_local(gw, transport, first, parent)
+        _journaled(deliver_local(gw, transport, first, parent), request_id)
     except _Disconnected:
         return
     except (ConnectError, HotPathError) as exc:
@@ -138,7 +138,7 @@ async def _inbound(
     stops the relay. The client finishing its side changes nothing: output goes on."""
     try:
         while (raw := await frames.next()) is not None:
-            deliver_local(gw, transport, client_message(request_id, transport.buffer.next_seqno, raw), None)
+            _journaled(deliver_local(gw, transport, client_message(request_id, transport.buffer.next_seqno, raw), None), request_id)
         await frames.wait_disconnect()
     except _Disconnected:
         pass
@@ -149,3 +149,13 @@ async def _inbound(
         failure.append(connect_error_from(exc))
     relay_task.cancel()
 
+
+def _journaled(durable: asyncio.Future[Any], request_id: str) -> None:
+    """A Run stream acknowledges nothing per message, so nothing waits for its journal row; a row
+    that could not be stored is logged (the message was applied, but a restart would not resume it)."""
+
+    def done(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("Run stream input not journaled: %s", future.exception(), extra={"request_id": request_id})
+
+    durable.add_done_callback(done)

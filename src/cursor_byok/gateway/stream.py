@@ -68,6 +68,7 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
+    gw.conversations.attach(request_id)
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, me))
     try:
         await relay(stream, send)

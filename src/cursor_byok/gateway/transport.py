@@ -91,6 +91,11 @@ class Transports:
                     fut.set_result(t)
         return t
 
+    def restore(self, transport: Transport) -> None:
+        """A transport rebuilt from the journal after a restart (a later generation replaces it)."""
+        self._by_request.pop(transport.request_id, None)
+        self._by_request[transport.request_id] = transport
+
     async def wait_for(self, request_id: str, kind: Waiter) -> Transport:
         """The transport once its seqno 0 arrives; the caller bounds the wait (a Pending slot)."""
         t = self.get(request_id)

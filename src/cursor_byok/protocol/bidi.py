@@ -99,3 +99,4 @@ def client_message(request_id: str, seqno: int, raw: bytes, *, binary: bool = Tr
     variant = which(message, "message")
     check_client_message_ids(message, variant)
     return BidiAppend(request_id, seqno, message, raw, binary, variant)
+

@@ -41,7 +41,7 @@ from ..providers import (
     make_provider,
 )
 from .compaction import ContextEstimator, estimate_tokens
-from .engine import RunEngine, RunResult, RunSpec, RunStop
+from .engine import RunEngine, RunResult, RunSpec, RunStop, batch_outcomes, tool_call_request, tool_results_message
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -107,6 +107,9 @@ __all__ = [
     "ToolCallStart",
     "ToolOutcome",
     "ToolPort",
+    "batch_outcomes",
+    "tool_call_request",
+    "tool_results_message",
     "ToolResultPart",
     "ToolSchema",
     "Usage",

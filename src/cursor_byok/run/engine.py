@@ -185,10 +185,11 @@ class _Cycle:
         return Message("assistant", parts) if parts else None
 
     def tool_calls(self) -> list[ToolCallRequest]:
-        return [_request(p.id, p.name, "".join(p.chunks)) for p in self._parts if type(p) is _Call]
+        return [tool_call_request(p.id, p.name, "".join(p.chunks)) for p in self._parts if type(p) is _Call]
 
 
-def _request(call_id: str, name: str, arguments: str) -> ToolCallRequest:
+def tool_call_request(call_id: str, name: str, arguments: str) -> ToolCallRequest:
+    """A model's tool call as the ToolPort gets it: its arguments parsed, or why they could not be."""
     if not arguments.strip():
         return ToolCallRequest(call_id, name, arguments, {})
     try:
@@ -198,6 +199,28 @@ def _request(call_id: str, name: str, arguments: str) -> ToolCallRequest:
     if not isinstance(value, dict):
         return ToolCallRequest(call_id, name, arguments, None, "the arguments must be a JSON object")
     return ToolCallRequest(call_id, name, arguments, value)
+
+
+def batch_outcomes(calls: list[ToolCallRequest], returned: list[ToolOutcome], interrupted: bool) -> list[ToolOutcome]:
+    """One outcome per call of a batch, in call order: what the ToolPort returned for the valid
+    calls (the batch was `interrupted` when it raised), the argument error of an invalid one."""
+    results: dict[str, ToolOutcome] = {}
+    for outcome in returned:
+        results.setdefault(outcome.call_id, outcome)
+    outcomes: list[ToolOutcome] = []
+    for call in calls:
+        if call.parsed is None:
+            outcomes.append(_invalid_outcome(call))
+        elif call.call_id in results:
+            outcomes.append(results[call.call_id])
+        else:
+            content = INTERRUPTED_RESULT if interrupted else NO_RESULT
+            outcomes.append(ToolOutcome(call.call_id, call.name, content, is_error=True))
+    return outcomes
+
+
+def tool_results_message(outcomes: list[ToolOutcome]) -> Message:
+    return Message("tool", [ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes])
 
 
 def _invalid_outcome(call: ToolCallRequest) -> ToolOutcome:
@@ -285,7 +308,7 @@ class RunEngine:
         overflow_retried = False
 
         if spec.pending_calls:
-            await self._tool_round([_request(p.id, p.name, p.arguments) for p in spec.pending_calls], history, tools, sink)
+            await self._tool_round([tool_call_request(p.id, p.name, p.arguments) for p in spec.pending_calls], history, tools, sink)
         while True:
             self._interrupt.clear()
             injected = history.take_injections()
@@ -357,9 +380,7 @@ class RunEngine:
 
     async def _tool_round(self, calls: list[ToolCallRequest], history: HistoryPort, tools: ToolPort, sink: EventSink) -> None:
         outcomes = await self._run_tools(calls, tools, sink)
-        history.commit_tool_results(Message("tool", [
-            ToolResultPart(o.call_id, o.name, o.content, o.is_error, o.images) for o in outcomes
-        ]))
+        history.commit_tool_results(tool_results_message(outcomes))
         sink.emit(ToolBatchFinished(outcomes))
 
     def _request(self, spec: RunSpec, messages: list[Message]) -> ModelRequest:
@@ -413,7 +434,7 @@ class RunEngine:
     async def _run_tools(self, calls: list[ToolCallRequest], tools: ToolPort, sink: EventSink) -> list[ToolOutcome]:
         sink.emit(ToolBatchStarted(calls))
         valid = [c for c in calls if c.parsed is not None]
-        results: dict[str, ToolOutcome] = {}
+        returned: list[ToolOutcome] = []
         interrupted = False
         if valid:
             try:
@@ -421,18 +442,7 @@ class RunEngine:
             except Interrupted as exc:
                 returned = exc.outcomes
                 interrupted = True
-            for outcome in returned:
-                results.setdefault(outcome.call_id, outcome)
-        outcomes: list[ToolOutcome] = []
-        for call in calls:
-            if call.parsed is None:
-                outcomes.append(_invalid_outcome(call))
-            elif call.call_id in results:
-                outcomes.append(results[call.call_id])
-            else:
-                content = INTERRUPTED_RESULT if interrupted else NO_RESULT
-                outcomes.append(ToolOutcome(call.call_id, call.name, content, is_error=True))
-        return outcomes
+        return batch_outcomes(calls, returned, interrupted)
 
     # ---- compaction ------------------------------------------------------------------------------
     async def _compact(

@@ -19,6 +19,7 @@ from .errors import (
     StoreError,
     WriteFailedError,
 )
+from .inbound import InboundAppend, InboundStream
 from .maintenance import Deletion, delete_conversations, prune_conversations
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Migration
 from .records import (
@@ -71,6 +72,8 @@ __all__ = [
     "EventKind",
     "EventRecord",
     "FlushError",
+    "InboundAppend",
+    "InboundStream",
     "Migration",
     "MigrationError",
     "NewEvent",

@@ -316,8 +316,26 @@ _PROVIDER_CALLS = Migration(
     ),
 )
 
+# Every locally served BidiAppend, journaled before its 200 until its effect is durable (inbound.py).
+_INBOUND = Migration(
+    8,
+    "inbound append journal",
+    (
+        """
+        CREATE TABLE inbound_appends (
+            request_id     TEXT NOT NULL,
+            generation     TEXT NOT NULL,
+            seqno          INTEGER NOT NULL,
+            message        BLOB,
+            received_at_ms INTEGER NOT NULL,
+            PRIMARY KEY (request_id, generation, seqno)
+        ) STRICT
+        """,
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
-    _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS,
+    _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS, _INBOUND,
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

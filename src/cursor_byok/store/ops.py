@@ -30,7 +30,8 @@ class Stage(enum.IntEnum):
     TRACES = 7
     USAGE = 8
     CALLS = 9
-    RETENTION = 10
+    INBOUND = 10
+    RETENTION = 11
 
 
 Row = tuple[Any, ...]

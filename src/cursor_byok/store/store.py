@@ -1,6 +1,6 @@
 """The store: one SQLite database in WAL mode, one writer thread, one reader thread (core.py), with
 the write and read methods of each record family (conversations.py, history.py, deliveries.py,
-activity.py) and retention (retention.py)."""
+activity.py, calls.py, inbound.py) and retention (retention.py)."""
 from __future__ import annotations
 
 import sqlite3
@@ -14,12 +14,13 @@ from .conversations import ConversationRecords, select_bindings, select_conversa
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
 from .history import HistoryRecords, blob_id_of, select_checkpoints, select_events
+from .inbound import InboundRecords
 from .retention import RetentionRecords
 
 __all__ = ["Store", "StoreStats", "blob_id_of"]
 
 
-class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, RetentionRecords):
+class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, InboundRecords, RetentionRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
     async def export_conversation(

@@ -1,0 +1,95 @@
+"""The inbound journal: every locally served BidiAppend, stored before the IDE gets its 200.
+
+Keyed by its transport identity: request id, generation (the Cursor run id of the generation's
+seqno-0 run request; '' when it carried none) and append seqno. An append is recorded before it is
+handed to the conversation, so whatever it causes is queued after it and commits with it or later:
+once its effect is durable, so is its row. After a crash the rows still here are the input to apply
+again (the conversation layer decides what each one means then).
+
+Rows go once their effect is durable: all of a generation when its stream has ended, and the
+middle of one (`settle`) while a long run goes on: rows 1..S-1 are deleted and row S keeps only its
+seqno (`message` NULL), so a restart knows where the stream stood. Row 0, the run request, stays
+until the stream ends: it is what a restart resumes.
+"""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import msgspec
+
+from .core import StoreCore
+from .ops import BatchContext, RowWrite, Stage, Statement, WriteOp
+
+RECORD_APPEND = """
+INSERT INTO inbound_appends (request_id, generation, seqno, message, received_at_ms)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (request_id, generation, seqno) DO NOTHING
+"""
+
+FORGET_GENERATION = "DELETE FROM inbound_appends WHERE request_id = ? AND generation = ?"
+
+SETTLE_BEFORE = "DELETE FROM inbound_appends WHERE request_id = ? AND generation = ? AND seqno > 0 AND seqno < ?"
+SETTLE_MARK = "UPDATE inbound_appends SET message = NULL WHERE request_id = ? AND generation = ? AND seqno = ?"
+
+
+class InboundAppend(msgspec.Struct, frozen=True):
+    seqno: int
+    message: bytes | None  # the AgentClientMessage as received; None: settled (its seqno only)
+
+
+class InboundStream(msgspec.Struct, frozen=True):
+    """What is journaled of one transport generation, appends in seqno order."""
+
+    request_id: str
+    generation: str
+    appends: list[InboundAppend]
+
+
+class _Settle(WriteOp):
+    __slots__ = ("_generation", "_request_id", "_through")
+
+    def __init__(self, request_id: str, generation: str, through: int) -> None:
+        self._request_id = request_id
+        self._generation = generation
+        self._through = through
+
+    def describe(self) -> str:
+        return f"settle inbound appends of {self._request_id} through {self._through}"
+
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> None:
+        key = (self._request_id, self._generation, self._through)
+        out.append((Stage.INBOUND, SETTLE_BEFORE, key))
+        out.append((Stage.INBOUND, SETTLE_MARK, key))
+
+
+class InboundRecords(StoreCore):
+    """The inbound journal (a mixin of `Store`)."""
+
+    def record_append(self, request_id: str, generation: str, seqno: int, message: bytes) -> asyncio.Future[None]:
+        """Journal one append; a repeat of a recorded (request id, generation, seqno) is a no-op."""
+        row = (request_id, generation, seqno, bytes(message), self._clock())
+        return self._enqueue(RowWrite(f"journal append {request_id}#{seqno}", Stage.INBOUND, RECORD_APPEND, row))
+
+    def forget_appends(self, request_id: str, generation: str) -> asyncio.Future[None]:
+        """The generation's stream has ended: everything appended to it has had its effect."""
+        row = (request_id, generation)
+        return self._enqueue(RowWrite(f"forget inbound appends of {request_id}", Stage.INBOUND, FORGET_GENERATION, row))
+
+    def settle_appends(self, request_id: str, generation: str, through: int) -> asyncio.Future[None]:
+        """Appends 1..`through` of the generation have had their durable effect (queued before this)."""
+        return self._enqueue(_Settle(request_id, generation, through))
+
+    async def inbound_streams(self) -> list[InboundStream]:
+        """Every journaled generation, oldest first (by its first append's arrival)."""
+        return await self._read_job(select_inbound)
+
+
+def select_inbound(conn: sqlite3.Connection) -> list[InboundStream]:
+    streams: dict[tuple[str, str], list[InboundAppend]] = {}
+    first: dict[tuple[str, str], int] = {}  # the rowid of each generation's earliest row: arrival order
+    rows = conn.execute("SELECT rowid, request_id, generation, seqno, message FROM inbound_appends ORDER BY request_id, generation, seqno")
+    for rowid, request_id, generation, seqno, message in rows:
+        key = (request_id, generation)
+        streams.setdefault(key, []).append(InboundAppend(seqno, message))
+        first[key] = min(rowid, first.get(key, rowid))
+    return [InboundStream(request_id, generation, streams[(request_id, generation)]) for request_id, generation in sorted(streams, key=first.__getitem__)]
