@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -19,9 +19,10 @@ from .types import ModelRequest, StreamEvent
 
 class Provider(Protocol):
     """Streams one model response. Implementations are async generator methods: iterate
-    `provider.stream(request)`; closing the iterator early closes the HTTP response."""
+    `provider.stream(request)`; closing the iterator early closes the HTTP response. With `ready`,
+    the request is built at once but sent only once `ready` is done (raising what it raises)."""
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: ModelRequest, ready: Awaitable[object] | None = None) -> AsyncIterator[StreamEvent]: ...
 
 
 _ADAPTERS: dict[ProviderKind, type[HttpStreamProvider]] = {
@@ -56,12 +57,12 @@ class FailoverProvider:
     def __repr__(self) -> str:
         return f"FailoverProvider({self._providers!r})"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest, ready: Awaitable[object] | None = None) -> AsyncIterator[StreamEvent]:
         last = len(self._providers) - 1
         for position, provider in enumerate(self._providers):
             emitted = False
             try:
-                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model)):
+                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model), ready):
                     emitted = True
                     yield event
                 return

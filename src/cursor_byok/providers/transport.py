@@ -141,9 +141,12 @@ class HttpStreamProvider(abc.ABC):
         body = merge_params(self.build_body(request), self.model.extra_params, request.extra_params)
         return msgspec.json.encode(body)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest, ready: Awaitable[object] | None = None) -> AsyncIterator[StreamEvent]:
+        """`ready`: what the request must not be sent before (the caller builds it meanwhile)."""
         # One generator for attempts and events: every event crosses a single async-generator hop.
         body = self.encode_request(request)
+        if ready is not None:
+            await ready
         attempt = 0
         while True:
             emitted = False

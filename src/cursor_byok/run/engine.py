@@ -103,10 +103,12 @@ class _Call:
 class _Cycle:
     """Forwards a cycle's stream events to the sink and builds the assistant message from them."""
 
-    __slots__ = ("_emit", "_parts", "_current", "_calls", "usage", "stop_reason", "emitted")
+    __slots__ = ("_emit", "_step", "_begun", "_parts", "_current", "_calls", "usage", "stop_reason", "emitted")
 
-    def __init__(self, sink: EventSink) -> None:
+    def __init__(self, sink: EventSink, step: int) -> None:
         self._emit = sink.emit
+        self._step = step
+        self._begun = False
         self._parts: list[_Text | _Thinking | _Call] = []
         self._current: _Text | _Thinking | None = None
         self._calls: dict[int, _Call] = {}
@@ -114,7 +116,15 @@ class _Cycle:
         self.stop_reason: StopReason = "other"
         self.emitted = False
 
+    def begin(self) -> None:
+        """Report the cycle started, once: after its request has left, and before its first event."""
+        if not self._begun:
+            self._begun = True
+            self._emit(ModelCycleStarted(self._step))
+
     def apply(self, event: StreamEvent) -> None:
+        if not self._begun:
+            self.begin()
         kind = type(event)
         if kind is TextDelta:
             current = self._current
@@ -289,14 +299,16 @@ class RunEngine:
                     messages = history.messages()
 
             cycles += 1
-            sink.emit(ModelCycleStarted(cycles))
-            cycle = _Cycle(sink)
+            cycle = _Cycle(sink, cycles)
             try:
-                stream = self._provider.stream(self._request(spec, messages))
-                interrupted = await self._interruptible(_drain(stream, cycle.apply))
+                # The request goes out before the cycle's start is reported: the IDE's step frames
+                # are written while the provider works, not in front of the request.
+                stream = self._provider.stream(self._request(spec, messages), history.stored())
+                interrupted = await self._interruptible(_drain(stream, cycle.apply), then=cycle.begin)
             except ContextLengthError:
                 if overflow_retried or cycle.emitted:
                     raise
+                cycle.begin()
                 sink.emit(ModelCycleFinished(cycles, "context_length"))
                 done, usage = await self._compact(spec, history, sink, "context_length", estimator.estimate(messages))
                 usage_total = add_usage(usage_total, usage)
@@ -306,6 +318,7 @@ class RunEngine:
                 else:
                     after_interrupt = True
                 continue
+            cycle.begin()
             compacted = False
             overflow_retried = False
             usage_total = add_usage(usage_total, cycle.usage)
@@ -348,10 +361,13 @@ class RunEngine:
             extra_params=spec.extra_params,
         )
 
-    async def _interruptible(self, work: Coroutine[Any, Any, None]) -> bool:
+    async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
-        propagate; if the caller is cancelled, `work` is cancelled and awaited before returning."""
+        propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
+        `then` is called once `work` has run up to its first wait."""
         task = asyncio.ensure_future(work)
+        if then is not None:
+            asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
         waiter = asyncio.ensure_future(self._interrupt.wait())
         try:
             await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
@@ -416,7 +432,7 @@ class RunEngine:
         )
         collected = _Summary()
         try:
-            interrupted = await self._interruptible(_drain(self._provider.stream(request), collected.apply))
+            interrupted = await self._interruptible(_drain(self._provider.stream(request, history.stored()), collected.apply))
         except (ContextLengthError, RefusalError):
             interrupted = False
             collected.chunks = []
