@@ -29,7 +29,8 @@ Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level)
 BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
 BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20; BENCH_SRC runs the
 servers from another checkout's `src` (e.g. the commit before a change, for a before/after pair);
-BENCH_PROFILE=/tmp/prefix records py-spy profiles (raw collapsed stacks, 1 kHz, needs `pip install
+BENCH_PROFILE=/tmp/prefix records py-spy profiles (raw collapsed stacks of the threads holding the GIL, 1 kHz: the
+Python side's work; needs `pip install
 py-spy` and ptrace rights) of the servers over the CPU-per-start stretches (the CPU figures of such
 a run include the sampling's disturbance), summed up by `benchmarks/support/profile_summary.py`.
 """
@@ -312,7 +313,7 @@ async def cpu_per_start(provider_port: int, pid: int, clients: list[Client], pro
     spy = None
     if profile is not None:
         spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--rate", "1000",
-                                "--nonblocking", "--format", "raw", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                "--gil", "--nonblocking", "--subprocesses", "--format", "raw", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await asyncio.sleep(0.5)  # attached
     started = time.monotonic()
     before = cpu_seconds(pid)
@@ -330,7 +331,7 @@ async def cpu_per_start(provider_port: int, pid: int, clients: list[Client], pro
 def _healthy(port: int, path: str) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=0.5) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+            s.sendall(f"GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
             return s.recv(64).split(b" ", 2)[1] in (b"200", b"204")
     except (OSError, IndexError):
         return False
