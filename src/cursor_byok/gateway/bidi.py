@@ -13,7 +13,7 @@ from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
 from .asgi import Receive, Scope, Send, reply_error, reply_proto
 from .routing import route_for
-from .transport import Route, Transport, Waiter
+from .transport import Route, Transport, Waiter, fingerprint
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -49,7 +49,7 @@ def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     """The transport a valid seqno-0 append opens or continues; ConnectError (nothing allocated)
     when it does not select a model or conflicts with the request id's binding."""
     transport = gw.transports.get(append.request_id)
-    if transport is not None and append.raw == transport.seqno0_raw:
+    if transport is not None and fingerprint(append) == transport.seqno0:
         return transport  # the same event again: idempotent
     route = route_for(append.message, gw.config)
     if (transport.route if transport is not None else route) is Route.LOCAL:
@@ -72,8 +72,9 @@ async def _wait_for_seqno0(gw: Gateway, scope: Scope, request_id: str) -> Transp
 def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> None:
     """Order the append and hand every deliverable message to the conversation domain."""
     service = gw.conversations
-    if append.append_seqno == 0 and transport.seqno0_raw:
-        if append.raw == transport.seqno0_raw:
+    if append.append_seqno == 0 and transport.seqno0:
+        seqno0 = fingerprint(append)
+        if seqno0 == transport.seqno0:
             return  # the same event again: idempotent
         rr = append.message.run_request
         run_id = rr.run_id if rr.HasField("run_id") else ""
@@ -81,10 +82,10 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
             raise ConnectError(
                 "failed_precondition", "a different seqno-0 message for the same request and run; refusing to guess"
             )
-        transport.new_generation(append, run_id)
+        transport.new_generation(seqno0, run_id)
     elif append.append_seqno == 0:
         rr = append.message.run_request
-        transport.seqno0_raw = append.raw
+        transport.seqno0 = fingerprint(append)
         transport.cursor_run_id = rr.run_id if rr.HasField("run_id") else ""
     if append.variant == "client_heartbeat":
         service.heartbeat(append.request_id)
