@@ -40,10 +40,12 @@ _LIBC = _libc()
 
 def freeze_startup_objects() -> None:
     """Keep what start-up made (modules, classes, config: all of it lives as long as the process)
-    out of every later collection: a full collection would otherwise walk them all each time and
-    hold the event loop for tens of ms. (Not collected first: start-up leaves next to no garbage,
-    and a collection now would delay the first answer by as much as it saves later.)"""
+    out of every later collection, and collect from here on (start-up may have switched the
+    collector off): a full collection would otherwise walk them all each time and hold the event
+    loop for tens of ms. (Not collected first: start-up leaves next to no garbage, and a collection
+    now would delay the first answer by as much as it saves later.)"""
     gc.freeze()
+    gc.enable()
 
 
 def keep_large_blocks_out_of_the_heap() -> None:
