@@ -29,10 +29,10 @@ Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level)
 BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
 BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20; BENCH_SRC runs the
 servers from another checkout's `src` (e.g. the commit before a change, for a before/after pair);
-BENCH_PROFILE=/tmp/prefix records py-spy profiles (raw collapsed stacks of the threads holding the GIL, 1 kHz: the
-Python side's work; needs `pip install
-py-spy` and ptrace rights) of the servers over the CPU-per-start stretches (the CPU figures of such
-a run include the sampling's disturbance), summed up by `benchmarks/support/profile_summary.py`.
+BENCH_PROFILE=/tmp/prefix records py-spy profiles of the servers over the CPU-per-start stretches
+(raw collapsed stacks of the threads holding the GIL, 1 kHz: the Python side's work; needs
+`pip install py-spy` and ptrace rights; the CPU figures of such a run include the sampling's
+disturbance), summed up by `benchmarks/support/profile_summary.py`.
 """
 from __future__ import annotations
 

@@ -39,7 +39,6 @@ async def test_first_turn_reaches_the_provider_on_a_connection_opened_at_start(t
         assert request.peer == probe.peer  # the turn did not wait for a new connection
 
 
-
 async def first_step(log: StreamLog) -> None:
     while "step_started" not in log.kinds():
         await asyncio.sleep(0.01)
