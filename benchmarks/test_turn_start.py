@@ -28,7 +28,11 @@ One run, one command, every figure next to its floor:
 Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level),
 BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
 BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20; BENCH_SRC runs the
-servers from another checkout's `src` (e.g. the commit before a change, for a before/after pair).
+servers from another checkout's `src` (e.g. the commit before a change, for a before/after pair);
+BENCH_PROFILE=/tmp/prefix records py-spy profiles of the servers over the CPU-per-start stretches
+(raw collapsed stacks of the threads holding the GIL, 1 kHz: the Python side's work; needs
+`pip install py-spy` and ptrace rights; the CPU figures of such a run include the sampling's
+disturbance), summed up by `benchmarks/support/profile_summary.py`.
 """
 from __future__ import annotations
 
@@ -69,6 +73,7 @@ ANSWER_INTERVAL_MS = os.environ.get("BENCH_ANSWER_INTERVAL_MS", "20")
 HOST = "127.0.0.1"
 MODEL = "bench"
 TEXT = turn_text()
+PROFILE = os.environ.get("BENCH_PROFILE", "")  # a path prefix: py-spy profiles of the CPU-per-start stretches
 SETTLE_SECONDS = 0.5  # after the last held start: off-path work a start left behind is counted
 
 
@@ -300,15 +305,24 @@ async def warm_provider_pool(port: int, provider_port: int, connections: int) ->
         c.close()
 
 
-async def cpu_per_start(provider_port: int, pid: int, clients: list[Client]) -> float:
+async def cpu_per_start(provider_port: int, pid: int, clients: list[Client], profile: Path | None = None) -> float:
     """Server CPU (µs) per run start: each client starts a turn, one after another, while the
-    provider holds its answers; the next starts once the provider has the previous request."""
+    provider holds its answers; the next starts once the provider has the previous request.
+    `profile`: py-spy samples the server over the starts into that file (raw collapsed stacks)."""
     idle = await idle_cpu_rate(pid)
+    spy = None
+    if profile is not None:
+        spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--rate", "1000",
+                                "--gil", "--nonblocking", "--subprocesses", "--format", "raw", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(0.5)  # attached
     started = time.monotonic()
     before = cpu_seconds(pid)
     release = await held_turns(provider_port, clients, one_by_one=True)
     await asyncio.sleep(SETTLE_SECONDS)
     spent = cpu_seconds(pid) - before - idle * (time.monotonic() - started)
+    if spy is not None:
+        spy.send_signal(2)  # py-spy writes its file on SIGINT
+        spy.wait(30)
     await release()
     return spent * 1e6 / len(clients)
 
@@ -317,7 +331,7 @@ async def cpu_per_start(provider_port: int, pid: int, clients: list[Client]) -> 
 def _healthy(port: int, path: str) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=0.5) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+            s.sendall(f"GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
             return s.recv(64).split(b" ", 2)[1] in (b"200", b"204")
     except (OSError, IndexError):
         return False
@@ -378,9 +392,10 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
     target.latency[f"burst {BURST}"] = await burst(target.port, BURST)
     await warm_provider_pool(target.port, provider_port, HELD)
     clients = [await Client(target.port).open() for _ in range(HELD)]
-    target.cpu_us["new conversation"] = await cpu_per_start(provider_port, pid, clients)
+    profile = {kind: Path(f"{PROFILE}-{target.name}-{kind.split()[0]}.txt") if PROFILE else None for kind in ("new conversation", "follow-up turn")}
+    target.cpu_us["new conversation"] = await cpu_per_start(provider_port, pid, clients, profile["new conversation"])
     if ours:  # the floor has no history: a follow-up is the same request again
-        target.cpu_us["follow-up turn"] = await cpu_per_start(provider_port, pid, clients)
+        target.cpu_us["follow-up turn"] = await cpu_per_start(provider_port, pid, clients, profile["follow-up turn"])
     for c in clients:
         c.close()
 

@@ -9,6 +9,7 @@ import enum
 import os
 import re
 import stat
+import time
 import tomllib
 import typing
 from collections.abc import Iterator, Sequence
@@ -407,6 +408,13 @@ def secrets_path(cfg: Config) -> Path:
     return Path(cfg.secrets_file or default_config_path().with_name("secrets.toml")).expanduser()
 
 
+# A secrets file is read again only when it changed (every run start resolves its model's key): by
+# its identity, size and times, unless it changed so recently that a same-size rewrite within the
+# file system's clock grain could share those (then it is read every time until it is older).
+_SECRETS_SETTLED_NS = 2_000_000_000
+_secrets_read: dict[Path, tuple[tuple[int, ...], dict[str, str]]] = {}
+
+
 def load_secrets(cfg: Config) -> dict[str, str]:
     p = secrets_path(cfg)
     try:
@@ -415,11 +423,20 @@ def load_secrets(cfg: Config) -> dict[str, str]:
         raise ConfigError(f"{cfg.source}: secrets_file: {p}: cannot read: {exc.strerror}") from None
     if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
         raise ConfigError(f"{cfg.source}: secrets_file: {p}: permissions must be 0600 (run: chmod 600 {p})")
+    version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _secrets_read.get(p)
+    if known is not None and known[0] == version:
+        return dict(known[1])
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{cfg.source}: secrets_file: {p}: unreadable: {exc.__class__.__name__}") from None
-    return {k: v for k, v in data.items() if isinstance(v, str)}
+    secrets = {k: v for k, v in data.items() if isinstance(v, str)}
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SECRETS_SETTLED_NS:
+        _secrets_read[p] = (version, secrets)
+    else:
+        _secrets_read.pop(p, None)
+    return dict(secrets)
 
 
 def resolve_api_key(cfg: Config, model: ModelConfig) -> str:

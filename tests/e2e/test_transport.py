@@ -34,6 +34,23 @@ async def test_same_request_same_conversation_same_event_is_idempotent(ide: Scri
     assert len(provider.requests) == 1
 
 
+async def test_a_different_seqno0_for_the_same_run_is_refused(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    """Only the very same seqno-0 event may come again; another one for the same request and
+    Cursor run is refused, and the first run is not disturbed."""
+    provider.enqueue(slow_text(["Hello", " world"]))
+    rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
+    log = StreamLog()
+    reader = asyncio.create_task(ide.stream(rid, log))
+    first = run_request("one", model=MODEL, conversation_id=conv, run_id="cursor-run-1")
+    assert (await ide.append(rid, first, seqno=0)).status_code == 200
+    other = run_request("two", model=MODEL, conversation_id=conv, run_id="cursor-run-1")
+    resp = await ide.append(rid, other, seqno=0)
+    assert resp.status_code == 400 and resp.json()["code"] == "failed_precondition"
+    await asyncio.wait_for(reader, 20)
+    assert log.text == "Hello world" and log.terminals == 1 and log.terminal is None
+    assert len(provider.requests) == 1
+
+
 @both_transports
 async def test_same_request_same_conversation_new_run_is_new_generation(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
     provider.enqueue(OPENAI_CHAT.text(["first"]), OPENAI_CHAT.text(["second"]))

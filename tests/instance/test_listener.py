@@ -41,3 +41,13 @@ def test_a_restart_binds_while_old_connections_linger() -> None:
 def test_an_address_this_machine_does_not_have() -> None:
     with pytest.raises(PortUnavailable, match="check \\[server\\] host"):
         bind_listener("192.0.2.1", 0)  # TEST-NET-1: never local
+
+
+def test_connections_send_small_writes_at_once() -> None:
+    """Every connection the server accepts has Nagle's algorithm off: a stream's frames are small
+    writes one after another (a step start, then the first text), and with it on the second waits
+    for the IDE's delayed acknowledgement of the first (40 ms on Linux) before it leaves."""
+    with bind_listener("127.0.0.1", 0) as listener, socket.create_connection(listener.getsockname()):
+        accepted, _ = listener.accept()
+        with accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)

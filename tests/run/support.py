@@ -21,6 +21,9 @@ class MemoryHistory:
     def messages(self) -> list[Message]:
         return list(self.items)
 
+    def stored(self) -> Awaitable[object] | None:
+        return None  # memory only: nothing to wait for
+
     def commit_assistant(self, message: Message, usage: Usage | None) -> None:
         self.items.append(message)
         self.log.append(("assistant", (message, usage)))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import socket
@@ -62,10 +63,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
     """The gateway in this process (it owns the listener from here), the proxy in a thread beside
     it; both end with this process, however it ends."""
+    # Start-up makes objects that live as long as the process (modules, classes, the app): the
+    # collector would only walk them over and over (~130 passes while importing). It is back on,
+    # with all of those frozen out of its way, once the gateway is up (`gateway.serve`).
+    gc.disable()
     try:
         gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
         proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
     except BaseException:
+        gc.enable()
         listener.close()
         raise
     startup.print_summary(cfg)
@@ -73,6 +79,7 @@ def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
     try:
         return int(gateway.serve(cfg, listener) or 0)
     finally:
+        gc.enable()  # on already, unless start-up failed
         if proxy_thread is not None:
             proxy_thread.stop()
             log.info("proxy stopped")

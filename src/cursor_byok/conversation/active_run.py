@@ -68,6 +68,7 @@ class ActiveRun:
     checkpoint_seq: int = 0  # checkpoints started in this run
     checkpoint_sent: int = 0  # the newest one written to the stream
     call_model: bool = True  # False: the input was answered already; finish without the model
+    input_stored: asyncio.Future[Any] | None = None  # the turn's input being written: the model waits for it
     tool_ctx: tools.ToolContext | None = None
     turns: TurnLog = field(init=False)  # the turns this run adds, with their steps
     derived: DerivedState = field(init=False)  # what its tool calls add to its checkpoints

@@ -179,7 +179,10 @@ class ConversationData:
 
     async def prepare(self, run: ActiveRun) -> None:
         """Everything before the model is called: the model, the history (loaded, or hydrated from
-        the client's checkpoint when we hold none), the turn's input stored durably, the engine."""
+        the client's checkpoint when we hold none), the turn's input queued for the store, the
+        engine. The engine builds the model request while the input is written and sends it once
+        the write has committed (`run.input_stored`), so the input is durable before the model
+        sees it without the turn waiting for the disk first."""
         s = self.services
         rr = run.run_request
         model_id = requested_model_id(rr)
@@ -204,7 +207,10 @@ class ConversationData:
             await self._settle_rebuilt(run)
         turn = commit_turn_input(self.history, rr, run.run_id, fallback, mode, resumed=run.resumed)
         run.call_model = turn.call_model
-        await self.records.append_durably(turn.entries)
+        run.input_stored = self.records.append(turn.entries)
+        if run.input_stored is not None and (turn.delivered is not None or not turn.call_model):
+            await run.input_stored  # the IDE hears of it, or the run ends, only once it is stored
+            run.input_stored = None
         if turn.delivered is not None:
             run.send(updates.injection_delivered(turn.delivered.injection_id, 0, now_ms()))
             if turn.delivered.user_message is not None:

@@ -58,6 +58,11 @@ class RunPorts:
     def messages(self) -> list[Message]:
         return self.owner.data.history.project()
 
+    def stored(self) -> asyncio.Future[Any] | None:
+        run = self.run
+        stored, run.input_stored = run.input_stored, None
+        return stored
+
     def commit_assistant(self, message: Message, usage: Usage | None = None) -> None:
         self._commit(EntryKind.ASSISTANT, message)
 

@@ -39,20 +39,18 @@ class ConversationRecords:
         if store is None:
             return StoredConversation([], None, None)
         try:
-            record = await store.get_conversation(self.conversation_id)
-            rows = await store.load_events(self.conversation_id)
-            raw_tool_state = await store.get_tool_state(self.conversation_id)
+            rows = await store.load_conversation(self.conversation_id)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise ConnectError("unavailable", f"could not read this conversation's history ({exc}); try again") from exc
         parent = None
-        if record is not None and record.parent is not None:
-            p = record.parent
+        if rows.record is not None and rows.record.parent is not None:
+            p = rows.record.parent
             parent = ParentConversationRef(p.parent_conversation_id, p.parent_run_id, p.parent_tool_call_id)
         entries = []
-        for row in rows:
+        for row in rows.events:
             stored = decode_entry(row.payload)
             entries.append(HistoryEntry(row.seq, row.event_id, stored.kind, row.run_id or "", stored.message))
-        tool_state = decode_tool_state(raw_tool_state) if raw_tool_state is not None else None
+        tool_state = decode_tool_state(rows.tool_state) if rows.tool_state is not None else None
         return StoredConversation(entries, parent, tool_state)
 
     def append(self, entries: list[HistoryEntry]) -> asyncio.Future[Any] | None:

@@ -19,7 +19,7 @@ from ..store import StoreError
 from .asgi import Receive, Scope, Send, reply_error, reply_proto
 from .journal import journal, unjournaled
 from .routing import route_for
-from .transport import Route, Transport, Waiter
+from .transport import Route, Transport, Waiter, fingerprint
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -64,7 +64,7 @@ def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     """The transport a valid seqno-0 append opens or continues; ConnectError (nothing allocated)
     when it does not select a model or conflicts with the request id's binding."""
     transport = gw.transports.get(append.request_id)
-    if transport is not None and append.raw == transport.seqno0_raw:
+    if transport is not None and fingerprint(append) == transport.seqno0:
         return transport  # the same event again: idempotent
     route = route_for(append.message, gw.config)
     if (transport.route if transport is not None else route) is Route.LOCAL:
@@ -88,8 +88,9 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
     """Journal the append, order it and hand every deliverable message to the conversation domain;
     the returned future resolves once the journal row is durable."""
     service = gw.conversations
-    if append.append_seqno == 0 and transport.seqno0_raw:
-        if append.raw == transport.seqno0_raw:
+    if append.append_seqno == 0 and transport.seqno0:
+        seqno0 = fingerprint(append)
+        if seqno0 == transport.seqno0:
             return journal(gw, transport, append)  # the same event again: idempotent
         rr = append.message.run_request
         run_id = rr.run_id if rr.HasField("run_id") else ""
@@ -97,10 +98,10 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
             raise ConnectError(
                 "failed_precondition", "a different seqno-0 message for the same request and run; refusing to guess"
             )
-        transport.new_generation(append, run_id)
+        transport.new_generation(seqno0, run_id)
     elif append.append_seqno == 0:
         rr = append.message.run_request
-        transport.seqno0_raw = append.raw
+        transport.seqno0 = fingerprint(append)
         transport.cursor_run_id = rr.run_id if rr.HasField("run_id") else ""
     durable = journal(gw, transport, append)
     if append.variant == "client_heartbeat":

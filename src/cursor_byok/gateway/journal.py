@@ -18,7 +18,7 @@ from ..instance import storage_problem
 from ..protocol import BidiAppend, ConnectError, client_message
 from ..store import StoreError
 from .routing import route_for
-from .transport import Route, Transport
+from .transport import Route, Transport, fingerprint
 
 if TYPE_CHECKING:
     from ..store import InboundStream
@@ -71,7 +71,7 @@ async def _resume(gw: Gateway, stream: InboundStream) -> int:
     if seqno0.variant != "run_request" or route_for(seqno0.message, gw.config) is not Route.LOCAL:
         raise ConnectError("failed_precondition", "its first append is not a run request this server runs")
     transport = Transport(stream.request_id, Route.LOCAL, gw.transports.window)
-    transport.seqno0_raw = seqno0.raw
+    transport.seqno0 = fingerprint(seqno0)
     transport.cursor_run_id = stream.generation
     start = 1
     if rest and rest[0].message is None:  # settled through here

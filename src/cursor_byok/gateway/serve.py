@@ -22,6 +22,7 @@ from ..instance import BACKLOG, DataDirError, storage_problem
 from ..store import StoreError
 from .app import DRAIN_SECONDS, Gateway, create_app
 from .limits import granian_limits
+from .memory import freeze_startup_objects
 
 log = logging.getLogger("cursor_byok.gateway")
 
@@ -68,6 +69,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
         raise DataDirError(storage_problem(exc, config.database_path)) from None
     signals = _StopSignals()
     server = _embedded_server(gateway, listener)
+    freeze_startup_objects()
     serving = asyncio.create_task(server.serve())
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
     stop_asked = asyncio.create_task(signals.received.wait())

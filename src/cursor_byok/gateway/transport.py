@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -40,22 +41,29 @@ class Waiter(str, enum.Enum):
 WAITERS_PER_REQUEST = {Waiter.APPEND: 64, Waiter.RUN_SSE: 4}
 
 
+def fingerprint(append: BidiAppend) -> bytes:
+    """What tells a seqno-0 append sent again from a different one. A digest, not the bytes: a
+    transport lives for up to `transport_idle_seconds`, and its run request (the whole user turn,
+    often tens of KiB) would stay in memory all that time."""
+    return hashlib.sha256(append.raw).digest()
+
+
 @dataclass(eq=False)
 class Transport:
     request_id: str
     route: Route
     window: int = 64
     buffer: hotpath.ReorderBuffer = field(init=False)
-    seqno0_raw: bytes = b""
+    seqno0: bytes = b""  # the fingerprint of this generation's seqno-0 append
     cursor_run_id: str = ""
     last_seen: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self.buffer = hotpath.ReorderBuffer(self.window)
 
-    def new_generation(self, append: BidiAppend, cursor_run_id: str) -> None:
+    def new_generation(self, seqno0: bytes, cursor_run_id: str) -> None:
         self.buffer = hotpath.ReorderBuffer(self.window)
-        self.seqno0_raw = append.raw
+        self.seqno0 = seqno0
         self.cursor_run_id = cursor_run_id
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -74,14 +75,30 @@ def _collect(message: Message, depth: int, found: list[str]) -> None:
     found.extend(f"{name}#{number}" for number in _unknown_numbers(message))
     if depth <= 1:
         return
-    for field, value in message.ListFields():
-        if field.message_type is None or field.message_type.GetOptions().map_entry:
-            continue
-        if field.is_repeated:
-            if value:
-                _collect(value[0], depth - 1, found)
-        else:
-            _collect(value, depth - 1, found)
+    for field, repeated in _message_fields(message.DESCRIPTOR):
+        if repeated:
+            values = getattr(message, field)
+            if values:
+                _collect(values[0], depth - 1, found)
+        elif message.HasField(field):
+            _collect(getattr(message, field), depth - 1, found)
+
+
+_message_fields_of: dict[Descriptor, tuple[tuple[str, bool], ...]] = {}  # one entry per message type
+
+
+def _message_fields(descriptor: Descriptor) -> tuple[tuple[str, bool], ...]:
+    """(name, repeated) of the fields holding messages (maps aside), by number: what `_collect`
+    looks into. Not `ListFields`, which would also build every string set in the message (a run
+    request's is the user's whole turn) only to skip it: ~100 µs per run start."""
+    fields = _message_fields_of.get(descriptor)
+    if fields is None:
+        fields = _message_fields_of[descriptor] = tuple(
+            (f.name, f.is_repeated)
+            for f in sorted(descriptor.fields, key=lambda f: f.number)
+            if f.message_type is not None and not f.message_type.GetOptions().map_entry
+        )
+    return fields
 
 
 def _unknown_numbers(message: Message) -> list[int]:

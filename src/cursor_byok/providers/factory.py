@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -19,10 +19,13 @@ from .types import ModelRequest, ProviderCall, StreamEvent
 
 class Provider(Protocol):
     """Streams one model response. Implementations are async generator methods: iterate
-    `provider.stream(request, call)`; closing the iterator early closes the HTTP response. `call`
-    (optional) is filled in with what the exchange did, for observers."""
+    `provider.stream(request, call, ready)`; closing the iterator early closes the HTTP response.
+    `call` (optional) is filled in with what the exchange did, for observers. With `ready`, the
+    request is built at once but sent only once `ready` is done (raising what it raises)."""
 
-    def stream(self, request: ModelRequest, call: ProviderCall | None = None) -> AsyncIterator[StreamEvent]: ...
+    def stream(
+        self, request: ModelRequest, call: ProviderCall | None = None, ready: Awaitable[object] | None = None
+    ) -> AsyncIterator[StreamEvent]: ...
 
 
 _ADAPTERS: dict[ProviderKind, type[HttpStreamProvider]] = {
@@ -57,12 +60,14 @@ class FailoverProvider:
     def __repr__(self) -> str:
         return f"FailoverProvider({self._providers!r})"
 
-    async def stream(self, request: ModelRequest, call: ProviderCall | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self, request: ModelRequest, call: ProviderCall | None = None, ready: Awaitable[object] | None = None
+    ) -> AsyncIterator[StreamEvent]:
         last = len(self._providers) - 1
         for position, provider in enumerate(self._providers):
             emitted = False
             try:
-                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model), call):
+                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model), call, ready):
                     emitted = True
                     yield event
                 return

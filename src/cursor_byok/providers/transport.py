@@ -143,8 +143,11 @@ class HttpStreamProvider(abc.ABC):
         body = merge_params(self.build_body(request), self.model.extra_params, request.extra_params)
         return msgspec.json.encode(body)
 
-    async def stream(self, request: ModelRequest, call: ProviderCall | None = None) -> AsyncIterator[StreamEvent]:
-        """The response's events. `call`, when given, is filled in with what the exchange did."""
+    async def stream(
+        self, request: ModelRequest, call: ProviderCall | None = None, ready: Awaitable[object] | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """The response's events. `call`, when given, is filled in with what the exchange did.
+        `ready`: what the request must not be sent before (the caller builds it meanwhile)."""
         # One generator for attempts and events: every event crosses a single async-generator hop.
         body = self.encode_request(request)
         kept: bytearray | None = None
@@ -153,6 +156,8 @@ class HttpStreamProvider(abc.ABC):
             call.upstream_model = request.model
             if call.keep_bodies:
                 call.request_body = self._redact(body.decode("utf-8", "replace")).encode()
+        if ready is not None:
+            await ready
         attempt = 0
         while True:
             emitted = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Literal
 
 import msgspec
@@ -107,10 +107,12 @@ class _Call:
 class _Cycle:
     """Forwards a cycle's stream events to the sink and builds the assistant message from them."""
 
-    __slots__ = ("_emit", "_parts", "_current", "_calls", "usage", "stop_reason", "emitted", "call")
+    __slots__ = ("_emit", "_step", "_begun", "_parts", "_current", "_calls", "usage", "stop_reason", "emitted", "call")
 
-    def __init__(self, sink: EventSink, call: ProviderCall) -> None:
+    def __init__(self, sink: EventSink, step: int, call: ProviderCall) -> None:
         self._emit = sink.emit
+        self._step = step
+        self._begun = False
         self._parts: list[_Text | _Thinking | _Call] = []
         self._current: _Text | _Thinking | None = None
         self._calls: dict[int, _Call] = {}
@@ -124,7 +126,15 @@ class _Cycle:
         if not self.call.first_token_ns:
             self.call.first_token_ns = time.monotonic_ns()
 
+    def begin(self) -> None:
+        """Report the cycle started, once: after its request has left, and before its first event."""
+        if not self._begun:
+            self._begun = True
+            self._emit(ModelCycleStarted(self._step))
+
     def apply(self, event: StreamEvent) -> None:
+        if not self._begun:
+            self.begin()
         kind = type(event)
         if kind is TextDelta:
             current = self._current
@@ -337,13 +347,15 @@ class RunEngine:
                     messages = history.messages()
 
             cycles += 1
-            sink.emit(ModelCycleStarted(cycles))
-            cycle = _Cycle(sink, ProviderCall("cycle", cycles, keep_bodies=self._keep_bodies))
+            cycle = _Cycle(sink, cycles, ProviderCall("cycle", cycles, keep_bodies=self._keep_bodies))
             try:
-                interrupted = await self._stream(self._request(spec, messages), cycle, sink)
+                # The request goes out before the cycle's start is reported: the IDE's step frames
+                # are written while the provider works, not in front of the request.
+                interrupted = await self._stream(self._request(spec, messages), cycle, sink, history.stored(), then=cycle.begin)
             except ContextLengthError:
                 if overflow_retried or cycle.emitted:
                     raise
+                cycle.begin()
                 sink.emit(ModelCycleFinished(cycles, "context_length"))
                 done, usage = await self._compact(spec, history, sink, "context_length", estimator.estimate(messages))
                 usage_total = add_usage(usage_total, usage)
@@ -353,6 +365,7 @@ class RunEngine:
                 else:
                     after_interrupt = True
                 continue
+            cycle.begin()
             compacted = False
             overflow_retried = False
             usage_total = add_usage(usage_total, cycle.usage)
@@ -396,14 +409,18 @@ class RunEngine:
             extra_params=spec.extra_params,
         )
 
-    async def _stream(self, request: ModelRequest, into: _Cycle | _Summary, sink: EventSink) -> bool:
+    async def _stream(
+        self, request: ModelRequest, into: _Cycle | _Summary, sink: EventSink, ready: Awaitable[object],
+        then: Callable[[], None] | None = None,
+    ) -> bool:
         """One provider call streamed into `into` (True: a soft interrupt cut it short, see
-        `_interruptible`). However it ends, the sink is told what the call did."""
+        `_interruptible`), sent once `ready` is done. However it ends, the sink is told what the
+        call did."""
         call = into.call
         call.started_ns = time.monotonic_ns()
         interrupted = False
         try:
-            interrupted = await self._interruptible(_drain(self._provider.stream(request, call), into.apply))
+            interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then=then)
         except BaseException as exc:
             call.error = exc
             raise
@@ -414,10 +431,13 @@ class RunEngine:
             sink.provider_call(call)
         return interrupted
 
-    async def _interruptible(self, work: Coroutine[Any, Any, None]) -> bool:
+    async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
-        propagate; if the caller is cancelled, `work` is cancelled and awaited before returning."""
+        propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
+        `then` is called once `work` has run up to its first wait."""
         task = asyncio.ensure_future(work)
+        if then is not None:
+            asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
         waiter = asyncio.ensure_future(self._interrupt.wait())
         try:
             await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
@@ -471,7 +491,7 @@ class RunEngine:
         )
         collected = _Summary(ProviderCall("compaction", keep_bodies=self._keep_bodies))
         try:
-            interrupted = await self._stream(request, collected, sink)
+            interrupted = await self._stream(request, collected, sink, history.stored())
         except (ContextLengthError, RefusalError):
             interrupted = False
             collected.chunks = []

@@ -1,6 +1,7 @@
 """What the run engine needs from its host (the conversation runtime), as protocols."""
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 from ..providers import Message, ProviderCall, Usage
@@ -30,6 +31,11 @@ class HistoryPort(Protocol):
 
     def messages(self) -> list[Message]:
         """Provider-neutral projection of the history, ending with the current turn."""
+        ...
+
+    def stored(self) -> Awaitable[object] | None:
+        """What the model must not be called before: the history it sees being stored durably (None
+        once it is). The engine builds the request meanwhile and sends it once this is done."""
         ...
 
     def commit_assistant(self, message: Message, usage: Usage | None) -> None: ...

@@ -203,8 +203,7 @@ class ConversationRecords(StoreCore):
         return [str(r[0]) for r in rows]
 
     async def get_tool_state(self, conversation_id: str) -> bytes | None:
-        rows = await self._read("SELECT state FROM conversation_tool_state WHERE conversation_id = ?", (conversation_id,))
-        return bytes(rows[0][0]) if rows else None
+        return await self._read_job(lambda conn: select_tool_state(conn, conversation_id))
 
     async def lookup_binding(self, request_id: str) -> BindingRecord | None:
         rows = await self._read(f"{_BINDING_SELECT} WHERE request_id = ?", (request_id,))
@@ -246,6 +245,11 @@ def parse_cursor(cursor: str) -> tuple[int, str]:
 def select_conversation(conn: sqlite3.Connection, conversation_id: str) -> ConversationRecord | None:
     row = conn.execute(f"{_CONVERSATION_SELECT} WHERE conversation_id = ?", (conversation_id,)).fetchone()
     return _conversation(row) if row is not None else None
+
+
+def select_tool_state(conn: sqlite3.Connection, conversation_id: str) -> bytes | None:
+    row = conn.execute("SELECT state FROM conversation_tool_state WHERE conversation_id = ?", (conversation_id,)).fetchone()
+    return bytes(row[0]) if row else None
 
 
 def select_bindings(conn: sqlite3.Connection, conversation_id: str) -> list[BindingRecord]:

@@ -259,3 +259,12 @@ class DeliveryRecord(msgspec.Struct, frozen=True):
     created_at_ms: int
     payload: bytes | None = None  # None only for a completion consumed before it was enqueued
     consumed_at_ms: int | None = None
+
+
+class ConversationRows(msgspec.Struct, frozen=True):
+    """What a conversation's runtime loads: its record (None if it has none yet), its history
+    events in order and its tool state."""
+
+    record: ConversationRecord | None
+    events: list[EventRecord]
+    tool_state: bytes | None

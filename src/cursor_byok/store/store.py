@@ -10,11 +10,12 @@ import msgspec
 
 from .activity import ActivityRecords, select_traces, select_usage
 from .calls import CallRecords
-from .conversations import ConversationRecords, select_bindings, select_conversation, select_runs
+from .conversations import ConversationRecords, select_bindings, select_conversation, select_runs, select_tool_state
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
 from .history import HistoryRecords, blob_id_of, select_checkpoints, select_events
 from .inbound import InboundRecords
+from .records import ConversationRows
 from .retention import RetentionRecords
 
 __all__ = ["Store", "StoreStats", "blob_id_of"]
@@ -22,6 +23,12 @@ __all__ = ["Store", "StoreStats", "blob_id_of"]
 
 class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, InboundRecords, RetentionRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
+
+    async def load_conversation(self, conversation_id: str) -> ConversationRows:
+        """A conversation's record, events and tool state from one snapshot, in one read (a run
+        start of a conversation this process has not seen yet waits for it)."""
+        self._check_open()
+        return await self._read_job(lambda conn: _load(conn, conversation_id))
 
     async def export_conversation(
         self, conversation_id: str, *, events_after: int = 0, events_limit: int | None = None
@@ -58,3 +65,13 @@ class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecord
             }
         finally:
             conn.execute("COMMIT")
+
+
+def _load(conn: sqlite3.Connection, conversation_id: str) -> ConversationRows:
+    conn.execute("BEGIN")
+    try:
+        return ConversationRows(
+            select_conversation(conn, conversation_id), select_events(conn, conversation_id), select_tool_state(conn, conversation_id)
+        )
+    finally:
+        conn.execute("COMMIT")
