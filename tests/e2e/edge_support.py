@@ -67,8 +67,9 @@ class RawResponse:
     closed: bool  # the server closed the connection after answering
 
 
-def raw_http(port: int, data: bytes, *, timeout: float = 5.0, send_then_wait: bool = True) -> RawResponse:
-    """Send bytes as they are on a fresh connection; read one response (Content-Length framed)."""
+def raw_http(port: int, data: bytes, *, timeout: float = 5.0, close_wait: float = 1.0) -> RawResponse:
+    """Send bytes as they are on a fresh connection; read one response (Content-Length framed), then
+    up to `close_wait` seconds for the server to close the connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(data)
         buf = b""
@@ -86,11 +87,13 @@ def raw_http(port: int, data: bytes, *, timeout: float = 5.0, send_then_wait: bo
             if not chunk:
                 break
             rest += chunk
-        closed = False
-        sock.settimeout(1.0)
+        # Closed: the server ends the connection (FIN, or RST) instead of waiting for another request.
+        sock.settimeout(close_wait)
         try:
             closed = sock.recv(1) == b""
-        except (TimeoutError, ConnectionResetError):
+        except ConnectionResetError:
+            closed = True
+        except TimeoutError:
             closed = False
         return RawResponse(status, head.decode("latin-1"), rest[:length], closed)
 
