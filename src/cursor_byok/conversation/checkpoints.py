@@ -167,9 +167,12 @@ class Checkpoints:
 
     async def _step(self, run: ActiveRun, seq: int, still_running: Callable[[], bool], pending: PendingRound | None) -> None:
         """A failure is logged, never fatal, and a step checkpoint never overtakes a newer one (or
-        the final one)."""
+        the final one), on the stream or in the store (where the newest replaces the others)."""
         try:
             state, acked = await self.build(run, pending)
+            if seq < run.checkpoint_stored:
+                return  # a newer one is stored (or the final one is coming): this would replace it
+            run.checkpoint_stored = seq
             await self.records.put_checkpoint(run, state, kind="step")
         except asyncio.CancelledError:
             raise
@@ -185,7 +188,7 @@ class Checkpoints:
         must not lose its turn: the checkpoint is persisted, but one naming blobs the client may
         not hold is not sent."""
         run.checkpoint_seq += 1
-        run.checkpoint_sent = run.checkpoint_seq  # no step checkpoint may follow the final one
+        run.checkpoint_sent = run.checkpoint_stored = run.checkpoint_seq  # no step checkpoint may follow the final one
         run.turns.close()
         state, acked = await self.build(run)
         await self.records.put_checkpoint(run, state, kind="final")
