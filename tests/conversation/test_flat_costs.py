@@ -8,6 +8,7 @@
   or events.
 - Opening the store and restoring the service over a database of many past turns holds no more
   Python memory than over an empty one.
+- What a turn adds to the stored checkpoints late in a conversation is what it adds early.
 """
 from __future__ import annotations
 
