@@ -336,7 +336,7 @@ def test_growth_per_turn_along_one_conversation(benchmark, tmp_path: Path) -> No
         provider.wait(10)
     early, late = (1, 21), (LONG_TURNS - 20, LONG_TURNS)
     print(f"\nbytes a turn adds, per table: turns {early[0] + 1}-{early[1]} and {late[0] + 1}-{late[1]} of one conversation")
-    print("| table (with its indexes) | early | late |\n|---|---:|---:|")
+    print(f"| table (with its indexes) | early | late | size at turn {late[1]} |\n|---|---:|---:|---:|")
     def per_turn(table: str, first: int, last: int) -> float:
         def size(turn: int) -> int:
             return sum(marks[turn].values()) if table == "all" else marks[turn].get(table, 0)
@@ -344,5 +344,6 @@ def test_growth_per_turn_along_one_conversation(benchmark, tmp_path: Path) -> No
         return (size(last) - size(first)) / (last - first)
 
     for table in [*sorted(marks[late[1]], key=lambda t: -marks[late[1]][t]), "all"]:
-        if per_turn(table, *early) or per_turn(table, *late):
-            print(f"| {table} | {per_turn(table, *early):,.0f} | {per_turn(table, *late):,.0f} |")
+        size = sum(marks[late[1]].values()) if table == "all" else marks[late[1]][table]
+        if per_turn(table, *early) or per_turn(table, *late) or table == "checkpoints":
+            print(f"| {table} | {per_turn(table, *early):,.0f} | {per_turn(table, *late):,.0f} | {size:,} |")

@@ -8,6 +8,7 @@
   or events.
 - Opening the store and restoring the service over a database of many past turns holds no more
   Python memory than over an empty one.
+- What a turn adds to the stored checkpoints late in a conversation is what it adds early.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
+from cursor_byok.protocol import agent_pb2 as pb
 from cursor_byok.store import Store
 from tests.conversation.test_tool_state import call
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
@@ -173,3 +175,40 @@ async def test_a_retention_pass_is_bounded_too(tmp_path: Path) -> None:
         await store.close()
     assert pruned == {"runs": 60, "traces": 0, "usage": 60}
     assert growing_scans(database, statements) == {}
+
+
+def _checkpoint_bytes(database: Path, conversation_id: str) -> int:
+    """The bytes of the conversation's stored checkpoint rows (states and their keys)."""
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        row = conn.execute(
+            "SELECT COALESCE(SUM(length(state) + length(conversation_id) + length(COALESCE(run_id, ''))), 0)"
+            " FROM checkpoints WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+    return int(row[0])
+
+
+async def test_checkpoint_bytes_a_turn_adds_do_not_grow_with_the_conversation(rig: Rig, provider: FakeProviderServer) -> None:
+    """Each turn the IDE sends back the checkpoint it got last (as Cursor does); what a turn adds
+    to the stored checkpoints at turn ~100 stays within a small constant of what it adds at
+    turn ~10, so a conversation's checkpoints grow linearly with its turns, not with their square."""
+    ide = rig.ide()
+    conv = uuid.uuid4().hex
+    state: pb.ConversationStateStructure | None = None
+    stored: dict[int, int] = {}
+    for turn in range(1, 101):
+        provider.enqueue(OPENAI_CHAT.text([f"answer {turn}"]))
+        request = run_request(f"question {turn}", model=MODEL, conversation_id=conv)
+        if state is not None:
+            request.run_request.conversation_state.CopyFrom(state)
+        log = await ide.turn(request)
+        assert log.terminal is None, log.terminal
+        state = [m.conversation_checkpoint_update for m in log.messages
+                 if m.WhichOneof("message") == "conversation_checkpoint_update"][-1]
+        if turn in (10, 20, 90, 100):
+            assert rig.store is not None
+            await rig.store.flush()
+            stored[turn] = _checkpoint_bytes(rig.path, conv)
+    early, late = (stored[20] - stored[10]) / 10, (stored[100] - stored[90]) / 10
+    assert early > 0
+    assert late - early < 256, f"a turn adds {early:.0f} checkpoint bytes at turns 11-20 but {late:.0f} at turns 91-100"

@@ -67,6 +67,7 @@ class ActiveRun:
     side_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # step checkpoints in flight
     checkpoint_seq: int = 0  # checkpoints started in this run
     checkpoint_sent: int = 0  # the newest one written to the stream
+    checkpoint_stored: int = 0  # the newest one given to the store (each replaces the one before)
     call_model: bool = True  # False: the input was answered already; finish without the model
     input_stored: asyncio.Future[Any] | None = None  # the turn's input being written: the model waits for it
     tool_ctx: tools.ToolContext | None = None

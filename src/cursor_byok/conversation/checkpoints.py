@@ -22,6 +22,7 @@ from .history import (
     Blob,
     ConversationHistory,
     EntryKind,
+    RootBlob,
     RootBlobs,
     blob_id,
     message_from_json,
@@ -63,9 +64,9 @@ class Checkpoints:
 
     def root_ids(self, run: ActiveRun) -> tuple[bytes, ...]:
         """The root message ids of the history as it is now (before a compaction changes it)."""
-        return tuple(bid for bid, _ in self._roots(run, self.history.project()))
+        return tuple(root.id for root in self._roots(run, self.history.project()))
 
-    def _roots(self, run: ActiveRun, messages: list[Message]) -> list[Blob]:
+    def _roots(self, run: ActiveRun, messages: list[Message]) -> list[RootBlob]:
         model_name = run.model.id if run.model else ""
         return self.root_blobs.build(run.spec.system if run.spec else None, messages, model_name)
 
@@ -81,9 +82,9 @@ class Checkpoints:
         if pending is not None and messages and messages[-1] is pending.message:
             messages = messages[:-1]  # the round in flight goes in pending_tool_calls, not the roots
             state.pending_tool_calls.append(pending_json(pending.message, run.model.id if run.model else "", pending.started_ms))
-        blobs = self._roots(run, messages)
-        state.root_prompt_messages_json.extend(bid for bid, _ in blobs)
-        blobs += self._compactions(run, state)
+        roots = self._roots(run, messages)
+        state.root_prompt_messages_json.extend(root.id for root in roots)
+        blobs = self._compactions(run, state)
         last_turn = await self._last_turn(run, base_turns) if run.turns.continues() else None
         turn_ids, turn_blobs = run.turns.build(base_turns, last_turn)
         del state.turns[:]
@@ -103,17 +104,15 @@ class Checkpoints:
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window
             state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
-        return state, await self._push(run, blobs)
+        return state, await self._push(run, blobs, roots)
 
     def _compactions(self, run: ActiveRun, state: pb.ConversationStateStructure) -> list[Blob]:
         """Summary and archive blobs of this run's compactions (each archive names the root ids the
         compaction replaced and the root id of its summary message)."""
         out: list[Blob] = []
         for compaction in run.compactions:
-            summary_root = self.root_blobs.blob_of(compaction.message)
-            summary, archive = summary_blobs(
-                compaction.summary, compaction.replaced[1:], summary_root[0] if summary_root else b""
-            )
+            summary_root = self.root_blobs.id_of(compaction.message)
+            summary, archive = summary_blobs(compaction.summary, compaction.replaced[1:], summary_root or b"")
             state.summary = summary[0]
             state.summary_archive = archive[0]
             state.summary_archives.append(archive[0])
@@ -138,9 +137,11 @@ class Checkpoints:
         run.known_blobs[bid] = data
         return data
 
-    async def _push(self, run: ActiveRun, blobs: list[Blob]) -> bool:
-        """Push every blob the client may lack; True when all were acked within the timeout."""
+    async def _push(self, run: ActiveRun, blobs: list[Blob], roots: list[RootBlob]) -> bool:
+        """Push every blob the client may lack (root blobs encoded again only then); True when all
+        were acked within the timeout."""
         held = self.blobs.held(run.request_id)
+        blobs = [(root.id, root.data()) for root in roots if root.id not in held] + blobs
         waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs if bid not in held]
         pending = [w for w in waiters if w is not None]
         if pending:
@@ -167,9 +168,12 @@ class Checkpoints:
 
     async def _step(self, run: ActiveRun, seq: int, still_running: Callable[[], bool], pending: PendingRound | None) -> None:
         """A failure is logged, never fatal, and a step checkpoint never overtakes a newer one (or
-        the final one)."""
+        the final one), on the stream or in the store (where the newest replaces the others)."""
         try:
             state, acked = await self.build(run, pending)
+            if seq < run.checkpoint_stored:
+                return  # a newer one is stored (or the final one is coming): this would replace it
+            run.checkpoint_stored = seq
             await self.records.put_checkpoint(run, state, kind="step")
         except asyncio.CancelledError:
             raise
@@ -185,7 +189,7 @@ class Checkpoints:
         must not lose its turn: the checkpoint is persisted, but one naming blobs the client may
         not hold is not sent."""
         run.checkpoint_seq += 1
-        run.checkpoint_sent = run.checkpoint_seq  # no step checkpoint may follow the final one
+        run.checkpoint_sent = run.checkpoint_stored = run.checkpoint_seq  # no step checkpoint may follow the final one
         run.turns.close()
         state, acked = await self.build(run)
         await self.records.put_checkpoint(run, state, kind="final")

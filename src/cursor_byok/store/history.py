@@ -1,5 +1,10 @@
-"""A conversation's history: events (append-only, gap-free seqs per conversation), checkpoints
-(serialized states, numbered per conversation) and the content-addressed blobs they refer to."""
+"""A conversation's history: events (append-only, gap-free seqs per conversation), its newest
+checkpoint (a serialized state, numbered per conversation) and the content-addressed blobs they
+refer to.
+
+Only the newest checkpoint is kept: each one is the conversation's whole state, so keeping every
+one would store the conversation again per turn (its size growing with the square of its turns).
+An older checkpoint is superseded by the next; the events stay the record of what happened."""
 from __future__ import annotations
 
 import asyncio
@@ -35,6 +40,9 @@ INSERT INTO checkpoints (conversation_id, seq, through_event_seq, run_id, kind, 
     created_at_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 """
+
+# Runs after the insert of checkpoint `seq` (the gap-free trigger reads the highest seq, which stays).
+DROP_SUPERSEDED_CHECKPOINTS = "DELETE FROM checkpoints WHERE conversation_id = ? AND seq < ?"
 
 # Idempotent; a stored copy whose bytes differ (corruption) is repaired by the new put.
 PUT_BLOB = """
@@ -129,6 +137,7 @@ class PutCheckpoint(WriteOp):
                  self._created_at_ms),
             )
         )
+        out.append((Stage.CHECKPOINTS, DROP_SUPERSEDED_CHECKPOINTS, (conversation_id, seq)))
         return CheckpointRecord(
             conversation_id=conversation_id,
             seq=seq,
@@ -177,7 +186,8 @@ class HistoryRecords(StoreCore):
         through_event_seq: int | None = None,
         created_at_ms: int | None = None,
     ) -> asyncio.Future[CheckpointRecord]:
-        """Store a serialized conversation state as the conversation's next checkpoint.
+        """Store a serialized conversation state as the conversation's next checkpoint, which
+        replaces the one before.
 
         `through_event_seq` defaults to the last event seq appended before this call (queue
         order); an explicit value beyond that fails the write.
@@ -221,9 +231,6 @@ class HistoryRecords(StoreCore):
             (conversation_id,),
         )
         return _checkpoint(rows[0]) if rows else None
-
-    async def list_checkpoints(self, conversation_id: str) -> list[CheckpointRecord]:
-        return await self._read_job(lambda conn: select_checkpoints(conn, conversation_id))
 
     async def get_blob(self, blob_id: bytes) -> bytes | None:
         """The blob's bytes, None if absent; BlobCorruptError if they do not hash to `blob_id`."""

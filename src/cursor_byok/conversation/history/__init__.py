@@ -1,7 +1,7 @@
 """Canonical conversation history, its provider projection, and checkpoint message blobs."""
 from __future__ import annotations
 
-from .checkpoint import RootBlobs, blob_id, message_from_json, message_json, pending_json, system_json
+from .checkpoint import RootBlob, RootBlobs, blob_id, message_from_json, message_json, pending_json, system_json
 from .derived import DerivedState, summary_blobs, todo_blobs
 from .turns import Blob, StepLog, TurnLog, decode_turn
 from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
@@ -38,6 +38,7 @@ __all__ = [
     "prompt_mode",
     "render_request_context",
     "render_user_message",
+    "RootBlob",
     "RootBlobs",
     "system_json",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -117,28 +118,45 @@ def message_from_json(data: bytes) -> tuple[str, Message | None]:
     return role, Message(role=role, parts=parts)
 
 
+@dataclass(frozen=True, slots=True)
+class RootBlob:
+    """One root-prompt blob: its id, and what it is encoded from (the history's own message, or the
+    system prompt), not its bytes."""
+
+    id: bytes
+    source: Message | str  # str: the system prompt
+    message_id: str = ""
+    model_name: str = ""
+
+    def data(self) -> bytes:
+        if isinstance(self.source, str):
+            return system_json(self.source)
+        return message_json(self.source, self.message_id, self.model_name)
+
+
 class RootBlobs:
-    """The root-prompt blobs of a conversation's checkpoints, as (blob id, bytes): the system
-    prompt, then every projected message, each built once.
+    """The root-prompt blobs of a conversation's checkpoints: the system prompt, then every
+    projected message, each encoded and hashed once.
 
     A checkpoint follows every step, and encoding plus hashing the whole history each time costs
     ~15 ms per 300 messages (2.7 MB) of event-loop time, O(history²) over a session. Messages are
     immutable and the projection is append-only between compactions, so a message that is the very
-    same object at the same position as last time keeps its blob."""
+    same object at the same position as last time keeps its blob. Only ids are kept: the bytes
+    would be a second copy of the history for as long as the conversation lives, and the client
+    holds the blobs it was sent (one it lacks is encoded again)."""
 
     def __init__(self) -> None:
         self._messages: list[Message] = []  # the messages of the last build
-        self._blobs: list[tuple[bytes, bytes]] = []  # their blobs, in the same order
+        self._blobs: list[RootBlob] = []  # their blobs, in the same order
         self._model = ""
-        self._system: tuple[str, tuple[bytes, bytes]] | None = None
+        self._system: RootBlob | None = None
 
-    def build(self, system_prompt: str | None, messages: list[Message], model_name: str) -> list[tuple[bytes, bytes]]:
-        out: list[tuple[bytes, bytes]] = []
+    def build(self, system_prompt: str | None, messages: list[Message], model_name: str) -> list[RootBlob]:
+        out: list[RootBlob] = []
         if system_prompt is not None:
-            if self._system is None or self._system[0] != system_prompt:
-                data = system_json(system_prompt)
-                self._system = (system_prompt, (blob_id(data), data))
-            out.append(self._system[1])
+            if self._system is None or self._system.source != system_prompt:
+                self._system = RootBlob(blob_id(system_json(system_prompt)), system_prompt)
+            out.append(self._system)
         cached = self._messages if model_name == self._model else []
         same, limit = 0, min(len(messages), len(cached))
         while same < limit and messages[same] is cached[same]:
@@ -146,12 +164,12 @@ class RootBlobs:
         blobs = self._blobs[:same]
         for i in range(same, len(messages)):
             message = messages[i]
-            data = message_json(message, "1" if message.role == "assistant" else f"m{i}", model_name)
-            blobs.append((blob_id(data), data))
+            message_id = "1" if message.role == "assistant" else f"m{i}"
+            blobs.append(RootBlob(blob_id(message_json(message, message_id, model_name)), message, message_id, model_name))
         self._messages, self._blobs, self._model = list(messages), blobs, model_name
         out += blobs
         return out
 
-    def blob_of(self, message: Message) -> tuple[bytes, bytes] | None:
-        """The blob built for this very message object in the last build, if any."""
-        return next((blob for m, blob in zip(self._messages, self._blobs) if m is message), None)
+    def id_of(self, message: Message) -> bytes | None:
+        """The blob id built for this very message object in the last build, if any."""
+        return next((blob.id for m, blob in zip(self._messages, self._blobs) if m is message), None)
