@@ -127,3 +127,38 @@ async def test_a_single_frame_larger_than_the_cap_is_still_delivered() -> None:
     stream.write(b"x" * 50)
     stream.write(b"y" * 500)
     assert stream.read_now(stream.base).data == b"y" * 500
+
+
+async def test_a_terminal_pushed_to_a_reader_that_went_away_is_replayed_at_once() -> None:
+    """The writer hands the terminal to a caught-up reader whose client has just gone (its task is
+    cancelled before it runs again): nobody read it, so a reconnecting reader gets the finished
+    stream at once instead of waiting for a new generation."""
+    hub = OutputHub()
+    stream = hub.open("r1")
+    push = Recorder()
+    reader = asyncio.ensure_future(stream.read(0, push))
+    await settle()
+    stream.write(b"a")
+    stream.close(b"END")
+    assert push.sent == [(b"a", True), (b"END", False)]
+    reader.cancel()  # the client went away before the reader's task saw the terminal
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert not stream.terminal_delivered
+    again = asyncio.ensure_future(hub.wait_for("r1", timeout=60))
+    await settle()
+    assert again.done() and again.result() is stream
+    assert stream.read_now(0).data == b"aEND"
+
+
+async def test_a_cancelled_wait_for_a_new_generation_leaves_nothing_behind() -> None:
+    hub = OutputHub()
+    stream = hub.open("r1")
+    stream.close(b"END")
+    stream.terminal_delivered = True  # a reader read it: a RunSSE now may be for a new generation
+    waiter = asyncio.ensure_future(hub.wait_for("r1", timeout=60))
+    await settle()
+    assert not waiter.done()
+    waiter.cancel()
+    await settle()
+    assert hub.waiting == 0

@@ -27,9 +27,7 @@ from .edge_support import open_fds, server_rss
 
 KINDS = ("text", "tools", "tools", "reconnect", "cancel")
 IDLE_SECONDS = 1.0  # what a finished turn keeps in memory expires after this (defaults: minutes)
-# A transport expires by idle time even while its run goes on (a turn of many conversations at once
-# takes seconds): longer than any turn here.
-TRANSPORT_IDLE_SECONDS = 6.0
+TRANSPORT_IDLE_SECONDS = 6.0  # a finished stream's transport (one whose run goes on never expires)
 RETENTION_SECONDS = 4.0  # a finished stream's output, for a RunSSE that reads it again: longer than that takes
 SETTLE_SECONDS = 12.0  # the longest idle time plus a sweep (every 5 s): everything idle has expired
 TURN_TIMEOUT = 60.0

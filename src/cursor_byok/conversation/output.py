@@ -60,7 +60,9 @@ class OutputStream:
     closed: bool = False
     closed_at: float | None = None
     readers: int = 0
-    terminal_delivered: bool = False  # some reader has already received the terminal
+    # A reader's task took the terminal and ended its response (a terminal the writer pushed to a
+    # reader whose client then went away does not count: nobody read it).
+    terminal_delivered: bool = False
     _waiters: list[_Waiter] = field(default_factory=list)
 
     @property
@@ -82,7 +84,6 @@ class OutputStream:
                     self._waiters.append(w)
                     continue
                 w.complete = True
-                self.terminal_delivered = True
             w.wake.set_result(None)
 
     def _retain(self, frame: bytes) -> None:
@@ -136,8 +137,9 @@ class OutputStream:
                 return result
             waiter = _Waiter(position, asyncio.get_running_loop().create_future(), push)
             self._waiters.append(waiter)
-            await waiter.wake
+            await waiter.wake  # a reader whose client went away is cancelled here
             if waiter.complete:
+                self.terminal_delivered = True
                 return ReadResult(b"", waiter.position, True, complete=True)
             position = waiter.position
 
@@ -149,7 +151,7 @@ class OutputHub:
         self.retention_seconds = retention_seconds
         self.max_retained_bytes = max_retained_bytes
         self._streams: dict[str, OutputStream] = {}
-        self._changed: dict[str, asyncio.Event] = {}
+        self._next_generation: dict[str, list[asyncio.Future[None]]] = {}  # readers waiting for one
         self.on_forget: Callable[[str], None] | None = None  # told each request id `sweep` drops
 
     def open(self, request_id: str, cursor_run_id: str = "") -> OutputStream:
@@ -157,9 +159,9 @@ class OutputHub:
         prev = self._streams.get(request_id)
         stream = OutputStream(request_id, (prev.generation + 1) if prev else 0, self.max_retained_bytes, cursor_run_id)
         self._streams[request_id] = stream
-        ev = self._changed.pop(request_id, None)
-        if ev is not None:
-            ev.set()
+        for waiter in self._next_generation.pop(request_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
         return stream
 
     def get(self, request_id: str) -> OutputStream | None:
@@ -175,13 +177,24 @@ class OutputHub:
         stream = self._streams.get(request_id)
         if stream is not None and not (stream.closed and stream.terminal_delivered):
             return stream
-        ev = self._changed.setdefault(request_id, asyncio.Event())
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._next_generation.setdefault(request_id, [])
+        waiters.append(waiter)
         try:
-            await asyncio.wait_for(ev.wait(), timeout)
+            await asyncio.wait_for(waiter, timeout)
         except TimeoutError:
-            self._changed.pop(request_id, None)
             return stream
+        finally:
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters and self._next_generation.get(request_id) is waiters:
+                del self._next_generation[request_id]
         return self._streams.get(request_id)
+
+    @property
+    def waiting(self) -> int:
+        """Request ids a reader waits on for a new stream generation."""
+        return len(self._next_generation)
 
     def sweep(self, now: float | None = None) -> int:
         """Forget finished streams past their retention time with no reader attached."""

@@ -189,6 +189,14 @@ class ConversationService:
             return opened
         return stream.closed and stream.cursor_run_id == cursor_run_id
 
+    def stream_ended(self, request_id: str) -> bool:
+        """The request id is bound (its run request was taken, here or before a restart) and its
+        stream is no longer running: closed, or gone with its retention or the restart."""
+        if self.registry.binding(request_id) is None:
+            return False
+        stream = self.hub.get(request_id)
+        return stream is None or stream.closed
+
     def attach(self, request_id: str) -> None:
         """A RunSSE reader is on the request id's stream: a run resumed on it after a restart goes on."""
         self._reader(request_id, True)

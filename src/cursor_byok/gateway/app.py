@@ -46,7 +46,9 @@ DRAIN_SECONDS = 1.5  # on a stop, how long open streams get to read their termin
 class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.transports = Transports(config.server.max_transports, config.server.transport_idle_seconds)
+        self.transports = Transports(
+            config.server.max_transports, config.server.transport_idle_seconds, run_is_live=self._run_is_live
+        )
         self.pending = Pending(config.server.max_pending_requests, config.server.max_pending_per_connection)
         self.guard = RequestGuard(
             config,
@@ -157,6 +159,10 @@ class Gateway:
         self._cut = True
         for request in list(self._requests):
             request.cancel()
+
+    def _run_is_live(self, request_id: str) -> bool:
+        stream = self.conversations.hub.get(request_id)
+        return stream is not None and not stream.closed
 
     def _adapter(self, model: ModelConfig) -> Provider:
         assert self.providers is not None

@@ -38,7 +38,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             await gw.conversations.resolve(append.request_id)
             transport = _seqno0_transport(gw, append)
         else:
-            transport = gw.transports.get(append.request_id) or await _wait_for_seqno0(gw, scope, append.request_id)
+            transport = gw.transports.get(append.request_id) or await _later_before_seqno0(gw, scope, append.request_id)
             if transport.route is Route.LOCAL:
                 await gw.conversations.resolve(append.request_id)
         if transport.route is Route.UPSTREAM:
@@ -74,7 +74,13 @@ def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     return transport if transport is not None else gw.transports.create(append.request_id, route)
 
 
-async def _wait_for_seqno0(gw: Gateway, scope: Scope, request_id: str) -> Transport:
+async def _later_before_seqno0(gw: Gateway, scope: Scope, request_id: str) -> Transport:
+    """The transport for a later append that found none: its seqno 0 may be on its way (wait for
+    it), unless the request id is bound to a stream that has ended (before a restart, or since its
+    transport went): then no seqno 0 will come, and the IDE is told at once."""
+    await gw.conversations.resolve(request_id)
+    if gw.conversations.stream_ended(request_id):
+        raise ConnectError("not_found", f"the run for request {request_id} has ended; nothing more can be appended to it")
     wait = gw.config.server.runsse_wait_seconds
 
     def never_came() -> ConnectError:

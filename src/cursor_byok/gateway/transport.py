@@ -16,6 +16,7 @@ import enum
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import hotpath
@@ -68,10 +69,15 @@ class Transport:
 
 
 class Transports:
-    def __init__(self, max_transports: int, idle_seconds: float, window: int = 64) -> None:
+    def __init__(
+        self, max_transports: int, idle_seconds: float, window: int = 64, *, run_is_live: Callable[[str], bool] = lambda _: False
+    ) -> None:
         self.max_transports = max_transports
         self.idle_seconds = idle_seconds
         self.window = window
+        # Whether the request id's run still goes on: its transport stays however long the IDE
+        # takes (a tool it runs for minutes sends no append), or its next append has nowhere to go.
+        self.run_is_live = run_is_live
         self._by_request: dict[str, Transport] = {}  # least recently seen first
         self._waiting: dict[str, dict[Waiter, list[asyncio.Future[Transport]]]] = {}
 
@@ -88,7 +94,8 @@ class Transports:
         if len(self._by_request) >= self.max_transports:
             self.expire()
             while len(self._by_request) >= self.max_transports:
-                oldest = next(iter(self._by_request))
+                idle = (rid for rid in self._by_request if not self.run_is_live(rid))
+                oldest = next(idle, None) or next(iter(self._by_request))
                 del self._by_request[oldest]
                 log.warning("transport limit reached; dropped the least recently used", extra={"request_id": oldest})
         t = Transport(request_id, route, self.window)
@@ -135,8 +142,11 @@ class Transports:
                 del self._waiting[request_id]
 
     def expire(self, now: float | None = None) -> int:
+        """Forget transports idle for `idle_seconds` whose run has ended."""
         now = time.monotonic() if now is None else now
-        stale = [rid for rid, t in self._by_request.items() if now - t.last_seen > self.idle_seconds]
+        stale = [
+            rid for rid, t in self._by_request.items() if now - t.last_seen > self.idle_seconds and not self.run_is_live(rid)
+        ]
         for rid in stale:
             del self._by_request[rid]
         return len(stale)
