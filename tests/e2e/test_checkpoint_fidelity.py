@@ -14,7 +14,7 @@ import pytest
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, one_model_config
 
 from .conftest import MODEL, both_transports
 from .test_crash_recovery import resume_request
@@ -131,12 +131,7 @@ async def test_todo_write_fills_the_checkpoint_todos(ide: ScriptedIDE, provider:
 
 @pytest.fixture
 def restartable(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return ServerConfig(
-        data_dir=tmp_path / "first",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        runsse_wait_seconds=1.5,
-        extra_server={"blob_ack_timeout_seconds": 3.0},
-    )
+    return one_model_config(tmp_path / "first", provider.url, MODEL, extra_server={"blob_ack_timeout_seconds": 3.0})
 
 
 async def test_a_checkpoint_alone_continues_the_conversation_on_an_empty_data_dir(

@@ -15,7 +15,7 @@ import pytest
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, run_request
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, one_model_config
 
 MODEL = "byok-crash"
 
@@ -44,11 +44,7 @@ def texts(body: dict) -> list[str]:
 
 @pytest.fixture
 def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return ServerConfig(
-        data_dir=tmp_path / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        runsse_wait_seconds=1.5,
-    )
+    return one_model_config(tmp_path / "data", provider.url, MODEL)
 
 
 async def first_turn(ide: ScriptedIDE, provider: FakeProviderServer, conv: str) -> StreamLog:

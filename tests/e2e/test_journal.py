@@ -18,7 +18,7 @@ import pytest
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ServerConfig, ServerProcess, one_model_config
 
 from .test_crash_recovery import resume_request, wait_until
 
@@ -27,12 +27,8 @@ MODEL = "byok-crash"  # the model resume_request asks for
 
 @pytest.fixture
 def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return ServerConfig(
-        data_dir=tmp_path / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        runsse_wait_seconds=1.5,
-        extra_server={"blob_ack_timeout_seconds": 1.0, "recovery_wait_seconds": RECOVERY_WAIT},
-    )
+    extra = {"blob_ack_timeout_seconds": 1.0, "recovery_wait_seconds": RECOVERY_WAIT}
+    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server=extra)
 
 
 RECOVERY_WAIT = 3.0  # how long a resumed run waits for the IDE to come back

@@ -70,7 +70,7 @@ async def test_every_other_call_passes_through_the_proxy_over_http2(tmp_path, pr
     with FakeProviderServer() as upstream:
         upstream.enqueue(Reply(chunks=[b"\x00\x00\x00\x00\x02hi", b"\x02\x00\x00\x00\x02{}"], content_type="application/connect+proto"))
         config = edge_config(tmp_path, MODEL, provider, upstream, proxy_port=free_port())
-        with ServerProcess(config) as server:
+        with ServerProcess(config):
             client = await h2_through_proxy(config.proxy_port, config.data_dir / "ca" / "ca.crt")
             try:
                 head = [(":method", "POST"), (":scheme", "https"), (":authority", "api2.cursor.sh"), (":path", "/aiserver.v1.AiService/StreamSomething")]

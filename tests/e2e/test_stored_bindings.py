@@ -11,18 +11,14 @@ import pytest
 
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, run_request
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ServerConfig, ServerProcess, one_model_config
 
 MODEL = "byok-bindings"
 
 
 @pytest.fixture
 def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return ServerConfig(
-        data_dir=tmp_path / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        runsse_wait_seconds=1.5,
-    )
+    return one_model_config(tmp_path / "data", provider.url, MODEL)
 
 
 async def one_turn(server: ServerProcess, workspace: Path, rid: str, conv: str | None, text: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, heartbeat_message, run_request
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ServerConfig, ServerProcess, one_model_config
 
 from .test_crash_recovery import wait_until
 from .test_journal import read_call
@@ -27,12 +27,8 @@ SEQNO0_WAIT = 30.0
 
 @pytest.fixture
 def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return ServerConfig(
-        data_dir=tmp_path / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        runsse_wait_seconds=SEQNO0_WAIT,
-        extra_server={"transport_idle_seconds": TRANSPORT_IDLE, "blob_ack_timeout_seconds": 1.0},
-    )
+    extra = {"transport_idle_seconds": TRANSPORT_IDLE, "blob_ack_timeout_seconds": 1.0}
+    return one_model_config(tmp_path / "data", provider.url, MODEL, runsse_wait_seconds=SEQNO0_WAIT, extra_server=extra)
 
 
 async def test_a_run_waiting_on_its_ide_keeps_its_transport(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:

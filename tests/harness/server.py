@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -106,6 +107,15 @@ class ServerConfig:
         for hosted, model in self.aliases.items():
             lines += ["[[aliases]]", f'cursor_model = "{hosted}"', f'model = "{model}"', ""]
         return "\n".join([*lines, self.extra_toml])
+
+
+def one_model_config(data_dir: Path, provider_url: str, model: str, **fields: Any) -> ServerConfig:
+    """A server with one OpenAI-chat model on the fake provider at `provider_url`, whose RunSSE
+    gives up quickly on a seqno 0 that does not come (the restart and crash tests' server)."""
+    fields.setdefault("runsse_wait_seconds", 1.5)
+    return ServerConfig(
+        data_dir=data_dir, models=[ModelSpec(id=model, provider="openai-chat", base_url=provider_url + "/v1")], **fields
+    )
 
 
 LIVE: set["ServerProcess"] = set()  # every server started and not yet stopped
