@@ -15,7 +15,7 @@ from tests.harness.ide import ScriptedIDE, StreamLog, heartbeat_message, run_req
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
 
 from .test_crash_recovery import wait_until
-from .test_journal import read_call
+from .test_journal import journal_rows, read_call
 
 MODEL = "byok-lifetime"
 TRANSPORT_IDLE = 0.5  # far shorter than the IDE takes over the tool below
@@ -69,6 +69,9 @@ async def test_an_append_for_a_stream_that_ended_before_a_restart_is_told_at_onc
         rid = uuid.uuid4().hex
         log = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), request_id=rid)
         assert log.terminal is None and log.text == "done"
+        # Ended before the restart: its end is stored (the journal forgot the stream). Killed
+        # sooner, the restart would rightly resume the stream from the journal.
+        await wait_until(lambda: not journal_rows(config, rid))
         server.kill()
         server.start()
         await ide.reconnect()

@@ -38,6 +38,31 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"
+    )]
+
+
+def _mallinfo2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if _LIBC is None:
+        return None
+    try:
+        info = _LIBC.mallinfo2  # glibc >= 2.33
+    except AttributeError:
+        return None
+    info.restype = _MallInfo2
+    return info
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def _free_heap_bytes() -> int:
+    """Bytes in free chunks of malloc's heaps (0 where glibc cannot say)."""
+    return int(_MALLINFO2().fordblks) if _MALLINFO2 is not None else 0
+
+
 def freeze_startup_objects() -> None:
     """Keep what start-up made (modules, classes, config: all of it lives as long as the process)
     out of every later collection, and collect from here on (start-up may have switched the
@@ -59,22 +84,28 @@ def _resident_bytes() -> int:
 
 
 class Trimmer:
-    """`maybe_trim()` after each sweep: trims when RSS grew by more than `slack` since the last time."""
+    """`maybe_trim()` after each sweep: trims when RSS grew by more than `slack` since the last time,
+    or when more than `slack` bytes were freed into the heap since then. (RSS alone misses a burst
+    whose memory is freed after a trim that ran in its middle: nothing grows any more, and what it
+    freed would stay resident.)"""
 
     def __init__(self, slack: int = 8 * 1024 * 1024) -> None:
         self.slack = slack
         self.enabled = _LIBC is not None and os.path.exists("/proc/self/statm")
         self._settled = _resident_bytes() if self.enabled else 0
+        self._free = _free_heap_bytes() if self.enabled else 0  # free heap bytes since the last trim, at their lowest
         self.trims = 0
 
     def maybe_trim(self) -> None:
         if not self.enabled:
             return
-        rss = _resident_bytes()
-        if rss - self._settled > self.slack:
+        rss, free = _resident_bytes(), _free_heap_bytes()
+        if rss - self._settled > self.slack or free - self._free > self.slack:
             assert _LIBC is not None
             _LIBC.malloc_trim(0)
             self.trims += 1
             self._settled = _resident_bytes()
-        elif rss < self._settled:
-            self._settled = rss
+            self._free = _free_heap_bytes()  # trimmed pages stay free chunks: count only what is freed after
+            return
+        self._settled = min(self._settled, rss)
+        self._free = min(self._free, free)
