@@ -67,7 +67,9 @@ class FailoverProvider:
         for position, provider in enumerate(self._providers):
             emitted = False
             try:
-                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model), call, ready):
+                # Only the first provider waits for `ready`: a fallback's call starts when it is tried.
+                waits = ready if position == 0 else None
+                async for event in provider.stream(msgspec.structs.replace(request, model=provider.model.model), call, waits):
                     emitted = True
                     yield event
                 return

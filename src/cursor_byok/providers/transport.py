@@ -158,6 +158,8 @@ class HttpStreamProvider(abc.ABC):
                 call.request_body = self._redact(body.decode("utf-8", "replace")).encode()
         if ready is not None:
             await ready
+            if call is not None:  # the call starts when its request may leave: our own wait is not the provider's time
+                call.started_ns = time.monotonic_ns()
         attempt = 0
         while True:
             emitted = False
