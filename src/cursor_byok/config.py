@@ -96,7 +96,7 @@ class RetentionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     def ages_ms(self) -> dict[str, int]:
         """Record kind → age in ms (0: kept forever)."""
-        return {kind: int(getattr(self, f"{kind}_days") * 86_400_000) for kind in ("runs", "traces", "usage", "calls")}
+        return {f.name.removesuffix("_days"): int(getattr(self, f.name) * 86_400_000) for f in msgspec.structs.fields(self)}
 
 
 class ModelPrice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
