@@ -26,6 +26,8 @@ SERVER_STACK = (
 )
 # What only the intercepting proxy and the CA commands need.
 PROXY_STACK = ("cryptography", "h2", "cursor_byok.interceptor.ca", "cursor_byok.interceptor.proxy", "cursor_byok.h2_client")
+# httpx's command-line client, which httpx imports whenever these happen to be installed.
+HTTPX_CLI = ("click", "pygments", "rich")
 
 
 def loaded_after(code: str) -> set[str]:
@@ -51,14 +53,14 @@ def test_help_and_version_load_nothing_of_the_server() -> None:
 
 def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
     loaded = loaded_after(
-        "import cursor_byok.cli, cursor_byok.gateway\n"
+        "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed\n"
         "from cursor_byok.config import ModelConfig\n"
         "from cursor_byok.http_client import streaming_client\n"
         "from cursor_byok.providers import make_provider\n"
         "make_provider(ModelConfig(id='m', provider='openai-chat', model='x'), '', streaming_client())"
     )
     assert "cursor_byok.gateway.app" in loaded and "cursor_byok.providers.openai_chat" in loaded
-    assert among(loaded, PROXY_STACK) == []
+    assert among(loaded, PROXY_STACK + HTTPX_CLI) == []
     assert among(loaded, ("cursor_byok.providers.anthropic", "cursor_byok.providers.openai_responses")) == []
 
 
