@@ -26,8 +26,9 @@ SERVER_STACK = (
 )
 # What only the intercepting proxy and the CA commands need.
 PROXY_STACK = ("cryptography", "h2", "cursor_byok.interceptor.ca", "cursor_byok.interceptor.proxy", "cursor_byok.h2_client")
-# httpx's command-line client, which httpx imports whenever these happen to be installed.
-HTTPX_CLI = ("click", "pygments", "rich")
+# httpx's command-line client, which httpx imports whenever these happen to be installed, and the
+# metrics exposition, needed from the first counted run or scrape on.
+NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
 
 
 def loaded_after(code: str) -> set[str]:
@@ -60,7 +61,7 @@ def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
         "make_provider(ModelConfig(id='m', provider='openai-chat', model='x'), '', streaming_client())"
     )
     assert "cursor_byok.gateway.app" in loaded and "cursor_byok.providers.openai_chat" in loaded
-    assert among(loaded, PROXY_STACK + HTTPX_CLI) == []
+    assert among(loaded, PROXY_STACK + NOT_AT_START) == []
     assert among(loaded, ("cursor_byok.providers.anthropic", "cursor_byok.providers.openai_responses")) == []
 
 
