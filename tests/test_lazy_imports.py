@@ -52,6 +52,14 @@ def test_help_and_version_load_nothing_of_the_server() -> None:
         assert among(loaded, SERVER_STACK + PROXY_STACK) == [], argv
 
 
+def test_doctor_loads_nothing_of_the_server(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(ServerConfig(data_dir=tmp_path, models=[ModelSpec("m", "openai-chat", "http://127.0.0.1:9/v1")]).toml(9))
+    loaded = loaded_after(run_cli("doctor", "--config", str(config)))
+    assert "cursor_byok.cli.doctor" in loaded
+    assert among(loaded, SERVER_STACK) == []
+
+
 def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
     loaded = loaded_after(
         "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed\n"
