@@ -99,6 +99,8 @@ def base_url(model: ModelConfig) -> str:
 
 
 async def _provider_checks(cfg: Config) -> list[Check]:
+    import asyncio
+
     import httpx
 
     async def probe(client: httpx.AsyncClient, model: ModelConfig) -> Check:
@@ -116,8 +118,6 @@ async def _provider_checks(cfg: Config) -> list[Check]:
         return Check(f"reach {model.id}", CheckStatus.OK, f"{url}: HTTP {response.status_code} in {ms:.0f} ms")
 
     async with httpx.AsyncClient(timeout=PROVIDER_CHECK_TIMEOUT, follow_redirects=False) as client:
-        import asyncio
-
         return list(await asyncio.gather(*(probe(client, m) for m in cfg.models)))
 
 
