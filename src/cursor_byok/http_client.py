@@ -110,6 +110,13 @@ class ProviderHttp:
         await self.aclose()
 
 
+def verified_tls(*, trust_env: bool = True) -> ssl.SSLContext:
+    """The TLS context clients verify servers with (certifi's CAs, or SSL_CERT_FILE / SSL_CERT_DIR
+    when `trust_env`). Loading the CAs takes tens of ms: a server loads them once and hands the
+    context to each of its clients (each would load its own)."""
+    return httpx.create_ssl_context(trust_env=trust_env)
+
+
 def streaming_client(*, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> ProviderHttp:
     """A client for model provider streams; the caller owns it (`await client.aclose()`)."""
     return ProviderHttp(verify=verify, trust_env=trust_env)
@@ -121,7 +128,11 @@ class _KeepNoCookies(http.cookiejar.DefaultCookiePolicy):
 
 
 def passthrough_client(
-    *, timeout: httpx.Timeout, trust_env: bool = True, proxy: httpx.Proxy | str | None = None
+    *,
+    timeout: httpx.Timeout,
+    trust_env: bool = True,
+    proxy: httpx.Proxy | str | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> httpx.AsyncClient:
     """A client that relays the IDE's own requests. It keeps no cookies: a cookie jar would replay one
     response's Set-Cookie on the next request, which the IDE never sent. (Like any HTTP client it
@@ -129,6 +140,7 @@ def passthrough_client(
     header lines reach the origin joined into one, which HTTP defines as equivalent.) `proxy`, when
     given, is used for every request."""
     return HttpxAiohttpClient(
+        verify=verify,
         timeout=timeout,
         limits=_LIMITS,
         trust_env=trust_env,

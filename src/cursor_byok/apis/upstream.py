@@ -13,14 +13,16 @@ import logging
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from .. import local_trust
-from ..h2_client import H2Client, H2Stream, StreamReset
 from ..interceptor import HttpError, UpstreamDialer
+
+if TYPE_CHECKING:
+    from ..h2_client import H2Stream
 
 log = logging.getLogger("cursor_byok.upstream")
 
@@ -178,6 +180,8 @@ class Upstream:
         """Relay a bidi Connect stream (Cursor's `Run`) upstream over HTTP/2, both directions at
         once: `first` and then each message `next_message()` gives (None: the client finished
         sending; an exception: the client went away, and the upstream stream is reset)."""
+        from ..h2_client import H2Client, StreamReset  # h2: only this route needs it
+
         url = await self._target_or_refuse(scope, send)
         if url is None:
             return
@@ -227,6 +231,8 @@ def _env_proxy(url: httpx.URL) -> str | None:
 
 async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:
     """The client's messages on to the upstream stream, re-enveloped, as they come."""
+    from ..h2_client import StreamReset
+
     try:
         raw: bytes | None = first
         while raw is not None:

@@ -6,9 +6,9 @@ import datetime as dt
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from ..config import Config, ConfigError, ModelConfig, load, resolve_api_key
 
@@ -16,6 +16,16 @@ PROG = "cursor-byok"
 REQUIRE_COMPILED_ENV = "CURSOR_BYOK_REQUIRE_COMPILED"
 GATEWAY_HEALTH_PATH = "/__byok-api__/healthz"
 PROXY_HEALTH_PATH = "/__byok-proxy__/healthz"
+
+T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run`, importing asyncio only here: the commands that need no event loop, `--help`
+    and `--version` included, skip its import."""
+    import asyncio
+
+    return asyncio.run(coroutine)
 
 
 class CommandError(Exception):

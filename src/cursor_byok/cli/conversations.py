@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import datetime as dt
 import json
@@ -17,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ..config import Config
-from .common import CommandError, echo, load_config, table
+from .common import CommandError, echo, load_config, run_async, table
 from .transcript import decode_payload, message_lines, run_line
 
 
@@ -67,7 +66,7 @@ def cmd_conversations_list(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CommandError(f"--after: {exc}", code=2) from None
 
-    page = asyncio.run(with_store(cfg, fetch))
+    page = run_async(with_store(cfg, fetch))
     if args.json:
         echo(json.dumps(msgspec.to_builtins(page), indent=2, ensure_ascii=False))
         return 0
@@ -154,7 +153,7 @@ def cmd_conversations_show(args: argparse.Namespace) -> int:
             for run_id in runs:  # runs that committed no history (failed early)
                 end_run(run_id)
 
-    asyncio.run(with_store(cfg, show))
+    run_async(with_store(cfg, show))
     return 0
 
 
@@ -184,7 +183,7 @@ def cmd_conversations_export(args: argparse.Namespace) -> int:
         cid = await _resolve(store, args.conversation_id)
         return await store.export_conversation(cid, events_after=args.after, events_limit=args.limit)
 
-    exported = asyncio.run(with_store(cfg, fetch))
+    exported = run_async(with_store(cfg, fetch))
     if exported is None:
         raise CommandError(f"no conversation {args.conversation_id!r}")
     text = json.dumps(_decoded_export(exported), indent=2, ensure_ascii=False) + "\n"
@@ -222,7 +221,7 @@ def cmd_conversations_delete(args: argparse.Namespace) -> int:
         await store.close()  # flushes; the deletion runs on its own connection
         return await delete_conversations(cfg.database_path, [cid])
 
-    return _report_deletion(asyncio.run(with_store(cfg, delete)))
+    return _report_deletion(run_async(with_store(cfg, delete)))
 
 
 _AGE = re.compile(r"(\d+)([smhdw])")
@@ -250,7 +249,7 @@ def cmd_conversations_prune(args: argparse.Namespace) -> int:
         await store.close()  # migrated and flushed; the deletion runs on its own connection
         return await prune_conversations(cfg.database_path, cutoff)
 
-    return _report_deletion(asyncio.run(with_store(cfg, prune)))
+    return _report_deletion(run_async(with_store(cfg, prune)))
 
 
 def positive(text: str) -> int:

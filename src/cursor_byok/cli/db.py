@@ -6,14 +6,13 @@ server; `vacuum` rewrites the file, so it takes the data dir's lock and refuses 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sqlite3
 import time
 from pathlib import Path
 
 from ..config import Config
-from .common import CommandError, echo, load_config, table
+from .common import CommandError, echo, load_config, run_async, table
 
 
 def size(n: float) -> str:
@@ -114,7 +113,7 @@ def cmd_db_vacuum(args: argparse.Namespace) -> int:
         lock.record(command="db vacuum")
         before = database.stat().st_size
         try:
-            pruned = asyncio.run(_apply_retention(cfg, database))
+            pruned = run_async(_apply_retention(cfg, database))
             vacuum_database(database)
         except (sqlite3.Error, OSError) as exc:
             raise _storage_error(exc, database) from None

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import enum
 import os
 import shutil
@@ -28,6 +27,7 @@ from .common import (
     key_status,
     load_config,
     proxy_url,
+    run_async,
 )
 from .ports import PortState, port_state
 
@@ -99,6 +99,8 @@ def base_url(model: ModelConfig) -> str:
 
 
 async def _provider_checks(cfg: Config) -> list[Check]:
+    import asyncio
+
     import httpx
 
     async def probe(client: httpx.AsyncClient, model: ModelConfig) -> Check:
@@ -284,7 +286,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.append(Check("config", CheckStatus.OK, f"{cfg.source}" if path.exists() else f"{path} not found; using defaults"))
     checks.extend(_key_checks(cfg))
     if args.check_providers and cfg.models:
-        checks.extend(asyncio.run(_provider_checks(cfg)))
+        checks.extend(run_async(_provider_checks(cfg)))
     settings_check, pointed = _cursor_settings_check(cfg, args.settings)
     cursor_pointed = pointed is not None and pointed.rstrip("/") == proxy_url(cfg)
     checks.append(_ca_check(cfg, cursor_pointed))

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from ..config import ModelConfig, ProviderKind, resolve_api_key
-from .common import CommandError, echo, key_status, load_config, model_or_fail, table
+from .common import CommandError, echo, key_status, load_config, model_or_fail, run_async, table
 
 if TYPE_CHECKING:
     from ..observability import ModelTestResult
@@ -49,7 +48,7 @@ def cmd_models_test(args: argparse.Namespace) -> int:
     if args.log_level != "debug":
         provider_log.setLevel(logging.ERROR)
     try:
-        result = asyncio.run(run_model_test(model, api_key, args.prompt, max_tokens))
+        result = run_async(run_model_test(model, api_key, args.prompt, max_tokens))
     except ProviderError as exc:
         raise CommandError(exc.explain()) from None
     finally:

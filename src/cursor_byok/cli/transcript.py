@@ -8,7 +8,6 @@ from typing import Any
 
 import msgspec
 
-from ..prompting import user_query
 
 _WIDTH = 160
 
@@ -41,6 +40,8 @@ def message_lines(kind: str, message: Mapping[str, Any]) -> Iterator[str]:
         return
     if message.get("role") == "user":
         label = {"injection": "user (while running)", "background_completion": "background task"}.get(kind, "user")
+        from ..prompting import user_query  # prompting pulls in the providers: only a transcript needs it
+
         yield f"{label}: {one_line(user_query(_texts(parts, 'text')))}"
         return
     for part in parts:

@@ -3,12 +3,11 @@ the dashboard's overview counts them (read while the server may be running)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 from typing import Any
 
-from .common import CommandError, echo, load_config, table
+from .common import CommandError, echo, load_config, run_async, table
 from .conversations import database_exists, with_store
 
 
@@ -39,7 +38,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
     async def fetch(store: Any) -> list[dict[str, Any]]:
         return await usage(store, cfg, since_ms=since, by=args.by)
 
-    rows = asyncio.run(with_store(cfg, fetch))
+    rows = run_async(with_store(cfg, fetch))
     total = totals(rows)
     if args.json:
         echo(json.dumps({"rows": rows, "totals": total}, indent=2))

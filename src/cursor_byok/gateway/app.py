@@ -17,7 +17,7 @@ from .. import local_trust
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, resolve_api_key
 from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
-from ..http_client import ProviderHttp, passthrough_client, streaming_client
+from ..http_client import ProviderHttp, passthrough_client, streaming_client, verified_tls
 from ..observability import Dashboard, GatewayGauges, Metrics, Recorder
 from ..protocol import internal_error, new_error_id
 from ..providers import Provider, ProviderPool
@@ -83,8 +83,9 @@ class Gateway:
         keep_large_blocks_out_of_the_heap()
         self._trimmer = Trimmer()
         self.store = await Store.open(self.config.database_path)
-        self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0))
-        self.provider_http = streaming_client()
+        tls = verified_tls()
+        self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0), verify=tls)
+        self.provider_http = streaming_client(verify=tls)
         self.providers = ProviderPool(self.provider_http)
         self.providers.start(self.config.models)
         self.upstream = Upstream(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..observability import METRICS_CONTENT_TYPE, UI_HEADERS
+from ..observability import UI_HEADERS
 from ..protocol import ConnectError
 from .asgi import Receive, Scope, Send, reply, reply_error
 from .routing import UI_PREFIX
@@ -34,4 +34,5 @@ async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, pat
 
 
 async def handle_metrics(gw: Gateway, send: Send) -> None:
-    await reply(send, 200, gw.metrics.render(), [(b"content-type", METRICS_CONTENT_TYPE.encode()), (b"cache-control", b"no-store")])
+    page, content_type = gw.metrics.render()
+    await reply(send, 200, page, [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")])

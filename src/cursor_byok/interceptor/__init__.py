@@ -2,22 +2,51 @@
 
 Only Cursor's own hosts (*.cursor.sh) are TLS-terminated and sent to the gateway; every other
 host is tunnelled untouched.
+
+Every name is imported on first use: the gateway needs only the dialer unless the proxy runs (the
+CA, the proxy and its trust checks bring cryptography and h2), and the CA commands need no HTTP
+client.
 """
 from __future__ import annotations
 
-from .ca import CA_COMMON_NAME, CAError, CAPaths, LeafCertificate, LocalCA, certificate_fingerprint
-from .dialer import UpstreamDialer
-from .http1 import HttpError
-from .proxy import UPSTREAM_URL_HEADER, InterceptingProxy, ProxyLimits, ProxyStats, is_cursor_host
-from .thread import ProxyThread
-from .trust import (
-    CAState,
-    LinuxTrustPaths,
-    TrustReport,
-    ca_trust_state,
-    format_commands,
-    has_name_constraints,
-    trust_commands,
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
+
+if TYPE_CHECKING:
+    from .ca import CA_COMMON_NAME, CAError, CAPaths, LeafCertificate, LocalCA, certificate_fingerprint
+    from .dialer import UpstreamDialer
+    from .http1 import HttpError
+    from .proxy import UPSTREAM_URL_HEADER, InterceptingProxy, ProxyLimits, ProxyStats, is_cursor_host
+    from .thread import ProxyThread
+    from .trust import (
+        CAState,
+        LinuxTrustPaths,
+        TrustReport,
+        ca_trust_state,
+        format_commands,
+        has_name_constraints,
+        trust_commands,
+    )
+
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "ca": ("CA_COMMON_NAME", "CAError", "CAPaths", "LeafCertificate", "LocalCA", "certificate_fingerprint"),
+        "dialer": ("UpstreamDialer",),
+        "http1": ("HttpError",),
+        "proxy": ("UPSTREAM_URL_HEADER", "InterceptingProxy", "ProxyLimits", "ProxyStats", "is_cursor_host"),
+        "thread": ("ProxyThread",),
+        "trust": (
+            "CAState",
+            "LinuxTrustPaths",
+            "TrustReport",
+            "ca_trust_state",
+            "format_commands",
+            "has_name_constraints",
+            "trust_commands",
+        ),
+    },
 )
 
 __all__ = [

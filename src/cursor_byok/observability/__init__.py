@@ -9,14 +9,13 @@ from __future__ import annotations
 from .costs import cache_hit_rate, cost
 from .dashboard import UI_HEADERS, Dashboard, UiResponse, since_ms
 from .logs import RUN_IDS, RunIdsFilter
-from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, GatewayGauges, Metrics
+from .metrics import GatewayGauges, Metrics
 from .probe import DEFAULT_PROMPT, ModelTestResult, measure_model
 from .recorder import Recorder
 from .views import totals, usage, user_text
 
 __all__ = [
     "DEFAULT_PROMPT",
-    "METRICS_CONTENT_TYPE",
     "RUN_IDS",
     "UI_HEADERS",
     "Dashboard",

@@ -2,19 +2,20 @@
 
 Runs, provider calls, tokens and tool round trips are counted when they end (never per delta). What
 the gateway holds anyway (open RunSSE streams, active conversations, appends, its error replies) is
-read when the page is scraped, so counting it costs the hot path nothing.
+read when the page is scraped, so counting it costs the hot path nothing. prometheus-client (and
+the exposition modules it brings) is imported on the first count or scrape, not at start.
 """
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
 # Seconds: from a fast local model's first token to a long reasoning answer.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0)
@@ -33,6 +34,30 @@ class GatewayGauges:
 
 class Metrics:
     def __init__(self) -> None:
+        self.run_errors: collections.Counter[str] = collections.Counter()  # failed runs by Connect code
+        self._gateway: GatewayGauges | None = None
+
+    @functools.cached_property
+    def series(self) -> Series:
+        return Series(self)
+
+    def attach(self, gauges: GatewayGauges) -> None:
+        self._gateway = gauges
+
+    def render(self) -> tuple[bytes, str]:
+        """The page and its content type."""
+        from prometheus_client import generate_latest
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        return generate_latest(self.series.registry), CONTENT_TYPE_LATEST
+
+
+class Series:
+    """The counted series, in their registry."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+
         disable_created_metrics()  # a `_created` series beside every counter is noise here
         self.registry = CollectorRegistry()
         r = self.registry
@@ -54,15 +79,7 @@ class Metrics:
             "cursor_byok_tool_round_trip_seconds", "Tool calls: sent to the IDE (or started) to result.",
             ["tool"], buckets=TOOL_BUCKETS, registry=r,
         )
-        self.run_errors: collections.Counter[str] = collections.Counter()  # failed runs by Connect code
-        self._gateway: GatewayGauges | None = None
-        r.register(_GatewayCollector(self))
-
-    def attach(self, gauges: GatewayGauges) -> None:
-        self._gateway = gauges
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+        r.register(_GatewayCollector(metrics))
 
 
 class _GatewayCollector:
@@ -73,6 +90,8 @@ class _GatewayCollector:
         return []  # described at collection: these families are read live
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         errors = collections.Counter(self._metrics.run_errors)
         gauges = self._metrics._gateway
         if gauges is not None:

@@ -77,7 +77,7 @@ class Recorder:
         state.tool_calls += 1
         ms = max(0, tool.ended_ms - tool.started_ms)
         state.tools.append({"id": tool.call_id, "name": tool.name, "started_at_ms": tool.started_ms, "ms": ms, "error": tool.is_error})
-        self.metrics.tool_round_trip.labels(tool_label(tool.name)).observe(ms / 1000)
+        self.metrics.series.tool_round_trip.labels(tool_label(tool.name)).observe(ms / 1000)
 
     def run_finished(self, run: ObservedRun, outcome: str, error_code: str | None, error_message: str | None) -> None:
         state: RunState = run.observer_state
@@ -98,7 +98,7 @@ class Recorder:
                 "cache_read_tokens": tokens["cache_read_tokens"], "calls": state.calls, "tool_calls": state.tool_calls,
             },
         )
-        self.metrics.runs.labels(model_id, outcome).inc()
+        self.metrics.series.runs.labels(model_id, outcome).inc()
         if error_code is not None:
             self.metrics.run_errors[error_code] += 1
         if self.store is not None and not self.store.closed:
@@ -130,7 +130,7 @@ class Recorder:
 
     # -- internals -------------------------------------------------------------------------------------------
     def _count_call(self, record: dict[str, Any]) -> None:
-        m, model = self.metrics, record["model_id"]
+        m, model = self.metrics.series, record["model_id"]
         m.calls.labels(model, record["provider"], record["error_kind"] or "ok").inc()
         m.duration.labels(model).observe(record["duration_ms"] / 1000)
         if record["ttft_ms"] is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Protocol
 
@@ -9,10 +10,7 @@ import msgspec
 
 from ..config import ModelConfig, ProviderKind
 from ..http_client import ProviderHttp
-from .anthropic import AnthropicProvider
 from .errors import AuthError, ProviderError
-from .openai_chat import OpenAIChatProvider
-from .openai_responses import OpenAIResponsesProvider
 from .transport import HttpStreamProvider, RetryPolicy, Sleep
 from .types import ModelRequest, ProviderCall, StreamEvent
 
@@ -28,11 +26,19 @@ class Provider(Protocol):
     ) -> AsyncIterator[StreamEvent]: ...
 
 
-_ADAPTERS: dict[ProviderKind, type[HttpStreamProvider]] = {
-    ProviderKind.OPENAI_CHAT: OpenAIChatProvider,
-    ProviderKind.OPENAI_RESPONSES: OpenAIResponsesProvider,
-    ProviderKind.ANTHROPIC: AnthropicProvider,
+# Each kind's adapter module, imported when a model of that kind is first made: a server imports
+# only the formats its config uses.
+_ADAPTERS: dict[ProviderKind, tuple[str, str]] = {
+    ProviderKind.OPENAI_CHAT: ("openai_chat", "OpenAIChatProvider"),
+    ProviderKind.OPENAI_RESPONSES: ("openai_responses", "OpenAIResponsesProvider"),
+    ProviderKind.ANTHROPIC: ("anthropic", "AnthropicProvider"),
 }
+
+
+def _adapter_class(kind: ProviderKind) -> type[HttpStreamProvider]:
+    module, name = _ADAPTERS[kind]
+    adapter: type[HttpStreamProvider] = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    return adapter
 
 
 def make_provider(
@@ -44,7 +50,7 @@ def make_provider(
     sleep: Sleep = asyncio.sleep,
 ) -> HttpStreamProvider:
     """The adapter for `model.provider`, sending with `client` (shared, owned by the caller)."""
-    return _ADAPTERS[ProviderKind(model.provider)](model, api_key, client, retry=retry, sleep=sleep)
+    return _adapter_class(ProviderKind(model.provider))(model, api_key, client, retry=retry, sleep=sleep)
 
 
 class FailoverProvider:

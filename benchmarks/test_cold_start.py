@@ -1,0 +1,99 @@
+"""Cold start: from spawning `cursor-byok serve` to its first answered request (/healthz), against
+the floor (a bare granian + aiohttp + uvloop app, `support/bare_turn_app.py`, started by granian's
+own command line), and the light commands (`--help`, `--version`, `doctor`) from spawn to exit.
+
+Rounds are interleaved (ours, floor, any variant, ours, ...) so load from elsewhere on the machine
+falls on all alike; medians, and ours/floor per round. Wall time swings with the machine's load;
+the CPU the server's processes used by their first answer (from /proc) much less.
+
+    .venv/bin/python -m pytest -q benchmarks/test_cold_start.py -s
+    BENCH_COLD_ROUNDS=15 (default 9)
+    BENCH_COLD_VARIANTS="before=/path/to/other/src"   also run `serve` from other source trees
+
+Bytecode matters here: where PYTHONDONTWRITEBYTECODE is set, a source tree without `__pycache__`
+is compiled again by every process (`make bytecode` writes it; `python -m compileall -q DIR` for
+another tree).
+"""
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.support.cold_start import CONFIG, HOST, cold_start
+
+ROUNDS = int(os.environ.get("BENCH_COLD_ROUNDS", "9"))
+VARIANTS = dict(v.split("=", 1) for v in os.environ.get("BENCH_COLD_VARIANTS", "").split(",") if v)
+
+
+def serve_start(which: str, src: str | None = None) -> tuple[float, float]:
+    previous = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src
+    try:
+        return cold_start(which)
+    finally:
+        if src is not None:
+            if previous is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = previous
+
+
+def command_run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of a command, to its exit."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def median_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:6.0f} ({min(values) * 1000:.0f}–{max(values) * 1000:.0f})"
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.benchmark(group="cold-start")
+def test_cold_start_vs_floor(benchmark, tmp_path: Path) -> None:
+    targets: dict[str, tuple[str, str | None]] = {"ours": ("ours", None), "floor": ("floor", None)}
+    targets.update({name: ("ours", src) for name, src in VARIANTS.items()})
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
+
+    def rounds() -> None:
+        for name, (which, src) in targets.items():  # a warm-up each (the page cache)
+            serve_start(which, src)
+        for _ in range(ROUNDS):
+            for name, (which, src) in targets.items():
+                samples[name].append(serve_start(which, src))
+
+    benchmark.pedantic(rounds, rounds=1, iterations=1)
+
+    load = os.getloadavg()[0]
+    print(f"\nserve: spawn → first answered /healthz, {ROUNDS} rounds, load average {load:.1f}; median (min–max)")
+    print(f"{'':>8} | {'health ms':>20} | {'CPU to health ms':>20}")
+    for name, values in samples.items():
+        print(f"{name:>8} | {median_ms([v[0] for v in values]):>20} | {median_ms([v[1] for v in values]):>20}")
+    for name in samples:
+        if name != "floor":
+            ratios = [a[0] / b[0] for a, b in zip(samples[name], samples["floor"])]
+            cpu = [a[1] / b[1] for a, b in zip(samples[name], samples["floor"])]
+            print(f"{name}/floor per round: health {statistics.median(ratios):.2f}, CPU {statistics.median(cpu):.2f}")
+
+    exe = str(Path(sys.executable).with_name("cursor-byok"))
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG.format(host=HOST, port=9, data=tmp_path / "data"))
+    print("light commands: spawn → exit, median (min–max)")
+    for name, src in {"ours": None, **VARIANTS}.items():
+        env = {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-bench", **({"PYTHONPATH": src} if src else {})}
+        for argv in ([exe, "--help"], [exe, "--version"], [exe, "doctor", "--config", str(config)]):
+            runs = [command_run(argv, env) for _ in range(ROUNDS)]
+            print(f"{name:>8} {argv[1]:>9}: wall {median_ms([r[0] for r in runs])} ms, CPU {median_ms([r[1] for r in runs])} ms")
+    assert all(samples.values())

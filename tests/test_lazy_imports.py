@@ -1,0 +1,96 @@
+"""What a command imports is what it needs: the light commands never load the server's stack, and
+`serve` loads neither the proxy's TLS stack (unless the proxy runs) nor provider kinds its config
+does not use. Start-up time is mostly import time; these keep a saving from silently coming back."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+# The server's stack: none of it is needed to parse a command line or print help.
+SERVER_STACK = (
+    "aiohttp",
+    "httpx",
+    "google.protobuf",
+    "granian",
+    "prometheus_client",
+    "cursor_byok.gateway",
+    "cursor_byok.conversation",
+    "cursor_byok.providers",
+    "cursor_byok.prompting",
+    "cursor_byok.protocol",
+    "cursor_byok.store",
+)
+# What only the intercepting proxy and the CA commands need.
+PROXY_STACK = ("cryptography", "h2", "cursor_byok.interceptor.ca", "cursor_byok.interceptor.proxy", "cursor_byok.h2_client")
+# httpx's command-line client, which httpx imports whenever these happen to be installed, and the
+# metrics exposition, needed from the first counted run or scrape on.
+NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running `code`."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def among(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(n for n in names if n in loaded)
+
+
+def run_cli(*argv: str) -> str:
+    return f"from cursor_byok.cli import main\ntry:\n    main({list(argv)!r})\nexcept SystemExit:\n    pass"
+
+
+def test_help_and_version_load_nothing_of_the_server() -> None:
+    for argv in (("--help",), ("--version",), ("serve", "--help"), ("conversations", "--help")):
+        loaded = loaded_after(run_cli(*argv))
+        assert among(loaded, SERVER_STACK + PROXY_STACK + ("asyncio",)) == [], argv
+
+
+def test_doctor_loads_nothing_of_the_server(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(ServerConfig(data_dir=tmp_path, models=[ModelSpec("m", "openai-chat", "http://127.0.0.1:9/v1")]).toml(9))
+    loaded = loaded_after(run_cli("doctor", "--config", str(config)))
+    assert "cursor_byok.cli.doctor" in loaded
+    assert among(loaded, SERVER_STACK) == []
+
+
+def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
+    loaded = loaded_after(
+        "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed\n"
+        "from cursor_byok.config import ModelConfig\n"
+        "from cursor_byok.http_client import streaming_client\n"
+        "from cursor_byok.providers import make_provider\n"
+        "make_provider(ModelConfig(id='m', provider='openai-chat', model='x'), '', streaming_client())"
+    )
+    assert "cursor_byok.gateway.app" in loaded and "cursor_byok.providers.openai_chat" in loaded
+    assert among(loaded, PROXY_STACK + NOT_AT_START) == []
+    assert among(loaded, ("cursor_byok.providers.anthropic", "cursor_byok.providers.openai_responses")) == []
+
+
+def test_a_provider_kind_loads_when_a_model_uses_it() -> None:
+    loaded = loaded_after(
+        "from cursor_byok.config import ModelConfig\n"
+        "from cursor_byok.http_client import streaming_client\n"
+        "from cursor_byok.providers import make_provider\n"
+        "make_provider(ModelConfig(id='m', provider='anthropic', model='x'), '', streaming_client())"
+    )
+    assert "cursor_byok.providers.anthropic" in loaded
+
+
+def test_a_running_server_without_the_proxy_never_mapped_the_tls_stack(tmp_path: Path) -> None:
+    """The real `serve`, healthy: cryptography's compiled core is not in its memory map."""
+    server = ServerProcess(ServerConfig(data_dir=tmp_path, models=[ModelSpec("m", "openai-chat", "http://127.0.0.1:9/v1")]))
+    server.start()
+    try:
+        assert server.proc is not None
+        maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
+    finally:
+        server.stop()
+    assert "/aiohttp/" in maps  # the map does show the server's own compiled modules
+    assert "/cryptography/" not in maps
