@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 # Optional overrides of the config file's [server] host/port, e.g. `make serve PORT=9000`.
 HOST ?=
 PORT ?=
+# make test runs whole test modules on this many workers (a module's shared server starts once).
+TEST_WORKERS ?= auto
 
 # The browser test drives Debian's headless Chromium; CI runs `make test` as root on a clean machine.
 CHROMIUM := /usr/bin/chromium
@@ -32,7 +34,7 @@ serve: $(STAMP)
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 test: $(STAMP) $(CHROMIUM)
-	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q
+	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 soak: $(STAMP) $(CHROMIUM)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
