@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from cursor_byok.config import Config, load
+
 
 def session_members(sid: int) -> list[int]:
     """Pids of the live (not zombie) processes in session `sid`."""
@@ -172,6 +174,10 @@ class ServerProcess:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"server did not become healthy:\n{self.log()}")
+
+    def settings(self) -> Config:
+        """The config this server runs with, read the way the server reads it."""
+        return load(self.config_path)
 
     def command(self, *args: str) -> list[str]:
         """`cursor-byok <args> --config <this server's config>` (`serve` by default)."""
