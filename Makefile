@@ -33,8 +33,10 @@ $(CHROMIUM):
 serve: $(STAMP)
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
+# Bytecode is cached even where the environment says not to: the suite starts hundreds of servers,
+# each compiling the package from source otherwise, and each worker would rewrite every test's asserts.
 test: $(STAMP) $(CHROMIUM)
-	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	PYTHONDONTWRITEBYTECODE= CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 soak: $(STAMP) $(CHROMIUM)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
