@@ -44,6 +44,14 @@ RETENTION_EVERY_SECONDS = 3600.0
 DRAIN_SECONDS = 1.5  # on a stop, how long open streams get to read their terminal frame
 
 
+def sweep_seconds(server: ServerConfig) -> float:
+    """How often finished output, idle transports and idle runtimes are swept: every
+    SWEEP_SECONDS, or at half the shortest of their expiry times when that is shorter, so a short
+    expiry is kept to within one and a half times itself rather than overrun by the period."""
+    shortest = min(server.output_retention_seconds, server.transport_idle_seconds, server.runtime_idle_seconds)
+    return max(SWEEP_FLOOR_SECONDS, min(SWEEP_SECONDS, shortest / 2))
+
+
 class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -244,12 +252,4 @@ def create_app(config: Config) -> Gateway:
     return Gateway(config)
 
 
-__all__ = ["Gateway", "create_app"]
-
-
-def sweep_seconds(server: ServerConfig) -> float:
-    """How often finished output, idle transports and idle runtimes are swept: every
-    SWEEP_SECONDS, or at half the shortest of their expiry times when that is shorter, so a short
-    expiry is kept to within one and a half times itself rather than overrun by the period."""
-    shortest = min(server.output_retention_seconds, server.transport_idle_seconds, server.runtime_idle_seconds)
-    return max(SWEEP_FLOOR_SECONDS, min(SWEEP_SECONDS, shortest / 2))
+__all__ = ["Gateway", "create_app", "sweep_seconds"]
