@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 # Optional overrides of the config file's [server] host/port, e.g. `make serve PORT=9000`.
 HOST ?=
 PORT ?=
+# make test runs whole test modules on this many workers (a module's shared server starts once).
+TEST_WORKERS ?= auto
 
 # The browser test drives Debian's headless Chromium; CI runs `make test` as root on a clean machine.
 CHROMIUM := /usr/bin/chromium
@@ -37,8 +39,9 @@ bytecode: $(STAMP)
 serve: bytecode
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
+# The suite's own bytecode too (each pytest worker would rewrite every test module's asserts).
 test: bytecode $(CHROMIUM)
-	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q
+	PYTHONDONTWRITEBYTECODE= CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 soak: bytecode $(CHROMIUM)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak

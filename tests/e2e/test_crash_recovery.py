@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from cursor_byok.gateway import sweep_seconds
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, one_model_config
 
 MODEL = "byok-crash"
+RUNTIME_IDLE = 0.5  # an idle runtime is evicted soon (exec ids start again in the next one)
 
 
 def resume_request(conv: str, model: str = MODEL) -> pb.AgentClientMessage:
@@ -275,7 +277,7 @@ async def test_a_late_result_from_an_earlier_stream_never_enters_a_new_run(tmp_p
     config = ServerConfig(
         data_dir=tmp_path / "data",
         models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        extra_server={"runtime_idle_seconds": 0.5},
+        extra_server={"runtime_idle_seconds": RUNTIME_IDLE},
     )
     conv = uuid.uuid4().hex
     with ServerProcess(config) as server:
@@ -290,7 +292,7 @@ async def test_a_late_result_from_an_earlier_stream_never_enters_a_new_run(tmp_p
 
             await ide.turn(run_request("first", model=MODEL, conversation_id=conv), during=cancel_while_held)
             old_request, old_exec = ide.held.pop()
-            await asyncio.sleep(6.5)  # the idle runtime is evicted (the sweep runs every 5 s)
+            await asyncio.sleep(sweep_seconds(server.settings().server) + 3 * RUNTIME_IDLE)  # the idle runtime is evicted
             provider.enqueue(
                 OPENAI_CHAT.tool_calls([CallSpec("call_new", "Read", [f'{{"path": "{workspace}/new.txt"}}'])]),
                 OPENAI_CHAT.text(["read the new one"]),

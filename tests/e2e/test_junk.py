@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cursor_byok.gateway import sweep_seconds
 from tests.fakes import FakeProviderServer
 from tests.harness.ide import BIDI_APPEND, ScriptedIDE, append_body, heartbeat_message, run_request
 from tests.harness.server import ServerProcess
@@ -56,6 +57,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, fakes: tuple[FakeProviderSe
     cfg = junk_config(tmp_path_factory.mktemp("junk"), fakes)
     with ServerProcess(cfg, env={"CURSOR_BYOK_PROXY_SECRET": PROXY_SECRET}) as proc:
         yield proc
+
+
+def settle_seconds(server: ServerProcess) -> float:
+    """Long enough for all a finished turn or junk left in memory to pass its expiry and be swept
+    (a trim follows in the same sweep), with sweeps to spare."""
+    settings = server.settings().server
+    longest = max(settings.output_retention_seconds, settings.transport_idle_seconds, settings.runtime_idle_seconds)
+    return longest + 4 * sweep_seconds(settings)
 
 
 async def one_turn(server: ServerProcess, workspace: Path, text: str = "hi") -> float:
@@ -160,7 +169,7 @@ async def test_memory_returns_after_junk(server: ServerProcess, workspace: Path)
     for _ in range(3):
         await one_turn(server, workspace)
     await send_all(server, [(BIDI_APPEND, append_body(uuid.uuid4().hex, 0, heartbeat_message()), {}) for _ in range(200)])
-    await asyncio.sleep(7)  # one sweep: warm, nothing pending
+    await asyncio.sleep(settle_seconds(server))  # warm, nothing pending
     baseline = server_rss(server)
     # Request and conversation ids of 1-2 MiB, refused or not, and refused appends by the thousand.
     big = [(BIDI_APPEND, append_body("r" * (1 << 20) + str(i), 0, heartbeat_message()), {}) for i in range(60)]
@@ -169,7 +178,7 @@ async def test_memory_returns_after_junk(server: ServerProcess, workspace: Path)
     seen = await send_all(server, big)
     assert all(status == 400 for status, _ in seen), seen
     peak = server_rss(server)
-    await asyncio.sleep(12)  # transports and streams expire (idle 2 s, sweep every 5 s)
+    await asyncio.sleep(settle_seconds(server))  # transports and streams expire
     after = server_rss(server)
     print(f"\nRSS: warm {baseline / 2**20:.1f} MiB, after junk {peak / 2**20:.1f} MiB, after expiry {after / 2**20:.1f} MiB")
     assert after <= baseline * 1.10, (baseline, peak, after)
@@ -183,7 +192,7 @@ async def flood_run(server: ServerProcess, workspace: Path, *, seconds: float, j
     """Junk at full speed from several connections while the scripted IDE runs turn after turn;
     returns the figures (and prints them)."""
     quiet = [await one_turn(server, workspace) for _ in range(3)]
-    await asyncio.sleep(6)
+    await asyncio.sleep(settle_seconds(server))
     baseline = server_rss(server)
     workers_before = server_processes(server)
     stop = asyncio.Event()
@@ -197,7 +206,7 @@ async def flood_run(server: ServerProcess, workspace: Path, *, seconds: float, j
     finally:
         stop.set()
         stats = await junk
-    await asyncio.sleep(12)  # expiry runs
+    await asyncio.sleep(settle_seconds(server))  # expiry runs
     after = server_rss(server)
     figures = {
         "junk requests": stats.sent,

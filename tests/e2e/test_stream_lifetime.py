@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cursor_byok.gateway import sweep_seconds
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, heartbeat_message, run_request
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
@@ -19,7 +20,6 @@ from .test_journal import journal_rows, read_call
 
 MODEL = "byok-lifetime"
 TRANSPORT_IDLE = 0.5  # far shorter than the IDE takes over the tool below
-SWEEP = 5.0  # the server's sweep period (gateway SWEEP_SECONDS)
 # The wait for a seqno 0 that never comes: long, so an append kept waiting would show as a
 # deadline in these tests rather than pass unnoticed.
 SEQNO0_WAIT = 30.0
@@ -45,7 +45,8 @@ async def test_a_run_waiting_on_its_ide_keeps_its_transport(config: ServerConfig
             first = run_request("read it", model=MODEL, conversation_id=uuid.uuid4().hex)
             assert (await ide.append(rid, first)).status_code == 200
             await wait_until(lambda: len(ide.held) == 1)
-            await asyncio.sleep(SWEEP + 2 * TRANSPORT_IDLE)  # the IDE is slow: a sweep passes meanwhile
+            # The IDE is slow: the idle time passes twice over, and sweeps run meanwhile.
+            await asyncio.sleep(sweep_seconds(server.settings().server) + 2 * TRANSPORT_IDLE)
             _, exec_msg = ide.held.pop()
             for reply in ide.execute(exec_msg):
                 resp = await asyncio.wait_for(ide.append(rid, reply), SEQNO0_WAIT / 2)
@@ -94,7 +95,7 @@ async def test_an_append_for_an_ended_stream_whose_transport_expired_is_told_at_
             rid = uuid.uuid4().hex
             log = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), request_id=rid)
             assert log.terminal is None and log.text == "done"
-            await asyncio.sleep(SWEEP + 2 * TRANSPORT_IDLE)  # its transport expires
+            await asyncio.sleep(sweep_seconds(server.settings().server) + 2 * TRANSPORT_IDLE)  # its transport expires
             resp = await asyncio.wait_for(ide.append(rid, heartbeat_message(), seqno=5), SEQNO0_WAIT / 2)
         finally:
             await ide.close()

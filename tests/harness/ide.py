@@ -24,6 +24,9 @@ from tests.harness.run_channel import RUN, RunStreams, envelope, h2_through_prox
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 TRANSPORTS = ("sse", "run", "run-via-proxy")  # the last: HTTP/2 in TLS through the intercepting proxy
+# httpx's default TLS context, made once: a client made with the default builds its own (~50 ms of
+# CPU), and the suite makes hundreds of IDEs.
+DEFAULT_TLS = httpx.create_ssl_context()
 
 
 def append_body(request_id: str, seqno: int, message: pb.AgentClientMessage, *, binary: bool = False, enveloped: bool = False, upper: bool = False) -> bytes:
@@ -168,7 +171,7 @@ class ScriptedIDE:
 
     def _client(self) -> httpx.AsyncClient:
         # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
-        return httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not self.http2, http2=self.http2)
+        return httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not self.http2, http2=self.http2, verify=DEFAULT_TLS)
 
     async def close(self) -> None:
         await self.client.aclose()

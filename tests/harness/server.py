@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from cursor_byok.config import Config, load
+
 
 def session_members(sid: int) -> list[int]:
     """Pids of the live (not zombie) processes in session `sid`."""
@@ -161,17 +163,26 @@ class ServerProcess:
         self.proc = subprocess.Popen(self.command(), env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         LIVE.add(self)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.base_url + "/__byok-api__/healthz", timeout=0.5).status_code == 204:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        pause = 0.005
+        # One client for all the polls: a new one per poll costs ~40 ms of CPU (its TLS context),
+        # taken from the server starting beside it.
+        with httpx.Client(timeout=0.5) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+                try:
+                    if client.get(self.base_url + "/__byok-api__/healthz").status_code == 204:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
         self.stop()
         raise RuntimeError(f"server did not become healthy:\n{self.log()}")
+
+    def settings(self) -> Config:
+        """The config this server runs with, read the way the server reads it."""
+        return load(self.config_path)
 
     def command(self, *args: str) -> list[str]:
         """`cursor-byok <args> --config <this server's config>` (`serve` by default)."""

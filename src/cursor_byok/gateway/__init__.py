@@ -1,7 +1,7 @@
 """The HTTP face of the server: RunSSE, BidiAppend, health and the upstream catch-all."""
 from __future__ import annotations
 
-from .app import Gateway, create_app
+from .app import Gateway, create_app, sweep_seconds
 from .serve import serve
 
-__all__ = ["Gateway", "create_app", "serve"]
+__all__ = ["Gateway", "create_app", "serve", "sweep_seconds"]

@@ -15,7 +15,7 @@ import httpx
 
 from .. import local_trust
 from ..apis import LocalRpcs, Upstream, effort_for
-from ..config import Config, ModelConfig, resolve_api_key
+from ..config import Config, ModelConfig, ServerConfig, resolve_api_key
 from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
 from ..http_client import ProviderHttp, passthrough_client, streaming_client, verified_tls
 from ..observability import Dashboard, GatewayGauges, Metrics, Recorder
@@ -36,11 +36,20 @@ from .ui import handle_metrics, handle_ui
 
 log = logging.getLogger("cursor_byok.gateway")
 
-SWEEP_SECONDS = 5.0
+SWEEP_SECONDS = 5.0  # at most: see sweep_seconds
+SWEEP_FLOOR_SECONDS = 0.1
 # Retention (config [retention]) runs a while after start, off the start-up path, then hourly.
 RETENTION_FIRST_SECONDS = 60.0
 RETENTION_EVERY_SECONDS = 3600.0
 DRAIN_SECONDS = 1.5  # on a stop, how long open streams get to read their terminal frame
+
+
+def sweep_seconds(server: ServerConfig) -> float:
+    """How often finished output, idle transports and idle runtimes are swept: every
+    SWEEP_SECONDS, or at half the shortest of their expiry times when that is shorter, so a short
+    expiry is kept to within one and a half times itself rather than overrun by the period."""
+    shortest = min(server.output_retention_seconds, server.transport_idle_seconds, server.runtime_idle_seconds)
+    return max(SWEEP_FLOOR_SECONDS, min(SWEEP_SECONDS, shortest / 2))
 
 
 class Gateway:
@@ -173,8 +182,9 @@ class Gateway:
         return RunEngine(self._adapter(model), keep_bodies=self.config.observability.detailed)
 
     async def _sweep(self) -> None:
+        period = sweep_seconds(self.config.server)
         while True:
-            await asyncio.sleep(SWEEP_SECONDS)
+            await asyncio.sleep(period)
             self.conversations.hub.sweep()
             self.transports.expire()
             self.conversations.evict_idle(self.config.server.runtime_idle_seconds)
@@ -243,4 +253,4 @@ def create_app(config: Config) -> Gateway:
     return Gateway(config)
 
 
-__all__ = ["Gateway", "create_app"]
+__all__ = ["Gateway", "create_app", "sweep_seconds"]
