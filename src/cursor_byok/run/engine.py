@@ -39,6 +39,7 @@ from ..providers import (
     add_usage,
 )
 from .compaction import CHARS_PER_TOKEN, ContextEstimator, fallback_summary, summary_transcript
+from .eager import start_now
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -434,10 +435,11 @@ class RunEngine:
     async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
         propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
-        `then` is called once `work` has run up to its first wait."""
-        task = asyncio.ensure_future(work)
+        `then` is called once `work` has run up to its first wait (which it does at once: the
+        provider request is encoded and on its way, or waits only for its input's commit)."""
+        task = start_now(work)
         if then is not None:
-            asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
+            asyncio.get_running_loop().call_soon(then)
         waiter = asyncio.ensure_future(self._interrupt.wait())
         try:
             await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
