@@ -23,33 +23,15 @@ from typing import Any
 
 from .. import prompting
 from ..protocol import (
-    SERVER_HEARTBEAT_FRAME,
-    ConnectError,
-    agent_pb2 as pb,
-    encode_server_message,
-    end_stream_error,
-    end_stream_ok,
-    internal_error,
-    new_error_id,
-    which,
+    SERVER_HEARTBEAT_FRAME, ConnectError, agent_pb2 as pb, encode_server_message, end_stream_error, end_stream_ok, internal_error,
+    new_error_id, which,
 )
-from ..run import Interrupted
+from ..run import Interrupted, start_now
 from . import actions, updates
 from .active_run import ActiveRun, begin_run
 from .commands import (
-    CheckpointDone,
-    ClientInput,
-    Command,
-    EngineDone,
-    FinalizeExpired,
-    Heartbeat,
-    InjectionsTaken,
-    Prepared,
-    Reader,
-    RecoveryExpired,
-    Shutdown,
-    StartRun,
-    ToolBatch,
+    CheckpointDone, ClientInput, Command, EngineDone, FinalizeExpired, Heartbeat, InjectionsTaken, Prepared, Reader, RecoveryExpired,
+    Shutdown, StartRun, ToolBatch,
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
@@ -79,6 +61,7 @@ class ConversationRuntime:
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._taking = False  # a command is being handled (one at a time: a start_run then queues)
         # Input accepted for a stream and still in the queue: the stream stays open for it.
         self._unhandled: collections.Counter[OutputStream] = collections.Counter()
 
@@ -91,6 +74,18 @@ class ConversationRuntime:
         if isinstance(command, ClientInput) and command.output is not None:
             self._unhandled[command.output] += 1
         self._queue.put_nowait(command)
+
+    def start_run(self, cmd: StartRun) -> None:
+        """A run request: taken here and now when no command is queued ahead of it, so its run
+        starts in the caller's step (no queue hop and task switch before the model request); what
+        that posts is taken too, in order. Else queued behind, as any command."""
+        if self._taking or not self._queue.empty() or not self.running:
+            self.post(cmd)
+            return
+        self._take(cmd)
+        while not self._queue.empty():
+            if self._take(self._queue.get_nowait()):
+                self.stop()  # it ended (its task still waits for a command)
 
     @property
     def running(self) -> bool:
@@ -107,17 +102,23 @@ class ConversationRuntime:
             self._task.cancel()
 
     async def _loop(self) -> None:
-        while True:
-            cmd = await self._queue.get()
-            self.last_active = time.monotonic()
-            try:
-                if self._handle(cmd):
-                    return
-            except Exception:  # a bug in a handler must not kill the conversation silently
-                error_id = new_error_id()
-                log.exception("runtime handler failed", extra={"conversation_id": self.conversation_id, "error_id": error_id})
-                if self.run is not None and self.phase is not Phase.FINALIZING:
-                    self._fail(internal_error(error_id))
+        while not self._take(await self._queue.get()):
+            pass
+
+    def _take(self, cmd: Command) -> bool:
+        """Handle one command (True: the runtime ends); one at a time, in order."""
+        self.last_active = time.monotonic()
+        self._taking = True
+        try:
+            return self._handle(cmd)
+        except Exception:  # a bug in a handler must not kill the conversation silently
+            error_id = new_error_id()
+            log.exception("runtime handler failed", extra={"conversation_id": self.conversation_id, "error_id": error_id})
+            if self.run is not None and self.phase is not Phase.FINALIZING:
+                self._fail(internal_error(error_id))
+            return False
+        finally:
+            self._taking = False
 
     def _handle(self, cmd: Command) -> bool:
         match cmd:
@@ -203,8 +204,9 @@ class ConversationRuntime:
         self._start(run, lambda: self.data.prepare(run), lambda error, _: Prepared(run.run_id, error))
 
     def _start(self, run: ActiveRun, work: Callable[[], Awaitable[Any]], done: Callable[[BaseException | None, Any], Command]) -> None:
-        """Run one step of `run` as its task; its end (result or error) comes back as a command and
-        the loop decides what it means. A cancelled task reports nothing: the run has ended."""
+        """Run one step of `run`, at once up to its first wait, then as its task; its end (result or
+        error) comes back as a command and the loop decides what it means. A cancelled task reports
+        nothing: the run has ended."""
 
         async def report() -> None:
             try:
@@ -216,7 +218,7 @@ class ConversationRuntime:
                 return
             self.post(done(None, result))
 
-        run.task = asyncio.get_running_loop().create_task(report())
+        run.task = start_now(report())
 
     # -- prepare done → modeling -----------------------------------------------------------------------
     def _on_prepared(self, cmd: Prepared) -> None:

@@ -217,6 +217,12 @@ class StoreCore:
         self._outbox.append(op)
         return future
 
+    def hand_over_now(self) -> None:
+        """Hand what is queued to the writer now, not at the end of this pass of the loop: a write
+        someone is about to wait on then commits while the rest of the pass runs (its other writes
+        so far share its commit; later ones take the next)."""
+        self._hand_over()
+
     def _hand_over(self) -> None:
         if self._outbox:
             ops, self._outbox = self._outbox, []
