@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -62,13 +63,14 @@ class ConversationRuntime:
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._taking = False  # a command is being handled (one at a time: a start_run then queues)
+        self._context = contextvars.copy_context()
         # Input accepted for a stream and still in the queue: the stream stays open for it.
         self._unhandled: collections.Counter[OutputStream] = collections.Counter()
 
     # -- driver ------------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}")
+        if self._task is None:  # its context (the run's log ids) is also the one start_run takes commands in
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}", context=self._context)
 
     def post(self, command: Command) -> None:
         if isinstance(command, ClientInput) and command.output is not None:
@@ -76,21 +78,25 @@ class ConversationRuntime:
         self._queue.put_nowait(command)
 
     def start_run(self, cmd: StartRun) -> None:
-        """A run request: taken here and now when no command is queued ahead of it, so its run
-        starts in the caller's step (no queue hop and task switch before the model request); what
-        that posts is taken too, in order. Else queued behind, as any command."""
+        """A run request: taken now, in the caller's step, when no command is queued ahead of it (no
+        queue hop and task switch before the model request); else queued behind, as any command."""
         if self._taking or not self._queue.empty() or not self.running:
             self.post(cmd)
             return
-        self._take(cmd)
-        while not self._queue.empty():
-            if self._take(self._queue.get_nowait()):
-                self.stop()  # it ended (its task still waits for a command)
+        self._context.run(self._take_all, cmd)
+
+    def _take_all(self, cmd: Command) -> None:
+        """Handle `cmd`, then what is queued behind it (what handling it posted); in order."""
+        while not self._take(cmd):
+            if self._queue.empty():
+                return
+            cmd = self._queue.get_nowait()
+        self.stop()  # shut down: its task ends at its next wait
 
     @property
     def running(self) -> bool:
         """Its task still consumes commands (not shut down, not evicted)."""
-        return self._task is not None and not self._task.done()
+        return self._task is not None and not self._task.done() and not self._task.cancelling()
 
     @property
     def idle(self) -> bool:
@@ -102,8 +108,8 @@ class ConversationRuntime:
             self._task.cancel()
 
     async def _loop(self) -> None:
-        while not self._take(await self._queue.get()):
-            pass
+        while True:
+            self._take_all(await self._queue.get())
 
     def _take(self, cmd: Command) -> bool:
         """Handle one command (True: the runtime ends); one at a time, in order."""
@@ -161,10 +167,8 @@ class ConversationRuntime:
         try:
             check_transition(self.conversation_id, self.phase, target)
         except Exception:
-            log.error(
-                "illegal lifecycle transition",
-                extra={"conversation_id": self.conversation_id, "from": self.phase.value, "to": target.value},
-            )
+            extra = {"conversation_id": self.conversation_id, "from": self.phase.value, "to": target.value}
+            log.error("illegal lifecycle transition", extra=extra)
             raise
         self.phase = target
         if self.run is not None:
