@@ -62,6 +62,7 @@ class RunSpec(msgspec.Struct, kw_only=True):
     model: ModelConfig
     system: str  # from prompting.compile_request
     tools: list[ToolSchema]  # from prompting.compile_request
+    tools_chars: int | None = None  # their JSON size, when known (the compiled prompt's): else measured
     max_cycles: int = 200
     max_tokens: int | None = None  # default: model.max_output_tokens
     effort: str | None = None  # default: model.default_effort
@@ -309,7 +310,7 @@ class RunEngine:
     async def _loop(self, spec: RunSpec, history: HistoryPort, tools: ToolPort, sink: EventSink) -> RunResult:
         model = spec.model
         threshold = int(model.context_window * spec.compaction_threshold)
-        schema_chars = len(msgspec.json.encode(spec.tools))
+        schema_chars = len(msgspec.json.encode(spec.tools)) if spec.tools_chars is None else spec.tools_chars
         estimator = ContextEstimator(len(spec.system) + schema_chars)
         usage_total: Usage | None = None
         cycles = 0
