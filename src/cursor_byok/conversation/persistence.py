@@ -56,7 +56,7 @@ class ConversationRecords:
     def append(self, entries: list[HistoryEntry], *, awaited: bool = False) -> asyncio.Future[Any] | None:
         """Queue the entries (await the future for durability); None when there is nothing to do.
         `awaited`: something waits for them soon: they go to the writer at once (with whatever was
-        queued before them), to commit while the caller goes on."""
+        queued before them), not after the callbacks queued ahead of the usual hand-over."""
         if self.store is None or not entries:
             return None
         stored = self.store.append_events(self.conversation_id, [_event(e) for e in entries])

@@ -401,10 +401,7 @@ class RunEngine:
     def _request(self, spec: RunSpec, messages: list[Message]) -> ModelRequest:
         model = spec.model
         return ModelRequest(
-            model=model.model,
-            system=spec.system,
-            messages=messages,
-            tools=spec.tools,
+            model=model.model, system=spec.system, messages=messages, tools=spec.tools,
             max_tokens=spec.max_tokens or model.max_output_tokens,
             effort=spec.effort or model.default_effort or None,
             thinking_budget=spec.thinking_budget or model.thinking_budget_tokens or None,
@@ -436,8 +433,7 @@ class RunEngine:
     async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
         propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
-        `then` is called once `work` has run up to its first wait (which it does at once: the
-        provider request is encoded and on its way, or waits only for its input's commit)."""
+        `then` is called once `work` has run up to its first wait, which it does at once."""
         task = start_now(work)
         if then is not None:
             asyncio.get_running_loop().call_soon(then)
