@@ -39,7 +39,6 @@ from ..providers import (
     add_usage,
 )
 from .compaction import CHARS_PER_TOKEN, ContextEstimator, fallback_summary, summary_transcript
-from .eager import start_now
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -433,10 +432,11 @@ class RunEngine:
     async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
         propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
-        `then` is called once `work` has run up to its first wait, which it does at once."""
-        task = start_now(work)
+        `then` is called once `work` has run up to its first wait. (`work` gets a task of its own
+        from the start, not `start_now`: the provider's time bounds belong to the task it runs in.)"""
+        task = asyncio.ensure_future(work)
         if then is not None:
-            asyncio.get_running_loop().call_soon(then)
+            asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
         waiter = asyncio.ensure_future(self._interrupt.wait())
         try:
             await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
