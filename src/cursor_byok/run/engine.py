@@ -39,6 +39,7 @@ from ..providers import (
     add_usage,
 )
 from .compaction import CHARS_PER_TOKEN, ContextEstimator, fallback_summary, summary_transcript
+from .eager import start_now
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -418,7 +419,8 @@ class RunEngine:
         call.started_ns = time.monotonic_ns()
         interrupted = False
         try:
-            interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then=then)
+            at_once = isinstance(ready, asyncio.Future) and not ready.done()  # it waits for its input's commit first
+            interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then, at_once)
         except BaseException as exc:
             call.error = exc
             raise
@@ -429,12 +431,13 @@ class RunEngine:
             sink.provider_call(call)
         return interrupted
 
-    async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None) -> bool:
+    async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None, at_once: bool = False) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
         propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
-        `then` is called once `work` has run up to its first wait. (`work` gets a task of its own
-        from the start, not `start_now`: the provider's time bounds belong to the task it runs in.)"""
-        task = asyncio.ensure_future(work)
+        `then` is called once `work` has run up to its first wait. `at_once`: that first step runs now
+        (`start_now`), for work that waits before anything binds to its task (the provider's time
+        bounds act on the task they are entered in), not a pass of the loop later."""
+        task = start_now(work) if at_once else asyncio.ensure_future(work)
         if then is not None:
             asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
         waiter = asyncio.ensure_future(self._interrupt.wait())
