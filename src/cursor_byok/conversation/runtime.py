@@ -2,9 +2,9 @@
 
 One asyncio task per live conversation consumes one command queue: ordered wire input, run-engine
 requests (tool batches), engine/prepare/checkpoint completion, timers, transport attach/detach and
-shutdown. Everyone else posts commands. Phase changes go through `state.check_transition`, the one
-literal table; what a conversation action means in each phase is `actions.decide`; terminals are
-written only here, exactly once per output stream.
+shutdown. Everyone else posts commands (a run request with none queued ahead is taken at once, in the
+caller's step: `start_run`). Phase changes go through `state.check_transition`, the one literal table;
+what an action means in each phase is `actions.decide`; terminals are written only here, once per stream.
 
 Output (deltas, tool cards, exec requests) is written straight to the run's OutputStream from the
 engine's synchronous sink: that is data, not lifecycle, and keeps a delta's path to the client free of
