@@ -5,18 +5,19 @@ per streamed chunk and ~1.5 ms per request on a kept-alive loopback connection; 
 user's keystroke or a model's token, so all outbound traffic goes this way.
 
 Model provider requests go through `ProviderHttp`, a narrow seam (post, probe, read chunks) so the
-provider adapters never see the client library: a request is one `build_request` + `send`, its body
-is read raw when it is not content-encoded (no decoder layer per chunk).
+provider adapters never see the client library; it uses aiohttp directly.
 """
 from __future__ import annotations
 
 import http.cookiejar
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 
 import aiohttp
 import httpx
 import httpx_aiohttp.transport
+import yarl
+from aiohttp.helpers import get_env_proxy_for_url
 from httpx_aiohttp import HttpxAiohttpClient
 
 # httpx-aiohttp maps every aiohttp connection error, a refused connection or a dropped one included,
@@ -29,7 +30,8 @@ httpx_aiohttp.transport.AIOHTTP_EXC_MAP[aiohttp.ClientConnectionError] = httpx.N
 # connections, which would queue the 101st concurrent stream. Streams are bounded upstream of here
 # (server.max_transports), so this only has to stay out of the way.
 KEEPALIVE_SECONDS = 30.0  # an idle pooled connection is closed after this long
-_LIMITS = httpx.Limits(max_connections=4096, keepalive_expiry=KEEPALIVE_SECONDS)
+MAX_CONNECTIONS = 4096
+_LIMITS = httpx.Limits(max_connections=MAX_CONNECTIONS, keepalive_expiry=KEEPALIVE_SECONDS)
 
 
 class HttpError(Exception):
@@ -41,40 +43,50 @@ class ProviderResponse:
     """A response whose body is read as it arrives. `aclose()` it when done: a body read to its end
     returns the connection to the pool, an unfinished one closes it."""
 
-    __slots__ = ("_response", "_chunks")
+    __slots__ = ("_response",)
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
-        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes() if encoded else response.aiter_raw()
 
     @property
     def status(self) -> int:
-        return self._response.status_code
+        return self._response.status
 
     @property
-    def headers(self) -> httpx.Headers:
+    def headers(self) -> Mapping[str, str]:
         return self._response.headers
 
     async def next_chunk(self) -> bytes:
-        """The body bytes that have arrived (waiting for some); b"" at the end of the body."""
+        """The body bytes that have arrived (waiting for some), decoded if it was content-encoded;
+        b"" at the end of the body."""
         try:
-            return await anext(self._chunks)
-        except StopAsyncIteration:
-            return b""
-        except httpx.HTTPError as exc:
+            return await self._response.content.readany()
+        except (aiohttp.ClientError, OSError) as exc:
             raise HttpError(str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        response = self._response
+        if response.content.at_eof():
+            response.release()
+        else:
+            response.close()
 
 
 class ProviderHttp:
-    """The client for model provider requests: one keep-alive pool per origin, shared by every run;
-    proxies from the environment apply when `trust_env` is set. `aclose()` it at the end."""
+    """The client for model provider requests: one keep-alive pool per origin, shared by every run.
+    With `trust_env`, proxies (and their credentials) come from the environment as for any client,
+    looked up once per endpoint (aiohttp's own lookup would take two helper-thread hops per request),
+    and the CA bundle follows SSL_CERT_FILE / SSL_CERT_DIR. `aclose()` it at the end.
+
+    aiohttp directly, not through httpx's request and response models: those cost ~0.3 ms of CPU
+    per request, in front of every model call (benchmarks/results/gateway.md, turn start)."""
 
     def __init__(self, *, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> None:
-        self._client = HttpxAiohttpClient(verify=verify, trust_env=trust_env, limits=_LIMITS)
+        self._ssl = httpx.create_ssl_context(verify=verify, trust_env=trust_env)
+        self._trust_env = trust_env
+        self._session: aiohttp.ClientSession | None = None  # opened on first use, on the running loop
+        self._proxies: dict[str, tuple[yarl.URL | None, aiohttp.BasicAuth | None]] = {}  # by URL (a model's endpoint)
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     async def post(
         self, url: str, body: bytes, headers: Mapping[str, str], *, connect_timeout: float
@@ -92,16 +104,37 @@ class ProviderHttp:
     async def _request(
         self, method: str, url: str, body: bytes | None, headers: Mapping[str, str], connect_timeout: float
     ) -> ProviderResponse:
-        timeout = httpx.Timeout(None, connect=connect_timeout)
-        request = self._client.build_request(method, url, content=body, headers=headers, timeout=timeout)
+        session = self._session
+        if session is None:
+            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_SECONDS, ssl=self._ssl)
+            session = self._session = aiohttp.ClientSession(connector=connector)
+        timeout = self._timeouts.get(connect_timeout)
+        if timeout is None:
+            timeout = self._timeouts[connect_timeout] = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+        proxy, proxy_auth = self._proxy_for(url)
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            response = await session.request(
+                method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, proxy=proxy, proxy_auth=proxy_auth
+            )
+        except (aiohttp.ClientError, OSError) as exc:  # a connect timeout too: not the caller's time bound
             raise HttpError(str(exc) or type(exc).__name__) from exc
         return ProviderResponse(response)
 
+    def _proxy_for(self, url: str) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
+        found = self._proxies.get(url)
+        if found is None:
+            found = (None, None)
+            if self._trust_env:
+                try:
+                    found = get_env_proxy_for_url(yarl.URL(url))
+                except LookupError:
+                    pass  # none for this URL
+            self._proxies[url] = found
+        return found
+
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     async def __aenter__(self) -> ProviderHttp:
         return self

@@ -66,11 +66,13 @@ async def test_the_input_is_stored_before_the_provider_has_the_request(tmp_path:
             rid = uuid.uuid4().hex
             log = StreamLog()
             reader = asyncio.create_task(ide.stream(rid, log))
-            await ide.append(rid, run_request("durable words", model=MODEL, conversation_id=conversation_id))
+            # Its 200 waits for the append's journal row, which waits for the lock too.
+            appended = asyncio.create_task(ide.append(rid, run_request("durable words", model=MODEL, conversation_id=conversation_id)))
             await asyncio.wait_for(first_step(log), 4)  # well within the writer's busy timeout
             await asyncio.sleep(0.3)  # time enough for a request that did not wait to arrive
-            unsent = provider.requests == []
+            unsent = provider.requests == [] and not appended.done()
             lock.execute("ROLLBACK")
+            assert (await asyncio.wait_for(appended, 15)).status_code == 200
             await asyncio.wait_for(reader, 15)
         finally:
             lock.close()

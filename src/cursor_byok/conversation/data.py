@@ -207,7 +207,7 @@ class ConversationData:
             await self._settle_rebuilt(run)
         turn = commit_turn_input(self.history, rr, run.run_id, fallback, mode, resumed=run.resumed)
         run.call_model = turn.call_model
-        run.input_stored = self.records.append(turn.entries)
+        run.input_stored = self.records.append(turn.entries, awaited=True)
         if run.input_stored is not None and (turn.delivered is not None or not turn.call_model):
             await run.input_stored  # the IDE hears of it, or the run ends, only once it is stored
             run.input_stored = None

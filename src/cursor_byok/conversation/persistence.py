@@ -53,11 +53,16 @@ class ConversationRecords:
         tool_state = decode_tool_state(rows.tool_state) if rows.tool_state is not None else None
         return StoredConversation(entries, parent, tool_state)
 
-    def append(self, entries: list[HistoryEntry]) -> asyncio.Future[Any] | None:
-        """Queue the entries (await the future for durability); None when there is nothing to do."""
+    def append(self, entries: list[HistoryEntry], *, awaited: bool = False) -> asyncio.Future[Any] | None:
+        """Queue the entries (await the future for durability); None when there is nothing to do.
+        `awaited`: something waits for them soon: they go to the writer at once (with whatever was
+        queued before them), not after the callbacks queued ahead of the usual hand-over."""
         if self.store is None or not entries:
             return None
-        return self.store.append_events(self.conversation_id, [_event(e) for e in entries])
+        stored = self.store.append_events(self.conversation_id, [_event(e) for e in entries])
+        if awaited:
+            self.store.hand_over_now()
+        return stored
 
     async def append_durably(self, entries: list[HistoryEntry]) -> None:
         future = self.append(entries)

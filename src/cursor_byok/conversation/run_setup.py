@@ -102,4 +102,4 @@ def run_spec(
         model_id = rr.requested_model.model_id if rr.HasField("requested_model") else rr.model_details.model_id
         params = [(p.id, p.value) for p in rr.requested_model.parameters] if rr.HasField("requested_model") else []
         effort = resolve_effort(model, model_id, params) or None
-    return RunSpec(model=model, system=compiled.system, tools=compiled.tools, effort=effort)
+    return RunSpec(model=model, system=compiled.system, tools=compiled.tools, tools_chars=compiled.tools_chars, effort=effort)

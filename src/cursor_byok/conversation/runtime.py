@@ -2,9 +2,9 @@
 
 One asyncio task per live conversation consumes one command queue: ordered wire input, run-engine
 requests (tool batches), engine/prepare/checkpoint completion, timers, transport attach/detach and
-shutdown. Everyone else posts commands. Phase changes go through `state.check_transition`, the one
-literal table; what a conversation action means in each phase is `actions.decide`; terminals are
-written only here, exactly once per output stream.
+shutdown. Everyone else posts commands (a run request with none queued ahead is taken at once, in the
+caller's step: `start_run`). Phase changes go through `state.check_transition`, the one literal table;
+what an action means in each phase is `actions.decide`; terminals are written only here, once per stream.
 
 Output (deltas, tool cards, exec requests) is written straight to the run's OutputStream from the
 engine's synchronous sink: that is data, not lifecycle, and keeps a delta's path to the client free of
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -23,33 +24,15 @@ from typing import Any
 
 from .. import prompting
 from ..protocol import (
-    SERVER_HEARTBEAT_FRAME,
-    ConnectError,
-    agent_pb2 as pb,
-    encode_server_message,
-    end_stream_error,
-    end_stream_ok,
-    internal_error,
-    new_error_id,
-    which,
+    SERVER_HEARTBEAT_FRAME, ConnectError, agent_pb2 as pb, encode_server_message, end_stream_error, end_stream_ok, internal_error,
+    new_error_id, which,
 )
-from ..run import Interrupted
+from ..run import Interrupted, start_now
 from . import actions, updates
 from .active_run import ActiveRun, begin_run
 from .commands import (
-    CheckpointDone,
-    ClientInput,
-    Command,
-    EngineDone,
-    FinalizeExpired,
-    Heartbeat,
-    InjectionsTaken,
-    Prepared,
-    Reader,
-    RecoveryExpired,
-    Shutdown,
-    StartRun,
-    ToolBatch,
+    CheckpointDone, ClientInput, Command, EngineDone, FinalizeExpired, Heartbeat, InjectionsTaken, Prepared, Reader, RecoveryExpired,
+    Shutdown, StartRun, ToolBatch,
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
@@ -79,23 +62,41 @@ class ConversationRuntime:
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._taking = False  # a command is being handled (one at a time: a start_run then queues)
+        self._context = contextvars.copy_context()
         # Input accepted for a stream and still in the queue: the stream stays open for it.
         self._unhandled: collections.Counter[OutputStream] = collections.Counter()
 
     # -- driver ------------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}")
+        if self._task is None:  # its context (the run's log ids) is also the one start_run takes commands in
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}", context=self._context)
 
     def post(self, command: Command) -> None:
         if isinstance(command, ClientInput) and command.output is not None:
             self._unhandled[command.output] += 1
         self._queue.put_nowait(command)
 
+    def start_run(self, cmd: StartRun) -> None:
+        """A run request: taken now, in the caller's step, when no command is queued ahead of it (no
+        queue hop and task switch before the model request); else queued behind, as any command."""
+        if self._taking or not self._queue.empty() or not self.running:
+            self.post(cmd)
+            return
+        self._context.run(self._take_all, cmd)
+
+    def _take_all(self, cmd: Command) -> None:
+        """Handle `cmd`, then what is queued behind it (what handling it posted); in order."""
+        while not self._take(cmd):
+            if self._queue.empty():
+                return
+            cmd = self._queue.get_nowait()
+        self.stop()  # shut down: its task ends at its next wait
+
     @property
     def running(self) -> bool:
         """Its task still consumes commands (not shut down, not evicted)."""
-        return self._task is not None and not self._task.done()
+        return self._task is not None and not self._task.done() and not self._task.cancelling()
 
     @property
     def idle(self) -> bool:
@@ -108,16 +109,22 @@ class ConversationRuntime:
 
     async def _loop(self) -> None:
         while True:
-            cmd = await self._queue.get()
-            self.last_active = time.monotonic()
-            try:
-                if self._handle(cmd):
-                    return
-            except Exception:  # a bug in a handler must not kill the conversation silently
-                error_id = new_error_id()
-                log.exception("runtime handler failed", extra={"conversation_id": self.conversation_id, "error_id": error_id})
-                if self.run is not None and self.phase is not Phase.FINALIZING:
-                    self._fail(internal_error(error_id))
+            self._take_all(await self._queue.get())
+
+    def _take(self, cmd: Command) -> bool:
+        """Handle one command (True: the runtime ends); one at a time, in order."""
+        self.last_active = time.monotonic()
+        self._taking = True
+        try:
+            return self._handle(cmd)
+        except Exception:  # a bug in a handler must not kill the conversation silently
+            error_id = new_error_id()
+            log.exception("runtime handler failed", extra={"conversation_id": self.conversation_id, "error_id": error_id})
+            if self.run is not None and self.phase is not Phase.FINALIZING:
+                self._fail(internal_error(error_id))
+            return False
+        finally:
+            self._taking = False
 
     def _handle(self, cmd: Command) -> bool:
         match cmd:
@@ -160,10 +167,8 @@ class ConversationRuntime:
         try:
             check_transition(self.conversation_id, self.phase, target)
         except Exception:
-            log.error(
-                "illegal lifecycle transition",
-                extra={"conversation_id": self.conversation_id, "from": self.phase.value, "to": target.value},
-            )
+            extra = {"conversation_id": self.conversation_id, "from": self.phase.value, "to": target.value}
+            log.error("illegal lifecycle transition", extra=extra)
             raise
         self.phase = target
         if self.run is not None:
@@ -203,8 +208,9 @@ class ConversationRuntime:
         self._start(run, lambda: self.data.prepare(run), lambda error, _: Prepared(run.run_id, error))
 
     def _start(self, run: ActiveRun, work: Callable[[], Awaitable[Any]], done: Callable[[BaseException | None, Any], Command]) -> None:
-        """Run one step of `run` as its task; its end (result or error) comes back as a command and
-        the loop decides what it means. A cancelled task reports nothing: the run has ended."""
+        """Run one step of `run`, at once up to its first wait, then as its task; its end (result or
+        error) comes back as a command and the loop decides what it means. A cancelled task reports
+        nothing: the run has ended."""
 
         async def report() -> None:
             try:
@@ -216,7 +222,7 @@ class ConversationRuntime:
                 return
             self.post(done(None, result))
 
-        run.task = asyncio.get_running_loop().create_task(report())
+        run.task = start_now(report())
 
     # -- prepare done → modeling -----------------------------------------------------------------------
     def _on_prepared(self, cmd: Prepared) -> None:

@@ -51,6 +51,10 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         except StoreError as exc:  # taken, but not durable: not acknowledged (a resend is a duplicate)
             raise unjournaled(gw, exc) from None
         gw.appends += 1
+        if append.append_seqno == 0:
+            # The commit that made this durable released the run's model request as well: that
+            # goes out first, this 200 (which nobody waits on to see the answer) right after.
+            await asyncio.sleep(0)
     except ConnectError as err:
         await reply_error(send, err)
         return

@@ -50,6 +50,7 @@ class CompiledPrompt(msgspec.Struct, frozen=True):
     tools: list[ToolSchema]
     mcp_routes: list[McpRoute] = []
     context_message: str | None = None  # rendered request context, for the runtime to place
+    tools_chars: int = 0  # the tool schemas' JSON size (what they add to the context), measured once
 
 
 class CompactionPrompt(msgspec.Struct, frozen=True):
@@ -162,6 +163,7 @@ def _compile(
     return CompiledPrompt(
         system=system_prompt(mode, model, custom_system_prompt),
         tools=tools,
+        tools_chars=len(msgspec.json.encode(tools)),
         mcp_routes=routes,
         context_message=render_request_context(request_context) if request_context is not None else None,
     )

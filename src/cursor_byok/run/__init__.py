@@ -41,6 +41,7 @@ from ..providers import (
     make_provider,
 )
 from .compaction import ContextEstimator, estimate_tokens
+from .eager import start_now
 from .engine import RunEngine, RunResult, RunSpec, RunStop, batch_outcomes, tool_call_request, tool_results_message
 from .events import (
     CompactionFinished,
@@ -116,4 +117,5 @@ __all__ = [
     "add_usage",
     "estimate_tokens",
     "make_provider",
+    "start_now",
 ]

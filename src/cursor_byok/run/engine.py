@@ -39,6 +39,7 @@ from ..providers import (
     add_usage,
 )
 from .compaction import CHARS_PER_TOKEN, ContextEstimator, fallback_summary, summary_transcript
+from .eager import start_now
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -61,6 +62,7 @@ class RunSpec(msgspec.Struct, kw_only=True):
     model: ModelConfig
     system: str  # from prompting.compile_request
     tools: list[ToolSchema]  # from prompting.compile_request
+    tools_chars: int | None = None  # their JSON size, when known (the compiled prompt's): else measured
     max_cycles: int = 200
     max_tokens: int | None = None  # default: model.max_output_tokens
     effort: str | None = None  # default: model.default_effort
@@ -308,7 +310,7 @@ class RunEngine:
     async def _loop(self, spec: RunSpec, history: HistoryPort, tools: ToolPort, sink: EventSink) -> RunResult:
         model = spec.model
         threshold = int(model.context_window * spec.compaction_threshold)
-        schema_chars = len(msgspec.json.encode(spec.tools))
+        schema_chars = len(msgspec.json.encode(spec.tools)) if spec.tools_chars is None else spec.tools_chars
         estimator = ContextEstimator(len(spec.system) + schema_chars)
         usage_total: Usage | None = None
         cycles = 0
@@ -399,10 +401,7 @@ class RunEngine:
     def _request(self, spec: RunSpec, messages: list[Message]) -> ModelRequest:
         model = spec.model
         return ModelRequest(
-            model=model.model,
-            system=spec.system,
-            messages=messages,
-            tools=spec.tools,
+            model=model.model, system=spec.system, messages=messages, tools=spec.tools,
             max_tokens=spec.max_tokens or model.max_output_tokens,
             effort=spec.effort or model.default_effort or None,
             thinking_budget=spec.thinking_budget or model.thinking_budget_tokens or None,
@@ -420,7 +419,8 @@ class RunEngine:
         call.started_ns = time.monotonic_ns()
         interrupted = False
         try:
-            interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then=then)
+            at_once = isinstance(ready, asyncio.Future) and not ready.done()  # it waits for its input's commit first
+            interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then, at_once)
         except BaseException as exc:
             call.error = exc
             raise
@@ -431,11 +431,13 @@ class RunEngine:
             sink.provider_call(call)
         return interrupted
 
-    async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None) -> bool:
+    async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None, at_once: bool = False) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
         propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
-        `then` is called once `work` has run up to its first wait."""
-        task = asyncio.ensure_future(work)
+        `then` is called once `work` has run up to its first wait. `at_once`: that first step runs now
+        (`start_now`), for work that waits before anything binds to its task (the provider's time
+        bounds act on the task they are entered in), not a pass of the loop later."""
+        task = start_now(work) if at_once else asyncio.ensure_future(work)
         if then is not None:
             asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
         waiter = asyncio.ensure_future(self._interrupt.wait())

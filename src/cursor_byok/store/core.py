@@ -217,6 +217,12 @@ class StoreCore:
         self._outbox.append(op)
         return future
 
+    def hand_over_now(self) -> None:
+        """Hand what is queued to the writer now, not after the callbacks ahead of the usual hand-over:
+        for a write someone is about to wait on, the writer is awake and starts the moment the loop
+        lets it (the writes queued so far share its commit; later ones take the next)."""
+        self._hand_over()
+
     def _hand_over(self) -> None:
         if self._outbox:
             ops, self._outbox = self._outbox, []

@@ -4,10 +4,12 @@ Every entry is one provider-neutral message with an idempotency key (event_id). 
 never edited, merged, reordered or regenerated, so turn N's projection is a strict prefix of turn
 N+1's until an explicit compaction, which is itself an entry: the projection restarts at it with the
 latest request context and the summary. The prefix hash chain (hot path `prefix`) checks this on
-every projection; a violation is logged (and raised when strict checking is on, as in tests).
+every projection (once the request built from it has left); a violation is logged (and raised,
+before the request, when strict checking is on, as in tests).
 """
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import os
@@ -81,6 +83,7 @@ class ConversationHistory:
         self._base_context: HistoryEntry | None = None  # the request context a compaction kept
         self._chain: list[bytes] = []  # prefix chain of the last projection
         self._messages: list[Message] = []  # the last projection (its messages are immutable)
+        self._unchecked: list[Message] | None = None  # a projection whose check waits for the loop's next pass
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
@@ -125,6 +128,7 @@ class ConversationHistory:
         if entry.kind is EntryKind.REQUEST_CONTEXT:
             self._latest_context = entry
         elif entry.kind is EntryKind.COMPACTION:
+            self._check_pending()  # the projections before the reset, against each other
             self._base = len(self.entries) - 1
             self._base_context = self._latest_context  # kept across the reset
             self._chain, self._messages = [], []  # an explicit prefix reset
@@ -154,8 +158,23 @@ class ConversationHistory:
         if window and window[0].kind is EntryKind.COMPACTION and self._base_context is not None:
             messages.append(self._base_context.message)
         messages.extend(e.message for e in window)
-        self._check_prefix(messages)
+        self._check_pending()
+        if self.strict_prefix:
+            self._check_prefix(messages)
+            return messages
+        # The check only logs: it runs after the request built from this projection is on its way
+        # (the loop's next pass), not in front of it; still in order with every other projection.
+        self._unchecked = messages
+        try:
+            asyncio.get_running_loop().call_soon(self._check_pending)
+        except RuntimeError:  # no loop (tools, tests): now
+            self._check_pending()
         return messages
+
+    def _check_pending(self) -> None:
+        messages, self._unchecked = self._unchecked, None
+        if messages is not None:
+            self._check_prefix(messages)
 
     def _check_prefix(self, messages: list[Message]) -> None:
         """Extend the prefix chain over this projection and check it extends the previous one.

@@ -1,0 +1,52 @@
+"""A run request starts its run on the caller's path: when nothing is queued ahead of it in its
+conversation, the run is modeling and its model request waits only for the input's commit by the
+time the append's hand-over returns; with a command queued ahead, it waits behind it, in order."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from cursor_byok.conversation.commands import Reader
+from cursor_byok.conversation.state import Phase
+from tests.fakes import OPENAI_CHAT, FakeProviderServer
+from tests.harness.ide import StreamLog, run_request
+from tests.harness.inprocess import MODEL, Rig
+
+
+async def answered_turn(rig: Rig, provider: FakeProviderServer, conv: str, text: str) -> StreamLog:
+    provider.enqueue(OPENAI_CHAT.text([f"answer to {text}"]))
+    log = await rig.ide().turn(run_request(text, model=MODEL, conversation_id=conv))
+    assert log.terminal is None and log.text == f"answer to {text}"
+    return log
+
+
+async def test_a_run_request_starts_its_run_in_the_callers_step(rig: Rig, provider: FakeProviderServer) -> None:
+    conv = uuid.uuid4().hex
+    await answered_turn(rig, provider, conv, "first")  # the history is loaded now
+    provider.enqueue(OPENAI_CHAT.text(["second answer"]))
+    rid = uuid.uuid4().hex
+    await rig.service.resolve(rid)
+    rig.service.open_run(rid, run_request("second", model=MODEL, conversation_id=conv).run_request)
+    runtime = rig.runtime(conv)
+    assert runtime is not None and runtime.run is not None
+    # No pass of the event loop since: prepared, and the engine has taken the input's pending write
+    # (its request is built and waits for that commit).
+    assert runtime.phase is Phase.MODELING and runtime.run.input_stored is None
+    log = await rig.ide().stream(rid, StreamLog())
+    assert log.terminal is None and log.text == "second answer"
+    assert "second" in provider.requests[-1].body.decode()
+
+
+async def test_a_run_request_waits_behind_a_command_queued_before_it(rig: Rig, provider: FakeProviderServer) -> None:
+    conv = uuid.uuid4().hex
+    await answered_turn(rig, provider, conv, "first")
+    runtime = rig.runtime(conv)
+    assert runtime is not None
+    provider.enqueue(OPENAI_CHAT.text(["second answer"]))
+    rid = uuid.uuid4().hex
+    await rig.service.resolve(rid)
+    runtime.post(Reader("someone-else", False))  # any command, not yet taken
+    rig.service.open_run(rid, run_request("second", model=MODEL, conversation_id=conv).run_request)
+    assert runtime.phase is Phase.IDLE and runtime.run is None  # queued behind it, not taken first
+    log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
+    assert log.terminal is None and log.text == "second answer"

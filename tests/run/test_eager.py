@@ -1,0 +1,107 @@
+"""start_now: a coroutine runs to its first wait in the caller's step, then on as a task."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cursor_byok.run import start_now
+
+
+async def test_a_coroutine_that_never_waits_is_done_at_once_without_a_task() -> None:
+    ran: list[str] = []
+
+    async def work() -> int:
+        ran.append("ran")
+        return 7
+
+    before = len(asyncio.all_tasks())
+    future = start_now(work())
+    assert ran == ["ran"] and future.done() and future.result() == 7
+    assert len(asyncio.all_tasks()) == before
+
+
+async def test_its_error_is_the_futures() -> None:
+    async def work() -> None:
+        raise ValueError("bad input")
+
+    future = start_now(work())
+    assert future.done()
+    with pytest.raises(ValueError, match="bad input"):
+        future.result()
+
+
+async def test_it_runs_up_to_its_first_wait_now_and_carries_on_in_a_task() -> None:
+    gate: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    steps: list[str] = []
+
+    async def work() -> str:
+        steps.append("before the wait")
+        value = await gate
+        steps.append(f"after: {value}")
+        await asyncio.sleep(0)  # a bare yield to the loop as well
+        return value.upper()
+
+    task = start_now(work())
+    assert steps == ["before the wait"] and not task.done()
+    gate.set_result("opened")
+    assert await task == "OPENED"
+    assert steps == ["before the wait", "after: opened"]
+
+
+async def test_cancelling_the_task_reaches_the_coroutine_where_it_waits() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def work() -> None:
+        try:
+            await gate
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        finally:
+            seen.append("cleaned up")
+
+    task = start_now(work())
+    task.cancel()  # before the task took its first step
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled", "cleaned up"]
+
+    gate = asyncio.get_running_loop().create_future()
+    seen.clear()
+    task = start_now(work())
+    await asyncio.sleep(0)  # the task waits on the gate now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled", "cleaned up"] and gate.cancelled()
+
+
+async def test_a_coroutine_may_handle_its_cancellation_and_go_on() -> None:
+    first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def work() -> str:
+        try:
+            await first
+        except asyncio.CancelledError:
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        await asyncio.sleep(0)
+        return "went on"
+
+    task = start_now(work())
+    task.cancel()
+    assert await task == "went on"
+
+
+async def test_an_error_after_the_first_wait_fails_the_task() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def work() -> None:
+        await gate
+        raise RuntimeError("late failure")
+
+    task = start_now(work())
+    gate.set_result(None)
+    with pytest.raises(RuntimeError, match="late failure"):
+        await task
