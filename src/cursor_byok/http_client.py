@@ -5,20 +5,23 @@ per streamed chunk and ~1.5 ms per request on a kept-alive loopback connection; 
 user's keystroke or a model's token, so all outbound traffic goes this way.
 
 Model provider requests go through `ProviderHttp`, a narrow seam (post, probe, read chunks) so the
-provider adapters never see the client library; it uses aiohttp directly.
+provider adapters never see the client library. It hands an `httpx.Request` straight to the aiohttp
+transport, without `httpx.AsyncClient` around it: the client's request building, auth and redirect
+flow, cookie jar and per-request proxy routing cost ~0.3 ms of CPU in front of every model call and
+do nothing a provider call needs (benchmarks/results/gateway.md, turn start).
 """
 from __future__ import annotations
 
 import http.cookiejar
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 import httpx
 import httpx_aiohttp.transport
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
-from httpx_aiohttp import HttpxAiohttpClient
+from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
 
 # httpx-aiohttp maps every aiohttp connection error, a refused connection or a dropped one included,
 # to httpx.ConnectTimeout; callers that tell a timeout (504) from an unreachable peer (502) need the
@@ -30,8 +33,7 @@ httpx_aiohttp.transport.AIOHTTP_EXC_MAP[aiohttp.ClientConnectionError] = httpx.N
 # connections, which would queue the 101st concurrent stream. Streams are bounded upstream of here
 # (server.max_transports), so this only has to stay out of the way.
 KEEPALIVE_SECONDS = 30.0  # an idle pooled connection is closed after this long
-MAX_CONNECTIONS = 4096
-_LIMITS = httpx.Limits(max_connections=MAX_CONNECTIONS, keepalive_expiry=KEEPALIVE_SECONDS)
+_LIMITS = httpx.Limits(max_connections=4096, keepalive_expiry=KEEPALIVE_SECONDS)
 
 
 class HttpError(Exception):
@@ -43,50 +45,57 @@ class ProviderResponse:
     """A response whose body is read as it arrives. `aclose()` it when done: a body read to its end
     returns the connection to the pool, an unfinished one closes it."""
 
-    __slots__ = ("_response",)
+    __slots__ = ("_response", "_chunks")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: httpx.Response) -> None:
         self._response = response
+        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+        self._chunks: AsyncIterator[bytes] = response.aiter_bytes() if encoded else response.aiter_raw()
 
     @property
     def status(self) -> int:
-        return self._response.status
+        return self._response.status_code
 
     @property
-    def headers(self) -> Mapping[str, str]:
+    def headers(self) -> httpx.Headers:
         return self._response.headers
 
     async def next_chunk(self) -> bytes:
         """The body bytes that have arrived (waiting for some), decoded if it was content-encoded;
         b"" at the end of the body."""
         try:
-            return await self._response.content.readany()
-        except (aiohttp.ClientError, OSError) as exc:
+            return await anext(self._chunks)
+        except StopAsyncIteration:
+            return b""
+        except httpx.HTTPError as exc:
             raise HttpError(str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        response = self._response
-        if response.content.at_eof():
-            response.release()
-        else:
-            response.close()
+        await self._response.aclose()
+
+
+class _Route:
+    """Where an endpoint's requests go: its parsed URL and the transport (direct, or through the
+    proxy the environment names for it)."""
+
+    __slots__ = ("url", "transport")
+
+    def __init__(self, url: httpx.URL, transport: AiohttpTransport) -> None:
+        self.url = url
+        self.transport = transport
 
 
 class ProviderHttp:
     """The client for model provider requests: one keep-alive pool per origin, shared by every run.
     With `trust_env`, proxies (and their credentials) come from the environment as for any client,
-    looked up once per endpoint (aiohttp's own lookup would take two helper-thread hops per request),
-    and the CA bundle follows SSL_CERT_FILE / SSL_CERT_DIR. `aclose()` it at the end.
-
-    aiohttp directly, not through httpx's request and response models: those cost ~0.3 ms of CPU
-    per request, in front of every model call (benchmarks/results/gateway.md, turn start)."""
+    looked up once per endpoint, and the CA bundle follows SSL_CERT_FILE / SSL_CERT_DIR. It keeps no
+    cookies and follows no redirects. `aclose()` it at the end."""
 
     def __init__(self, *, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> None:
         self._ssl = httpx.create_ssl_context(verify=verify, trust_env=trust_env)
         self._trust_env = trust_env
-        self._session: aiohttp.ClientSession | None = None  # opened on first use, on the running loop
-        self._proxies: dict[str, tuple[yarl.URL | None, aiohttp.BasicAuth | None]] = {}  # by URL (a model's endpoint)
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._transports: dict[str, AiohttpTransport] = {}  # by proxy URL ("" for direct)
+        self._routes: dict[str, _Route] = {}  # by URL (a model's endpoint)
 
     async def post(
         self, url: str, body: bytes, headers: Mapping[str, str], *, connect_timeout: float
@@ -104,37 +113,33 @@ class ProviderHttp:
     async def _request(
         self, method: str, url: str, body: bytes | None, headers: Mapping[str, str], connect_timeout: float
     ) -> ProviderResponse:
-        session = self._session
-        if session is None:
-            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_SECONDS, ssl=self._ssl)
-            session = self._session = aiohttp.ClientSession(connector=connector)
-        timeout = self._timeouts.get(connect_timeout)
-        if timeout is None:
-            timeout = self._timeouts[connect_timeout] = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
-        proxy, proxy_auth = self._proxy_for(url)
+        route = self._routes.get(url) or self._route(url)
+        request = httpx.Request(method, route.url, content=body, headers=headers, extensions={"timeout": {"connect": connect_timeout}})
         try:
-            response = await session.request(
-                method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, proxy=proxy, proxy_auth=proxy_auth
-            )
-        except (aiohttp.ClientError, OSError) as exc:  # a connect timeout too: not the caller's time bound
+            response = await route.transport.handle_async_request(request)
+        except httpx.HTTPError as exc:
             raise HttpError(str(exc) or type(exc).__name__) from exc
         return ProviderResponse(response)
 
-    def _proxy_for(self, url: str) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
-        found = self._proxies.get(url)
-        if found is None:
-            found = (None, None)
-            if self._trust_env:
-                try:
-                    found = get_env_proxy_for_url(yarl.URL(url))
-                except LookupError:
-                    pass  # none for this URL
-            self._proxies[url] = found
-        return found
+    def _route(self, url: str) -> _Route:
+        proxy_url, proxy_auth = None, None
+        if self._trust_env:
+            try:
+                proxy_url, proxy_auth = get_env_proxy_for_url(yarl.URL(url))
+            except LookupError:
+                pass  # none for this URL
+        key = str(proxy_url or "")
+        transport = self._transports.get(key)
+        if transport is None:
+            auth = (proxy_auth.login, proxy_auth.password) if proxy_auth else None
+            proxy = httpx.Proxy(key, auth=auth) if key else None
+            transport = self._transports[key] = AiohttpTransport(verify=self._ssl, limits=_LIMITS, proxy=proxy)
+        route = self._routes[url] = _Route(httpx.URL(url), transport)
+        return route
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for transport in self._transports.values():
+            await transport.aclose()
 
     async def __aenter__(self) -> ProviderHttp:
         return self
