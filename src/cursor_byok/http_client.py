@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import http.cookiejar
 import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 import httpx
 import httpx_aiohttp.transport
-import yarl
-from aiohttp.helpers import get_env_proxy_for_url
 from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
 
 # httpx-aiohttp maps every aiohttp connection error, a refused connection or a dropped one included,
@@ -122,19 +121,13 @@ class ProviderHttp:
         return ProviderResponse(response)
 
     def _route(self, url: str) -> _Route:
-        proxy_url, proxy_auth = None, None
-        if self._trust_env:
-            try:
-                proxy_url, proxy_auth = get_env_proxy_for_url(yarl.URL(url))
-            except LookupError:
-                pass  # none for this URL
-        key = str(proxy_url or "")
+        parsed = httpx.URL(url)
+        key = _env_proxy(parsed) if self._trust_env else ""
         transport = self._transports.get(key)
         if transport is None:
-            auth = (proxy_auth.login, proxy_auth.password) if proxy_auth else None
-            proxy = httpx.Proxy(key, auth=auth) if key else None
+            proxy = httpx.Proxy(key) if key else None  # its credentials come from the URL's userinfo
             transport = self._transports[key] = AiohttpTransport(verify=self._ssl, limits=_LIMITS, proxy=proxy)
-        route = self._routes[url] = _Route(httpx.URL(url), transport)
+        route = self._routes[url] = _Route(parsed, transport)
         return route
 
     async def aclose(self) -> None:
@@ -146,6 +139,16 @@ class ProviderHttp:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _env_proxy(url: httpx.URL) -> str:
+    """The proxy the environment names for the URL ("" for none), read as httpx's client reads it:
+    <SCHEME>_PROXY, else ALL_PROXY, unless NO_PROXY covers the host."""
+    proxies = urllib.request.getproxies()
+    found = proxies.get(url.scheme) or proxies.get("all") or ""
+    if not found or urllib.request.proxy_bypass_environment(url.host, proxies):
+        return ""
+    return found if "://" in found else "http://" + found
 
 
 def verified_tls(*, trust_env: bool = True) -> ssl.SSLContext:

@@ -311,8 +311,9 @@ async def test_canary_key_never_leaks(dialect: Dialect, fake_server, http_client
     assert all(CANARY not in text for text in texts)
 
 
-async def test_proxy_from_the_environment_carries_provider_streams(fake_server, monkeypatch) -> None:
-    """Behind a corporate proxy the user sets HTTP(S)_PROXY, and provider traffic must follow it."""
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "ALL_PROXY"])
+async def test_proxy_from_the_environment_carries_provider_streams(fake_server, monkeypatch, variable: str) -> None:
+    """Behind a corporate proxy the user sets HTTP(S)_PROXY or ALL_PROXY, and provider traffic must follow it."""
     request_lines: list[bytes] = []
 
     async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -332,9 +333,10 @@ async def test_proxy_from_the_environment_carries_provider_streams(fake_server, 
         writer.close()
 
     proxy = await asyncio.start_server(forward, "127.0.0.1", 0)
-    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
-    for name in ("NO_PROXY", "no_proxy", "http_proxy"):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        if name != variable:
+            monkeypatch.delenv(name, raising=False)
     fake_server.enqueue(OPENAI_CHAT.text(["through ", "the proxy"]))
     async with proxy, streaming_client() as client:
         events = await collect(provider_for(OPENAI_CHAT, fake_server, client), request())
