@@ -1,0 +1,74 @@
+"""What a finished turn holds in memory goes when the turn is over, and a conversation's state when
+its idle runtime is evicted: at once, by reference counting, not whenever the cycle collector next
+makes a full pass (issue 12's soak: resident memory grew with the conversations' length).
+
+A full pass is rare in a busy server (it waits until the long-lived objects have grown by a
+quarter), so what is left to it piles up meanwhile: each evicted conversation's whole history, each
+finished run with its run request, each provider request with its body (the history again). The
+heap then grows to hold it all and keeps that size after the collector has freed it."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import uuid
+import weakref
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.conversation.test_tool_state import call
+from tests.fakes import OPENAI_CHAT, FakeProviderServer
+from tests.harness.ide import run_request
+from tests.harness.inprocess import MODEL, Rig
+
+# Whose objects count: ours, and the HTTP client's (a provider request holds its whole body).
+WATCHED = ("cursor_byok.", "httpx.")
+
+
+@contextmanager
+def no_cycle_collector() -> Iterator[list[object]]:
+    """The collector off; on leaving, what it would have freed is collected into the list."""
+    gc.collect()
+    gc.disable()
+    garbage: list[object] = []
+    try:
+        yield garbage
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        garbage += gc.garbage
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+def kinds(objects: list[object]) -> Counter[str]:
+    return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objects if type(o).__module__.startswith(WATCHED))
+
+
+async def test_an_evicted_conversation_leaves_nothing_for_the_cycle_collector(rig: Rig, provider: FakeProviderServer, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    provider.enqueue(
+        OPENAI_CHAT.tool_calls([call("c1", "Read", path=str(tmp_path / "notes.txt"))]),
+        OPENAI_CHAT.text(["read it"]),
+        OPENAI_CHAT.text(["and again"]),
+    )
+    ide = rig.ide(tmp_path)
+    conv = uuid.uuid4().hex
+    with no_cycle_collector() as garbage:
+        first = await ide.turn(run_request("read the notes", model=MODEL, conversation_id=conv, workspace=str(tmp_path)))
+        second = await ide.turn(run_request("once more", model=MODEL, conversation_id=conv, workspace=str(tmp_path)))
+        assert (first.text, second.text) == ("read it", "and again")
+        runtime = rig.runtime(conv)
+        assert runtime is not None
+        left = {"runtime": weakref.ref(runtime), "history": weakref.ref(runtime.data.history)}
+        del runtime
+        rig.service.hub.sweep(time.monotonic() + 1)  # the finished streams' retention is over
+        assert rig.service.evict_idle(0.0) == 1
+        for _ in range(3):
+            await asyncio.sleep(0)  # the evicted runtime's task ends
+        alive = [name for name, ref in left.items() if ref() is not None]
+    assert not kinds(garbage), kinds(garbage)
+    assert not alive
