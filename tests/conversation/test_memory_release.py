@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tests.conversation.test_tool_state import call
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
-from tests.harness.ide import run_request
+from tests.harness.ide import StreamLog, cancel_message, run_request
 from tests.harness.inprocess import MODEL, Rig
 
 # Whose objects count: ours, and the HTTP client's (a provider request holds its whole body).
@@ -48,19 +48,30 @@ def kinds(objects: list[object]) -> Counter[str]:
     return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objects if type(o).__module__.startswith(WATCHED))
 
 
-async def test_an_evicted_conversation_leaves_nothing_for_the_cycle_collector(rig: Rig, provider: FakeProviderServer, tmp_path: Path) -> None:
+async def test_finished_turns_and_an_evicted_conversation_leave_nothing_for_the_cycle_collector(rig: Rig, provider: FakeProviderServer, tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("the notes\n")
+    slow = OPENAI_CHAT.text(["tick "] * 50)
+    slow.chunk_delay = 0.05
     provider.enqueue(
         OPENAI_CHAT.tool_calls([call("c1", "Read", path=str(tmp_path / "notes.txt"))]),
         OPENAI_CHAT.text(["read it"]),
+        slow,
         OPENAI_CHAT.text(["and again"]),
     )
     ide = rig.ide(tmp_path)
     conv = uuid.uuid4().hex
+
+    async def cancel_once_streaming(request_id: str, log: StreamLog) -> None:
+        while not log.text:
+            await asyncio.sleep(0.005)
+        await ide.append(request_id, cancel_message())
+
     with no_cycle_collector() as garbage:
         first = await ide.turn(run_request("read the notes", model=MODEL, conversation_id=conv, workspace=str(tmp_path)))
-        second = await ide.turn(run_request("once more", model=MODEL, conversation_id=conv, workspace=str(tmp_path)))
-        assert (first.text, second.text) == ("read it", "and again")
+        cut = await ide.turn(run_request("count", model=MODEL, conversation_id=conv), during=cancel_once_streaming)
+        last = await ide.turn(run_request("once more", model=MODEL, conversation_id=conv, workspace=str(tmp_path)))
+        assert (first.text, last.text) == ("read it", "and again")
+        assert cut.terminal is not None and cut.terminal.code == "canceled"
         runtime = rig.runtime(conv)
         assert runtime is not None
         left = {"runtime": weakref.ref(runtime), "history": weakref.ref(runtime.data.history)}

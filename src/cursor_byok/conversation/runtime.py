@@ -459,8 +459,10 @@ class ConversationRuntime:
         self.data.records.inputs_applied(output)
 
     def _stop_tasks(self, run: ActiveRun) -> None:
-        if run.task is not None and not run.task.done():
-            run.task.cancel()
+        # Let go of the task: once cancelled it holds its frames, and so the run, through its exception.
+        task, run.task = run.task, None
+        if task is not None and not task.done():
+            task.cancel()
         for task in list(run.side_tasks):
             task.cancel()
         self._cancel_timer()
