@@ -83,3 +83,23 @@ async def test_finished_turns_and_an_evicted_conversation_leave_nothing_for_the_
         alive = [name for name, ref in left.items() if ref() is not None]
     assert not kinds(garbage), kinds(garbage)
     assert not alive
+
+
+async def test_a_finished_stream_holds_the_turn_once_and_replays_it_whole(rig: Rig, provider: FakeProviderServer) -> None:
+    """A finished stream is retained for a RunSSE that reads it again. Its checkpoint's root blobs
+    are the history's own messages encoded: the stream keeps those messages to encode them again,
+    not their bytes a second time (issue 13: a 2,000-word turn was held five times over)."""
+    words = " ".join(f"word{n}" for n in range(4000))
+    provider.enqueue(OPENAI_CHAT.text(["noted"]))
+    ide = rig.ide()
+    request_id = uuid.uuid4().hex
+    first = await ide.turn(run_request(words, model=MODEL, conversation_id=uuid.uuid4().hex), request_id=request_id)
+    assert first.text == "noted" and first.terminal is None
+    output = rig.service.hub.get(request_id)
+    assert output is not None and output.closed
+    kept = b"".join(frame for frame in output.frames if type(frame) is bytes)
+    # Once: the turn's user message blob (a protobuf only the run request held). Not again as the
+    # root blob of the history's user message.
+    assert kept.count(words.encode()) == 1
+    again = await ide.stream(request_id, StreamLog())
+    assert again.raw == first.raw

@@ -141,8 +141,9 @@ class Checkpoints:
         """Push every blob the client may lack (root blobs encoded again only then); True when all
         were acked within the timeout."""
         held = self.blobs.held(run.request_id)
-        blobs = [(root.id, root.data()) for root in roots if root.id not in held] + blobs
-        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs if bid not in held]
+        # A root blob is encoded from the history's own message: a replay of the stream encodes it again.
+        pushes = [(root.id, root.data(), root.data) for root in roots if root.id not in held] + [(bid, data, None) for bid, data in blobs]
+        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data, again) for bid, data, again in pushes if bid not in held]
         pending = [w for w in waiters if w is not None]
         if pending:
             try:
