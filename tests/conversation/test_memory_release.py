@@ -103,3 +103,22 @@ async def test_a_finished_stream_holds_the_turn_once_and_replays_it_whole(rig: R
     assert kept.count(words.encode()) == 1
     again = await ide.stream(request_id, StreamLog())
     assert again.raw == first.raw
+
+
+async def test_idle_conversations_keep_their_histories_in_memory_within_a_budget(rig: Rig, provider: FakeProviderServer) -> None:
+    """However many conversations were seen, the idle ones in memory hold at most the budget's
+    worth of history text (the least recently active leave first); a conversation that left takes
+    its next turn with its whole history, read again from the database."""
+    turn_text = "lorem ipsum " * 4_000  # 48 KB
+    conversations = [uuid.uuid4().hex for _ in range(4)]
+    ide = rig.ide()
+    for n, conv in enumerate(conversations):
+        provider.enqueue(OPENAI_CHAT.text([f"answer {n}"]))
+        assert (await ide.turn(run_request(f"{n}: {turn_text}", model=MODEL, conversation_id=conv))).text == f"answer {n}"
+    assert all(rig.runtime(conv) is not None for conv in conversations)
+    assert rig.service.evict_idle(600.0, history_bytes=2 * len(turn_text) + 1_000) == 2  # nothing is idle that long
+    assert [rig.runtime(conv) is not None for conv in conversations] == [False, False, True, True]
+    provider.enqueue(OPENAI_CHAT.text(["again"]))
+    assert (await ide.turn(run_request("go on", model=MODEL, conversation_id=conversations[0]))).text == "again"
+    sent = [m["content"] for m in provider.requests[-1].json()["messages"] if m["role"] in ("user", "assistant")]
+    assert turn_text.strip() in sent[0] and sent[1] == "answer 0" and "go on" in sent[2]
