@@ -23,7 +23,8 @@ from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import StreamLog, cancel_message, run_request
 from tests.harness.inprocess import MODEL, Rig
 
-# Whose objects count: ours, and the HTTP client's (a provider request holds its whole body).
+# Whose objects count: ours, the HTTP client's (a provider request holds its whole body), and
+# futures (a checkpoint's blob acks).
 WATCHED = ("cursor_byok.", "httpx.")
 
 
@@ -45,7 +46,9 @@ def no_cycle_collector() -> Iterator[list[object]]:
 
 
 def kinds(objects: list[object]) -> Counter[str]:
-    return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objects if type(o).__module__.startswith(WATCHED))
+    return Counter(
+        f"{type(o).__module__}.{type(o).__qualname__}" for o in objects if type(o).__module__.startswith(WATCHED) or isinstance(o, asyncio.Future)
+    )
 
 
 async def test_finished_turns_and_an_evicted_conversation_leave_nothing_for_the_cycle_collector(rig: Rig, provider: FakeProviderServer, tmp_path: Path) -> None:
@@ -60,6 +63,7 @@ async def test_finished_turns_and_an_evicted_conversation_leave_nothing_for_the_
     )
     ide = rig.ide(tmp_path)
     conv = uuid.uuid4().hex
+    rig.service.services.blob_ack_timeout = 0.2
 
     async def cancel_once_streaming(request_id: str, log: StreamLog) -> None:
         while not log.text:
@@ -69,9 +73,12 @@ async def test_finished_turns_and_an_evicted_conversation_leave_nothing_for_the_
     with no_cycle_collector() as garbage:
         first = await ide.turn(run_request("read the notes", model=MODEL, conversation_id=conv, workspace=str(tmp_path)))
         cut = await ide.turn(run_request("count", model=MODEL, conversation_id=conv), during=cancel_once_streaming)
+        ide.hold_kv = True  # the IDE does not ack this turn's checkpoint blobs in time
         last = await ide.turn(run_request("once more", model=MODEL, conversation_id=conv, workspace=str(tmp_path)))
         assert (first.text, last.text) == ("read it", "and again")
         assert cut.terminal is not None and cut.terminal.code == "canceled"
+        assert "conversation_checkpoint_update" in first.kinds()
+        assert "conversation_checkpoint_update" not in last.kinds()  # not sent: its blobs were not acked
         runtime = rig.runtime(conv)
         assert runtime is not None
         left = {"runtime": weakref.ref(runtime), "history": weakref.ref(runtime.data.history)}
