@@ -93,11 +93,11 @@ class ActiveRun:
             self.claim.set_result(by_ide)
 
     def send(self, *messages: pb.AgentServerMessage) -> None:
-        """Write server messages to this run's stream (nothing once it has its terminal)."""
         write_to(self.output, *messages)
 
 
 def write_to(output: OutputStream, *messages: pb.AgentServerMessage) -> None:
+    """Write server messages to a stream (nothing once it has its terminal)."""
     if output.closed or not messages:
         return
     if len(messages) == 1:
