@@ -27,25 +27,10 @@ from .edge_support import open_fds, server_rss
 
 KINDS = ("text", "tools", "tools", "reconnect", "cancel")
 IDLE_SECONDS = 1.0  # what a finished turn keeps in memory expires after this (defaults: minutes)
+TRANSPORT_IDLE_SECONDS = 6.0  # a finished stream's transport (one whose run goes on never expires)
+RETENTION_SECONDS = 4.0  # a finished stream's output, for a RunSSE that reads it again: longer than that takes
+SETTLE_SECONDS = 12.0  # the longest idle time plus a sweep (every 5 s): everything idle has expired
 TURN_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class Expiry:
-    """How long a finished turn's transport (one whose run goes on never expires) and its stream's
-    output (for a RunSSE that reads it again: longer than that takes) stay; defaults: minutes."""
-
-    transport: float = 6.0
-    retention: float = 4.0
-
-    @property
-    def settle(self) -> float:
-        """The longest of them plus a sweep (every 5 s): everything idle has expired."""
-        return max(self.transport, self.retention, IDLE_SECONDS) + 6.0
-
-
-# 50 conversations' IDEs in this one test process, on a loaded machine: a reread can come later than 4 s.
-FULL_EXPIRY = Expiry(transport=12.0, retention=10.0)
 
 
 @dataclass
@@ -111,11 +96,11 @@ class Conversation:
             await asyncio.sleep(0.005)
 
 
-async def settled(server: ServerProcess, conversations: list[Conversation], expiry: Expiry) -> Sample:
+async def settled(server: ServerProcess, conversations: list[Conversation]) -> Sample:
     """Close every IDE connection, let what finished turns keep expire, then measure."""
     for c in conversations:
         await c.ide.reconnect()
-    await asyncio.sleep(expiry.settle)
+    await asyncio.sleep(SETTLE_SECONDS)
     assert server.proc is not None
     database = server.config.data_dir / "state.db"
     with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as conn:
@@ -134,8 +119,7 @@ class Sample:
 
 
 async def soak(
-    tmp_path: Path, provider: FakeProviderServer, workspace: Path, *, conversations: int, marks: tuple[int, ...], seed: int, check_rss: bool,
-    expiry: Expiry = Expiry(),
+    tmp_path: Path, provider: FakeProviderServer, workspace: Path, *, conversations: int, marks: tuple[int, ...], seed: int, check_rss: bool
 ) -> None:
     """`conversations` at once, each taking turns up to each of `marks` (turn counts) in step and
     sampled there; the first mark ends the warm-up, the last is the end. `check_rss`: memory growth
@@ -147,9 +131,9 @@ async def soak(
         data_dir=tmp_path / "data",
         models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
         runsse_wait_seconds=2.0,
-        output_retention_seconds=expiry.retention,
+        output_retention_seconds=RETENTION_SECONDS,
         continuation_window_seconds=0.1,
-        extra_server={"runtime_idle_seconds": IDLE_SECONDS, "transport_idle_seconds": expiry.transport, "blob_ack_timeout_seconds": 2.0},
+        extra_server={"runtime_idle_seconds": IDLE_SECONDS, "transport_idle_seconds": TRANSPORT_IDLE_SECONDS, "blob_ack_timeout_seconds": 2.0},
     )
     tally = Tally()
     samples: list[Sample] = []
@@ -169,7 +153,7 @@ async def soak(
                 started = time.monotonic()
                 await take_turns(range(begin, end))
                 took += time.monotonic() - started
-                samples.append(await settled(server, convs, expiry))
+                samples.append(await settled(server, convs))
         finally:
             for c in convs:
                 await c.ide.close()
@@ -196,4 +180,4 @@ async def test_soak(tmp_path: Path, provider: FakeProviderServer, workspace: Pat
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
 async def test_soak_full(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
-    await soak(tmp_path, provider, workspace, conversations=50, marks=(5, 10, 15, 20), seed=1212, check_rss=True, expiry=FULL_EXPIRY)
+    await soak(tmp_path, provider, workspace, conversations=50, marks=(5, 10, 15, 20), seed=1212, check_rss=True)
