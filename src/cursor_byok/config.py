@@ -52,6 +52,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     output_retention_seconds: float = 120.0  # finished runs' output kept for late RunSSE replay
     transport_idle_seconds: float = 900.0
     runtime_idle_seconds: float = 600.0  # an idle conversation leaves memory (its state is in SQLite)
+    # Idle conversations' histories kept in memory beyond this much text leave it sooner, least
+    # recently active first (the next turn reads the history again).
+    idle_history_bytes: int = 4 * 1024 * 1024
     # After a turn the stream stays open this long for a follow-up on the same request id.
     continuation_window_seconds: float = 2.0
     blob_ack_timeout_seconds: float = 15.0  # how long a checkpoint waits for the IDE's set_blob acks

@@ -11,7 +11,7 @@ import msgspec
 from cursor_byok.config import parse
 from cursor_byok.conversation import ObservedRun, ObservedTool
 from cursor_byok.observability import Metrics, Recorder
-from cursor_byok.providers import ProviderCall, Usage
+from cursor_byok.providers import CallError, ProviderCall, Usage
 from cursor_byok.store import Store
 
 CONFIG = {"models": [{"id": "m", "provider": "anthropic", "model": "claude"}]}
@@ -36,7 +36,7 @@ async def test_a_runs_calls_and_usage_row_and_a_late_call(tmp_path: Path) -> Non
         recorder.provider_call(run, ended_call(1, usage=Usage(input_tokens=10, output_tokens=2), stop_reason="tool_use"))
         recorder.tool_finished(run, ObservedTool("t1", "Grep", 100, 130, True))
         recorder.run_finished(run, "canceled", None, None)
-        recorder.provider_call(run, ended_call(2, error=asyncio.CancelledError()))  # ended after the cancel
+        recorder.provider_call(run, ended_call(2, error=CallError.of(asyncio.CancelledError())))  # ended after the cancel
         await store.flush()
         calls = await store.list_calls(conversation_id="conv")
         [usage] = (await store.run_usage("conv")).values()

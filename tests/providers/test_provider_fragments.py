@@ -1,13 +1,16 @@
 """Request bodies built from stored fragments are byte-identical to ones built from scratch, over a
-growing history, for every provider family; a message's stored bytes go when the message goes."""
+growing history, for every provider family; a message's stored bytes go when the message goes, and
+what all stored messages hold stays within a byte budget however many histories are in memory."""
 from __future__ import annotations
 
 import gc
+import tracemalloc
 
 import pytest
 
 from cursor_byok.config import ModelConfig, ProviderKind
 from cursor_byok.http_client import streaming_client
+from cursor_byok.providers.fragments import MESSAGE_BYTES
 from cursor_byok.providers import (
     ImagePart,
     Message,
@@ -56,3 +59,25 @@ def test_a_message_s_stored_bytes_go_with_the_message() -> None:
     del history
     gc.collect()
     assert provider._fragments._messages == {}
+
+
+def test_the_stored_messages_stay_within_their_byte_budget() -> None:
+    """Histories in memory (idle conversations) do not keep their request JSON beyond the budget;
+    the most recently sent stay, and a request whose messages were let go is the same request."""
+    model = ModelConfig(id="m", provider=ProviderKind.OPENAI_CHAT, model="x", base_url="http://127.0.0.1:9/v1")
+    provider = make_provider(model, "", OFFLINE)
+    histories = [[Message("user", [TextPart(f"conversation {n}: " + "lorem ipsum " * 10_000)])] for n in range(100)]
+    sent = sum(len(h[0].parts[0].text) for h in histories)  # type: ignore[union-attr]
+    assert sent > 10 * 2**20
+    tracemalloc.start()
+    try:
+        for history in histories:
+            provider.encode_request(ModelRequest(model="x", system="s", messages=history))
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept <= MESSAGE_BYTES + 2**20 < sent  # what the adapter kept of the 12 MB it sent
+    assert 0 < provider._fragments.stored_bytes <= MESSAGE_BYTES
+    for history in (histories[0], histories[-1]):  # let go of long ago / just sent
+        request = ModelRequest(model="x", system="s", messages=history)
+        assert provider.encode_request(request) == make_provider(model, "", OFFLINE).encode_request(request)

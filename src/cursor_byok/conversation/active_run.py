@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,13 +93,17 @@ class ActiveRun:
             self.claim.set_result(by_ide)
 
     def send(self, *messages: pb.AgentServerMessage) -> None:
-        """Write server messages to this run's stream (nothing once it has its terminal)."""
-        if self.output.closed or not messages:
-            return
-        if len(messages) == 1:
-            self.output.write(encode_server_message(messages[0]))
-        else:
-            self.output.write(encode_server_messages(messages))
+        write_to(self.output, *messages)
+
+
+def write_to(output: OutputStream, *messages: pb.AgentServerMessage) -> None:
+    """Write server messages to a stream (nothing once it has its terminal)."""
+    if output.closed or not messages:
+        return
+    if len(messages) == 1:
+        output.write(encode_server_message(messages[0]))
+    else:
+        output.write(encode_server_messages(messages))
 
 
 def begin_run(
@@ -107,7 +112,9 @@ def begin_run(
     """A new run of `rr`: its ids, presenter and observation record, the blobs the request carried,
     and the turn it opens (a run without a user message continues the last turn)."""
     run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, agent_mode(rr), follow_up, resumed=resumed)
-    run.presenter = RunPresenter(run.run_id, workspace_root(rr), run.send, run.turns)
+    # Bound to the stream, not to the run: a run that holds what refers back to it is only freed by
+    # the cycle collector, with its run request and turns.
+    run.presenter = RunPresenter(run.run_id, workspace_root(rr), functools.partial(write_to, output), run.turns)
     run.observed = ObservedRun(conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr))
     run.known_blobs.update(prefetched_blobs(rr))
     user = turn_user_message(rr)

@@ -141,15 +141,20 @@ class Checkpoints:
         """Push every blob the client may lack (root blobs encoded again only then); True when all
         were acked within the timeout."""
         held = self.blobs.held(run.request_id)
-        blobs = [(root.id, root.data()) for root in roots if root.id not in held] + blobs
-        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data) for bid, data in blobs if bid not in held]
+        # A root blob is encoded from the history's own message: a replay of the stream encodes it again.
+        pushes = [(root.id, root.data(), root.data) for root in roots if root.id not in held] + [(bid, data, None) for bid, data in blobs]
+        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data, again) for bid, data, again in pushes if bid not in held]
         pending = [w for w in waiters if w is not None]
-        if pending:
-            try:
-                await asyncio.wait_for(asyncio.gather(*pending), self.ack_timeout)
-            except TimeoutError:
-                return False
-        return True
+        if not pending:
+            return True
+        # Not wait_for(gather()): timed out, that leaves a cancelled gathering future whose exception
+        # nobody retrieves and whose traceback holds it (and every waiter) for the cycle collector.
+        # A waiter still pending stays with the request id (a late ack still counts; its stream's end
+        # drops it).
+        done, late = await asyncio.wait(pending, timeout=self.ack_timeout, return_when=asyncio.FIRST_EXCEPTION)
+        for waiter in done:
+            waiter.result()  # the client failed to store a blob (or the wait ended with the stream)
+        return not late
 
     def start_step(self, run: ActiveRun, still_running: Callable[[], bool], pending: PendingRound | None = None) -> None:
         """Checkpoint a committed step (or a tool round starting) while the run goes on (cancelled

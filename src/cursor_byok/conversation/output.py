@@ -16,10 +16,25 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 Push = Callable[[bytes, bool], bool]
 """(data, more_body) → True once the data is on its way to the client in order; False when it is
 not (nothing was sent; the reader's own task will send it). Never raises."""
+
+
+class Rebuilt(Protocol):
+    """A retained frame kept as what encodes it again, byte for byte, for a replay: something the
+    server holds anyway (a history message for its checkpoint blob), instead of a second copy of its
+    bytes for as long as the stream is retained. `len()` is its encoded size."""
+
+    def __len__(self) -> int: ...
+
+    def encode(self) -> bytes: ...
+
+
+def _bytes(frame: bytes | Rebuilt) -> bytes:
+    return frame if type(frame) is bytes else frame.encode()  # type: ignore[union-attr]
 
 
 class ReplayUnavailable(Exception):
@@ -54,7 +69,8 @@ class OutputStream:
     cursor_run_id: str = ""
     applied_seqno: int = 0
     settled_seqno: int = 0
-    frames: list[bytes] = field(default_factory=list)
+    frames: list[bytes | Rebuilt] = field(default_factory=list)
+    rebuilt: int = 0  # frames retained as `Rebuilt` so far (0: every frame is bytes)
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
     closed: bool = False
@@ -86,7 +102,7 @@ class OutputStream:
                 w.complete = True
             w.wake.set_result(None)
 
-    def _retain(self, frame: bytes) -> None:
+    def _retain(self, frame: bytes | Rebuilt) -> None:
         self.frames.append(frame)
         self.retained_bytes += len(frame)
         if self.retained_bytes > self.max_retained_bytes:
@@ -104,10 +120,15 @@ class OutputStream:
         self.retained_bytes = size
         self.base += drop
 
-    def write(self, frame: bytes) -> None:
+    def write(self, frame: bytes, retain: Rebuilt | None = None) -> None:
+        """Send `frame`; retained for replay as itself, or as `retain` (which encodes it again)."""
         if self.closed:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} is closed")
-        self._retain(frame)
+        if retain is None:
+            self._retain(frame)
+        else:
+            self._retain(retain)
+            self.rebuilt += 1
         self._deliver(frame)
 
     def close(self, terminal_frame: bytes) -> None:
@@ -125,7 +146,13 @@ class OutputStream:
         if position >= self.end:
             return ReadResult(b"", position, self.closed)
         start = position - self.base
-        chunk = self.frames[start] if len(self.frames) - start == 1 else b"".join(self.frames[start:])
+        frames = self.frames
+        if len(frames) - start == 1:
+            chunk = _bytes(frames[start])
+        elif self.rebuilt:
+            chunk = b"".join([_bytes(f) for f in frames[start:]])
+        else:
+            chunk = b"".join(frames[start:])  # type: ignore[arg-type]
         return ReadResult(chunk, self.end, self.closed)
 
     async def read(self, position: int, push: Push | None = None) -> ReadResult:

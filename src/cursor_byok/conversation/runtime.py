@@ -103,9 +103,13 @@ class ConversationRuntime:
         return self.phase is Phase.IDLE and not self.queued and self._queue.empty()
 
     def stop(self) -> None:
-        """Evict an idle runtime: its state lives in the database and is reloaded on next use."""
-        if self._task is not None:
-            self._task.cancel()
+        """Evict an idle runtime: its state lives in the database and is reloaded on next use. The
+        task is let go of: once cancelled it holds its frame (and so this runtime) through its
+        exception, and a runtime still holding its task would wait, history and all, for the
+        cycle collector instead of going at once."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
 
     async def _loop(self) -> None:
         while True:
@@ -461,8 +465,10 @@ class ConversationRuntime:
         self.data.records.inputs_applied(output)
 
     def _stop_tasks(self, run: ActiveRun) -> None:
-        if run.task is not None and not run.task.done():
-            run.task.cancel()
+        # Let go of the task: once cancelled it holds its frames, and so the run, through its exception.
+        task, run.task = run.task, None
+        if task is not None and not task.done():
+            task.cancel()
         for task in list(run.side_tasks):
             task.cancel()
         self._cancel_timer()

@@ -9,12 +9,29 @@ stream has ended, so nothing here outlives the streams in use.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
 from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message, which
 from . import updates
 from .history import blob_id
 from .output import OutputStream
+
+
+@dataclass(frozen=True, slots=True)
+class _SetBlobFrame:
+    """A set_blob frame as its stream retains it: the blob is encoded again for a replay."""
+
+    kv_id: int
+    blob_id: bytes
+    data: Callable[[], bytes]
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    def encode(self) -> bytes:
+        return encode_server_message(updates.set_blob(self.kv_id, self.blob_id, self.data()))
 
 
 class BlobSync:
@@ -43,15 +60,19 @@ class BlobSync:
         """Blob ids the client holds for this request id (acked, or named by its checkpoint)."""
         return self._acked.setdefault(request_id, set())
 
-    def set_blob(self, output: OutputStream, request_id: str, bid: bytes, data: bytes) -> Awaitable[pb.KvClientMessage] | None:
+    def set_blob(
+        self, output: OutputStream, request_id: str, bid: bytes, data: bytes, rebuild: Callable[[], bytes] | None = None
+    ) -> Awaitable[pb.KvClientMessage] | None:
         """Push one blob (`bid` is its id); the awaitable resolves on the client's ack (None: the
-        client holds it already)."""
+        client holds it already). `rebuild`: gives `data` again from what the server keeps anyway;
+        the stream then retains that for a replay rather than the blob's bytes."""
         acked = self._acked.setdefault(request_id, set())
         if bid in acked:
             return None
         kv_id, fut = self._request(request_id)
         fut.add_done_callback(lambda f: acked.add(bid) if not f.cancelled() and f.exception() is None else None)
-        output.write(encode_server_message(updates.set_blob(kv_id, bid, data)))
+        frame = encode_server_message(updates.set_blob(kv_id, bid, data))
+        output.write(frame, None if rebuild is None else _SetBlobFrame(kv_id, bid, rebuild, len(frame)))
         return fut
 
     async def get_blob(self, output: OutputStream, request_id: str, bid: bytes) -> bytes:

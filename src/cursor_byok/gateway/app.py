@@ -187,7 +187,7 @@ class Gateway:
             await asyncio.sleep(period)
             self.conversations.hub.sweep()
             self.transports.expire()
-            self.conversations.evict_idle(self.config.server.runtime_idle_seconds)
+            self.conversations.evict_idle(self.config.server.runtime_idle_seconds, self.config.server.idle_history_bytes)
             if not any(not stream.closed for stream in self.conversations.hub.streams()):
                 self._trimmer.maybe_trim()  # only while no run streams: the trim stalls the loop for ms
 

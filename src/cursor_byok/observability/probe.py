@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from ..config import ModelConfig
-from ..providers import Finish, Message, ModelRequest, Provider, ProviderCall, TextDelta, TextPart, ThinkingDelta, Usage
+from ..providers import CallError, Finish, Message, ModelRequest, Provider, ProviderCall, TextDelta, TextPart, ThinkingDelta, Usage
 
 DEFAULT_PROMPT = "Say hello in five words."
 
@@ -45,7 +45,7 @@ async def measure_model(provider: Provider, model: ModelConfig, call: ProviderCa
             elif isinstance(event, Finish):
                 call.stop_reason = event.stop_reason
     except BaseException as exc:
-        call.error = exc
+        call.error = CallError.of(exc)
         raise
     finally:
         call.ended_ns = time.monotonic_ns()

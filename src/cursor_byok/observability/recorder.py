@@ -6,7 +6,6 @@ written when the run's next call ends or the run does; so nothing is written whi
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ import msgspec
 from ..config import Config, ModelConfig
 from ..conversation import ObservedRun, ObservedTool
 from ..protocol import new_trace_id
-from ..providers import ProviderCall, ProviderError
+from ..providers import ProviderCall
 from ..store import CallRecord, UsageRecord
 from .logs import RUN_IDS
 from .metrics import TOKEN_KINDS, Metrics
@@ -180,21 +179,15 @@ def call_fields(run: ObservedRun, call: ProviderCall, seq: int) -> dict[str, Any
         "first_event_ms": after(call.first_event_ns),
         "ttft_ms": after(call.first_token_ns),
         "finish_reason": call.stop_reason,
-        "http_status": call.status if call.status is not None else getattr(error, "status", None),
-        "provider_request_id": call.provider_request_id or getattr(error, "request_id", None),
-        "error_kind": None,
-        "error_message": None,
+        "http_status": call.status if call.status is not None else error.status if error is not None else None,
+        "provider_request_id": call.provider_request_id or (error.request_id if error is not None else None),
+        "error_kind": error.kind if error is not None else None,
+        "error_message": error.message if error is not None else None,
         "request_body": call.request_body,
         "response_body": bytes(call.response_body) if call.response_body is not None else None,
     }
     for name in _TOKEN_FIELDS:
         record[name] = (getattr(usage, name) or 0) if usage is not None else 0
-    if isinstance(error, ProviderError):
-        record["error_kind"], record["error_message"] = error.kind.value, error.message
-    elif isinstance(error, asyncio.CancelledError):
-        record["error_kind"], record["error_message"] = "canceled", "the run was cancelled during the call"
-    elif error is not None:
-        record["error_kind"], record["error_message"] = "internal", type(error).__name__
     return record
 
 

@@ -27,6 +27,7 @@ from .factory import FailoverProvider, Provider, make_provider
 from .pool import ProviderPool
 from .transport import RetryPolicy
 from .types import (
+    CallError,
     Finish,
     ImagePart,
     Message,
@@ -54,6 +55,7 @@ from .types import (
 __all__ = [
     "AuthError",
     "BadRequestError",
+    "CallError",
     "ContextLengthError",
     "ErrorContext",
     "ErrorKind",

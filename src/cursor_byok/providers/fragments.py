@@ -3,11 +3,12 @@
 A conversation's next request carries the same system prompt and tool list (the prompt compiler
 hands out the same objects for a mode and model) and the same history messages plus a few new
 ones. Each is encoded once, when first sent; later requests splice the stored bytes
-(`msgspec.Raw`) and encode only what is new.
+(`msgspec.Raw`) and encode only what is new, within a byte budget: the most recently sent stay.
 """
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,14 +21,31 @@ _FIXED_ENTRIES = 32  # (mode, model, MCP set) combinations in use at once, with 
 encode = msgspec.json.encode
 
 
+MESSAGE_BYTES = 4 * 1024 * 1024
+"""What the stored messages may hold in all, per adapter: a few full 200k-token contexts. Beyond the
+conversations in use the bytes would only wait, for as long as every history in memory, for a next
+turn that comes minutes later if at all; encoding a message again then costs ~10 µs per 12 KiB."""
+
+
+class _Ref(weakref.ref):  # type: ignore[type-arg]
+    __slots__ = ("key",)
+
+
 class Fragments:
     """Per adapter: the wire encoding depends on the provider family."""
 
-    __slots__ = ("_fixed", "_messages")
+    __slots__ = ("_fixed", "_messages", "_bytes", "budget")
 
-    def __init__(self) -> None:
-        self._messages: dict[int, bytes] = {}  # id(message) → its items, comma-joined
+    def __init__(self, budget: int = MESSAGE_BYTES) -> None:
+        # id(message) → (a weak reference to it, its items comma-joined); least recently sent first
+        self._messages: OrderedDict[int, tuple[_Ref, bytes]] = OrderedDict()
+        self._bytes = 0
+        self.budget = budget
         self._fixed: dict[int, tuple[object, bytes]] = {}  # id(value) → (value, its JSON)
+
+    @property
+    def stored_bytes(self) -> int:
+        return self._bytes
 
     def fixed(self, value: object, build: Callable[[], Any]) -> bytes:
         """`build()` encoded, for as long as the very same `value` (a system prompt, a tool list)
@@ -44,15 +62,40 @@ class Fragments:
         self, messages: Sequence[Message], items: Callable[[Message], list[dict[str, Any]]], lead: bytes = b""
     ) -> msgspec.Raw:
         """The JSON array of the encoded item `lead` (if any) followed by every message's wire items.
-        A message's bytes live as long as the message does (history messages are immutable)."""
+        A message's bytes stay while the message lives (history messages are immutable) and they are
+        among the most recently sent within the budget."""
         parts = [lead] if lead else []
         cache = self._messages
         for message in messages:
             key = id(message)
-            data = cache.get(key)
-            if data is None:
-                data = cache[key] = b",".join(encode(item) for item in items(message))
-                weakref.finalize(message, cache.pop, key, None)
+            entry = cache.get(key)
+            if entry is not None and entry[0]() is message:
+                cache.move_to_end(key)
+                data = entry[1]
+            else:
+                data = self._store(key, message, b",".join(encode(item) for item in items(message)))
             if data:
                 parts.append(data)
         return msgspec.Raw(b"[" + b",".join(parts) + b"]")
+
+    def _store(self, key: int, message: Message, data: bytes) -> bytes:
+        self._drop(key)
+        data = bytes(memoryview(data))  # exact: msgspec's output keeps its buffer's spare room (up to half its size again)
+        ref = _Ref(message, self._gone)
+        ref.key = key
+        self._messages[key] = (ref, data)
+        self._bytes += len(data)
+        while self._bytes > self.budget:
+            self._drop(next(iter(self._messages)))
+        return data
+
+    def _drop(self, key: int) -> None:
+        entry = self._messages.pop(key, None)
+        if entry is not None:
+            self._bytes -= len(entry[1])
+
+    def _gone(self, ref: _Ref) -> None:
+        """A stored message was freed: its bytes go too (unless its id is stored anew already)."""
+        entry = self._messages.get(ref.key)
+        if entry is not None and entry[0] is ref:
+            self._drop(ref.key)

@@ -366,7 +366,7 @@ class _IdleWatch:
         self._loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None, "provider streams are consumed inside a task"
-        self._task = task
+        self._task: asyncio.Task[Any] | None = task  # until closed
         self._base = task.cancelling()
         self._idle = idle
         self.window = first_wait
@@ -397,14 +397,16 @@ class _IdleWatch:
             self._arm(self.deadline)
         else:
             self._fired = True
-            self._task.cancel()
+            if self._task is not None:
+                self._task.cancel()
 
     def timed_out(self) -> bool:
         """After a CancelledError: True if it was ours alone (no outside cancellation pending)."""
         if not self._fired:
             return False
         self._fired = False
-        return self._task.uncancel() <= self._base
+        return self._task is not None and self._task.uncancel() <= self._base
 
     def close(self) -> None:
         self._handle.cancel()
+        self._task = None  # a cancelled task's exception holds the frame that holds this watch

@@ -7,9 +7,12 @@ format. Parts are tagged (`{"type": "text", ...}`) so a list of them round-trips
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal, Union
 
 import msgspec
+
+from .errors import ProviderError
 
 
 class TextPart(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
@@ -140,6 +143,24 @@ StreamEvent = Union[
 ]
 
 
+class CallError(msgspec.Struct, frozen=True):
+    """How a provider call failed, as its record tells it. Not the exception itself: its traceback's
+    frames hold the call, and the run around it, until the cycle collector next runs."""
+
+    kind: str  # an ErrorKind value, "canceled" or "internal"
+    message: str
+    status: int | None = None
+    request_id: str | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException) -> CallError:
+        if isinstance(exc, ProviderError):
+            return cls(exc.kind.value, exc.message, exc.status, exc.request_id)
+        if isinstance(exc, asyncio.CancelledError):
+            return cls("canceled", "the run was cancelled during the call")
+        return cls("internal", type(exc).__name__, getattr(exc, "status", None), getattr(exc, "request_id", None))
+
+
 class ProviderCall:
     """What one provider call did, filled in as it happens: by the adapter (attempts, the HTTP status,
     when the response head came, the provider's id for the request, and in detailed mode the bodies,
@@ -168,7 +189,7 @@ class ProviderCall:
         self.ended_ns = 0
         self.usage: Usage | None = None
         self.stop_reason: str | None = None
-        self.error: BaseException | None = None
+        self.error: CallError | None = None
         self.request_body: bytes | None = None
         self.response_body: bytearray | None = None
 

@@ -16,6 +16,7 @@ import msgspec
 from ..config import ModelConfig
 from ..prompting import CompactionPrompt, compaction_prompt
 from ..providers import (
+    CallError,
     ContextLengthError,
     Finish,
     Message,
@@ -422,7 +423,7 @@ class RunEngine:
             at_once = isinstance(ready, asyncio.Future) and not ready.done()  # it waits for its input's commit first
             interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then, at_once)
         except BaseException as exc:
-            call.error = exc
+            call.error = CallError.of(exc)
             raise
         finally:
             call.ended_ns = time.monotonic_ns()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ... import hotpath
-from ...run import Message, TextPart, ToolCallPart
+from ...run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
 log = logging.getLogger("cursor_byok.history")
 
@@ -84,6 +84,7 @@ class ConversationHistory:
         self._chain: list[bytes] = []  # prefix chain of the last projection
         self._messages: list[Message] = []  # the last projection (its messages are immutable)
         self._unchecked: list[Message] | None = None  # a projection whose check waits for the loop's next pass
+        self.text_bytes = 0  # what its messages' text holds: most of what a history keeps in memory
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
@@ -125,6 +126,7 @@ class ConversationHistory:
     def _add(self, entry: HistoryEntry) -> None:
         self._positions[entry.event_id] = len(self.entries)
         self.entries.append(entry)
+        self.text_bytes += text_bytes(entry.message)
         if entry.kind is EntryKind.REQUEST_CONTEXT:
             self._latest_context = entry
         elif entry.kind is EntryKind.COMPACTION:
@@ -196,6 +198,21 @@ class ConversationHistory:
             if self.strict_prefix:
                 raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
         self._chain, self._messages = chain, messages
+
+
+def text_bytes(message: Message) -> int:
+    """The length of the text a message holds, images included (as their base64)."""
+    size = 0
+    for part in message.parts:
+        if isinstance(part, (TextPart, ThinkingPart)):
+            size += len(part.text)
+        elif isinstance(part, ToolCallPart):
+            size += len(part.arguments)
+        elif isinstance(part, ToolResultPart):
+            size += len(part.content) + sum(len(image.data_base64) for image in part.images)
+        elif isinstance(part, ImagePart):
+            size += len(part.data_base64)
+    return size
 
 
 def _text_of(message: Message) -> str:
