@@ -95,6 +95,15 @@ class ActiveRun:
     def send(self, *messages: pb.AgentServerMessage) -> None:
         write_to(self.output, *messages)
 
+    def cancel_tasks(self) -> None:
+        """Cancel the run's tasks, letting go of its own: a cancelled task holds its frames, and so
+        this run, through its exception."""
+        task, self.task = self.task, None
+        if task is not None and not task.done():
+            task.cancel()
+        for side in list(self.side_tasks):
+            side.cancel()
+
 
 def write_to(output: OutputStream, *messages: pb.AgentServerMessage) -> None:
     """Write server messages to a stream (nothing once it has its terminal)."""

@@ -103,10 +103,8 @@ class ConversationRuntime:
         return self.phase is Phase.IDLE and not self.queued and self._queue.empty()
 
     def stop(self) -> None:
-        """Evict an idle runtime: its state lives in the database and is reloaded on next use. The
-        task is let go of: once cancelled it holds its frame (and so this runtime) through its
-        exception, and a runtime still holding its task would wait, history and all, for the
-        cycle collector instead of going at once."""
+        """Evict an idle runtime (its state is reloaded from the database on next use). A cancelled
+        task holds its frame, so this runtime, through its exception: let go of it."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -448,7 +446,8 @@ class ConversationRuntime:
     def _end_run(self, outcome: Outcome, terminal: bytes, error: ConnectError | None = None) -> None:
         run = self.run
         assert run is not None
-        self._stop_tasks(run)
+        run.cancel_tasks()
+        self._cancel_timer()
         self.data.tool_rounds.abort_pending(run, CANCELED_TOOL_TEXT)
         self._transition(Phase.FINALIZING)
         self._finish_run(run, outcome, error)
@@ -463,15 +462,6 @@ class ConversationRuntime:
             output.close(terminal)
         self.data.blobs.forget(output.request_id)
         self.data.records.inputs_applied(output)
-
-    def _stop_tasks(self, run: ActiveRun) -> None:
-        # Let go of the task: once cancelled it holds its frames, and so the run, through its exception.
-        task, run.task = run.task, None
-        if task is not None and not task.done():
-            task.cancel()
-        for task in list(run.side_tasks):
-            task.cancel()
-        self._cancel_timer()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

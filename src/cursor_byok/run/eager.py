@@ -61,7 +61,10 @@ class _Continuation(Coroutine[Any, Any, Any]):
     def throw(self, *exc: Any) -> Any:  # type: ignore[override]
         self._handed = True
         self._waiting_on = None
-        return self._coro.throw(*exc)
+        try:
+            return self._coro.throw(*exc)
+        finally:
+            del exc  # an error going on out of here holds this frame: holding it too would be a cycle
 
     def close(self) -> None:
         self._coro.close()
