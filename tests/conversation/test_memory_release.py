@@ -129,3 +129,16 @@ async def test_idle_conversations_keep_their_histories_in_memory_within_a_budget
     assert (await ide.turn(run_request("go on", model=MODEL, conversation_id=conversations[0]))).text == "again"
     sent = [m["content"] for m in provider.requests[-1].json()["messages"] if m["role"] in ("user", "assistant")]
     assert turn_text.strip() in sent[0] and sent[1] == "answer 0" and "go on" in sent[2]
+
+
+async def test_the_conversation_in_use_keeps_its_history_however_long(rig: Rig, provider: FakeProviderServer) -> None:
+    """A conversation longer than the whole budget stays in memory while it is the most recently
+    active: otherwise every turn of the user's one long conversation would read its whole history
+    from the database again."""
+    long_text = "lorem ipsum " * 4_000  # 48 KB
+    conv = uuid.uuid4().hex
+    ide = rig.ide()
+    provider.enqueue(OPENAI_CHAT.text(["noted"]))
+    assert (await ide.turn(run_request(long_text, model=MODEL, conversation_id=conv))).text == "noted"
+    assert rig.service.evict_idle(600.0, history_bytes=1_000) == 0
+    assert rig.runtime(conv) is not None

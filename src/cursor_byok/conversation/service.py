@@ -144,17 +144,19 @@ class ConversationService:
 
     def evict_idle(self, idle_seconds: float, history_bytes: int | None = None, now: float | None = None) -> int:
         """Drop runtimes idle for longer than `idle_seconds`, and the least recently active idle ones
-        whose histories together hold more than `history_bytes` of text; the database keeps their
-        state, and a conversation's next turn reads it again. Only possible with a store (a
-        memory-only runtime would lose its history)."""
+        whose histories together hold more than `history_bytes` of text (never the most recently
+        active one: the conversation the user is in would otherwise read its whole history again
+        at each turn once it outgrew the budget); the database keeps their state, and a
+        conversation's next turn reads it again. Only possible with a store (a memory-only runtime
+        would lose its history)."""
         if self.services.store is None:
             return 0
         now = time.monotonic() if now is None else now
         idle = sorted((rt for rt in self.registry.runtimes() if rt.idle), key=lambda rt: rt.last_active, reverse=True)
         stale, kept = [], 0
-        for rt in idle:
+        for newest, rt in enumerate(idle):
             kept += rt.data.history.text_bytes
-            if now - rt.last_active > idle_seconds or (history_bytes is not None and kept > history_bytes):
+            if now - rt.last_active > idle_seconds or (history_bytes is not None and kept > history_bytes and newest):
                 stale.append(rt)
         for rt in stale:
             rt.stop()
