@@ -147,17 +147,16 @@ class Upstream:
             content = body
             headers = forward_headers(scope["headers"], len(body))
         request = self.client.build_request(scope["method"], url, headers=headers, content=content)
-        try:
-            response = await self.client.send(request, stream=True)
-        except Exception as exc:
+        response = await _sent(self.client, request)
+        if isinstance(response, Exception):
             if isinstance(content, _StreamedBody) and content.stalled:
                 message = f"request body stalled for {self.body_idle_seconds:g}s (server.body_read_timeout_seconds)"
                 await _plain_error(send, 408, "deadline_exceeded", message, close=True)
                 return
-            if not isinstance(exc, httpx.HTTPError):
-                raise
-            log.warning("upstream request failed", extra={"url": str(url), "error": type(exc).__name__})
-            await _plain_error(send, 502, "unavailable", f"upstream unreachable: {type(exc).__name__}")
+            if not isinstance(response, httpx.HTTPError):
+                raise response
+            log.warning("upstream request failed", extra={"url": str(url), "error": type(response).__name__})
+            await _plain_error(send, 502, "unavailable", f"upstream unreachable: {type(response).__name__}")
             return
         try:
             resp_headers = [
@@ -258,20 +257,40 @@ class _StreamedBody:
         self.stalled = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        while True:
-            try:
-                async with asyncio.timeout(self._idle_seconds):
-                    message = await self._receive()
-            except TimeoutError:
-                self.stalled = True
-                raise _BodyStalled from None
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            if chunk:
-                yield chunk
-            if not message.get("more_body", False):
-                return
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self._idle_seconds):
+                        message = await self._receive()
+                except TimeoutError:
+                    self.stalled = True
+                    raise _BodyStalled from None
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                if chunk:
+                    yield chunk
+                if not message.get("more_body", False):
+                    return
+        finally:
+            self._receive = _ended  # see `_sent`: the server's request must not outlive the upload
+
+
+async def _ended() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+async def _sent(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response | Exception:
+    """The upstream's response, or the error that stopped the exchange. A failed upload leaves the
+    HTTP client's request, writer task and error in reference cycles that only a full collection
+    frees; the error's traceback, raised through the caller, would hold the caller's frame with
+    the server's receive and send, and the server does not close the client's connection (even
+    after a `connection: close` answer) while its request is still referenced. Caught here, the
+    traceback ends at this frame, which holds neither."""
+    try:
+        return await client.send(request, stream=True)
+    except Exception as exc:  # noqa: BLE001 - the caller tells which it answers and which it raises
+        return exc
 
 
 async def _plain_error(send: Send, status: int, code: str, message: str, *, close: bool = False) -> None:
