@@ -70,15 +70,7 @@ class ProviderResponse:
             raise HttpError(str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        response = self._response
-        await response.aclose()
-        # The client's response and its body stream refer to each other, and the response holds its
-        # request with the whole body sent (a conversation's history): let go of that now rather
-        # than when the cycle collector next runs.
-        response.stream = _CLOSED
-
-
-_CLOSED = httpx.ByteStream(b"")
+        await self._response.aclose()
 
 
 class _Route:
