@@ -115,6 +115,7 @@ async def relay(stream: OutputStream, send: Send) -> None:
                 return
     finally:
         stream.readers -= 1
+        stream.touch()
         direct.abandon()
 
 
