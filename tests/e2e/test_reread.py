@@ -61,3 +61,28 @@ async def test_a_stream_read_again_while_its_ide_is_still_on_it_is_replayed_whol
     assert late.terminals == 1 and late.terminal is not None and late.terminal.code == "not_found", late.terminal
     assert rid in late.terminal.message and not late.messages
 
+
+async def test_a_stream_read_again_after_its_transport_expired_is_replayed(
+    tmp_path: Path, provider: FakeProviderServer, workspace: Path
+) -> None:
+    """A request id's transport (its append ordering) expires on its own clock; a finished stream
+    still retained is replayed to a RunSSE that comes after that, not kept waiting for a first
+    append that will never come."""
+    config = one_model_config(
+        tmp_path / "data", provider.url, MODEL, runsse_wait_seconds=5.0, output_retention_seconds=60.0,
+        extra_server={"transport_idle_seconds": 0.5, "blob_ack_timeout_seconds": 1.0},
+    )
+    provider.enqueue(OPENAI_CHAT.text(["the ", "answer"]))
+    with ServerProcess(config) as server:
+        period = sweep_seconds(server.settings().server)
+        ide = ScriptedIDE(server.base_url, workspace)
+        try:
+            rid = uuid.uuid4().hex
+            first = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), request_id=rid)
+            await asyncio.sleep(0.5 + 3 * period)  # its transport expires
+            again = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
+        finally:
+            await ide.close()
+    assert first.terminals == 1 and first.terminal is None
+    assert again.terminals == 1 and again.terminal is None, again.terminal
+    assert bytes(again.raw) == bytes(first.raw)
