@@ -34,17 +34,23 @@ def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
     )
 
 
+async def finished_turn(ide: ScriptedIDE, provider: FakeProviderServer) -> tuple[str, StreamLog]:
+    """A turn whose stream the IDE read to its end: its request id and what the stream delivered."""
+    provider.enqueue(OPENAI_CHAT.text(["the ", "answer"]))
+    rid = uuid.uuid4().hex
+    first = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), request_id=rid)
+    assert first.terminals == 1 and first.terminal is None and first.text == "the answer"
+    return rid, first
+
+
 async def test_a_stream_read_again_while_its_ide_is_still_on_it_is_replayed_whole(
     config: ServerConfig, provider: FakeProviderServer, workspace: Path
 ) -> None:
-    provider.enqueue(OPENAI_CHAT.text(["the ", "answer"]))
     with ServerProcess(config) as server:
         period = sweep_seconds(server.settings().server)
         ide = ScriptedIDE(server.base_url, workspace)
         try:
-            rid = uuid.uuid4().hex
-            first = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), request_id=rid)
-            assert first.terminals == 1 and first.terminal is None and first.text == "the answer"
+            rid, first = await finished_turn(ide, provider)
             # The IDE is still on the request id (as it is while it works through what the stream
             # sent): an append every half retention time, for three retention times and sweeps.
             for _ in range(int(3 * (RETENTION + period) / (RETENTION / 2))):
@@ -72,17 +78,14 @@ async def test_a_stream_read_again_after_its_transport_expired_is_replayed(
         tmp_path / "data", provider.url, MODEL, runsse_wait_seconds=5.0, output_retention_seconds=60.0,
         extra_server={"transport_idle_seconds": 0.5, "blob_ack_timeout_seconds": 1.0},
     )
-    provider.enqueue(OPENAI_CHAT.text(["the ", "answer"]))
     with ServerProcess(config) as server:
         period = sweep_seconds(server.settings().server)
         ide = ScriptedIDE(server.base_url, workspace)
         try:
-            rid = uuid.uuid4().hex
-            first = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), request_id=rid)
+            rid, first = await finished_turn(ide, provider)
             await asyncio.sleep(0.5 + 3 * period)  # its transport expires
             again = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
         finally:
             await ide.close()
-    assert first.terminals == 1 and first.terminal is None
     assert again.terminals == 1 and again.terminal is None, again.terminal
     assert bytes(again.raw) == bytes(first.raw)
