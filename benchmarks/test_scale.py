@@ -173,6 +173,12 @@ def healthy(port: int) -> bool:
         return False
 
 
+def _has_retention() -> bool:
+    """The server under test has a [retention] table (a module, or a package since)."""
+    package = Path(SRC) / "cursor_byok"
+    return any("RetentionConfig" in p.read_text() for p in (package / "config.py", *(package / "config").glob("*.py")) if p.exists())
+
+
 def serve(data_dir: Path, provider_port: int, log: Path) -> tuple[subprocess.Popen[bytes], int, float]:
     port = free_port()
     config = ServerConfig(
@@ -184,7 +190,7 @@ def serve(data_dir: Path, provider_port: int, log: Path) -> tuple[subprocess.Pop
     # Retention off (where the server has it): a pass would start deleting the big database's
     # older runs a minute in.
     retention = "\n[retention]\nruns_days = 0\ntraces_days = 0\nusage_days = 0\n"
-    config_path.write_text(config.toml(port) + (retention if "RetentionConfig" in (Path(SRC) / "cursor_byok/config.py").read_text() else ""))
+    config_path.write_text(config.toml(port) + (retention if _has_retention() else ""))
     exe = Path(sys.executable).with_name("cursor-byok")
     started = time.monotonic()
     proc = subprocess.Popen([str(exe), "serve", "--config", str(config_path)], env=src_env(), cwd=ROOT,

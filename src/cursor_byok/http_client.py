@@ -122,7 +122,7 @@ class ProviderHttp:
 
     def _route(self, url: str) -> _Route:
         parsed = httpx.URL(url)
-        key = _env_proxy(parsed) if self._trust_env else ""
+        key = env_proxy(parsed) if self._trust_env else ""
         transport = self._transports.get(key)
         if transport is None:
             proxy = httpx.Proxy(key) if key else None  # its credentials come from the URL's userinfo
@@ -141,9 +141,10 @@ class ProviderHttp:
         await self.aclose()
 
 
-def _env_proxy(url: httpx.URL) -> str:
+def env_proxy(url: httpx.URL) -> str:
     """The proxy the environment names for the URL ("" for none), read as httpx's client reads it:
-    <SCHEME>_PROXY, else ALL_PROXY, unless NO_PROXY covers the host."""
+    <SCHEME>_PROXY, else ALL_PROXY, unless NO_PROXY covers the host. Every outbound connection
+    that honours the environment (provider calls, the passthrough, the Run relay) goes by this."""
     proxies = urllib.request.getproxies()
     found = proxies.get(url.scheme) or proxies.get("all") or ""
     if not found or urllib.request.proxy_bypass_environment(url.host, proxies):

@@ -162,3 +162,33 @@ async def test_a_cancelled_wait_for_a_new_generation_leaves_nothing_behind() -> 
     waiter.cancel()
     await settle()
     assert hub.waiting == 0
+
+
+def test_a_finished_stream_is_retained_from_when_its_ide_was_last_on_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Retention counts from the last sign of the IDE on the stream (its close, an append for its
+    request id, a reader leaving), not from the close alone; a forgotten stream is logged."""
+    hub = OutputHub(retention_seconds=10.0)
+    forgotten: list[str] = []
+    hub.on_forget = forgotten.append
+    stream = hub.open("r1")
+    stream.close(b"END")
+    closed = stream.used_at
+    stream.used_at = closed + 8  # an append for its request id came 8 s after the close
+    assert hub.sweep(now=closed + 15) == 0 and hub.get("r1") is stream
+    stream.readers = 1  # a reader is on it: never forgotten under it
+    assert hub.sweep(now=closed + 100) == 0
+    stream.readers = 0
+    with caplog.at_level("DEBUG", logger="cursor_byok.conversation.output"):
+        assert hub.sweep(now=closed + 18.5) == 1
+    assert hub.get("r1") is None and forgotten == ["r1"]
+    [record] = [r for r in caplog.records if r.getMessage() == "finished stream forgotten"]
+    assert record.request_id == "r1" and record.idle_seconds == 10.5  # type: ignore[attr-defined]
+
+
+def test_touch_restarts_a_finished_streams_retention() -> None:
+    hub = OutputHub(retention_seconds=1.0)
+    stream = hub.open("r1")
+    stream.close(b"END")
+    stream.used_at -= 5  # closed long ago
+    stream.touch()
+    assert hub.sweep() == 0 and hub.get("r1") is stream

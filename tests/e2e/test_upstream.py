@@ -272,9 +272,29 @@ async def test_a_run_for_a_hosted_model_is_relayed_upstream_as_one_bidi_stream(t
     assert stand_in.paths == [RUN] and stand_in.headers[0]["authorization"] == "Bearer user-token"
 
 
-async def test_a_run_relayed_upstream_goes_through_the_proxy_the_environment_names(tmp_path: Path) -> None:
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def proxy_env(**values: str) -> dict[str, str]:
+    """The proxy variables a server sees: these (in both spellings, as tools set them), no others."""
+    return {spelling: values.get(name, "") for name in PROXY_VARIABLES for spelling in (name, name.lower())}
+
+
+@pytest.mark.parametrize(
+    ("variables", "through_proxy"),
+    [
+        ({"HTTP_PROXY": "{proxy}"}, True),
+        ({"ALL_PROXY": "{proxy}"}, True),  # no <SCHEME>_PROXY: ALL_PROXY, as every other client reads it
+        ({"ALL_PROXY": "{proxy}", "NO_PROXY": "127.0.0.1"}, False),
+        ({"HTTP_PROXY": "{proxy}", "NO_PROXY": "127.0.0.1"}, False),
+    ],
+)
+async def test_a_run_relayed_upstream_goes_through_the_proxy_the_environment_names(
+    tmp_path: Path, variables: dict[str, str], through_proxy: bool
+) -> None:
     """On a network that only lets traffic out through a corporate proxy, the Run relay reaches
-    Cursor through it (a CONNECT tunnel), as every other passthrough does."""
+    Cursor through it (a CONNECT tunnel), read from the environment as every other outbound client
+    reads it: <SCHEME>_PROXY, else ALL_PROXY, unless NO_PROXY names the host."""
     from cursor_byok.h2_client import H2Client
     from tests.fakes import FakeCorporateProxy
 
@@ -286,7 +306,8 @@ async def test_a_run_relayed_upstream_goes_through_the_proxy_the_environment_nam
                 models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")],
                 upstream=stand_in.url,
             )
-            with ServerProcess(cfg, env={"HTTP_PROXY": corporate.url, "http_proxy": corporate.url, "NO_PROXY": "", "no_proxy": ""}) as server:
+            env = proxy_env(**{name: value.format(proxy=corporate.url) for name, value in variables.items()})
+            with ServerProcess(cfg, env=env) as server:
                 client = await H2Client.connect("127.0.0.1", server.port)
                 try:
                     head = [(":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{server.port}"), (":path", RUN)]
@@ -298,4 +319,16 @@ async def test_a_run_relayed_upstream_goes_through_the_proxy_the_environment_nam
                 finally:
                     await client.close()
     assert b"got run_request;" in received and received.endswith(envelope(b"{}", 2))
-    assert corporate.connects == [authority]
+    assert corporate.connects == ([authority] if through_proxy else [])
+    assert stand_in.paths == [RUN]
+
+
+def test_a_proxy_the_run_relay_cannot_use_is_refused_at_start(tmp_path: Path) -> None:
+    """The Run relay tunnels through an http:// proxy only: another scheme is refused with one line
+    at start, never silently bypassed."""
+    cfg = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")])
+    result = ServerProcess(cfg, env=proxy_env(ALL_PROXY="socks5://user:secret@127.0.0.1:1080")).run_to_exit("serve")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, (result.returncode, result.stderr)
+    assert "socks5://127.0.0.1:1080" in lines[0] and "http://" in lines[0] and "NO_PROXY" in lines[0], lines[0]
+    assert "secret" not in result.stderr + result.stdout

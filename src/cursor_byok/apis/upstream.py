@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import ssl
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import local_trust
+from ..http_client import env_proxy
 from ..interceptor import HttpError, UpstreamDialer
 
 if TYPE_CHECKING:
@@ -187,8 +187,13 @@ class Upstream:
         tls = ssl.create_default_context() if url.scheme == "https" else None
         if tls is not None:
             tls.set_alpn_protocols(["h2"])
-        # Through the proxy the environment names for this URL (as every other passthrough goes).
-        dialer = UpstreamDialer(_env_proxy(url), connect_seconds=10.0)
+        try:
+            # Through the proxy the environment names for this URL (as every other passthrough goes).
+            dialer = UpstreamDialer(relay_proxy(url), connect_seconds=10.0)
+        except UnusableProxy as exc:
+            log.warning("upstream stream refused", extra={"url": str(url), "error": str(exc)})
+            await _plain_error(send, 502, "unavailable", str(exc))
+            return
         try:
             reader, writer = await dialer.open(url.host, url.port or (443 if tls else 80), tls=tls, server_hostname=url.host)
             client = H2Client.over(reader, writer)
@@ -220,12 +225,25 @@ class Upstream:
             await client.close()
 
 
-def _env_proxy(url: httpx.URL) -> str | None:
-    """The http:// proxy the environment sets for this URL (HTTPS_PROXY / HTTP_PROXY, minus NO_PROXY)."""
-    if urllib.request.proxy_bypass_environment(url.host):
+class UnusableProxy(Exception):
+    """The environment names a proxy the Run relay cannot tunnel through (one line, credentials masked)."""
+
+
+def relay_proxy(url: httpx.URL) -> str | None:
+    """The proxy the Run relay dials `url` through: the one every outbound client takes from the
+    environment (`env_proxy`). The relay tunnels with HTTP CONNECT, so that must be an http://
+    proxy; another scheme raises UnusableProxy rather than the relay going direct."""
+    proxy = env_proxy(url)
+    if not proxy:
         return None
-    proxy = urllib.request.getproxies_environment().get(url.scheme)
-    return proxy if proxy and proxy.startswith("http://") else None
+    parts = urlsplit(proxy)
+    if parts.scheme != "http":
+        shown = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+        raise UnusableProxy(
+            f"the environment's proxy for {url.scheme}://{url.host} is {shown}, but Cursor's Run stream relay can "
+            f"only go through an http:// proxy: set HTTPS_PROXY (or ALL_PROXY) to an http:// proxy, or add {url.host} to NO_PROXY"
+        )
+    return proxy
 
 
 async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:

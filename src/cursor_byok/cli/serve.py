@@ -46,6 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
     cfg = startup.prepare(cfg, args.proxy)
+    refuse_unusable_relay_proxy(cfg)
 
     local_trust.auth_token(cfg)  # a missing auth_token_env variable: one line now, not a failed start later
     use_private_umask()  # before anything creates a file: the data dir, its lock, the database
@@ -57,6 +58,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             secure_data_dir(cfg.data_path)  # ours now: tighten what an earlier run left open
             return _serve(cfg, listener, config_path(getattr(args, "config", None)))
     except (DataDirError, PortUnavailable) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def refuse_unusable_relay_proxy(cfg: Config) -> None:
+    """A proxy in the environment that Cursor's Run stream relay cannot use: one line now, rather
+    than a relay that goes direct (or fails) on a network that only lets traffic out through it."""
+    import httpx
+
+    from ..apis import UnusableProxy, relay_proxy
+
+    try:
+        relay_proxy(httpx.URL(cfg.upstream.base_url))
+    except UnusableProxy as exc:
         raise CommandError(str(exc)) from None
 
 

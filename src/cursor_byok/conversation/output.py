@@ -13,10 +13,13 @@ When a push cannot deliver, the reader is woken and sends as before.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+log = logging.getLogger("cursor_byok.conversation.output")
 
 Push = Callable[[bytes, bool], bool]
 """(data, more_body) → True once the data is on its way to the client in order; False when it is
@@ -74,7 +77,10 @@ class OutputStream:
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
     closed: bool = False
-    closed_at: float | None = None
+    # When its IDE was last on it: a reader leaving, an append for its request id, its close. A
+    # finished stream is retained from then, not from its close: an IDE still busy with frames it
+    # was sent (acking them) may not have taken the terminal that went out with them.
+    used_at: float = field(default_factory=time.monotonic)
     readers: int = 0
     # A reader's task took the terminal and ended its response (a terminal the writer pushed to a
     # reader whose client then went away does not count: nobody read it).
@@ -137,8 +143,12 @@ class OutputStream:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} already has its terminal")
         self._retain(terminal_frame)
         self.closed = True
-        self.closed_at = time.monotonic()
+        self.touch()
         self._deliver(terminal_frame)
+
+    def touch(self) -> None:
+        """Its IDE is on it now: a finished stream's retention starts again."""
+        self.used_at = time.monotonic()
 
     def read_now(self, position: int) -> ReadResult:
         if position < self.base:
@@ -224,17 +234,23 @@ class OutputHub:
         return len(self._next_generation)
 
     def sweep(self, now: float | None = None) -> int:
-        """Forget finished streams past their retention time with no reader attached."""
+        """Forget finished streams with no reader attached whose IDE has not been on them for
+        their retention time."""
         now = time.monotonic() if now is None else now
         expired = [
-            rid
-            for rid, s in self._streams.items()
-            if s.closed and s.readers == 0 and s.closed_at is not None and now - s.closed_at > self.retention_seconds
+            s for s in self._streams.values() if s.closed and s.readers == 0 and now - s.used_at > self.retention_seconds
         ]
-        for rid in expired:
-            del self._streams[rid]
+        for s in expired:
+            del self._streams[s.request_id]
+            log.debug(
+                "finished stream forgotten",
+                extra={
+                    "request_id": s.request_id, "generation": s.generation, "idle_seconds": round(now - s.used_at, 3),
+                    "terminal_delivered": s.terminal_delivered,
+                },
+            )
             if self.on_forget is not None:
-                self.on_forget(rid)
+                self.on_forget(s.request_id)
         return len(expired)
 
     def __len__(self) -> int:

@@ -126,6 +126,8 @@ class ConversationService:
         if binding is None:
             raise ConnectError("failed_precondition", f"request id {request_id!r} has no run")
         output = self.hub.get(request_id)
+        if output is not None:
+            output.touch()  # the IDE is on it: a finished one stays for a read again
         kind = which(message, "message")
         if kind in ("conversation_action", "run_request"):
             unknown_fields(getattr(message, kind), NEWER_FIELDS_DEPTH)
@@ -138,6 +140,8 @@ class ConversationService:
     def heartbeat(self, request_id: str) -> None:
         binding = self.registry.binding(request_id)
         output = self.hub.get(request_id)
+        if output is not None:
+            output.touch()
         if binding is None or output is None or output.closed:
             return
         self.registry.ensure_runtime(binding.conversation_id).post(Heartbeat(output))

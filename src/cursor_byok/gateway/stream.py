@@ -46,10 +46,11 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
     gw.waiting_readers.add(me)  # a stop ends the wait (the reader is cancelled) with unavailable
     try:
         transport = gw.transports.get(request_id)
-        if transport is None:
+        # A stream still retained is a local run's, read again after its transport expired.
+        if transport is None and gw.conversations.hub.get(request_id) is None:
             async with gw.pending.slot(scope, wait, no_append):
                 transport = await gw.transports.wait_for(request_id, Waiter.RUN_SSE)
-        local = transport.route is Route.LOCAL
+        local = transport is None or transport.route is Route.LOCAL
         stream = await gw.conversations.hub.wait_for(request_id, wait) if local else None  # a valid transport's run
     except ConnectError as err:
         await only_terminal(send, err)
@@ -115,6 +116,7 @@ async def relay(stream: OutputStream, send: Send) -> None:
                 return
     finally:
         stream.readers -= 1
+        stream.touch()
         direct.abandon()
 
 

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from .ca import CA_COMMON_NAME, CAError, CAPaths, LeafCertificate, LocalCA, certificate_fingerprint
     from .dialer import UpstreamDialer
     from .http1 import HttpError
-    from .proxy import UPSTREAM_URL_HEADER, InterceptingProxy, ProxyLimits, ProxyStats, is_cursor_host
+    from .exchange import UPSTREAM_URL_HEADER
+    from .limits import ProxyLimits, ProxyStats
+    from .proxy import InterceptingProxy
+    from .targets import is_cursor_host
     from .thread import ProxyThread
     from .trust import (
         CAState,
@@ -35,7 +38,10 @@ __getattr__ = lazy_names(
         "ca": ("CA_COMMON_NAME", "CAError", "CAPaths", "LeafCertificate", "LocalCA", "certificate_fingerprint"),
         "dialer": ("UpstreamDialer",),
         "http1": ("HttpError",),
-        "proxy": ("UPSTREAM_URL_HEADER", "InterceptingProxy", "ProxyLimits", "ProxyStats", "is_cursor_host"),
+        "exchange": ("UPSTREAM_URL_HEADER",),
+        "limits": ("ProxyLimits", "ProxyStats"),
+        "proxy": ("InterceptingProxy",),
+        "targets": ("is_cursor_host",),
         "thread": ("ProxyThread",),
         "trust": (
             "CAState",
