@@ -26,8 +26,9 @@ encode = msgspec.json.encode
 
 MESSAGE_BYTES = 4 * 1024 * 1024
 """What the stored messages may hold in all, per adapter: a few full 200k-token contexts. Beyond the
-conversations in use the bytes would only wait, for as long as every history in memory, for a next
-turn that comes minutes later if at all; encoding a message again then costs ~10 µs per 12 KiB."""
+conversations in use the bytes only wait for a next turn that comes minutes later if at all (keyed
+ones outlive their history's runtime for that: its next turn reads the history again); encoding a
+message again then costs ~10 µs per 12 KiB."""
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
