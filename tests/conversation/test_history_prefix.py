@@ -4,12 +4,11 @@ order with the projections before and after it."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 
 import pytest
 
-from cursor_byok.conversation.history import ConversationHistory, EntryKind
+from cursor_byok.conversation.history import ConversationHistory, EntryKind, HistoryEntry
 from cursor_byok.conversation.history.log import PrefixViolation
 from cursor_byok.run import Message, TextPart
 
@@ -25,7 +24,8 @@ def rewritten(strict: bool) -> ConversationHistory:
     history = ConversationHistory("c1", strict_prefix=strict)
     history.append(EntryKind.USER, "user:1", user("first"), "r1")
     history.project()
-    history.entries[0] = dataclasses.replace(history.entries[0], message=user("first, edited"))
+    first = history.entries[0]
+    history.entries[0] = HistoryEntry(first.seq, first.event_id, first.kind, first.run_id, user("first, edited"))
     history.append(EntryKind.USER, "user:2", user("second"), "r2")
     return history
 

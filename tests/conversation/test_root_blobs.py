@@ -5,21 +5,37 @@ import hashlib
 import json
 import tracemalloc
 
-from cursor_byok.conversation.history import RootBlobs
+from cursor_byok.conversation.history import EntryKind, HistoryEntry, Projection, RootBlobs, encode_entry
 from cursor_byok.run import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
+KINDS = {"user": EntryKind.USER, "assistant": EntryKind.ASSISTANT, "tool": EntryKind.TOOL_RESULTS}
 
-def history(n: int) -> list[Message]:
+
+def projection(messages: list[Message], *, stored: bool = False) -> Projection:
+    """The messages as a history's projection: live entries, or entries read from the store."""
+    entries = []
+    for i, m in enumerate(messages):
+        kind = KINDS[m.role]
+        entries.append(HistoryEntry(i + 1, f"e{i}", kind, "r", payload=encode_entry(kind, m)) if stored else HistoryEntry(i + 1, f"e{i}", kind, "r", m))
+    return Projection("c", entries)
+
+
+def history(n: int, *, stored: bool = False) -> Projection:
     out: list[Message] = [Message("user", [TextPart("start")])]
     for i in range(n):
         out.append(Message("assistant", [ThinkingPart("hmm", None), ToolCallPart(f"c{i}", "Read", '{"path": "a.py"}')]))
         out.append(Message("tool", [ToolResultPart(f"c{i}", "Read", f"content {i}", False)]))
-    return out
+    return projection(out, stored=stored)
+
+
+def build_blobs(blobs: RootBlobs, system: str, messages: Projection, model: str) -> list[tuple[bytes, bytes]]:
+    return [(bid, blobs.blob(i).data()) for i, bid in enumerate(blobs.build(system, messages, model))]
 
 
 def test_blobs_match_a_fresh_build_and_ids_are_their_sha256() -> None:
     messages = history(3)
-    built = [(root.id, root.data()) for root in RootBlobs().build("system prompt", messages, "model-a")]
+    built = build_blobs(RootBlobs(), "system prompt", messages, "model-a")
+    assert built == build_blobs(RootBlobs(), "system prompt", history(3, stored=True), "model-a")  # read from the store: the same
     assert len(built) == 1 + len(messages)
     for bid, data in built:
         assert bid == hashlib.sha256(data).digest()
@@ -31,7 +47,7 @@ def test_an_appended_history_reuses_every_earlier_blob() -> None:
     blobs = RootBlobs()
     messages = history(2)
     first = blobs.build("sys", messages, "m")
-    grown = [*messages, Message("user", [TextPart("more")])]
+    grown = Projection("c", [*messages.entries, HistoryEntry(9, "more", EntryKind.USER, "r", Message("user", [TextPart("more")]))])
     second = blobs.build("sys", grown, "m")
     assert all(a is b for a, b in zip(first, second))  # the same blobs: not rebuilt
     assert second[: len(first)] == first and len(second) == len(first) + 1
@@ -43,15 +59,16 @@ def test_a_new_model_name_or_a_compacted_history_is_rebuilt() -> None:
     messages = history(1)
     blobs.build("sys", messages, "m1")
     assert blobs.build("sys", messages, "m2") == RootBlobs().build("sys", messages, "m2")  # reasoning names the model
-    compacted = [Message("user", [TextPart("summary")]), *messages[2:]]  # other objects at each position
+    compacted = Projection("c", [HistoryEntry(9, "summary", EntryKind.COMPACTION, "r", Message("user", [TextPart("summary")])), *messages.entries[2:]])  # other entries at each position
     assert blobs.build("sys", compacted, "m2") == RootBlobs().build("sys", compacted, "m2")
 
 
 def test_a_conversation_keeps_ids_not_a_second_copy_of_its_history() -> None:
     """Between checkpoints the blobs' bytes are not kept: the history holds the messages already,
     and a client that lacks a blob gets it encoded again."""
-    messages = [Message("user" if i % 2 == 0 else "assistant", [TextPart(f"{i} " + "word " * 4_000)]) for i in range(50)]
-    history_bytes = sum(len(m.parts[0].text) for m in messages)  # type: ignore[union-attr]
+    plain = [Message("user" if i % 2 == 0 else "assistant", [TextPart(f"{i} " + "word " * 4_000)]) for i in range(50)]
+    history_bytes = sum(len(m.parts[0].text) for m in plain)  # type: ignore[union-attr]
+    messages = projection(plain)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]

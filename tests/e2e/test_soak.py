@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
@@ -55,11 +56,22 @@ class Conversation:
         self.conv = uuid.uuid4().hex
         self.rng = random.Random(seed)
         self.tally = tally
+        # As Cursor: the last checkpoint the server sent goes back with the next run request (the
+        # blobs it names are held, so the server does not push the whole history again each turn).
+        self.state: pb.ConversationStateStructure | None = None
+
+    def keep_checkpoint(self, log: StreamLog) -> StreamLog:
+        for m in log.messages:
+            if m.WhichOneof("message") == "conversation_checkpoint_update":
+                self.state = m.conversation_checkpoint_update
+        return log
 
     async def turn(self, n: int) -> None:
         kind = self.rng.choice(KINDS)
         self.tally.kinds[kind] += 1
         message = turn_message(self.conv, n, "tools" if kind == "tools" or self.rng.random() < 0.5 else "text")
+        if self.state is not None:
+            message.run_request.conversation_state.CopyFrom(self.state)
         rid = uuid.uuid4().hex
         what = f"{self.conv} turn {n} {kind}"
         log = StreamLog()
@@ -72,6 +84,7 @@ class Conversation:
             await self.until(lambda: bool(log.messages) or reader.done())
             stop.set()
             await asyncio.wait_for(reader, TURN_TIMEOUT)
+            self.keep_checkpoint(log)
             if not log.finished:
                 log = await asyncio.wait_for(self.ide.stream(rid, StreamLog()), TURN_TIMEOUT)
         elif kind == "cancel":
@@ -80,9 +93,10 @@ class Conversation:
             await asyncio.wait_for(reader, TURN_TIMEOUT)
         else:
             await asyncio.wait_for(reader, TURN_TIMEOUT)
+        self.keep_checkpoint(log)
         while log.broken and not log.finished:  # the connection dropped under the stream: read it again
             self.tally.reread += 1
-            log = await asyncio.wait_for(self.ide.stream(rid, StreamLog()), TURN_TIMEOUT)
+            log = self.keep_checkpoint(await asyncio.wait_for(self.ide.stream(rid, StreamLog()), TURN_TIMEOUT))
         self.tally.ended(log, what)
         if log.terminal is not None and log.terminal.code == "canceled" and kind == "cancel":
             self.tally.cancelled += 1

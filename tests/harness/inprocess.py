@@ -18,7 +18,7 @@ from cursor_byok.conversation import ConversationRuntime, ConversationService, O
 from cursor_byok.conversation.history import EntryKind, decode_entry
 from cursor_byok.protocol import ConnectError, agent_pb2 as pb
 from cursor_byok.http_client import ProviderHttp, streaming_client
-from cursor_byok.run import RunEngine, make_provider
+from cursor_byok.run import Provider, RunEngine, make_provider
 from cursor_byok.store import Store
 from tests.fakes import FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog
@@ -109,9 +109,17 @@ class Rig:
         self.store = await Store.open(self.path, **self.store_options)  # type: ignore[arg-type]
         self.http = streaming_client()
         http = self.http
+        adapters: dict[str, Provider] = {}
+
+        def make_engine(model: cfg.ModelConfig) -> RunEngine:
+            # One adapter per model for every run, as the server's provider pool keeps them.
+            if model.id not in adapters:
+                adapters[model.id] = make_provider(model, "sk-test", http)
+            return RunEngine(adapters[model.id])
+
         services = RuntimeServices(
             config=cfg.Config(models=[self.model]),
-            make_engine=lambda m: RunEngine(make_provider(m, "sk-test", http)),
+            make_engine=make_engine,
             store=self.store,
             **self.options,  # type: ignore[arg-type]
         )

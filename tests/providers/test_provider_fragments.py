@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+import msgspec
 import pytest
 
 from cursor_byok.config import ModelConfig, ProviderKind
@@ -13,6 +14,7 @@ from cursor_byok.http_client import streaming_client
 from cursor_byok.providers.fragments import MESSAGE_BYTES
 from cursor_byok.providers import (
     ImagePart,
+    KeyedMessages,
     Message,
     ModelRequest,
     TextPart,
@@ -81,3 +83,37 @@ def test_the_stored_messages_stay_within_their_byte_budget() -> None:
     for history in (histories[0], histories[-1]):  # let go of long ago / just sent
         request = ModelRequest(model="x", system="s", messages=history)
         assert provider.encode_request(request) == make_provider(model, "", OFFLINE).encode_request(request)
+
+
+class Reread(KeyedMessages):
+    """A history read again (new message objects each read), keyed by position; counts its reads."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.encoded = [msgspec.json.encode(m) for m in messages]
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        self.reads += 1
+        return msgspec.json.decode(self.encoded[index], type=Message)
+
+    def key(self, index: int) -> tuple[str, int]:
+        return ("conversation", index)
+
+
+@pytest.mark.parametrize("kind", list(ProviderKind))
+def test_keyed_messages_are_read_only_when_their_bytes_are_not_kept(kind: ProviderKind) -> None:
+    """A conversation whose runtime was let go reads its history again as new objects: keyed, the
+    adapter splices the bytes it kept and reads (decodes) only the messages it has not seen."""
+    model = ModelConfig(id="m", provider=kind, model="x", base_url="http://127.0.0.1:9/v1")
+    adapter = make_provider(model, "", OFFLINE)
+    plain = turn(0) + turn(1)
+    first = Reread(plain[:3])
+    adapter.encode_request(ModelRequest(model="x", system="s", messages=first))
+    assert first.reads == 3
+    again = Reread(plain)
+    body = adapter.encode_request(ModelRequest(model="x", system="s", messages=again))
+    assert again.reads == 3  # only the three new ones
+    assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain))

@@ -22,7 +22,7 @@ from .history import (
     Blob,
     ConversationHistory,
     EntryKind,
-    RootBlob,
+    Projection,
     RootBlobs,
     blob_id,
     message_from_json,
@@ -64,9 +64,9 @@ class Checkpoints:
 
     def root_ids(self, run: ActiveRun) -> tuple[bytes, ...]:
         """The root message ids of the history as it is now (before a compaction changes it)."""
-        return tuple(root.id for root in self._roots(run, self.history.project()))
+        return tuple(self._roots(run, self.history.project()))
 
-    def _roots(self, run: ActiveRun, messages: list[Message]) -> list[RootBlob]:
+    def _roots(self, run: ActiveRun, messages: Projection) -> list[bytes]:
         model_name = run.model.id if run.model else ""
         return self.root_blobs.build(run.spec.system if run.spec else None, messages, model_name)
 
@@ -83,7 +83,7 @@ class Checkpoints:
             messages = messages[:-1]  # the round in flight goes in pending_tool_calls, not the roots
             state.pending_tool_calls.append(pending_json(pending.message, run.model.id if run.model else "", pending.started_ms))
         roots = self._roots(run, messages)
-        state.root_prompt_messages_json.extend(root.id for root in roots)
+        state.root_prompt_messages_json.extend(roots)
         blobs = self._compactions(run, state)
         last_turn = await self._last_turn(run, base_turns) if run.turns.continues() else None
         turn_ids, turn_blobs = run.turns.build(base_turns, last_turn)
@@ -137,12 +137,13 @@ class Checkpoints:
         run.known_blobs[bid] = data
         return data
 
-    async def _push(self, run: ActiveRun, blobs: list[Blob], roots: list[RootBlob]) -> bool:
+    async def _push(self, run: ActiveRun, blobs: list[Blob], roots: list[bytes]) -> bool:
         """Push every blob the client may lack (root blobs encoded again only then); True when all
         were acked within the timeout."""
         held = self.blobs.held(run.request_id)
-        # A root blob is encoded from the history's own message: a replay of the stream encodes it again.
-        pushes = [(root.id, root.data(), root.data) for root in roots if root.id not in held] + [(bid, data, None) for bid, data in blobs]
+        # A root blob is encoded from the history's own entry: a replay of the stream encodes it again.
+        lacking = [self.root_blobs.blob(i) for i, bid in enumerate(roots) if bid not in held]
+        pushes = [(root.id, root.data(), root.data) for root in lacking] + [(bid, data, None) for bid, data in blobs]
         waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data, again) for bid, data, again in pushes if bid not in held]
         pending = [w for w in waiters if w is not None]
         if not pending:

@@ -15,7 +15,7 @@ from .active_run import ActiveRun
 from .checkpoints import Compaction
 from .commands import Command, InjectionsTaken, StartRun, ToolBatch
 from .data import ConversationData
-from .history import EntryKind
+from .history import EntryKind, Projection
 
 
 class RunOwner(Protocol):
@@ -55,7 +55,7 @@ class RunPorts:
         return await fut
 
     # -- HistoryPort ------------------------------------------------------------------------------------
-    def messages(self) -> list[Message]:
+    def messages(self) -> Projection:
         return self.owner.data.history.project()
 
     def stored(self) -> asyncio.Future[Any] | None:

@@ -13,7 +13,7 @@ from typing import Any
 from ..protocol import ConnectError, agent_pb2 as pb, enum_name
 from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreError
 from .active_run import ActiveRun, now_ms
-from .history import HistoryEntry, decode_entry, encode_entry
+from .history import EntryKind, HistoryEntry, encode_entry
 from .identity import ParentConversationRef
 from .output import OutputStream
 from .state import Outcome
@@ -38,20 +38,23 @@ class ConversationRecords:
         store = self.store
         if store is None:
             return StoredConversation([], None, None)
+        run_ids: dict[str, str] = {}  # one string per run: a run's entries share it
+
+        def entry(seq: int, event_id: str, kind: str, run_id: str | None, payload: bytes) -> HistoryEntry:
+            # Not decoded: a turn decodes the few messages it works with (see HistoryEntry).
+            run_id = run_ids.setdefault(run_id or "", run_id or "")
+            return HistoryEntry(seq, event_id, EntryKind(kind), run_id, payload=payload)
+
         try:
-            rows = await store.load_conversation(self.conversation_id)
+            rows = await store.load_conversation(self.conversation_id, entry)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise ConnectError("unavailable", f"could not read this conversation's history ({exc}); try again") from exc
         parent = None
         if rows.record is not None and rows.record.parent is not None:
             p = rows.record.parent
             parent = ParentConversationRef(p.parent_conversation_id, p.parent_run_id, p.parent_tool_call_id)
-        entries = []
-        for row in rows.events:
-            stored = decode_entry(row.payload)
-            entries.append(HistoryEntry(row.seq, row.event_id, stored.kind, row.run_id or "", stored.message))
         tool_state = decode_tool_state(rows.tool_state) if rows.tool_state is not None else None
-        return StoredConversation(entries, parent, tool_state)
+        return StoredConversation(rows.events, parent, tool_state)
 
     def append(self, entries: list[HistoryEntry], *, awaited: bool = False) -> asyncio.Future[Any] | None:
         """Queue the entries (await the future for durability); None when there is nothing to do.

@@ -4,17 +4,20 @@ A conversation's next request carries the same system prompt and tool list (the 
 hands out the same objects for a mode and model) and the same history messages plus a few new
 ones. Each is encoded once, when first sent; later requests splice the stored bytes
 (`msgspec.Raw`) and encode only what is new, within a byte budget: the most recently sent stay.
+Messages that come with keys (`KeyedMessages`, a conversation's history) are kept by key, so a
+conversation read again after its runtime was let go finds its bytes without decoding a message;
+others are kept while the very message object lives.
 """
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import msgspec
 
-from .types import Message
+from .types import KeyedMessages, Message
 
 _FIXED_ENTRIES = 32  # (mode, model, MCP set) combinations in use at once, with room to spare
 
@@ -23,8 +26,9 @@ encode = msgspec.json.encode
 
 MESSAGE_BYTES = 4 * 1024 * 1024
 """What the stored messages may hold in all, per adapter: a few full 200k-token contexts. Beyond the
-conversations in use the bytes would only wait, for as long as every history in memory, for a next
-turn that comes minutes later if at all; encoding a message again then costs ~10 µs per 12 KiB."""
+conversations in use the bytes only wait for a next turn that comes minutes later if at all (keyed
+ones outlive their history's runtime for that: its next turn reads the history again); encoding a
+message again then costs ~10 µs per 12 KiB."""
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
@@ -37,8 +41,9 @@ class Fragments:
     __slots__ = ("_fixed", "_messages", "_bytes", "budget")
 
     def __init__(self, budget: int = MESSAGE_BYTES) -> None:
-        # id(message) → (a weak reference to it, its items comma-joined); least recently sent first
-        self._messages: OrderedDict[int, tuple[_Ref, bytes]] = OrderedDict()
+        # a message's key, or id(message) → (None, or a weak reference to the message, its items
+        # comma-joined); least recently sent first
+        self._messages: OrderedDict[Hashable, tuple[_Ref | None, bytes]] = OrderedDict()
         self._bytes = 0
         self.budget = budget
         self._fixed: dict[int, tuple[object, bytes]] = {}  # id(value) → (value, its JSON)
@@ -62,34 +67,41 @@ class Fragments:
         self, messages: Sequence[Message], items: Callable[[Message], list[dict[str, Any]]], lead: bytes = b""
     ) -> msgspec.Raw:
         """The JSON array of the encoded item `lead` (if any) followed by every message's wire items.
-        A message's bytes stay while the message lives (history messages are immutable) and they are
-        among the most recently sent within the budget."""
+        A message's bytes stay while they are among the most recently sent within the budget, and,
+        unless the messages are keyed, while the message lives (history messages are immutable)."""
         parts = [lead] if lead else []
         cache = self._messages
-        for message in messages:
-            key = id(message)
+        keyed = isinstance(messages, KeyedMessages)
+        for index in range(len(messages)):
+            # A keyed message is read (decoded) only when its bytes are not kept.
+            message = None if keyed else messages[index]
+            key = messages.key(index) if keyed else id(message)  # type: ignore[attr-defined]
             entry = cache.get(key)
-            if entry is not None and entry[0]() is message:
+            if entry is not None and (entry[0] is None if keyed else entry[0] is not None and entry[0]() is message):
                 cache.move_to_end(key)
                 data = entry[1]
             else:
-                data = self._store(key, message, b",".join(encode(item) for item in items(message)))
+                message = messages[index] if message is None else message
+                data = self._store(key, None if keyed else message, b",".join(encode(item) for item in items(message)))
             if data:
                 parts.append(data)
         return msgspec.Raw(b"[" + b",".join(parts) + b"]")
 
-    def _store(self, key: int, message: Message, data: bytes) -> bytes:
+    def _store(self, key: Hashable, message: Message | None, data: bytes) -> bytes:
+        """Keep `data` under `key`: while `message` lives, if one is given (else by the budget only)."""
         self._drop(key)
         data = bytes(memoryview(data))  # exact: msgspec's output keeps its buffer's spare room (up to half its size again)
-        ref = _Ref(message, self._gone)
-        ref.key = key
+        ref = None
+        if message is not None:
+            ref = _Ref(message, self._gone)
+            ref.key = key
         self._messages[key] = (ref, data)
         self._bytes += len(data)
         while self._bytes > self.budget:
             self._drop(next(iter(self._messages)))
         return data
 
-    def _drop(self, key: int) -> None:
+    def _drop(self, key: Hashable) -> None:
         entry = self._messages.pop(key, None)
         if entry is not None:
             self._bytes -= len(entry[1])

@@ -8,6 +8,7 @@ format. Parts are tagged (`{"type": "text", ...}`) so a list of them round-trips
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable, Sequence
 from typing import Any, Literal, Union
 
 import msgspec
@@ -63,6 +64,17 @@ class Message(msgspec.Struct, frozen=True, weakref=True):
     parts: list[Part]
 
 
+class KeyedMessages(Sequence[Message]):
+    """Messages that each come with a key naming that very message for as long as the process runs
+    (the same key, the same message), whatever object holds it: an adapter keeps a message's
+    encoding by its key, so a history read again gets its ready bytes without being decoded."""
+
+    __slots__ = ()
+
+    def key(self, index: int) -> Hashable:
+        raise NotImplementedError
+
+
 class ToolSchema(msgspec.Struct, frozen=True):
     name: str
     description: str
@@ -72,7 +84,7 @@ class ToolSchema(msgspec.Struct, frozen=True):
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str  # the provider's model id
     system: str
-    messages: list[Message]
+    messages: Sequence[Message]  # a KeyedMessages, or a plain list
     tools: list[ToolSchema] = []
     max_tokens: int = 4096
     effort: str | None = None

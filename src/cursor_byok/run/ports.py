@@ -1,7 +1,7 @@
 """What the run engine needs from its host (the conversation runtime), as protocols."""
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from ..providers import Message, ProviderCall, Usage
@@ -29,8 +29,9 @@ class ToolPort(Protocol):
 class HistoryPort(Protocol):
     """The engine's view of the canonical history. Commits are append-only."""
 
-    def messages(self) -> list[Message]:
-        """Provider-neutral projection of the history, ending with the current turn."""
+    def messages(self) -> Sequence[Message]:
+        """Provider-neutral projection of the history, ending with the current turn (keyed, so an
+        adapter keeps each message's encoding across requests, see `KeyedMessages`)."""
         ...
 
     def stored(self) -> Awaitable[object] | None:

@@ -7,6 +7,7 @@ encodings without a migration.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import msgspec
 
@@ -266,5 +267,5 @@ class ConversationRows(msgspec.Struct, frozen=True):
     events in order and its tool state."""
 
     record: ConversationRecord | None
-    events: list[EventRecord]
+    events: list[Any]  # EventRecords, or what the caller read each event as
     tool_state: bytes | None

@@ -4,6 +4,7 @@ activity.py, calls.py, inbound.py) and retention (retention.py)."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -18,17 +19,21 @@ from .inbound import InboundRecords
 from .records import ConversationRows
 from .retention import RetentionRecords
 
-__all__ = ["Store", "StoreStats", "blob_id_of"]
+__all__ = ["EventFactory", "Store", "StoreStats", "blob_id_of"]
+
+EventFactory = Callable[[int, str, str, "str | None", bytes], Any]  # (seq, event_id, kind, run_id, payload) → an event
 
 
 class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, InboundRecords, RetentionRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
-    async def load_conversation(self, conversation_id: str) -> ConversationRows:
+    async def load_conversation(self, conversation_id: str, event: EventFactory | None = None) -> ConversationRows:
         """A conversation's record, events and tool state from one snapshot, in one read (a run
-        start of a conversation this process has not seen yet waits for it)."""
+        start of a conversation this process has not seen yet waits for it). `event(seq, event_id,
+        kind, run_id, payload)`: what each event is read as (default: an EventRecord), made as its
+        row is read, so the rows are never all held at once beside what they are made into."""
         self._check_open()
-        return await self._read_job(lambda conn: _load(conn, conversation_id))
+        return await self._read_job(lambda conn: _load(conn, conversation_id, event))
 
     async def export_conversation(
         self, conversation_id: str, *, events_after: int = 0, events_limit: int | None = None
@@ -67,11 +72,16 @@ class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecord
             conn.execute("COMMIT")
 
 
-def _load(conn: sqlite3.Connection, conversation_id: str) -> ConversationRows:
+_LOAD_EVENTS = "SELECT seq, event_id, kind, run_id, payload FROM history_events WHERE conversation_id = ? ORDER BY seq"
+
+
+def _load(conn: sqlite3.Connection, conversation_id: str, event: EventFactory | None) -> ConversationRows:
     conn.execute("BEGIN")
     try:
-        return ConversationRows(
-            select_conversation(conn, conversation_id), select_events(conn, conversation_id), select_tool_state(conn, conversation_id)
-        )
+        if event is None:
+            events: list[Any] = select_events(conn, conversation_id)
+        else:
+            events = [event(*row) for row in conn.execute(_LOAD_EVENTS, (conversation_id,))]
+        return ConversationRows(select_conversation(conn, conversation_id), events, select_tool_state(conn, conversation_id))
     finally:
         conn.execute("COMMIT")

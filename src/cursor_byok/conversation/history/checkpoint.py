@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from ...run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from .log import HistoryEntry, Projection
 
 _neutral_encoder = msgspec.json.Encoder()
 _neutral_decoder = msgspec.json.Decoder(Message)
@@ -120,18 +121,23 @@ def message_from_json(data: bytes) -> tuple[str, Message | None]:
 
 @dataclass(frozen=True, slots=True)
 class RootBlob:
-    """One root-prompt blob: its id, and what it is encoded from (the history's own message, or the
-    system prompt), not its bytes."""
+    """One root-prompt blob: its id, and what it is encoded from (a history entry and its position in
+    the projection, or the system prompt), not its bytes."""
 
     id: bytes
-    source: Message | str  # str: the system prompt
-    message_id: str = ""
+    source: HistoryEntry | str  # str: the system prompt
+    index: int = 0
     model_name: str = ""
 
     def data(self) -> bytes:
         if isinstance(self.source, str):
             return system_json(self.source)
-        return message_json(self.source, self.message_id, self.model_name)
+        message = self.source.view()
+        return message_json(message, _message_id(message, self.index), self.model_name)
+
+
+def _message_id(message: Message, index: int) -> str:
+    return "1" if message.role == "assistant" else f"m{index}"
 
 
 class RootBlobs:
@@ -139,37 +145,49 @@ class RootBlobs:
     projected message, each encoded and hashed once.
 
     A checkpoint follows every step, and encoding plus hashing the whole history each time costs
-    ~15 ms per 300 messages (2.7 MB) of event-loop time, O(history²) over a session. Messages are
-    immutable and the projection is append-only between compactions, so a message that is the very
-    same object at the same position as last time keeps its blob. Only ids are kept: the bytes
-    would be a second copy of the history for as long as the conversation lives, and the client
-    holds the blobs it was sent (one it lacks is encoded again)."""
+    ~15 ms per 300 messages (2.7 MB) of event-loop time, O(history²) over a session. Entries are
+    immutable and the projection is append-only between compactions, so an entry that is the very
+    same at the same position as last time keeps its blob. Only ids are kept: the bytes would be a
+    second copy of the history for as long as the conversation lives, and the client holds the
+    blobs it was sent (one it lacks is encoded again); a message is decoded for its blob one at a
+    time and not kept."""
 
     def __init__(self) -> None:
-        self._messages: list[Message] = []  # the messages of the last build
-        self._blobs: list[RootBlob] = []  # their blobs, in the same order
+        self._entries: list[HistoryEntry] = []  # the entries of the last build
+        self._ids: list[bytes] = []  # their blob ids, in the same order
         self._model = ""
         self._system: RootBlob | None = None
 
-    def build(self, system_prompt: str | None, messages: list[Message], model_name: str) -> list[RootBlob]:
-        out: list[RootBlob] = []
+    def build(self, system_prompt: str | None, messages: Projection, model_name: str) -> list[bytes]:
+        """The root blob ids, the system prompt's first (when given); `blob(i)` gives the i-th."""
+        out: list[bytes] = []
         if system_prompt is not None:
             if self._system is None or self._system.source != system_prompt:
                 self._system = RootBlob(blob_id(system_json(system_prompt)), system_prompt)
-            out.append(self._system)
-        cached = self._messages if model_name == self._model else []
-        same, limit = 0, min(len(messages), len(cached))
-        while same < limit and messages[same] is cached[same]:
+            out.append(self._system.id)
+        else:
+            self._system = None
+        entries = messages.entries
+        cached = self._entries if model_name == self._model else []
+        same, limit = 0, min(len(entries), len(cached))
+        while same < limit and entries[same] is cached[same]:
             same += 1
-        blobs = self._blobs[:same]
-        for i in range(same, len(messages)):
-            message = messages[i]
-            message_id = "1" if message.role == "assistant" else f"m{i}"
-            blobs.append(RootBlob(blob_id(message_json(message, message_id, model_name)), message, message_id, model_name))
-        self._messages, self._blobs, self._model = list(messages), blobs, model_name
-        out += blobs
+        ids = self._ids[:same]
+        for i in range(same, len(entries)):
+            message = entries[i].view()
+            ids.append(blob_id(message_json(message, _message_id(message, i), model_name)))
+        self._entries, self._ids, self._model = list(entries), ids, model_name
+        out += ids
         return out
+
+    def blob(self, index: int) -> RootBlob:
+        """The `index`-th root blob of the last build (as `build` returned its id)."""
+        if self._system is not None:
+            if index == 0:
+                return self._system
+            index -= 1
+        return RootBlob(self._ids[index], self._entries[index], index, self._model)
 
     def id_of(self, message: Message) -> bytes | None:
         """The blob id built for this very message object in the last build, if any."""
-        return next((blob.id for m, blob in zip(self._messages, self._blobs) if m is message), None)
+        return next((bid for e, bid in zip(self._entries, self._ids) if e.holds(message)), None)

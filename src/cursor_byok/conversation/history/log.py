@@ -13,13 +13,13 @@ import asyncio
 import enum
 import logging
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from typing import overload
 
 import msgspec
 
 from ... import hotpath
-from ...run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from ...run import ImagePart, KeyedMessages, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
 log = logging.getLogger("cursor_byok.history")
 
@@ -40,13 +40,59 @@ class PrefixViolation(AssertionError):
     """The new provider history does not extend the previous one (without a compaction)."""
 
 
-@dataclass(frozen=True, slots=True)
 class HistoryEntry:
-    seq: int
-    event_id: str
-    kind: EntryKind
-    run_id: str
-    message: Message
+    """One entry of the log. An entry read from the store keeps its stored bytes and decodes its
+    message only when something asks for it: a reloaded conversation's turn reads a few of its
+    messages (the last ones), and projects the rest (`view`) one at a time, so its history is not
+    decoded into small objects all at once."""
+
+    __slots__ = ("seq", "event_id", "kind", "run_id", "_message", "_payload")
+
+    def __init__(self, seq: int, event_id: str, kind: EntryKind, run_id: str, message: Message | None = None,
+                 *, payload: bytes | None = None) -> None:
+        if message is None and payload is None:
+            raise ValueError("an entry needs its message or its stored bytes")
+        self.seq = seq
+        self.event_id = event_id
+        self.kind = kind
+        self.run_id = run_id
+        self._message = message
+        self._payload = payload
+
+    def __repr__(self) -> str:
+        return f"HistoryEntry({self.seq}, {self.event_id!r}, {self.kind.value}, {self.run_id!r})"
+
+    @property
+    def message(self) -> Message:
+        """The message, decoded once and kept (for the entries a turn works with)."""
+        if self._message is None:
+            self._message = self.view()
+        return self._message
+
+    def view(self) -> Message:
+        """The message, decoded afresh and not kept if it is not decoded already."""
+        if self._message is not None:
+            return self._message
+        assert self._payload is not None
+        return _decoder.decode(self._payload).message
+
+    def holds(self, message: Message) -> bool:
+        """Whether this very message object is the entry's (decoded) message."""
+        return self._message is message
+
+    def canonical(self) -> bytes:
+        """The message's canonical bytes: for a stored entry, the part of its stored bytes that
+        holds them (the stored encoding embeds them as they are), without decoding it."""
+        payload = self._payload
+        if payload is not None:
+            head = _stored_head(self.kind)
+            if payload.startswith(head) and payload.endswith(b"}"):
+                return payload[len(head) : -1]
+        return canonical(self.view())
+
+    def stored_size(self) -> int:
+        """What the entry holds: its message's text, or for an entry not decoded its stored bytes."""
+        return len(self._payload) if self._message is None and self._payload is not None else text_bytes(self.message)
 
 
 class StoredEntry(msgspec.Struct, frozen=True):
@@ -73,6 +119,46 @@ def canonical(message: Message) -> bytes:
     return _encoder.encode(message)
 
 
+_HEADS = {kind: b'{"kind":"' + kind.value.encode() + b'","message":' for kind in EntryKind}
+
+
+def _stored_head(kind: EntryKind) -> bytes:
+    """What a stored entry's bytes hold before its message's canonical bytes (`StoredEntry`'s
+    fields in order, as msgspec writes them)."""
+    return _HEADS[kind]
+
+
+class Projection(KeyedMessages):
+    """The messages of one projection, read from their entries as they are asked for (a stored
+    entry not yet decoded is decoded for the reader and not kept). Each message's key, the
+    conversation and its entry's event id, names the same bytes for as long as the server runs:
+    history messages are immutable, so an adapter may keep their encoding by it across a reload."""
+
+    __slots__ = ("conversation_id", "entries")
+
+    def __init__(self, conversation_id: str, entries: list[HistoryEntry]) -> None:
+        self.conversation_id = conversation_id
+        self.entries = entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Projection: ...
+    def __getitem__(self, index: int | slice) -> Message | Projection:
+        if isinstance(index, slice):
+            return Projection(self.conversation_id, self.entries[index])
+        return self.entries[index].view()
+
+    def __iter__(self) -> Iterator[Message]:
+        return (entry.view() for entry in self.entries)
+
+    def key(self, index: int) -> tuple[str, str]:
+        return (self.conversation_id, self.entries[index].event_id)
+
+
 class ConversationHistory:
     def __init__(self, conversation_id: str, *, strict_prefix: bool | None = None) -> None:
         self.conversation_id = conversation_id
@@ -82,8 +168,8 @@ class ConversationHistory:
         self._latest_context: HistoryEntry | None = None
         self._base_context: HistoryEntry | None = None  # the request context a compaction kept
         self._chain: list[bytes] = []  # prefix chain of the last projection
-        self._messages: list[Message] = []  # the last projection (its messages are immutable)
-        self._unchecked: list[Message] | None = None  # a projection whose check waits for the loop's next pass
+        self._projected: list[HistoryEntry] = []  # the entries of the last projection (immutable)
+        self._unchecked: list[HistoryEntry] | None = None  # a projection whose check waits for the loop's next pass
         self.text_bytes = 0  # what its messages' text holds: most of what a history keeps in memory
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
@@ -101,7 +187,7 @@ class ConversationHistory:
         if position is None:
             return False
         return any(
-            e.kind is EntryKind.ASSISTANT and not any(isinstance(p, ToolCallPart) for p in e.message.parts)
+            e.kind is EntryKind.ASSISTANT and not any(isinstance(p, ToolCallPart) for p in e.view().parts)
             for e in self.entries[position + 1 :]
         )
 
@@ -126,14 +212,14 @@ class ConversationHistory:
     def _add(self, entry: HistoryEntry) -> None:
         self._positions[entry.event_id] = len(self.entries)
         self.entries.append(entry)
-        self.text_bytes += text_bytes(entry.message)
+        self.text_bytes += entry.stored_size()
         if entry.kind is EntryKind.REQUEST_CONTEXT:
             self._latest_context = entry
         elif entry.kind is EntryKind.COMPACTION:
             self._check_pending()  # the projections before the reset, against each other
             self._base = len(self.entries) - 1
             self._base_context = self._latest_context  # kept across the reset
-            self._chain, self._messages = [], []  # an explicit prefix reset
+            self._chain, self._projected = [], []  # an explicit prefix reset
 
     # -- request context: append-only, compared by content ----------------------------------------
     def latest_context_text(self) -> str | None:
@@ -152,43 +238,42 @@ class ConversationHistory:
         return self.append(EntryKind.COMPACTION, event_id, Message(role="user", parts=[TextPart(text=text)]), run_id)
 
     # -- projection ---------------------------------------------------------------------------------
-    def project(self) -> list[Message]:
+    def project(self) -> Projection:
         """Provider-neutral messages: everything since the latest compaction (which brings along the
         latest request context that preceded it)."""
         window = self.entries[self._base :]
-        messages: list[Message] = []
         if window and window[0].kind is EntryKind.COMPACTION and self._base_context is not None:
-            messages.append(self._base_context.message)
-        messages.extend(e.message for e in window)
+            window.insert(0, self._base_context)
         self._check_pending()
         if self.strict_prefix:
-            self._check_prefix(messages)
-            return messages
+            self._check_prefix(window)
+            return Projection(self.conversation_id, window)
         # The check only logs: it runs after the request built from this projection is on its way
         # (the loop's next pass), not in front of it; still in order with every other projection.
-        self._unchecked = messages
+        self._unchecked = window
         try:
             asyncio.get_running_loop().call_soon(self._check_pending)
         except RuntimeError:  # no loop (tools, tests): now
             self._check_pending()
-        return messages
+        return Projection(self.conversation_id, window)
 
     def _check_pending(self) -> None:
-        messages, self._unchecked = self._unchecked, None
-        if messages is not None:
-            self._check_prefix(messages)
+        entries, self._unchecked = self._unchecked, None
+        if entries is not None:
+            self._check_prefix(entries)
 
-    def _check_prefix(self, messages: list[Message]) -> None:
+    def _check_prefix(self, entries: list[HistoryEntry]) -> None:
         """Extend the prefix chain over this projection and check it extends the previous one.
 
-        Messages are immutable, so the leading run that is the very same objects as last time keeps
-        its digests; only the rest is encoded and hashed (O(new messages), not O(history))."""
-        previous, prev_messages = self._chain, self._messages
+        Entries are immutable, so the leading run that is the very same entries as last time keeps
+        its digests; only the rest is hashed (O(new messages), not O(history)), one at a time, from
+        the canonical bytes a stored entry holds (not decoded for it)."""
+        previous, prev_entries = self._chain, self._projected
         same = 0
-        limit = min(len(messages), len(prev_messages))
-        while same < limit and messages[same] is prev_messages[same]:
+        limit = min(len(entries), len(prev_entries))
+        while same < limit and entries[same] is prev_entries[same]:
             same += 1
-        chain = hotpath.extend(previous[:same], [canonical(m) for m in messages[same:]])
+        chain = hotpath.extend(previous[:same], (e.canonical() for e in entries[same:]))
         if previous and not (chain == previous or hotpath.is_strict_prefix(previous, chain)):
             at = hotpath.common_prefix(previous, chain)
             log.error(
@@ -197,7 +282,7 @@ class ConversationHistory:
             )
             if self.strict_prefix:
                 raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
-        self._chain, self._messages = chain, messages
+        self._chain, self._projected = chain, entries
 
 
 def text_bytes(message: Message) -> int:
