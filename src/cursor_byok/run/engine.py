@@ -76,6 +76,13 @@ async def _drain(stream: AsyncIterator[StreamEvent], apply: Callable[[StreamEven
             await close()
 
 
+def _cancelling() -> bool:
+    """The current task is being cancelled. (A helper: the task bound to a local of the frame its
+    CancelledError goes out through would be a cycle, task → error → frame → task.)"""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class RunEngine:
     """Runs one model loop at a time. `interrupt()` is the soft interrupt; cancel the task running
     `run()` for a hard cancel."""
@@ -84,7 +91,8 @@ class RunEngine:
         """`keep_bodies`: the provider calls' records keep their request and response bodies."""
         self._provider = provider
         self._keep_bodies = keep_bodies
-        self._interrupt = asyncio.Event()
+        self._interrupted = False  # a soft interrupt came since the cycle began
+        self._cuttable: asyncio.Future[None] | None = None  # the provider call it cuts short
         self._active = False
 
     def interrupt(self) -> None:
@@ -92,7 +100,9 @@ class RunEngine:
         During a tool batch: nothing is cancelled (the ToolPort aborts its batch by raising
         Interrupted). Either way the engine takes queued injections at the next cycle boundary and
         continues; with nothing queued after an interrupted stream, the run ends "interrupted"."""
-        self._interrupt.set()
+        self._interrupted = True
+        if self._cuttable is not None:
+            self._cuttable.cancel()
 
     async def run(self, spec: RunSpec, history: HistoryPort, tools: ToolPort, sink: EventSink) -> RunResult:
         if self._active:
@@ -119,7 +129,7 @@ class RunEngine:
         if spec.pending_calls:
             await self._tool_round([tool_call_request(p.id, p.name, p.arguments) for p in spec.pending_calls], history, tools, sink)
         while True:
-            self._interrupt.clear()
+            self._interrupted = False
             injected = history.take_injections()
             if injected:
                 history.commit_injected(injected)
@@ -237,17 +247,18 @@ class RunEngine:
         task = start_now(work) if at_once else asyncio.ensure_future(work)
         if then is not None:
             asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
-        waiter = asyncio.ensure_future(self._interrupt.wait())
+        # Cut by `interrupt()` directly: no watcher task and wait per provider call.
+        if self._interrupted:
+            task.cancel()
+        self._cuttable = task
         try:
-            await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            if not task.done():
-                task.cancel()
-                await asyncio.wait((task,))
-        if task.cancelled():
+            await task  # the caller's cancellation cancels `task` and comes once it has ended
+        except asyncio.CancelledError:
+            if _cancelling():  # the caller was cancelled, not only `task`
+                raise
             return True
-        task.result()
+        finally:
+            self._cuttable = None
         return False
 
     async def _run_tools(self, calls: list[ToolCallRequest], tools: ToolPort, sink: EventSink) -> list[ToolOutcome]:
