@@ -93,6 +93,21 @@ async def test_text_turn_streams_deltas_usage_and_finish(dialect: Dialect, fake_
 
 
 @dialects
+async def test_request_head_names_its_host_length_and_format(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(dialect.text(["ok"]))
+    await collect(provider_for(dialect, fake_server, http_client, key="test-key-123456"), request("é" * 3_000))
+
+    sent = fake_server.requests[0]
+    assert sent.method == "POST"
+    assert sent.headers["host"] == fake_server.url.split("://", 1)[1].split("/", 1)[0]
+    assert int(sent.headers["content-length"]) == len(sent.body) > 6_000
+    assert "transfer-encoding" not in sent.headers
+    assert sent.headers["content-type"] == "application/json" and sent.headers["accept"] == "text/event-stream"
+    assert "test-key-123456" in (sent.headers.get("authorization", "") + sent.headers.get("x-api-key", ""))
+    assert "é" * 3_000 in sent.body.decode()
+
+
+@dialects
 async def test_thinking_turn_keeps_replay_data(dialect: Dialect, fake_server, http_client) -> None:
     fake_server.enqueue(dialect.thinking(["Let me ", "think."], ["Answer."]))
     events = await collect(provider_for(dialect, fake_server, http_client), request())

@@ -28,7 +28,7 @@ from cursor_byok.run import (
     tool_call_request,
     tool_results_message,
 )
-from cursor_byok.run.engine import NO_RESULT
+from cursor_byok.run.cycle import NO_RESULT
 from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, UsageSpec, fake_model
 from tests.fakes.anthropic import SIGNATURE
 from tests.fakes.openai_responses import ENCRYPTED

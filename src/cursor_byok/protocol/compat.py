@@ -75,29 +75,45 @@ def _collect(message: Message, depth: int, found: list[str]) -> None:
     found.extend(f"{name}#{number}" for number in _unknown_numbers(message))
     if depth <= 1:
         return
-    for field, repeated in _message_fields(message.DESCRIPTOR):
+    for field, members, repeated in _message_fields(message.DESCRIPTOR):
         if repeated:
             values = getattr(message, field)
             if values:
                 _collect(values[0], depth - 1, found)
-        elif message.HasField(field):
-            _collect(getattr(message, field), depth - 1, found)
+        elif members is None:
+            if message.HasField(field):
+                _collect(getattr(message, field), depth - 1, found)
+        else:
+            member = message.WhichOneof(field)
+            if member in members:
+                _collect(getattr(message, member), depth - 1, found)
 
 
-_message_fields_of: dict[Descriptor, tuple[tuple[str, bool], ...]] = {}  # one entry per message type
+# (name, None, repeated) of a field holding messages, or (oneof name, its members holding messages,
+# False) for a oneof: one entry per message type
+_message_fields_of: dict[Descriptor, tuple[tuple[str, frozenset[str] | None, bool], ...]] = {}
 
 
-def _message_fields(descriptor: Descriptor) -> tuple[tuple[str, bool], ...]:
-    """(name, repeated) of the fields holding messages (maps aside), by number: what `_collect`
-    looks into. Not `ListFields`, which would also build every string set in the message (a run
-    request's is the user's whole turn) only to skip it: ~100 µs per run start."""
+def _message_fields(descriptor: Descriptor) -> tuple[tuple[str, frozenset[str] | None, bool], ...]:
+    """What `_collect` looks into, by field number (maps aside): the fields holding messages, a
+    oneof's as one entry where its first such member is (asked which member is set: one call, not
+    one per member; a run request's action has dozens). Not `ListFields`, which would also build
+    every string set in the message (a run request's is the user's whole turn) only to skip it:
+    ~100 µs per run start."""
     fields = _message_fields_of.get(descriptor)
     if fields is None:
-        fields = _message_fields_of[descriptor] = tuple(
-            (f.name, f.is_repeated)
-            for f in sorted(descriptor.fields, key=lambda f: f.number)
-            if f.message_type is not None and not f.message_type.GetOptions().map_entry
-        )
+        plan: list[tuple[str, frozenset[str] | None, bool]] = []
+        oneofs: set[str] = set()
+        for f in sorted(descriptor.fields, key=lambda f: f.number):
+            if f.message_type is None or f.message_type.GetOptions().map_entry:
+                continue
+            oneof = None if f.is_repeated else f.containing_oneof
+            if oneof is None:
+                plan.append((f.name, None, f.is_repeated))
+            elif oneof.name not in oneofs:
+                oneofs.add(oneof.name)
+                plan.append((oneof.name, frozenset(m.name for m in oneof.fields if m.message_type is not None), False))
+        fields = _message_fields_of[descriptor] = tuple(plan)
     return fields
 
 

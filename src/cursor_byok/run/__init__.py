@@ -43,7 +43,8 @@ from ..providers import (
 )
 from .compaction import ContextEstimator, estimate_tokens
 from .eager import start_now
-from .engine import RunEngine, RunResult, RunSpec, RunStop, batch_outcomes, tool_call_request, tool_results_message
+from .cycle import batch_outcomes, tool_call_request, tool_results_message
+from .engine import RunEngine, RunResult, RunSpec, RunStop
 from .events import (
     CompactionFinished,
     CompactionStarted,
