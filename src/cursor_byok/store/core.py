@@ -10,6 +10,12 @@ Durability: with `synchronous=NORMAL` (default) a committed transaction is in th
 its future resolves, so it survives the process being killed (`kill -9`, OOM); only an OS crash or
 power loss can drop the last few transactions. `synchronous=FULL` also fsyncs each commit.
 
+A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
+writer is idle (nothing handed over is uncommitted, the batch is small, and no such commit was
+made in this pass of the loop yet): no hand-over to the thread and back, and its future resolves
+in the same step. Another process's write lock, a busy writer or a burst of starts in one pass
+send the writes to the thread as before, so starts under load still share commits.
+
 Reads run on their own thread and connection (WAL readers never block the writer): a
 conversation's history when its runtime loads, request bindings memory does not hold, recovery and
 the CLI. Every one is an indexed lookup or range, so none grows with the size of the database.
@@ -36,6 +42,8 @@ from .writer import BatchOutcome, Failed, WriterThread
 
 log = logging.getLogger("cursor_byok.store")
 T = TypeVar("T")
+# The largest batch the loop commits itself: a few run starts' records, not a backlog.
+LOOP_COMMIT_MAX_OPS = 64
 Self = TypeVar("Self", bound="StoreCore")
 
 
@@ -52,6 +60,7 @@ class StoreStats:
     writes: int = 0  # writes committed
     failed_writes: int = 0
     isolation_replays: int = 0  # failed batches replayed one write per transaction
+    loop_commits: int = 0  # transactions the event loop committed itself (writer idle)
 
 
 def _mark_retrieved(future: asyncio.Future[Any]) -> None:
@@ -82,6 +91,8 @@ class StoreCore:
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._outbox: list[WriteOp] = []  # enqueued during this pass of the loop
+        self._in_flight = 0  # ops handed to the writer thread and not yet delivered back
+        self._loop_commit_free = True  # no loop commit yet in this pass of the loop
         self._unreported: list[WriteFailedError] = []
         self._closing = False
         self._closed = False
@@ -220,18 +231,36 @@ class StoreCore:
     def hand_over_now(self) -> None:
         """Hand what is queued to the writer now, not after the callbacks ahead of the usual hand-over:
         for a write someone is about to wait on, the writer is awake and starts the moment the loop
-        lets it (the writes queued so far share its commit; later ones take the next)."""
+        lets it (the writes queued so far share its commit; later ones take the next). When the
+        writer is idle, the loop commits them itself, at once (see the module's docstring)."""
+        ops = self._outbox
+        writer = self._writer
+        if ops and writer is not None and self._in_flight == 0 and self._loop_commit_free and len(ops) <= LOOP_COMMIT_MAX_OPS:
+            outcome = writer.try_commit(ops)
+            if outcome is not None:
+                self._outbox = []
+                self._loop_commit_free = False
+                self._loop.call_soon(self._free_loop_commit)
+                self.stats.loop_commits += outcome.transactions
+                self._in_flight += len(ops)
+                self._deliver(ops, outcome)
+                return
         self._hand_over()
+
+    def _free_loop_commit(self) -> None:
+        self._loop_commit_free = True
 
     def _hand_over(self) -> None:
         if self._outbox:
             ops, self._outbox = self._outbox, []
             assert self._writer is not None  # only writable stores enqueue
+            self._in_flight += len(ops)
             self._writer.submit(ops)
 
     def _deliver(self, batch: list[WriteOp], outcome: BatchOutcome) -> None:
         """On the loop, after the batch's commit: resolve every op's future."""
         stats = self.stats
+        self._in_flight -= len(batch)
         stats.batches += 1
         stats.transactions += outcome.transactions
         stats.isolation_replays += outcome.replayed
