@@ -17,8 +17,12 @@ in the same step. Another process's write lock, a busy writer or a burst of star
 send the writes to the thread as before, so starts under load still share commits.
 
 Reads run on their own thread and connection (WAL readers never block the writer): a
-conversation's history when its runtime loads, request bindings memory does not hold, recovery and
-the CLI. Every one is an indexed lookup or range, so none grows with the size of the database.
+conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
+lookup or range, so none grows with the size of the database. The one read on every turn's path,
+the binding of a request id memory does not hold (every turn comes on a fresh one), is a
+primary-key lookup the loop makes itself on a third connection (`_read_now`): a thread round trip
+costs more than the read. That connection never waits for a lock (busy timeout 0); whatever it
+cannot answer at once goes to the reader thread.
 """
 from __future__ import annotations
 
@@ -79,6 +83,7 @@ class StoreCore:
         path: Path,
         writer: sqlite3.Connection | None,
         reader: sqlite3.Connection,
+        loop_reader: sqlite3.Connection | None,
         clock: Callable[[], int],
         max_batch_ops: int,
         schema_version: int,
@@ -102,6 +107,7 @@ class StoreCore:
             name=f"store-writer:{path}",
         )
         self._reader = ReaderThread(reader, name=f"store-reader:{path}")
+        self._loop_reader = loop_reader  # used on the loop only
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -137,30 +143,34 @@ class StoreCore:
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-        def open_both() -> tuple[sqlite3.Connection | None, int, sqlite3.Connection]:
+        def open_all() -> tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None]:
             if read_only:
                 reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
                 try:
-                    return None, stored_version(reader, migrations, path=str(path)), reader
+                    return None, stored_version(reader, migrations, path=str(path)), reader, None
                 except BaseException:
                     reader.close()
                     raise
-            writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
+            opened: list[sqlite3.Connection] = []
             try:
-                reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
+                writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
+                opened.append(writer)
+                opened.append(connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True))
+                opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=True))
             except BaseException:
-                writer.close()
+                for conn in opened:
+                    conn.close()
                 raise
-            return writer, version, reader
+            return writer, version, opened[1], opened[2]
 
-        writer, version, reader = await asyncio.to_thread(open_both)
+        writer, version, reader, loop_reader = await asyncio.to_thread(open_all)
         if trace is not None:
-            for conn in (writer, reader):
+            for conn in (writer, reader, loop_reader):
                 if conn is not None:
                     conn.set_trace_callback(trace)
         return cls(
-            path=path, writer=writer, reader=reader, clock=clock or now_ms, max_batch_ops=max_batch_ops,
-            schema_version=version, synchronous=sync, binding_cache=binding_cache,
+            path=path, writer=writer, reader=reader, loop_reader=loop_reader, clock=clock or now_ms,
+            max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync, binding_cache=binding_cache,
         )
 
     async def __aenter__(self: Self) -> Self:
@@ -198,6 +208,8 @@ class StoreCore:
                     log.error("store writer of %s had stopped with an error: %r", self.path, error)
         finally:
             self._closed = True
+            if self._loop_reader is not None:
+                self._loop_reader.close()
             await self._reader.close()
 
     # ---------------------------------------------------------------------------- internals
@@ -213,6 +225,17 @@ class StoreCore:
 
     async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
         return await self._read_job(lambda conn: conn.execute(sql, params).fetchall())
+
+    def _read_now(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """An indexed read made on the loop, at once; None if it cannot be made without waiting
+        (read it on the reader thread instead)."""
+        conn = self._loop_reader
+        if conn is None or self._closed:
+            return None
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error:
+            return None
 
     def _check_writable(self) -> None:
         self._check_open()
