@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import queue
 import sqlite3
 import threading
@@ -30,6 +31,8 @@ import msgspec
 
 from .errors import WriteFailedError
 from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
+
+log = logging.getLogger("cursor_byok.store")
 
 # SQLite checkpoints at 1,000 WAL pages by default; a turn's commit writes a few pages.
 CHECKPOINT_EVERY = 64
@@ -156,8 +159,11 @@ class WriterThread:
             return
         with self._conn_lock:
             self._commits_since_checkpoint = 0
-            # PASSIVE: copies what no reader still needs; never waits for readers or writers.
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            try:
+                # PASSIVE: copies what no reader still needs; never waits for readers or writers.
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:  # e.g. another process checkpointing: the next one catches up
+                log.warning("WAL checkpoint skipped: %s", exc)
 
     @staticmethod
     def _take(pending: collections.deque[WriteOp], item: list[WriteOp] | None) -> bool:
