@@ -69,14 +69,26 @@ async def test_awaited_run_starts_in_one_instant_still_share_commits(store: Stor
 
 
 async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Store, conversation, db_path: Path) -> None:
-    """SQLite's own checkpoint would run inside a COMMIT (on the loop); the writer thread runs it,
-    whichever side made the commits (here both: the loop's when the spacing allows)."""
+    """SQLite's own checkpoint is off for the loop's commits (it would run inside their COMMIT):
+    the thread's commits checkpoint as before (here the flood below), and after enough loop
+    commits with none of the thread's between, the thread runs one itself (here the spaced ones)."""
     store.upsert_conversation(conversation("c"))
     await store.flush()
+    wal = db_path.with_name(db_path.name + "-wal")
     for n in range(1200):  # ~3 pages each, 12 MB in all: a WAL never checkpointed would hold it all
         stored = store.append_events("c", [_event(f"e{n}", bytes([n % 251]) * 10_000)])
         store.hand_over_now()
         await stored
-    wal = db_path.with_name(db_path.name + "-wal")
     assert wal.stat().st_size < 8 * 1024 * 1024
-    assert [e.seq for e in await store.load_events("c")][-1] == 1200
+
+    spaced_before = db_path.stat().st_size
+    loop_commits = store.stats.loop_commits
+    for n in range(70):  # each one past the loop-commit spacing: all are the loop's
+        await asyncio.sleep(0.025)
+        stored = store.append_events("c", [_event(f"s{n}", bytes([n]) * 30_000)])
+        store.hand_over_now()
+        assert stored.done()
+    assert store.stats.loop_commits - loop_commits == 70
+    await store.flush()  # queued after the thread's wake-up: it has checkpointed
+    assert db_path.stat().st_size - spaced_before > 1_500_000  # the spaced commits' pages are in the database file
+    assert [e.seq for e in await store.load_events("c")][-1] == 1270

@@ -51,8 +51,6 @@ def open_writer(
     conn = connect(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, read_only=False)
     try:
         version = apply_migrations(conn, migrations, path=str(path))
-        # The writer thread checkpoints (writer.py): never inside a COMMIT the event loop makes.
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
         level = conn.execute("PRAGMA synchronous").fetchone()[0]
         if _SYNCHRONOUS_LEVELS.get(level) is not synchronous:
             raise StoreError(f"could not set synchronous={synchronous.value} (got {level!r})")

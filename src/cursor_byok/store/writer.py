@@ -12,8 +12,9 @@ alone. Futures are resolved on the loop, after the commit, by whoever receives t
 
 The loop may commit a small batch itself (`try_commit`) when nothing it handed over is still
 uncommitted: the connection's lock keeps the thread and the loop off it at the same time. SQLite's
-automatic WAL checkpoint is off (it would run inside such a COMMIT, on the loop): the thread runs
-a passive checkpoint after every `CHECKPOINT_EVERY` commits, whichever side made them.
+automatic WAL checkpoint (at 1,000 WAL pages, inside a COMMIT) is off for the loop's commits only:
+the thread's next commit checkpoints for them as before, and after `LOOP_COMMITS_PER_CHECKPOINT`
+loop commits with none of the thread's between, the thread is woken to run one itself.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchCont
 
 log = logging.getLogger("cursor_byok.store")
 
-# SQLite checkpoints at 1,000 WAL pages by default; a turn's commit writes a few pages.
-CHECKPOINT_EVERY = 64
+# A turn start's commit writes ~15 pages; SQLite's own checkpoint runs at 1,000.
+LOOP_COMMITS_PER_CHECKPOINT = 64
 
 # Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
 # indexed probe); bounded, so idle conversations hold nothing here.
@@ -78,7 +79,8 @@ class WriterThread:
         self._seq_cache: dict[str, tuple[int, int]] = {}  # used under _conn_lock
         self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
         self._busy_timeout_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-        self._commits_since_checkpoint = 0
+        self._autocheckpoint_pages = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        self._loop_commits = 0  # since the thread's last commit or checkpoint
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def submit(self, ops: list[WriteOp]) -> None:
@@ -94,20 +96,22 @@ class WriterThread:
         conn = self._conn
         try:
             conn.execute("PRAGMA busy_timeout = 0")  # another process's lock: never wait on the loop
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # nor for a checkpoint in the COMMIT
             try:
                 outcome = BatchOutcome()
                 writes = [op for op in batch if not isinstance(op, Barrier)]
                 if writes:
                     outcome.results = self._transaction(writes)
                     outcome.transactions = 1
-                    self._commits_since_checkpoint += 1
+                    self._loop_commits += 1
             except Exception:
                 return None
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint_pages}")
         finally:
             self._conn_lock.release()
-        if self._commits_since_checkpoint >= CHECKPOINT_EVERY:
+        if self._loop_commits >= LOOP_COMMITS_PER_CHECKPOINT:
             self._inbox.put([])  # wakes the thread, which checkpoints
         return outcome
 
@@ -131,14 +135,15 @@ class WriterThread:
                     except queue.Empty:
                         break
                     stopping = self._take(pending, item)
+                self._checkpoint_if_due()  # before what was queued after the wake-up
                 if pending:
                     batch = [pending.popleft() for _ in range(min(len(pending), self._max_batch_ops))]
                     with self._conn_lock:
                         outcome = self._commit(batch)
-                        self._commits_since_checkpoint += outcome.transactions
+                        if outcome.transactions:
+                            self._loop_commits = 0  # its COMMIT checkpointed if the WAL was due
                     self._post(self._deliver, batch, outcome)
                     batch = []
-                self._checkpoint_if_due()
                 if stopping and not pending:
                     return
         except BaseException as exc:  # a bug: report it and hand back what was not done
@@ -155,10 +160,10 @@ class WriterThread:
             self._post(self._stopped, error, unprocessed)
 
     def _checkpoint_if_due(self) -> None:
-        if self._commits_since_checkpoint < CHECKPOINT_EVERY:
+        if self._loop_commits < LOOP_COMMITS_PER_CHECKPOINT:
             return
         with self._conn_lock:
-            self._commits_since_checkpoint = 0
+            self._loop_commits = 0
             try:
                 # PASSIVE: copies what no reader still needs; never waits for readers or writers.
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
