@@ -92,3 +92,20 @@ async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Stor
     await store.flush()  # queued after the thread's wake-up: it has checkpointed
     assert db_path.stat().st_size - spaced_before > 1_500_000  # the spaced commits' pages are in the database file
     assert [e.seq for e in await store.load_events("c")][-1] == 1270
+
+
+async def test_while_a_store_thread_is_busy_the_write_goes_to_the_writer_thread(store: Store, conversation) -> None:
+    """The loop would let go of the interpreter lock at every SQLite call, and a busy store thread
+    could keep it meanwhile: the loop uses SQLite itself only when both threads are idle."""
+    store.upsert_conversation(conversation("c"))
+    await store.flush()
+    reading = asyncio.create_task(store.get_conversation("c"))
+    await asyncio.sleep(0)  # the read is on the reader thread, its answer not yet taken
+    stored = store.append_events("c", [_event("user-1")])
+    store.hand_over_now()
+    assert not stored.done()
+    assert (await stored).results[0].seq == 1
+    assert (await reading) is not None
+    handed = store.upsert_conversation(conversation("d"))  # on the writer thread now
+    assert await store.lookup_conversation("r-fresh") is None  # answered by the reader thread
+    await handed

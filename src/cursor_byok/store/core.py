@@ -11,8 +11,8 @@ its future resolves, so it survives the process being killed (`kill -9`, OOM); o
 power loss can drop the last few transactions. `synchronous=FULL` also fsyncs each commit.
 
 A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
-writer is idle (nothing handed over is uncommitted and the batch is small), at most once every
-`LOOP_COMMIT_SPACING_NS`: no hand-over to the thread and back, and its future resolves in the same
+store's threads are idle (nothing handed over is uncommitted, no read outstanding) and the batch
+is small, at most once every `LOOP_COMMIT_SPACING_NS`: no hand-over to the thread and back, and its future resolves in the same
 step. The spacing keeps the loop's share of commit work small under load (most of a commit runs in
 SQLite without the interpreter lock: on the thread, in parallel with the loop), so starts under
 load, and a burst of them in one pass, still share commits on the thread. Another process's write
@@ -22,9 +22,9 @@ Reads run on their own thread and connection (WAL readers never block the writer
 conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
 lookup or range, so none grows with the size of the database. The one read on every turn's path,
 the binding of a request id memory does not hold (every turn comes on a fresh one), is a
-primary-key lookup the loop makes itself on a third connection (`_read_now`): a thread round trip
-costs more than the read. That connection never waits for a lock (busy timeout 0); whatever it
-cannot answer at once goes to the reader thread.
+primary-key lookup the loop makes itself on a third connection (`_read_now`) when the store's
+threads are idle: a thread round trip costs more than the read. That connection never waits for a
+lock (busy timeout 0); whatever it cannot answer at once goes to the reader thread.
 """
 from __future__ import annotations
 
@@ -231,15 +231,22 @@ class StoreCore:
         return await self._read_job(lambda conn: conn.execute(sql, params).fetchall())
 
     def _read_now(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
-        """An indexed read made on the loop, at once; None if it cannot be made without waiting
-        (read it on the reader thread instead)."""
+        """An indexed read made on the loop, at once; None if it cannot be made without waiting or
+        a store thread is busy (read it on the reader thread instead)."""
         conn = self._loop_reader
-        if conn is None or self._closed:
+        if conn is None or self._closed or not self._threads_idle():
             return None
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.Error:
             return None
+
+    def _threads_idle(self) -> bool:
+        """Neither store thread has work from us. Only then does the loop use SQLite itself: each
+        call lets go of the interpreter lock, and a busy thread could keep it for up to the
+        interpreter's switch interval before the loop gets it back (and writes handed to the
+        writer must commit first, in order)."""
+        return self._in_flight == 0 and self._reader.waiting == 0
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -263,7 +270,7 @@ class StoreCore:
         ops = self._outbox
         writer = self._writer
         if (
-            ops and writer is not None and self._in_flight == 0 and len(ops) <= LOOP_COMMIT_MAX_OPS
+            ops and writer is not None and self._threads_idle() and len(ops) <= LOOP_COMMIT_MAX_OPS
             and (now := time.monotonic_ns()) >= self._next_loop_commit_ns
         ):
             outcome = writer.try_commit(ops)
