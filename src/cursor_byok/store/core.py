@@ -12,11 +12,12 @@ power loss can drop the last few transactions. `synchronous=FULL` also fsyncs ea
 
 A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
 store's threads are idle (nothing handed over is uncommitted, no read outstanding) and the batch
-is small, at most once every `LOOP_COMMIT_SPACING_NS`: no hand-over to the thread and back, and its future resolves in the same
-step. The spacing keeps the loop's share of commit work small under load (most of a commit runs in
-SQLite without the interpreter lock: on the thread, in parallel with the loop), so starts under
-load, and a burst of them in one pass, still share commits on the thread. Another process's write
-lock sends the writes to the thread too (it waits for the lock; the loop never does).
+is small, at most once every `LOOP_COMMIT_SPACING_NS`: no hand-over to the thread and back, and
+its future resolves in the same step. The spacing keeps the loop's share of commit work small
+under load (most of a commit runs in SQLite without the interpreter lock: on the thread, in
+parallel with the loop), so starts under load, and a burst of them in one pass, still share
+commits on the thread. Another process's write lock sends the writes to the thread too (it waits
+for the lock; the loop never does).
 
 Reads run on their own thread and connection (WAL readers never block the writer): a
 conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
@@ -266,7 +267,7 @@ class StoreCore:
         """Hand what is queued to the writer now, not after the callbacks ahead of the usual hand-over:
         for a write someone is about to wait on, the writer is awake and starts the moment the loop
         lets it (the writes queued so far share its commit; later ones take the next). When the
-        writer is idle, the loop commits them itself, at once (see the module's docstring)."""
+        store's threads are idle, the loop commits them itself, at once (see the module's docstring)."""
         ops = self._outbox
         writer = self._writer
         if (
