@@ -7,6 +7,8 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import httpx
+
 from cursor_byok.store import Store
 
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
@@ -48,7 +50,8 @@ async def test_the_input_is_stored_before_the_provider_has_the_request(tmp_path:
     """The server builds the model request while the turn's input is being written, but the request
     leaves only once the input is stored. Another connection holds the database's write lock while
     the turn starts: the run gets as far as its first step, and the provider sees nothing until the
-    lock is let go; killed the instant the provider has the request, the server has the input."""
+    lock is let go (the server answers other requests meanwhile); killed the instant the provider
+    has the request, the server has the input."""
     with FakeProviderServer() as provider:
         config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")])
         server = ServerProcess(config).start()
@@ -69,6 +72,10 @@ async def test_the_input_is_stored_before_the_provider_has_the_request(tmp_path:
             # Its 200 waits for the append's journal row, which waits for the lock too.
             appended = asyncio.create_task(ide.append(rid, run_request("durable words", model=MODEL, conversation_id=conversation_id)))
             await asyncio.wait_for(first_step(log), 4)  # well within the writer's busy timeout
+            # The wait for the lock is the writer thread's: the server goes on serving meanwhile.
+            async with httpx.AsyncClient() as client:
+                health = await asyncio.wait_for(client.get(server.base_url + "/__byok-api__/healthz"), 4)
+            assert health.status_code == 204
             await asyncio.sleep(0.3)  # time enough for a request that did not wait to arrive
             unsent = provider.requests == [] and not appended.done()
             lock.execute("ROLLBACK")

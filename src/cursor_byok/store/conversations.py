@@ -112,9 +112,20 @@ class ConversationRecords(StoreCore):
 
     async def lookup_conversation(self, request_id: str) -> str | None:
         """The conversation `request_id` is bound (or being bound) to: from memory, else one
-        primary-key read whose answer is cached. Exact when the caller gets it: a binding committed
-        while the read ran is found in memory."""
+        primary-key read whose answer is cached: made on the loop at once when it can be (exact: a
+        binding being written is in memory, and none can be queued while it runs), else on the
+        reader thread (exact when the caller gets it: a binding committed while the read ran is
+        found in memory)."""
         bindings = self._bindings
+        found = bindings.get(request_id)
+        if found is not None:
+            return found
+        rows = self._read_now(SELECT_BOUND, (request_id,))
+        if rows is not None:
+            if not rows:
+                return None
+            bindings.remember(request_id, rows[0][0])
+            return str(rows[0][0])
         while True:
             found = bindings.get(request_id)
             if found is not None:

@@ -10,9 +10,22 @@ Durability: with `synchronous=NORMAL` (default) a committed transaction is in th
 its future resolves, so it survives the process being killed (`kill -9`, OOM); only an OS crash or
 power loss can drop the last few transactions. `synchronous=FULL` also fsyncs each commit.
 
+A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
+store's threads are idle (nothing handed over is uncommitted, no read outstanding) and the batch
+is small, at most once every `LOOP_COMMIT_SPACING_NS`: no hand-over to the thread and back, and
+its future resolves in the same step. The spacing keeps the loop's share of commit work small
+under load (most of a commit runs in SQLite without the interpreter lock: on the thread, in
+parallel with the loop), so starts under load, and a burst of them in one pass, still share
+commits on the thread. Another process's write lock sends the writes to the thread too (it waits
+for the lock; the loop never does).
+
 Reads run on their own thread and connection (WAL readers never block the writer): a
-conversation's history when its runtime loads, request bindings memory does not hold, recovery and
-the CLI. Every one is an indexed lookup or range, so none grows with the size of the database.
+conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
+lookup or range, so none grows with the size of the database. The one read on every turn's path,
+the binding of a request id memory does not hold (every turn comes on a fresh one), is a
+primary-key lookup the loop makes itself on a third connection (`_read_now`) when the store's
+threads are idle: a thread round trip costs more than the read. That connection never waits for a
+lock (busy timeout 0); whatever it cannot answer at once goes to the reader thread.
 """
 from __future__ import annotations
 
@@ -36,6 +49,10 @@ from .writer import BatchOutcome, Failed, WriterThread
 
 log = logging.getLogger("cursor_byok.store")
 T = TypeVar("T")
+# The largest batch the loop commits itself: a few run starts' records, not a backlog.
+LOOP_COMMIT_MAX_OPS = 64
+# At most one commit on the loop per 20 ms (~0.3 ms each): under 2 % of the loop's time.
+LOOP_COMMIT_SPACING_NS = 20_000_000
 Self = TypeVar("Self", bound="StoreCore")
 
 
@@ -52,6 +69,7 @@ class StoreStats:
     writes: int = 0  # writes committed
     failed_writes: int = 0
     isolation_replays: int = 0  # failed batches replayed one write per transaction
+    loop_commits: int = 0  # transactions the event loop committed itself (writer idle)
 
 
 def _mark_retrieved(future: asyncio.Future[Any]) -> None:
@@ -70,6 +88,7 @@ class StoreCore:
         path: Path,
         writer: sqlite3.Connection | None,
         reader: sqlite3.Connection,
+        loop_reader: sqlite3.Connection | None,
         clock: Callable[[], int],
         max_batch_ops: int,
         schema_version: int,
@@ -82,6 +101,8 @@ class StoreCore:
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._outbox: list[WriteOp] = []  # enqueued during this pass of the loop
+        self._in_flight = 0  # ops handed to the writer thread and not yet delivered back
+        self._next_loop_commit_ns = 0  # monotonic: the loop may commit itself from then on
         self._unreported: list[WriteFailedError] = []
         self._closing = False
         self._closed = False
@@ -91,6 +112,7 @@ class StoreCore:
             name=f"store-writer:{path}",
         )
         self._reader = ReaderThread(reader, name=f"store-reader:{path}")
+        self._loop_reader = loop_reader  # used on the loop only
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -126,30 +148,34 @@ class StoreCore:
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-        def open_both() -> tuple[sqlite3.Connection | None, int, sqlite3.Connection]:
+        def open_all() -> tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None]:
             if read_only:
                 reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
                 try:
-                    return None, stored_version(reader, migrations, path=str(path)), reader
+                    return None, stored_version(reader, migrations, path=str(path)), reader, None
                 except BaseException:
                     reader.close()
                     raise
-            writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
+            opened: list[sqlite3.Connection] = []
             try:
-                reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
+                writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
+                opened.append(writer)
+                opened.append(connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True))
+                opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=True))
             except BaseException:
-                writer.close()
+                for conn in opened:
+                    conn.close()
                 raise
-            return writer, version, reader
+            return writer, version, opened[1], opened[2]
 
-        writer, version, reader = await asyncio.to_thread(open_both)
+        writer, version, reader, loop_reader = await asyncio.to_thread(open_all)
         if trace is not None:
-            for conn in (writer, reader):
+            for conn in (writer, reader, loop_reader):
                 if conn is not None:
                     conn.set_trace_callback(trace)
         return cls(
-            path=path, writer=writer, reader=reader, clock=clock or now_ms, max_batch_ops=max_batch_ops,
-            schema_version=version, synchronous=sync, binding_cache=binding_cache,
+            path=path, writer=writer, reader=reader, loop_reader=loop_reader, clock=clock or now_ms,
+            max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync, binding_cache=binding_cache,
         )
 
     async def __aenter__(self: Self) -> Self:
@@ -187,6 +213,8 @@ class StoreCore:
                     log.error("store writer of %s had stopped with an error: %r", self.path, error)
         finally:
             self._closed = True
+            if self._loop_reader is not None:
+                self._loop_reader.close()
             await self._reader.close()
 
     # ---------------------------------------------------------------------------- internals
@@ -202,6 +230,24 @@ class StoreCore:
 
     async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
         return await self._read_job(lambda conn: conn.execute(sql, params).fetchall())
+
+    def _read_now(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """An indexed read made on the loop, at once; None if it cannot be made without waiting or
+        a store thread is busy (read it on the reader thread instead)."""
+        conn = self._loop_reader
+        if conn is None or self._closed or not self._threads_idle():
+            return None
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error:
+            return None
+
+    def _threads_idle(self) -> bool:
+        """Neither store thread has work from us. Only then does the loop use SQLite itself: each
+        call lets go of the interpreter lock, and a busy thread could keep it for up to the
+        interpreter's switch interval before the loop gets it back (and writes handed to the
+        writer must commit first, in order)."""
+        return self._in_flight == 0 and self._reader.waiting == 0
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -220,18 +266,35 @@ class StoreCore:
     def hand_over_now(self) -> None:
         """Hand what is queued to the writer now, not after the callbacks ahead of the usual hand-over:
         for a write someone is about to wait on, the writer is awake and starts the moment the loop
-        lets it (the writes queued so far share its commit; later ones take the next)."""
+        lets it (the writes queued so far share its commit; later ones take the next). When the
+        store's threads are idle, the loop commits them itself, at once (see the module's docstring)."""
+        ops = self._outbox
+        writer = self._writer
+        if (
+            ops and writer is not None and self._threads_idle() and len(ops) <= LOOP_COMMIT_MAX_OPS
+            and (now := time.monotonic_ns()) >= self._next_loop_commit_ns
+        ):
+            outcome = writer.try_commit(ops)
+            if outcome is not None:
+                self._outbox = []
+                self._next_loop_commit_ns = now + LOOP_COMMIT_SPACING_NS
+                self.stats.loop_commits += outcome.transactions
+                self._in_flight += len(ops)
+                self._deliver(ops, outcome)
+                return
         self._hand_over()
 
     def _hand_over(self) -> None:
         if self._outbox:
             ops, self._outbox = self._outbox, []
             assert self._writer is not None  # only writable stores enqueue
+            self._in_flight += len(ops)
             self._writer.submit(ops)
 
     def _deliver(self, batch: list[WriteOp], outcome: BatchOutcome) -> None:
         """On the loop, after the batch's commit: resolve every op's future."""
         stats = self.stats
+        self._in_flight -= len(batch)
         stats.batches += 1
         stats.transactions += outcome.transactions
         stats.isolation_replays += outcome.replayed

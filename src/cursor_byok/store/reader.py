@@ -23,12 +23,17 @@ class ReaderThread:
         self._loop = asyncio.get_running_loop()
         self._inbox: queue.SimpleQueue[tuple[asyncio.Future[Any], Job] | None] = queue.SimpleQueue()
         self._stopped: asyncio.Future[None] = self._loop.create_future()
+        self.waiting = 0  # reads asked for and not yet answered (on the loop)
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     async def call(self, job: Callable[[sqlite3.Connection], T]) -> T:
         future: asyncio.Future[T] = self._loop.create_future()
         self._inbox.put((future, job))
-        return await future
+        self.waiting += 1
+        try:
+            return await future
+        finally:
+            self.waiting -= 1
 
     async def close(self) -> None:
         """Finish the jobs already queued, then close the connection."""

@@ -9,11 +9,18 @@ each costs the loop one handover and one wake-up, whatever the batch holds.
 
 If a batch's transaction fails, it is replayed one write per transaction so a bad write fails
 alone. Futures are resolved on the loop, after the commit, by whoever receives the outcome.
+
+The loop may commit a small batch itself (`try_commit`) when nothing it handed over is still
+uncommitted: the connection's lock keeps the thread and the loop off it at the same time. SQLite's
+automatic WAL checkpoint (at 1,000 WAL pages, inside a COMMIT) is off for the loop's commits only:
+the thread's next commit checkpoints for them as before, and after `LOOP_COMMITS_PER_CHECKPOINT`
+loop commits with none of the thread's between, the thread is woken to run one itself.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import queue
 import sqlite3
 import threading
@@ -25,6 +32,11 @@ import msgspec
 
 from .errors import WriteFailedError
 from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
+
+log = logging.getLogger("cursor_byok.store")
+
+# A turn start's commit writes ~15 pages; SQLite's own checkpoint runs at 1,000.
+LOOP_COMMITS_PER_CHECKPOINT = 64
 
 # Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
 # indexed probe); bounded, so idle conversations hold nothing here.
@@ -64,11 +76,44 @@ class WriterThread:
         self._stopped = stopped
         self._loop = asyncio.get_running_loop()
         self._inbox: queue.SimpleQueue[list[WriteOp] | None] = queue.SimpleQueue()
-        self._seq_cache: dict[str, tuple[int, int]] = {}  # owned by the thread
+        self._seq_cache: dict[str, tuple[int, int]] = {}  # used under _conn_lock
+        self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
+        self._busy_timeout_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        self._autocheckpoint_pages = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        self._loop_commits = 0  # since the thread's last commit or checkpoint
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def submit(self, ops: list[WriteOp]) -> None:
         self._inbox.put(ops)
+
+    def try_commit(self, batch: list[WriteOp]) -> BatchOutcome | None:
+        """On the loop, with nothing handed over still uncommitted: commit `batch` as one transaction
+        now, if the connection is free and the database's write lock can be had without waiting.
+        None (nothing written): hand the batch to the thread, which waits for the lock and isolates
+        a bad write."""
+        if not self._conn_lock.acquire(blocking=False):
+            return None  # the thread is checkpointing
+        conn = self._conn
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")  # another process's lock: never wait on the loop
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # nor for a checkpoint in the COMMIT
+            try:
+                outcome = BatchOutcome()
+                writes = [op for op in batch if not isinstance(op, Barrier)]
+                if writes:
+                    outcome.results = self._transaction(writes)
+                    outcome.transactions = 1
+                    self._loop_commits += 1
+            except Exception:
+                return None
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint_pages}")
+        finally:
+            self._conn_lock.release()
+        if self._loop_commits >= LOOP_COMMITS_PER_CHECKPOINT:
+            self._inbox.put([])  # wakes the thread, which checkpoints
+        return outcome
 
     def stop(self) -> None:
         """Commit everything submitted before this call, then close the connection."""
@@ -90,14 +135,17 @@ class WriterThread:
                     except queue.Empty:
                         break
                     stopping = self._take(pending, item)
-                if not pending:
-                    if stopping:
-                        return
-                    continue
-                batch = [pending.popleft() for _ in range(min(len(pending), self._max_batch_ops))]
-                outcome = self._commit(batch)
-                self._post(self._deliver, batch, outcome)
-                batch = []
+                self._checkpoint_if_due()  # before what was queued after the wake-up
+                if pending:
+                    batch = [pending.popleft() for _ in range(min(len(pending), self._max_batch_ops))]
+                    with self._conn_lock:
+                        outcome = self._commit(batch)
+                        if outcome.transactions:
+                            self._loop_commits = 0  # its COMMIT checkpointed if the WAL was due
+                    self._post(self._deliver, batch, outcome)
+                    batch = []
+                if stopping and not pending:
+                    return
         except BaseException as exc:  # a bug: report it and hand back what was not done
             error = exc
         finally:
@@ -110,6 +158,17 @@ class WriterThread:
                 unprocessed.extend(item or ())
             self._conn.close()
             self._post(self._stopped, error, unprocessed)
+
+    def _checkpoint_if_due(self) -> None:
+        if self._loop_commits < LOOP_COMMITS_PER_CHECKPOINT:
+            return
+        with self._conn_lock:
+            self._loop_commits = 0
+            try:
+                # PASSIVE: copies what no reader still needs; never waits for readers or writers.
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:  # e.g. another process checkpointing: the next one catches up
+                log.warning("WAL checkpoint skipped: %s", exc)
 
     @staticmethod
     def _take(pending: collections.deque[WriteOp], item: list[WriteOp] | None) -> bool:

@@ -1,0 +1,89 @@
+"""The store's part of a turn start, in one process: what the runtime writes when a turn starts
+(journal row, conversation, binding, run, the 2,000-word input, the input awaited) and the binding
+read for the turn's fresh request id. One start at a time with a pause between (a user's turn),
+then 200 starting in one instant (they must share commits).
+
+    .venv/bin/python -m pytest -q benchmarks/test_store_turn_start.py -s
+    # before/after in one sitting: the same file against another checkout's store
+    PYTHONPATH=/path/to/old-checkout/src .venv/bin/python -m pytest -q benchmarks/test_store_turn_start.py -s -p no:cacheprovider
+
+Per start: wall time from the first write queued to the input durable (its future resolved),
+p50/p99; the process's CPU per start (every thread: the loop's and the store's). Per lookup: wall
+and CPU of `lookup_conversation` for a request id never bound.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from cursor_byok.store import ConversationRecord, EventKind, NewEvent, RunRecord, Store
+
+STARTS = int(os.environ.get("BENCH_STORE_STARTS", "300"))
+PAUSE = 0.025  # between a user's turns: the store's threads are idle again
+TURN = b'{"text":"' + b"word " * 2000 + b'"}'
+
+
+def _pct(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] / 1000
+
+
+def _queue_start(store: Store, i: int) -> asyncio.Future[Any]:
+    store.record_append(f"r{i}", "", 0, TURN)
+    store.upsert_conversation(ConversationRecord(conversation_id=f"c{i}", created_at_ms=1, updated_at_ms=2))
+    store.bind_request(f"r{i}", f"c{i}")
+    store.start_run(RunRecord(f"run-{i}", f"c{i}", "preparing", started_at_ms=1))
+    stored = store.append_events(f"c{i}", [NewEvent(f"u{i}", EventKind.USER, TURN)])
+    store.hand_over_now()
+    return stored
+
+
+async def _measure(path: Path) -> dict[str, float]:
+    store = await Store.open(path)
+    try:
+        for i in range(STARTS):
+            store.upsert_conversation(ConversationRecord(conversation_id=f"c{i}", created_at_ms=1, updated_at_ms=1))
+        await store.flush()
+        walls: list[int] = []
+        cpu = 0
+        for i in range(STARTS):
+            await asyncio.sleep(PAUSE)
+            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+            await _queue_start(store, i)
+            walls.append(time.perf_counter_ns() - t0)
+            cpu += time.process_time_ns() - c0
+        fresh = [uuid.uuid4().hex for _ in range(STARTS)]
+        lookups: list[int] = []
+        lookup_cpu = 0
+        for request_id in fresh:
+            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+            assert await store.lookup_conversation(request_id) is None
+            lookups.append(time.perf_counter_ns() - t0)
+            lookup_cpu += time.process_time_ns() - c0
+        await store.flush()
+        before = store.stats.transactions
+        await asyncio.gather(*[_queue_start(store, STARTS + i) for i in range(200)])
+        return {
+            "start_p50_us": _pct(walls, 0.5), "start_p99_us": _pct(walls, 0.99), "start_cpu_us": cpu / STARTS / 1000,
+            "lookup_p50_us": _pct(lookups, 0.5), "lookup_cpu_us": lookup_cpu / STARTS / 1000,
+            "burst_transactions": store.stats.transactions - before,
+        }
+    finally:
+        await store.close()
+
+
+def test_store_turn_start(benchmark: Any, tmp_path: Path) -> None:
+    results: dict[str, float] = {}
+    benchmark.pedantic(lambda: results.update(asyncio.run(_measure(tmp_path / "state.db"))), rounds=1, iterations=1)
+    benchmark.extra_info.update(results)
+    print(
+        f"\nturn start's writes queued -> input durable: p50 {results['start_p50_us']:.0f} us, p99 "
+        f"{results['start_p99_us']:.0f} us; CPU per start {results['start_cpu_us']:.0f} us"
+        f"\nfresh request id lookup: p50 {results['lookup_p50_us']:.1f} us, CPU {results['lookup_cpu_us']:.1f} us"
+        f"\n200 starts in one instant: {results['burst_transactions']:.0f} transactions"
+    )
+    assert results["burst_transactions"] < 20  # they share commits

@@ -1,0 +1,111 @@
+"""A write someone is about to wait on commits at once, on the loop, when the writer is idle: no
+hand-over to the writer thread and back. Never at another process's pace (its write lock sends the
+write to the thread, which waits for it), and starts queued in one instant still share commits."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+from cursor_byok.store import EventKind, NewEvent, RunRecord, Store
+
+
+def _event(event_id: str, payload: bytes = b"p") -> NewEvent:
+    return NewEvent(event_id, EventKind.USER, payload)
+
+
+async def test_an_awaited_write_commits_in_the_same_step_when_the_writer_is_idle(store: Store, conversation, raw_db) -> None:
+    store.upsert_conversation(conversation("c"))
+    await store.flush()
+    store.record_append("r1", "", 0, b"the append")
+    stored = store.append_events("c", [_event("user-1", b"the turn")])
+    store.hand_over_now()
+    assert stored.done() and stored.result().results[0].seq == 1
+    observer = raw_db()
+    assert observer.execute("SELECT count(*) FROM history_events").fetchone()[0] == 1
+    assert observer.execute("SELECT count(*) FROM inbound_appends").fetchone()[0] == 1  # the same commit
+
+
+async def test_another_process_lock_sends_the_write_to_the_thread_and_never_blocks_the_loop(store: Store, conversation, db_path: Path) -> None:
+    store.upsert_conversation(conversation("c"))
+    await store.flush()
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    ticks = 0
+    ticks_while_locked: list[int] = []
+
+    def release() -> None:
+        ticks_while_locked.append(ticks)
+        holder.execute("ROLLBACK")
+
+    threading.Timer(0.3, release).start()
+    try:
+        stored = store.append_events("c", [_event("user-1")])
+        store.hand_over_now()
+        assert not stored.done()
+        while not stored.done():
+            ticks += 1
+            await asyncio.sleep(0.01)
+        assert stored.result().results[0].seq == 1
+    finally:
+        holder.close()
+    assert ticks_while_locked and ticks_while_locked[0] > 0  # the loop ran while the lock was held
+
+
+async def test_awaited_run_starts_in_one_instant_still_share_commits(store: Store, conversation) -> None:
+    await store.flush()
+    before = store.stats.transactions
+    inputs = []
+    for i in range(200):
+        store.upsert_conversation(conversation(f"c{i}"))
+        store.bind_request(f"r{i}", f"c{i}")
+        store.start_run(RunRecord(f"run-{i}", f"c{i}", "preparing", started_at_ms=1))
+        inputs.append(store.append_events(f"c{i}", [_event("user-1", b"x" * 12_000)]))
+        store.hand_over_now()
+    results = await asyncio.gather(*inputs)
+    assert store.stats.transactions - before < 20
+    assert all(r.results[0].seq == 1 for r in results)
+
+
+async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Store, conversation, db_path: Path) -> None:
+    """SQLite's own checkpoint is off for the loop's commits (it would run inside their COMMIT):
+    the thread's commits checkpoint as before (here the flood below), and after enough loop
+    commits with none of the thread's between, the thread runs one itself (here the spaced ones)."""
+    store.upsert_conversation(conversation("c"))
+    await store.flush()
+    wal = db_path.with_name(db_path.name + "-wal")
+    for n in range(1200):  # ~3 pages each, 12 MB in all: a WAL never checkpointed would hold it all
+        stored = store.append_events("c", [_event(f"e{n}", bytes([n % 251]) * 10_000)])
+        store.hand_over_now()
+        await stored
+    assert wal.stat().st_size < 8 * 1024 * 1024
+
+    spaced_before = db_path.stat().st_size
+    loop_commits = store.stats.loop_commits
+    for n in range(70):  # each one past the loop-commit spacing: all are the loop's
+        await asyncio.sleep(0.025)
+        stored = store.append_events("c", [_event(f"s{n}", bytes([n]) * 30_000)])
+        store.hand_over_now()
+        assert stored.done()
+    assert store.stats.loop_commits - loop_commits == 70
+    await store.flush()  # queued after the thread's wake-up: it has checkpointed
+    assert db_path.stat().st_size - spaced_before > 1_500_000  # the spaced commits' pages are in the database file
+    assert [e.seq for e in await store.load_events("c")][-1] == 1270
+
+
+async def test_while_a_store_thread_is_busy_the_write_goes_to_the_writer_thread(store: Store, conversation) -> None:
+    """The loop would let go of the interpreter lock at every SQLite call, and a busy store thread
+    could keep it meanwhile: the loop uses SQLite itself only when both threads are idle."""
+    store.upsert_conversation(conversation("c"))
+    await store.flush()
+    reading = asyncio.create_task(store.get_conversation("c"))
+    await asyncio.sleep(0)  # the read is on the reader thread, its answer not yet taken
+    stored = store.append_events("c", [_event("user-1")])
+    store.hand_over_now()
+    assert not stored.done()
+    assert (await stored).results[0].seq == 1
+    assert (await reading) is not None
+    handed = store.upsert_conversation(conversation("d"))  # on the writer thread now
+    assert await store.lookup_conversation("r-fresh") is None  # answered by the reader thread
+    await handed
