@@ -1,53 +1,54 @@
-"""The server's garbage collector after start-up: collections rare enough that a run start does not
-pay for them (a turn's objects are freed by reference counting, not by the collector)."""
+"""An idle server gives back the heap pages it freed: the trimmer trims once more than its slack of
+heap bytes were freed since the last trim, even when resident memory hardly grew (a server's heap
+fills up with holes turn after turn, a few hundred KiB at a time, without one large burst)."""
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
+import ctypes
+import ctypes.util
 
-import pytest
+from cursor_byok.gateway import Trimmer
 
-from cursor_byok.gateway.memory import YOUNG_COLLECTION_ALLOCATIONS, freeze_startup_objects
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    thresholds, enabled = gc.get_threshold(), gc.isenabled()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*thresholds)
-    if not enabled:
-        gc.disable()
+BLOCK = 4096  # below glibc's mmap threshold: the blocks come from the heap
+RUN = 64  # one block kept per run of freed ones: the heap's top cannot shrink, its middle can be trimmed
 
 
-def test_after_start_up_a_young_collection_waits_for_many_allocations(collector: None) -> None:
-    freeze_startup_objects()
-    gc.collect()  # count from an empty young generation
-    collections: list[int] = []
+def _resident_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * 4096
 
-    def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
 
-    gc.callbacks.append(count)
+def _heap_with_holes(total: int) -> tuple[ctypes.CDLL, list[int]]:
+    """`total` bytes malloc'd and touched, then all but one block in every RUN freed; the kept ones."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    blocks = [libc.malloc(BLOCK) for _ in range(total // BLOCK)]
+    for block in blocks:
+        ctypes.memset(block, 1, BLOCK)
+    kept = blocks[RUN - 1 :: RUN]
+    for i, block in enumerate(blocks):
+        if i % RUN != RUN - 1:
+            libc.free(block)
+    return libc, kept
+
+
+def test_a_few_mib_freed_in_the_heap_are_given_back() -> None:
+    trimmer = Trimmer()
+    assert trimmer.enabled  # glibc on Linux
+    libc, kept = _heap_with_holes(4 * 1024 * 1024)
     try:
-        kept = [[] for _ in range(YOUNG_COLLECTION_ALLOCATIONS - 1_000)]  # a few dozen run starts' worth
+        before = _resident_bytes()
+        trimmer.maybe_trim()
+        assert trimmer.trims == 1
+        assert before - _resident_bytes() > 2 * 1024 * 1024
     finally:
-        gc.callbacks.remove(count)
-    assert len(kept) > 5_000 and collections == []
+        for block in kept:
+            libc.free(block)
 
 
-def test_collections_still_run(collector: None) -> None:
-    freeze_startup_objects()
-    collections: list[int] = []
-
-    def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    gc.callbacks.append(count)
-    try:
-        kept = [[] for _ in range(3 * YOUNG_COLLECTION_ALLOCATIONS)]
-    finally:
-        gc.callbacks.remove(count)
-    assert len(kept) and collections
+def test_nothing_freed_nothing_trimmed() -> None:
+    trimmer = Trimmer()
+    trimmer.maybe_trim()
+    trimmer.maybe_trim()
+    assert trimmer.trims == 0

@@ -92,12 +92,15 @@ def _resident_bytes() -> int:
 
 class Trimmer:
     """`maybe_trim()` after each sweep: trims when RSS grew by more than `slack` since the last time,
-    or when more than `slack` bytes were freed into the heap since then. (RSS alone misses a burst
-    whose memory is freed after a trim that ran in its middle: nothing grows any more, and what it
-    freed would stay resident.)"""
+    or when more than `freed_slack` bytes were freed into the heap since then. (RSS alone misses a
+    burst whose memory is freed after a trim that ran in its middle: nothing grows any more, and
+    what it freed would stay resident. And a server taking turns frees a few hundred KiB of holes
+    into its heap per stretch of turns, which add up to MiBs without any one burst: a small
+    `freed_slack` gives them back while the server is idle, for a trim of ~1 ms.)"""
 
-    def __init__(self, slack: int = 8 * 1024 * 1024) -> None:
+    def __init__(self, slack: int = 8 * 1024 * 1024, freed_slack: int = 1024 * 1024) -> None:
         self.slack = slack
+        self.freed_slack = freed_slack
         self.enabled = _LIBC is not None and os.path.exists("/proc/self/statm")
         self._settled = _resident_bytes() if self.enabled else 0
         self._free = _free_heap_bytes() if self.enabled else 0  # free heap bytes since the last trim, at their lowest
@@ -107,7 +110,7 @@ class Trimmer:
         if not self.enabled:
             return
         rss, free = _resident_bytes(), _free_heap_bytes()
-        if rss - self._settled > self.slack or free - self._free > self.slack:
+        if rss - self._settled > self.slack or free - self._free > self.freed_slack:
             assert _LIBC is not None
             _LIBC.malloc_trim(0)
             self.trims += 1

@@ -1,0 +1,53 @@
+"""The server's garbage collector after start-up: collections rare enough that a run start does not
+pay for them (a turn's objects are freed by reference counting, not by the collector)."""
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from cursor_byok.gateway.memory import YOUNG_COLLECTION_ALLOCATIONS, freeze_startup_objects
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    thresholds, enabled = gc.get_threshold(), gc.isenabled()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+    if not enabled:
+        gc.disable()
+
+
+def test_after_start_up_a_young_collection_waits_for_many_allocations(collector: None) -> None:
+    freeze_startup_objects()
+    gc.collect()  # count from an empty young generation
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        kept = [[] for _ in range(YOUNG_COLLECTION_ALLOCATIONS - 1_000)]  # a few dozen run starts' worth
+    finally:
+        gc.callbacks.remove(count)
+    assert len(kept) > 5_000 and collections == []
+
+
+def test_collections_still_run(collector: None) -> None:
+    freeze_startup_objects()
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        kept = [[] for _ in range(3 * YOUNG_COLLECTION_ALLOCATIONS)]
+    finally:
+        gc.callbacks.remove(count)
+    assert len(kept) and collections
