@@ -85,6 +85,37 @@ def test_the_stored_messages_stay_within_their_byte_budget() -> None:
         assert provider.encode_request(request) == make_provider(model, "", OFFLINE).encode_request(request)
 
 
+class Short(KeyedMessages):
+    """Keyed messages of a few bytes each (a long conversation of one-word turns)."""
+
+    def __init__(self, start: int, count: int) -> None:
+        self.start, self.count = start, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        return Message("user", [TextPart("ok")])
+
+    def key(self, index: int) -> tuple[str, str]:
+        return ("conversation", f"event-{self.start + index:032x}")
+
+
+def test_the_budget_counts_what_each_kept_message_costs_not_only_its_bytes() -> None:
+    """Thousands of short messages: what the adapter keeps for each (its key, its entry) is most of
+    what it holds, and the budget bounds that too."""
+    model = ModelConfig(id="m", provider=ProviderKind.OPENAI_CHAT, model="x", base_url="http://127.0.0.1:9/v1")
+    provider = make_provider(model, "", OFFLINE)
+    tracemalloc.start()
+    try:
+        for batch in range(100):
+            provider.encode_request(ModelRequest(model="x", system="s", messages=Short(batch * 1_000, 1_000)))
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept <= MESSAGE_BYTES + 2**20
+
+
 class Reread(KeyedMessages):
     """A history read again (new message objects each read), keyed by position; counts its reads."""
 

@@ -30,6 +30,11 @@ conversations in use the bytes only wait for a next turn that comes minutes late
 ones outlive their history's runtime for that: its next turn reads the history again); encoding a
 message again then costs ~10 µs per 12 KiB."""
 
+ENTRY_BYTES = 416
+"""What keeping one message costs beyond its JSON (its key and event id, the entry's tuple, the
+bytes object's header, the ordered map's slot), counted in the budget: for one-word turns that is
+most of it."""
+
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
     __slots__ = ("key",)
@@ -96,7 +101,7 @@ class Fragments:
             ref = _Ref(message, self._gone)
             ref.key = key
         self._messages[key] = (ref, data)
-        self._bytes += len(data)
+        self._bytes += len(data) + ENTRY_BYTES
         while self._bytes > self.budget:
             self._drop(next(iter(self._messages)))
         return data
@@ -104,7 +109,7 @@ class Fragments:
     def _drop(self, key: Hashable) -> None:
         entry = self._messages.pop(key, None)
         if entry is not None:
-            self._bytes -= len(entry[1])
+            self._bytes -= len(entry[1]) + ENTRY_BYTES
 
     def _gone(self, ref: _Ref) -> None:
         """A stored message was freed: its bytes go too (unless its id is stored anew already)."""
