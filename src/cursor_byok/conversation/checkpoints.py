@@ -144,7 +144,7 @@ class Checkpoints:
         # A root blob is encoded from the history's own entry: a replay of the stream encodes it again.
         lacking = [self.root_blobs.blob(i) for i, bid in enumerate(roots) if bid not in held]
         pushes = [(root.id, root.data(), root.data) for root in lacking] + [(bid, data, None) for bid, data in blobs]
-        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data, again) for bid, data, again in pushes if bid not in held]
+        waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data, again) for bid, data, again in pushes]  # None: held
         pending = [w for w in waiters if w is not None]
         if not pending:
             return True

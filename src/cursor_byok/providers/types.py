@@ -8,6 +8,7 @@ format. Parts are tagged (`{"type": "text", ...}`) so a list of them round-trips
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Any, Literal, Union
 
@@ -71,8 +72,8 @@ class KeyedMessages(Sequence[Message]):
 
     __slots__ = ()
 
-    def key(self, index: int) -> Hashable:
-        raise NotImplementedError
+    @abstractmethod
+    def key(self, index: int) -> Hashable: ...
 
 
 class ToolSchema(msgspec.Struct, frozen=True):

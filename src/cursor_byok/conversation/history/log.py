@@ -74,7 +74,7 @@ class HistoryEntry:
         if self._message is not None:
             return self._message
         assert self._payload is not None
-        return _decoder.decode(self._payload).message
+        return decode_entry(self._payload).message
 
     def holds(self, message: Message) -> bool:
         """Whether this very message object is the entry's (decoded) message."""
