@@ -6,7 +6,9 @@ finish."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -162,6 +164,52 @@ async def test_kill_during_checkpointing_then_new_turn(config: ServerConfig, pro
     try:
         assert resumed.terminals == 1 and resumed.terminal is None
         assert_history_once(body, "alpha question", "bravo answer", "charlie question", "delta answer", "echo question")
+    finally:
+        server.stop()
+
+
+async def test_the_ide_hears_a_turn_ended_only_once_its_answer_is_saved(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    """The answer's write is held up (another connection holds the database's write lock, as a
+    slow disk under load delays a commit): the IDE is not told the turn ended before the answer is
+    saved, so a kill then loses nothing it was told; once the lock goes, the turn ends."""
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        await first_turn(ide, provider, conv)
+        for question, answer, kill in (("charlie question", "delta answer", True), ("foxtrot question", "golf answer", False)):
+            slow = OPENAI_CHAT.text([answer])
+            slow.chunk_delay = 0.2
+            provider.enqueue(slow)
+            rid, log = uuid.uuid4().hex, StreamLog()
+            reader = asyncio.create_task(ide.stream(rid, log))
+            await ide.append(rid, run_request(question, model=MODEL, conversation_id=conv, message_id=question))
+            await wait_until(lambda: "step_started" in log.kinds())  # the turn's input is saved: the model was called
+            with contextlib.closing(sqlite3.connect(config.data_dir / "state.db", isolation_level=None)) as lock:
+                lock.execute("BEGIN IMMEDIATE")
+                await wait_until(lambda: "step_completed" in log.kinds())  # the model's answer is complete
+                await asyncio.sleep(0.5)  # time for a frame the server must not send yet
+                assert "turn_ended" not in log.kinds()
+                if kill:
+                    server.kill()
+                lock.execute("ROLLBACK")
+            await asyncio.wait_for(reader, 15)
+            if kill:  # the IDE was not told the turn ended; the restarted server goes on without the answer
+                assert log.terminals == 0
+                await ide.close()
+                server.start()
+                ide = ScriptedIDE(server.base_url, workspace)
+            else:
+                assert "turn_ended" in log.kinds() and log.terminals == 1 and log.terminal is None
+    finally:
+        await ide.close()
+        server.stop()
+    follow = run_request("echo question", model=MODEL, conversation_id=conv, message_id="m3")
+    resumed, body = await resume_after_restart(server, provider, conv, workspace, follow)
+    try:
+        assert resumed.terminals == 1 and resumed.terminal is None
+        assert_history_once(body, "alpha question", "bravo answer", "charlie question", "foxtrot question", "golf answer", "echo question")
+        assert not any("delta answer" in t for t in texts(body))  # never saved, and the IDE was never told it was
     finally:
         server.stop()
 
