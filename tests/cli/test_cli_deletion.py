@@ -4,8 +4,10 @@ then the CLI deleting one conversation while the server runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 
@@ -22,7 +24,7 @@ SHARED = "SHARED-FILE-CONTENT"  # read by both conversations
 def rows_holding(db: Path, needle: str) -> dict[str, int]:
     """Table → rows with `needle` in any column (text or bytes)."""
     found: dict[str, int] = {}
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for table in tables:
             hits = sum(
@@ -32,6 +34,17 @@ def rows_holding(db: Path, needle: str) -> dict[str, int]:
             if hits:
                 found[table] = hits
     return found
+
+
+def wait_for_call_records(db: Path, count: int, timeout: float = 15.0) -> None:
+    """Call records are written after their run ends, without holding up its stream's end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            if conn.execute("SELECT COUNT(response_body) FROM provider_calls").fetchone()[0] >= count:
+                return
+        assert time.monotonic() < deadline, f"fewer than {count} provider call records with bodies"
+        time.sleep(0.05)
 
 
 async def conversation(ide: ScriptedIDE, provider: FakeProviderServer, workspace: Path, tag: str) -> str:
@@ -69,6 +82,7 @@ def test_a_deleted_conversation_leaves_none_of_its_content(run_cli, tmp_path: Pa
         with ServerProcess(config) as server:
             gone, kept = asyncio.run(two_conversations(server, provider, workspace))
             db = config.data_dir / "state.db"
+            wait_for_call_records(db, 4)
             for needle in (*GONE, *KEPT, SHARED):
                 assert "provider_calls" in rows_holding(db, needle), needle  # the bodies were kept
 
@@ -81,7 +95,7 @@ def test_a_deleted_conversation_leaves_none_of_its_content(run_cli, tmp_path: Pa
                 assert rows_holding(db, needle) == {}, needle
             for needle in (*KEPT, SHARED):  # the other conversation's, and what both read, stay
                 assert {"history_events", "provider_calls"} <= rows_holding(db, needle).keys(), needle
-            with sqlite3.connect(db) as conn:
+            with contextlib.closing(sqlite3.connect(db)) as conn:
                 # The deleted conversation's call records stay for the usage figures, without bodies.
                 calls = conn.execute(
                     "SELECT COUNT(*), COUNT(request_body), COUNT(response_body) FROM provider_calls WHERE conversation_id = ?", (gone,)
