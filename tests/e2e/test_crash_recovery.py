@@ -6,7 +6,10 @@ finish."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
+import threading
 import uuid
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import pytest
 
 from cursor_byok.gateway import sweep_seconds
 from cursor_byok.protocol import agent_pb2 as pb
-from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
 from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, one_model_config
 
@@ -164,6 +167,66 @@ async def test_kill_during_checkpointing_then_new_turn(config: ServerConfig, pro
         assert_history_once(body, "alpha question", "bravo answer", "charlie question", "delta answer", "echo question")
     finally:
         server.stop()
+
+
+class HeldAnswer:
+    """The model's answer, sent once the test lets it go; its request has arrived by then, so the
+    turn's input is saved (the server sends it only after)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.arrived = threading.Event()
+        self.go = threading.Event()
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        self.arrived.set()
+        self.go.wait(15)
+        return OPENAI_CHAT.text([self.text])
+
+
+async def test_the_ide_hears_a_turn_ended_only_once_its_answer_is_saved(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    """The answer's write is held up (another connection holds the database's write lock, as a
+    slow disk under load delays a commit): the IDE is not told the turn ended before the answer is
+    saved, so a kill then loses nothing it was told; once the lock goes, the turn ends."""
+    server = ServerProcess(config).start()
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        await first_turn(ide, provider, conv)
+        for question, answer, kill in (("charlie question", "delta answer", True), ("foxtrot question", "golf answer", False)):
+            held = HeldAnswer(answer)
+            provider.respond_with(held)
+            rid, log = uuid.uuid4().hex, StreamLog()
+            reader = asyncio.create_task(ide.stream(rid, log))
+            await ide.append(rid, run_request(question, model=MODEL, conversation_id=conv, message_id=question))
+            await wait_until(held.arrived.is_set)
+            with contextlib.closing(sqlite3.connect(config.data_dir / "state.db", isolation_level=None)) as lock:
+                lock.execute("BEGIN IMMEDIATE")
+                held.go.set()
+                await wait_until(lambda: "step_completed" in log.kinds())  # the model's answer is complete
+                await asyncio.sleep(0.5)  # time for a frame the server must not send yet
+                assert "turn_ended" not in log.kinds()
+                if kill:
+                    server.kill()
+                lock.execute("ROLLBACK")
+            await asyncio.wait_for(reader, 15)
+            if kill:  # the IDE was not told the turn ended; the restarted server goes on without the answer
+                assert log.terminals == 0
+                await ide.close()
+                server.start()
+                ide = ScriptedIDE(server.base_url, workspace)
+            else:
+                assert "turn_ended" in log.kinds() and log.terminals == 1 and log.terminal is None
+        provider.respond_with(None)
+        provider.enqueue(OPENAI_CHAT.text(["resumed fine"]))
+        resumed = await ide.turn(run_request("echo question", model=MODEL, conversation_id=conv, message_id="m3"))
+    finally:
+        await ide.close()
+        server.stop()
+    assert resumed.terminals == 1 and resumed.terminal is None
+    body = provider.requests[-1].json()
+    assert_history_once(body, "alpha question", "bravo answer", "charlie question", "foxtrot question", "golf answer", "echo question")
+    assert not any("delta answer" in t for t in texts(body))  # never saved, and the IDE was never told it was
 
 
 async def test_retried_user_message_after_restart_is_not_duplicated(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:

@@ -207,6 +207,8 @@ def _report_deletion(result: Any) -> int:
     for cid in result.busy:
         echo(f"kept {cid}: a run is in progress (try again when it has finished)", file=sys.stderr)
     echo(f"deleted {len(result.deleted)} conversation(s)" + (f": {', '.join(result.deleted)}" if 0 < len(result.deleted) <= 20 else ""))
+    if result.erased_bodies:
+        echo(f"erased the request and response bodies of {result.erased_bodies} provider call record(s)")
     return 1 if result.busy else 0
 
 

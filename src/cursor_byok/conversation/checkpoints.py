@@ -191,9 +191,13 @@ class Checkpoints:
             run.send(updates.checkpoint(state))
 
     async def final(self, run: ActiveRun, still_current: Callable[[], bool]) -> None:
-        """The run's last checkpoint, persisted before it is sent. A client that never acks blobs
-        must not lose its turn: the checkpoint is persisted, but one naming blobs the client may
-        not hold is not sent."""
+        """The end of the turn, told once its history is saved (a kill after the IDE heard it must
+        not lose the answer), then the run's last checkpoint, persisted before it is sent. A client
+        that never acks blobs must not lose its turn: the checkpoint is persisted, but one naming
+        blobs the client may not hold is not sent."""
+        await self.records.history_durable()
+        if still_current():
+            run.send(updates.turn_ended(run.presenter.usage_total()))
         run.checkpoint_seq += 1
         run.checkpoint_sent = run.checkpoint_stored = run.checkpoint_seq  # no step checkpoint may follow the final one
         run.turns.close()

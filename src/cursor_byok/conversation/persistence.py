@@ -32,6 +32,7 @@ class ConversationRecords:
         self.conversation_id = conversation_id
         self.store = store  # cursor_byok.store.Store, or None for a memory-only runtime
         self.stopping = False  # the server stops: streams ending now were cut, their input is kept
+        self._last_append: asyncio.Future[Any] | None = None  # the newest history write not known durable
 
     async def load(self) -> StoredConversation:
         """Everything a runtime needs from the store; a failed read is `unavailable` (retry)."""
@@ -62,10 +63,22 @@ class ConversationRecords:
         queued before them), not after the callbacks queued ahead of the usual hand-over."""
         if self.store is None or not entries:
             return None
-        stored = self.store.append_events(self.conversation_id, [_event(e) for e in entries])
+        stored = self._last_append = self.store.append_events(self.conversation_id, [_event(e) for e in entries])
         if awaited:
             self.store.hand_over_now()
         return stored
+
+    async def history_durable(self) -> None:
+        """Wait until every history write queued so far has committed (the store commits in queue
+        order: the newest one's commit is everyone's); raises if it failed."""
+        pending = self._last_append
+        if pending is None:
+            return
+        if not pending.done():
+            self.store.hand_over_now()
+        await pending
+        if self._last_append is pending:
+            self._last_append = None
 
     async def append_durably(self, entries: list[HistoryEntry]) -> None:
         future = self.append(entries)

@@ -390,7 +390,6 @@ class ConversationRuntime:
         if self.phase is Phase.INTERRUPTING:
             self._transition(Phase.MODELING)
         self._transition(Phase.CHECKPOINTING)
-        run.send(updates.turn_ended(run.presenter.usage_total()))
         final = partial(self.data.checkpoints.final, run, lambda: self.is_current(run.run_id))
         self._start(run, final, lambda error, _: CheckpointDone(run.run_id, error))
 

@@ -4,8 +4,10 @@ History is append-only for the server: a trigger refuses to delete any event. Re
 conversation, with its sub-task conversations, is the one exception: the deleting transaction lists
 them in `conversation_deletions` (which the trigger lets through) and empties that table before it
 commits. It runs on its own short-lived connection, so it never interleaves with a Store's batched
-writes, and it leaves alone a conversation whose run is still in progress. Usage rows stay (they
-have no foreign keys on purpose); content-addressed blobs are shared and are not collected here.
+writes, and it leaves alone a conversation whose run is still in progress. Usage rows and provider
+call records stay for the usage figures (they have no foreign keys on purpose), but the request and
+response bodies a call record keeps in detailed mode are the conversation's words and files: they are
+erased in the same transaction. (The content-addressed `blobs` table is not written by the server.)
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ _BATCH = 100
 class Deletion:
     deleted: list[str] = field(default_factory=list)  # conversations removed, sub-tasks included
     busy: list[str] = field(default_factory=list)  # left alone: a run of theirs is in progress
+    erased_bodies: int = 0  # provider call records whose request and response bodies went
 
 
 def _marks(ids: Sequence[str]) -> str:
@@ -66,6 +69,11 @@ def _delete_batch(conn: sqlite3.Connection, roots: Sequence[str], result: Deleti
             conn.executemany("INSERT OR IGNORE INTO conversation_deletions VALUES (?)", [(c,) for c in doomed])
             for table in _OWNED_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE conversation_id IN ({_marks(doomed)})", doomed)
+            result.erased_bodies += conn.execute(
+                f"UPDATE provider_calls SET request_body = NULL, response_body = NULL WHERE conversation_id IN ({_marks(doomed)}) "
+                "AND (request_body IS NOT NULL OR response_body IS NOT NULL)",
+                doomed,
+            ).rowcount
             conn.execute("DELETE FROM conversation_deletions")
         conn.execute("COMMIT")
     except BaseException:
