@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -71,6 +72,26 @@ async def test_an_unrelated_timeout_inside_a_slot_is_not_taken_for_ours() -> Non
             async with asyncio.timeout(0.01):
                 await asyncio.sleep(1)
     assert len(pending) == 0
+
+
+async def test_a_body_is_read_in_a_slot_without_an_async_generator() -> None:
+    """Every request's body is read in a slot: holding one must not start an async generator
+    (each is registered with the loop and finalized: the cost of a context manager made of one)."""
+    pending = Pending(max_total=4, per_connection=4)
+    messages = iter([{"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.request", "body": b"c"}])
+
+    async def receive() -> dict[str, object]:
+        await asyncio.sleep(0)  # a body arrives in a later pass of the loop, as from the server
+        return next(messages)
+
+    started: list[object] = []
+    hooks = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=started.append, finalizer=hooks.finalizer)
+    try:
+        body = await pending.read_body(scope(1), receive, 1024, 10.0)
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert body == b"abc" and started == [] and len(pending) == 0
 
 
 async def test_waiters_get_the_transport_and_leave_nothing_when_it_never_comes() -> None:

@@ -10,8 +10,8 @@ wait the same way. Nothing stays behind once a slot is left.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import Callable, Hashable
+from types import TracebackType
 
 from ..protocol import ConnectError
 from .asgi import BodyTimeout, Receive, Scope, read_body
@@ -20,12 +20,34 @@ EVICTED_MESSAGE = "too many pending requests: this one was the oldest and was dr
 
 
 class _Slot:
-    __slots__ = ("connection", "timeout", "evicted")
+    """One pending wait: an async context manager (a class, not an async generator: it is entered
+    for every request's body)."""
 
-    def __init__(self, connection: Hashable, timeout: asyncio.Timeout) -> None:
+    __slots__ = ("connection", "evicted", "timeout", "_on_timeout", "_pending", "_seconds")
+
+    def __init__(self, pending: Pending, connection: Hashable, seconds: float, on_timeout: Callable[[], ConnectError]) -> None:
+        self._pending = pending
         self.connection = connection
-        self.timeout = timeout
+        self._seconds = seconds
+        self._on_timeout = on_timeout
+        self.timeout: asyncio.Timeout | None = None
         self.evicted = False
+
+    async def __aenter__(self) -> None:
+        self.timeout = timeout = asyncio.timeout(self._seconds)
+        await timeout.__aenter__()
+        self._pending._hold(self)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._pending._release(self)
+        timeout = self.timeout
+        assert timeout is not None
+        try:
+            await timeout.__aexit__(exc_type, exc, tb)
+        except TimeoutError:
+            if not timeout.expired():
+                raise  # not our deadline
+            raise (ConnectError("resource_exhausted", EVICTED_MESSAGE) if self.evicted else self._on_timeout()) from None
 
 
 def connection_of(scope: Scope) -> Hashable:
@@ -45,37 +67,27 @@ class Pending:
     def __len__(self) -> int:
         return len(self._slots)
 
-    @contextlib.asynccontextmanager
-    async def slot(self, scope: Scope, seconds: float, on_timeout: Callable[[], ConnectError]) -> AsyncIterator[None]:
-        """Hold a pending slot for at most `seconds`: raises `on_timeout` when the time is up,
-        resource_exhausted when a newer request needed the slot, resource_exhausted at once when this
-        connection already holds its share."""
+    def slot(self, scope: Scope, seconds: float, on_timeout: Callable[[], ConnectError]) -> _Slot:
+        """Hold a pending slot (`async with`) for at most `seconds`: raises `on_timeout` when the time
+        is up, resource_exhausted when a newer request needed the slot, resource_exhausted at once
+        when this connection already holds its share."""
         connection = connection_of(scope)
-        held = self._per_connection.get(connection, 0)
-        if held >= self.per_connection:
+        if self._per_connection.get(connection, 0) >= self.per_connection:
             raise ConnectError("resource_exhausted", f"too many pending requests on one connection (limit {self.per_connection})")
         while len(self._slots) >= self.max_total:
             self._evict_oldest()
-        entry: _Slot | None = None
-        try:
-            async with asyncio.timeout(seconds) as timeout:
-                entry = _Slot(connection, timeout)
-                self._slots[entry] = None
-                self._per_connection[connection] = held + 1
-                yield
-        except TimeoutError:
-            if entry is None or not entry.timeout.expired():
-                raise  # not our deadline
-            raise (ConnectError("resource_exhausted", EVICTED_MESSAGE) if entry.evicted else on_timeout()) from None
-        finally:
-            if entry is not None:
-                self._release(entry)
+        return _Slot(self, connection, seconds, on_timeout)
+
+    def _hold(self, entry: _Slot) -> None:
+        self._slots[entry] = None
+        self._per_connection[entry.connection] = self._per_connection.get(entry.connection, 0) + 1
 
     def _evict_oldest(self) -> None:
         oldest = next(iter(self._slots))
         self._release(oldest)
         oldest.evicted = True
         self.evictions += 1
+        assert oldest.timeout is not None
         oldest.timeout.reschedule(asyncio.get_running_loop().time())
 
     def _release(self, entry: _Slot) -> None:
