@@ -78,8 +78,15 @@ class ConversationRuntime:
         self._queue.put_nowait(command)
 
     def start_run(self, cmd: StartRun) -> None:
-        """A run request: taken now, in the caller's step, when no command is queued ahead of it (no
-        queue hop and task switch before the model request); else queued behind, as any command."""
+        """A run request: taken now, in the caller's step (no queue hop and task switch before the
+        model request), as `take_now`."""
+        self.take_now(cmd)
+
+    def take_now(self, cmd: Command) -> None:
+        """Taken now, in the caller's step, when no command is queued ahead of it and none is being
+        handled; else queued behind, as any command. For the commands of every run start (its run
+        request, its RunSSE coming for the stream): each would otherwise be one more wake-up of
+        this runtime's task."""
         if self._taking or not self._queue.empty() or not self.running:
             self.post(cmd)
             return

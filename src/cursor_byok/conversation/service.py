@@ -222,4 +222,4 @@ class ConversationService:
         binding = self.registry.binding(request_id)
         rt = self.registry.runtime(binding.conversation_id) if binding is not None else None
         if rt is not None:
-            rt.post(Reader(request_id, attached))
+            rt.take_now(Reader(request_id, attached))
