@@ -23,25 +23,22 @@ class _Slot:
     """One pending wait: an async context manager (a class, not an async generator: it is entered
     for every request's body)."""
 
-    __slots__ = ("connection", "evicted", "timeout", "_on_timeout", "_pending", "_seconds")
+    __slots__ = ("connection", "evicted", "timeout", "_on_timeout", "_pending")
 
     def __init__(self, pending: Pending, connection: Hashable, seconds: float, on_timeout: Callable[[], ConnectError]) -> None:
         self._pending = pending
         self.connection = connection
-        self._seconds = seconds
+        self.timeout = asyncio.timeout(seconds)
         self._on_timeout = on_timeout
-        self.timeout: asyncio.Timeout | None = None
         self.evicted = False
 
     async def __aenter__(self) -> None:
-        self.timeout = timeout = asyncio.timeout(self._seconds)
-        await timeout.__aenter__()
+        await self.timeout.__aenter__()
         self._pending._hold(self)
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._pending._release(self)
         timeout = self.timeout
-        assert timeout is not None
         try:
             await timeout.__aexit__(exc_type, exc, tb)
         except TimeoutError:
@@ -87,7 +84,6 @@ class Pending:
         self._release(oldest)
         oldest.evicted = True
         self.evictions += 1
-        assert oldest.timeout is not None
         oldest.timeout.reschedule(asyncio.get_running_loop().time())
 
     def _release(self, entry: _Slot) -> None:

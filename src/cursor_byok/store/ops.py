@@ -137,8 +137,8 @@ class WriteOp:
     it must raise before touching `ctx` or `out` if the write is invalid.
 
     A plain base class, not an ABC: the writer asks each op of every batch `isinstance(op,
-    Barrier)`, which an ABC answers through a Python-level `__instancecheck__`. A subclass that does not
-    define `describe` and `plan` is refused when it is defined."""
+    Barrier)`, which an ABC answers through a Python-level `__instancecheck__`. A subclass that
+    does not define `describe` and `plan` is refused when it is defined."""
 
     __slots__ = ("future",)
 
