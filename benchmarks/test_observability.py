@@ -121,7 +121,7 @@ def test_recording_cost_on_turn_start(benchmark, tmp_path: Path) -> None:
 
         async def one_round(target: ServerProcess) -> tuple[float, list[int]]:
             clients = [await Client(target.port).open() for _ in range(HELD)]
-            spent = await cpu_per_start(provider_port, target.proc.pid, clients)  # type: ignore[union-attr]
+            spent, _ = await cpu_per_start(provider_port, target.proc.pid, clients)  # type: ignore[union-attr]
             for c in clients:
                 c.close()
             return spent, (await concurrent(target.port, 1, max(1, SAMPLES // ROUNDS))).to_provider_ns

@@ -20,7 +20,9 @@ One run, one command, every figure next to its floor:
   runs are started one after another; the server's user+system CPU (the kernel's per-process CPU
   clock: what /proc/PID/stat counts, at ns grain) over that stretch
   (plus a settle period for anything the start left to do off the path, minus the idle rate) per
-  start, for new conversations and for follow-up turns.
+  start, for new conversations and for follow-up turns; and of that, the event loop thread's own
+  (its schedstat: what the store's and the HTTP runtime's threads add is left out, and so is most
+  of the noise another process's load puts on the whole figure).
 - Cold start (process spawn → /healthz answered → first turn's first token) and peak memory (server
   process and its granian worker: RSS summed as the issue measured it, and PSS, which counts the
   pages the two share once) over 100 conversations, on a fresh server.
@@ -93,6 +95,17 @@ def cpu_seconds(pid: int) -> float:
         if _libc.clock_getcpuclockid(p, ctypes.byref(clock)) == 0 and _libc.clock_gettime(clock.value, ctypes.byref(spec)) == 0:
             total += spec.seconds + spec.nanoseconds / 1e9
     return total
+
+
+def loop_thread_seconds(pid: int) -> float:
+    """On-CPU time (ns grain, /proc/PID/task/TID/schedstat) of the thread that runs the app's event
+    loop: the main thread of the server's worker when it has one, else of the server itself. The
+    part of a start's CPU that its own threads (store writer, HTTP runtime) do not add."""
+    p = _tree(pid)[-1]
+    try:
+        return int(Path(f"/proc/{p}/task/{p}/schedstat").read_text().split()[0]) / 1e9
+    except OSError:
+        return 0.0
 
 
 def pss_kib(pid: int) -> int:
@@ -270,10 +283,11 @@ async def provider_control(port: int, what: str) -> str:
         conn.close()
 
 
-async def idle_cpu_rate(pid: int, seconds: float = 1.0) -> float:
-    before = cpu_seconds(pid)
+async def idle_cpu_rate(pid: int, seconds: float = 1.0) -> tuple[float, float]:
+    """CPU per second of an idle server: the whole process's, and its loop thread's."""
+    before, loop_before = cpu_seconds(pid), loop_thread_seconds(pid)
     await asyncio.sleep(seconds)
-    return (cpu_seconds(pid) - before) / seconds
+    return (cpu_seconds(pid) - before) / seconds, (loop_thread_seconds(pid) - loop_before) / seconds
 
 
 async def held_turns(provider_port: int, clients: list[Client], *, one_by_one: bool) -> Callable[[], Awaitable[None]]:
@@ -309,22 +323,23 @@ async def cpu_per_start(provider_port: int, pid: int, clients: list[Client], pro
     """Server CPU (µs) per run start: each client starts a turn, one after another, while the
     provider holds its answers; the next starts once the provider has the previous request.
     `profile`: py-spy samples the server over the starts into that file (raw collapsed stacks)."""
-    idle = await idle_cpu_rate(pid)
+    idle, loop_idle = await idle_cpu_rate(pid)
     spy = None
     if profile is not None:
         spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--rate", "1000",
                                 "--gil", "--nonblocking", "--subprocesses", "--format", "raw", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await asyncio.sleep(0.5)  # attached
     started = time.monotonic()
-    before = cpu_seconds(pid)
+    before, loop_before = cpu_seconds(pid), loop_thread_seconds(pid)
     release = await held_turns(provider_port, clients, one_by_one=True)
     await asyncio.sleep(SETTLE_SECONDS)
     spent = cpu_seconds(pid) - before - idle * (time.monotonic() - started)
+    loop_spent = loop_thread_seconds(pid) - loop_before - loop_idle * (time.monotonic() - started)
     if spy is not None:
         spy.send_signal(2)  # py-spy writes its file on SIGINT
         spy.wait(30)
     await release()
-    return spent * 1e6 / len(clients)
+    return spent * 1e6 / len(clients), loop_spent * 1e6 / len(clients)
 
 
 # ---- processes ----------------------------------------------------------------------------------
@@ -370,6 +385,7 @@ class Target:
     peak_pss_kib: int = 0
     latency: dict[str, Samples] = field(default_factory=dict)
     cpu_us: dict[str, float] = field(default_factory=dict)
+    loop_cpu_us: dict[str, float] = field(default_factory=dict)  # of that, the event loop's thread
 
 
 async def measure(target: Target, provider_port: int, spawned_at: float, ours: bool) -> None:
@@ -393,9 +409,9 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
     await warm_provider_pool(target.port, provider_port, HELD)
     clients = [await Client(target.port).open() for _ in range(HELD)]
     profile = {kind: Path(f"{PROFILE}-{target.name}-{kind.split()[0]}.txt") if PROFILE else None for kind in ("new conversation", "follow-up turn")}
-    target.cpu_us["new conversation"] = await cpu_per_start(provider_port, pid, clients, profile["new conversation"])
-    if ours:  # the floor has no history: a follow-up is the same request again
-        target.cpu_us["follow-up turn"] = await cpu_per_start(provider_port, pid, clients, profile["follow-up turn"])
+    kinds = ("new conversation", "follow-up turn") if ours else ("new conversation",)  # the floor has no history
+    for kind in kinds:
+        target.cpu_us[kind], target.loop_cpu_us[kind] = await cpu_per_start(provider_port, pid, clients, profile[kind])
     for c in clients:
         c.close()
 
@@ -476,7 +492,9 @@ def report(benchmark, ours: Target, floor: Target, direct: dict[str, Samples]) -
         print(f"server CPU per run start ({kind}): ours {us:.0f} µs", end="")
         if kind in floor.cpu_us:
             print(f", floor {floor.cpu_us[kind]:.0f} µs, ratio {us / floor.cpu_us[kind]:.2f}", end="")
-        print()
+        loop_floor = floor.loop_cpu_us.get(kind, floor.loop_cpu_us["new conversation"])
+        print(f"; event loop thread: ours {ours.loop_cpu_us[kind]:.0f} µs, floor {loop_floor:.0f} µs")
+        info[f"loop_cpu_us_per_start_{kind}"] = round(ours.loop_cpu_us[kind])
         info[f"cpu_us_per_start_{kind}"] = round(us)
     info["floor_cpu_us_per_start"] = round(floor.cpu_us["new conversation"])
     for t in (ours, floor):

@@ -50,3 +50,23 @@ async def test_a_run_request_waits_behind_a_command_queued_before_it(rig: Rig, p
     assert runtime.phase is Phase.IDLE and runtime.run is None  # queued behind it, not taken first
     log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
     assert log.terminal is None and log.text == "second answer"
+
+
+async def test_a_reader_attaching_is_taken_in_the_callers_step(rig: Rig, provider: FakeProviderServer) -> None:
+    """A RunSSE that comes for its stream is a command the runtime takes at once when it is free,
+    not one more wake-up of its task per run start (here: the resumed run waiting for its IDE
+    hears of it before any pass of the event loop)."""
+    conv = uuid.uuid4().hex
+    await answered_turn(rig, provider, conv, "first")
+    provider.enqueue(OPENAI_CHAT.text(["second answer"]))
+    rid = uuid.uuid4().hex
+    await rig.service.resolve(rid)
+    rig.service.open_run(rid, run_request("second", model=MODEL, conversation_id=conv).run_request, resumed=True)
+    runtime = rig.runtime(conv)
+    assert runtime is not None and runtime.run is not None
+    claim = runtime.run.claim
+    assert claim is not None and not claim.done()
+    rig.service.attach(rid)
+    assert claim.done() and claim.result() is True
+    log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
+    assert log.terminal is None and log.text == "second answer"

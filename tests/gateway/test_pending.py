@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -71,6 +72,62 @@ async def test_an_unrelated_timeout_inside_a_slot_is_not_taken_for_ours() -> Non
             async with asyncio.timeout(0.01):
                 await asyncio.sleep(1)
     assert len(pending) == 0
+
+
+async def test_a_body_is_read_in_a_slot_without_an_async_generator() -> None:
+    """Every request's body is read in a slot: holding one must not start an async generator
+    (each is registered with the loop and finalized: the cost of a context manager made of one)."""
+    pending = Pending(max_total=4, per_connection=4)
+    messages = iter([{"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.request", "body": b"c"}])
+
+    async def receive() -> dict[str, object]:
+        await asyncio.sleep(0)  # a body arrives in a later pass of the loop, as from the server
+        return next(messages)
+
+    started: list[object] = []
+    hooks = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=started.append, finalizer=hooks.finalizer)
+    try:
+        body = await pending.read_body(scope(1), receive, 1024, 10.0)
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert body == b"abc" and started == [] and len(pending) == 0
+
+
+async def test_each_slot_ends_at_its_own_deadline_whatever_was_held_before_it() -> None:
+    """Deadlines kept by the registry: a shorter wait entered after a longer one still ends first,
+    and the longer one at its own time."""
+    pending = Pending(max_total=8, per_connection=8)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    long_wait = asyncio.create_task(hold(pending, 1, seconds=0.3))
+    await asyncio.sleep(0)
+    with pytest.raises(ConnectError) as caught:
+        await hold(pending, 2, seconds=0.02)
+    assert caught.value.code == "deadline_exceeded" and loop.time() - started < 0.3
+    assert not long_wait.done()
+    with pytest.raises(ConnectError):
+        await long_wait
+    assert loop.time() - started >= 0.29 and len(pending) == 0
+
+
+async def test_a_cancellation_from_outside_is_not_taken_for_the_deadline() -> None:
+    pending = Pending(max_total=4, per_connection=4)
+    waiting = asyncio.create_task(hold(pending, 1, seconds=10.0))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert len(pending) == 0
+
+
+async def test_slots_left_in_quick_succession_leave_nothing_behind() -> None:
+    pending = Pending(max_total=4, per_connection=4)
+    for _ in range(5000):
+        async with pending.slot(scope(1), 30.0, timed_out):
+            pass
+    assert len(pending) == 0
+    assert len(pending._deadlines) <= 64 + 2  # the deadlines of slots long left are dropped as it goes
 
 
 async def test_waiters_get_the_transport_and_leave_nothing_when_it_never_comes() -> None:

@@ -77,6 +77,21 @@ def test_unknown_fields_looks_down_to_its_depth_through_first_elements(caplog: p
     assert unknown_fields(pb.AgentRunRequest(), depth=6) == []
 
 
+def test_unknown_fields_finds_a_newer_field_that_only_a_nested_message_holds(caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing newer at the top, one field four levels down: still found (and nothing when none is
+    there at all), however the scan decides there is something to look for."""
+    rr = pb.AgentRunRequest(conversation_id="c")
+    completion = rr.action.background_task_completion_action.completions.add(task_id="t")
+    deep = add_newer_field(completion)
+    parsed = pb.AgentRunRequest.FromString(rr.SerializeToString())
+    assert unknown_fields(parsed, depth=3) == []
+    assert unknown_fields(parsed, depth=4) == [f"agent.v1.BackgroundTaskCompletion#{deep}"]
+    assert notices(caplog) == [f"agent.v1.BackgroundTaskCompletion#{deep}"]
+    plain = pb.AgentRunRequest.FromString(pb.AgentRunRequest(conversation_id="c", action=parsed.action).SerializeToString())
+    assert unknown_fields(plain, depth=6) == [f"agent.v1.BackgroundTaskCompletion#{deep}"]  # carried by the copied action
+    assert unknown_fields(pb.AgentRunRequest(conversation_id="c"), depth=6) == []
+
+
 def test_unknown_values_survive_a_copy_and_serialization() -> None:
     completion = pb.BackgroundTaskCompletion(task_id="t", kind=NEWER_ENUM_VALUE)
     number = add_newer_field(completion)

@@ -3,7 +3,7 @@
 One asyncio task per live conversation consumes one command queue: ordered wire input, run-engine
 requests (tool batches), engine/prepare/checkpoint completion, timers, transport attach/detach and
 shutdown. Everyone else posts commands (a run request with none queued ahead is taken at once, in the
-caller's step: `start_run`). Phase changes go through `state.check_transition`, the one literal table;
+caller's step: `take_now`). Phase changes go through `state.check_transition`, the one literal table;
 what an action means in each phase is `actions.decide`; terminals are written only here, once per stream.
 
 Output (deltas, tool cards, exec requests) is written straight to the run's OutputStream from the
@@ -62,14 +62,14 @@ class ConversationRuntime:
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._taking = False  # a command is being handled (one at a time: a start_run then queues)
+        self._taking = False  # a command is being handled (one at a time: a take_now then queues)
         self._context = contextvars.copy_context()
         # Input accepted for a stream and still in the queue: the stream stays open for it.
         self._unhandled: collections.Counter[OutputStream] = collections.Counter()
 
     # -- driver ------------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._task is None:  # its context (the run's log ids) is also the one start_run takes commands in
+        if self._task is None:  # its context (the run's log ids) is also the one take_now takes commands in
             self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}", context=self._context)
 
     def post(self, command: Command) -> None:
@@ -77,9 +77,11 @@ class ConversationRuntime:
             self._unhandled[command.output] += 1
         self._queue.put_nowait(command)
 
-    def start_run(self, cmd: StartRun) -> None:
-        """A run request: taken now, in the caller's step, when no command is queued ahead of it (no
-        queue hop and task switch before the model request); else queued behind, as any command."""
+    def take_now(self, cmd: Command) -> None:
+        """Taken now, in the caller's step, when no command is queued ahead of it and none is being
+        handled; else queued behind, as any command. For the commands of every run start: its run
+        request (no queue hop and task switch before the model request) and its RunSSE coming for
+        the stream (no wake-up of this runtime's task for it)."""
         if self._taking or not self._queue.empty() or not self.running:
             self.post(cmd)
             return

@@ -101,7 +101,7 @@ class ConversationService:
             return OpenedRun(conversation_id, existing, kind)
         output = self.hub.open(request_id, cursor_run_id)
         runtime = self.registry.ensure_runtime(conversation_id)
-        runtime.start_run(StartRun(request_id, output, run_request, parent, resumed=resumed))
+        runtime.take_now(StartRun(request_id, output, run_request, parent, resumed=resumed))
         return OpenedRun(conversation_id, output, kind)
 
     async def resume(self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]]) -> None:
@@ -222,4 +222,4 @@ class ConversationService:
         binding = self.registry.binding(request_id)
         rt = self.registry.runtime(binding.conversation_id) if binding is not None else None
         if rt is not None:
-            rt.post(Reader(request_id, attached))
+            rt.take_now(Reader(request_id, attached))

@@ -3,29 +3,69 @@
 Waiting is what junk can cost us (slow bodies, appends whose seqno 0 never comes, RunSSEs for
 request ids nobody uses), so every wait holds a slot here: at most `per_connection` per connection
 (the next is refused), at most `max_total` overall, and when that is full the OLDEST pending
-request is evicted to make room: a fresh request (a real IDE's among them) always gets in. A slot is
-an `asyncio.timeout` this registry can pull in, so eviction and the wait's own deadline end the
-wait the same way. Nothing stays behind once a slot is left.
+request is evicted to make room: a fresh request (a real IDE's among them) always gets in. Nothing
+stays behind once a slot is left.
+
+A slot ends its wait as `asyncio.timeout` does (its task is cancelled, and the cancellation it
+caused comes out as the slot's own error), but the registry keeps the deadlines itself, under one
+timer: every request holds a slot or two for a moment, and a timeout object and a timer of its own
+for each cost the loop three times what the rest of the slot does.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Hashable
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Hashable
+from types import TracebackType
+from typing import Any
 
 from ..protocol import ConnectError
 from .asgi import BodyTimeout, Receive, Scope, read_body
 
 EVICTED_MESSAGE = "too many pending requests: this one was the oldest and was dropped"
+# A timer may go off up to the loop clock's grain before its time (uvloop keeps milliseconds).
+_CLOCK_GRAIN = 0.001
 
 
 class _Slot:
-    __slots__ = ("connection", "timeout", "evicted")
+    """One pending wait (`async with`): held by the task that entered it."""
 
-    def __init__(self, connection: Hashable, timeout: asyncio.Timeout) -> None:
+    __slots__ = ("connection", "evicted", "expired", "seconds", "task", "_cancelling", "_on_timeout", "_pending")
+
+    def __init__(self, pending: Pending, connection: Hashable, seconds: float, on_timeout: Callable[[], ConnectError]) -> None:
+        self._pending = pending
         self.connection = connection
-        self.timeout = timeout
+        self.seconds = seconds
+        self._on_timeout = on_timeout
+        self.task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+        self.expired = False  # its wait was cut (deadline or eviction): its task was cancelled for it
         self.evicted = False
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a pending slot is held by a task")
+        self.task = task
+        self._cancelling = task.cancelling()
+        self._pending._hold(self)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._pending._release(self)
+        if not self.expired:
+            return
+        assert self.task is not None
+        # Ours only if no other cancellation of the task is still pending (as asyncio.timeout decides).
+        if self.task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            raise (ConnectError("resource_exhausted", EVICTED_MESSAGE) if self.evicted else self._on_timeout()) from None
+
+    def cut(self) -> None:
+        """End the wait now: its task gets the cancellation that `__aexit__` turns into its error."""
+        self.expired = True
+        assert self.task is not None
+        self.task.cancel()
 
 
 def connection_of(scope: Scope) -> Hashable:
@@ -41,42 +81,67 @@ class Pending:
         self._slots: dict[_Slot, None] = {}  # insertion order: oldest first
         self._per_connection: dict[Hashable, int] = {}
         self.evictions = 0
+        # (deadline, order, slot) of every slot held since the timer last went off; a slot left since
+        # stays until it comes to the top (or the heap is rebuilt), as a released one is never cut.
+        self._deadlines: list[tuple[float, int, _Slot]] = []
+        self._order = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
 
     def __len__(self) -> int:
         return len(self._slots)
 
-    @contextlib.asynccontextmanager
-    async def slot(self, scope: Scope, seconds: float, on_timeout: Callable[[], ConnectError]) -> AsyncIterator[None]:
-        """Hold a pending slot for at most `seconds`: raises `on_timeout` when the time is up,
-        resource_exhausted when a newer request needed the slot, resource_exhausted at once when this
-        connection already holds its share."""
+    def slot(self, scope: Scope, seconds: float, on_timeout: Callable[[], ConnectError]) -> _Slot:
+        """Hold a pending slot (`async with`) for at most `seconds`: raises `on_timeout` when the time
+        is up, resource_exhausted when a newer request needed the slot, resource_exhausted at once
+        when this connection already holds its share."""
         connection = connection_of(scope)
-        held = self._per_connection.get(connection, 0)
-        if held >= self.per_connection:
+        if self._per_connection.get(connection, 0) >= self.per_connection:
             raise ConnectError("resource_exhausted", f"too many pending requests on one connection (limit {self.per_connection})")
         while len(self._slots) >= self.max_total:
             self._evict_oldest()
-        entry: _Slot | None = None
-        try:
-            async with asyncio.timeout(seconds) as timeout:
-                entry = _Slot(connection, timeout)
-                self._slots[entry] = None
-                self._per_connection[connection] = held + 1
-                yield
-        except TimeoutError:
-            if entry is None or not entry.timeout.expired():
-                raise  # not our deadline
-            raise (ConnectError("resource_exhausted", EVICTED_MESSAGE) if entry.evicted else on_timeout()) from None
-        finally:
-            if entry is not None:
-                self._release(entry)
+        return _Slot(self, connection, seconds, on_timeout)
+
+    def _hold(self, entry: _Slot) -> None:
+        self._slots[entry] = None
+        self._per_connection[entry.connection] = self._per_connection.get(entry.connection, 0) + 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + entry.seconds
+        deadlines = self._deadlines
+        if len(deadlines) > 2 * len(self._slots) + 64:  # mostly slots left long ago: keep the held ones
+            deadlines[:] = [d for d in deadlines if d[2] in self._slots]
+            heapq.heapify(deadlines)
+        heapq.heappush(deadlines, (deadline, next(self._order), entry))
+        if deadline < self._timer_at:
+            self._arm(loop, deadline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._cut_due)
+        self._timer_at = when
+
+    def _cut_due(self) -> None:
+        """The timer went off: cut every held slot whose deadline has passed; set it for the next."""
+        self._timer, self._timer_at = None, math.inf
+        loop = asyncio.get_running_loop()
+        now = loop.time() + _CLOCK_GRAIN
+        deadlines = self._deadlines
+        while deadlines:
+            deadline, _, entry = deadlines[0]
+            if entry in self._slots and not entry.expired:
+                if deadline > now:
+                    self._arm(loop, deadline)
+                    return
+                entry.cut()
+            heapq.heappop(deadlines)
 
     def _evict_oldest(self) -> None:
         oldest = next(iter(self._slots))
         self._release(oldest)
         oldest.evicted = True
         self.evictions += 1
-        oldest.timeout.reschedule(asyncio.get_running_loop().time())
+        oldest.cut()
 
     def _release(self, entry: _Slot) -> None:
         if self._slots.pop(entry, False) is None:

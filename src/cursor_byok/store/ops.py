@@ -10,7 +10,6 @@ the whole batch commits or none of it does.
 """
 from __future__ import annotations
 
-import abc
 import asyncio
 import enum
 from collections.abc import Iterable
@@ -33,6 +32,8 @@ class Stage(enum.IntEnum):
     INBOUND = 10
     RETENTION = 11
 
+
+STAGES = len(Stage)  # iterating an enum class is slow enough to show in every batch
 
 Row = tuple[Any, ...]
 Statement = tuple[Stage, str, Row]
@@ -131,16 +132,26 @@ class BatchContext:
             cache[conversation_id] = (events, checkpoints)
 
 
-class WriteOp(abc.ABC):
+class WriteOp:
     """One queued write. `plan` appends its rows and returns the value its future resolves to;
-    it must raise before touching `ctx` or `out` if the write is invalid."""
+    it must raise before touching `ctx` or `out` if the write is invalid.
+
+    A plain base class, not an ABC: the writer asks each op of every batch `isinstance(op,
+    Barrier)`, which an ABC answers through a Python-level `__instancecheck__`. A subclass that
+    does not define `describe` and `plan` is refused when it is defined."""
 
     __slots__ = ("future",)
 
     future: asyncio.Future[Any]
 
-    @abc.abstractmethod
-    def describe(self) -> str: ...
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in ("describe", "plan") if getattr(cls, name) is getattr(WriteOp, name)]
+        if missing:
+            raise TypeError(f"{cls.__name__} must define {' and '.join(missing)}")
+
+    def describe(self) -> str:
+        raise NotImplementedError  # never reached: every subclass defines it (checked above)
 
     def seq_conversations(self) -> Iterable[str]:
         return ()
@@ -151,8 +162,8 @@ class WriteOp(abc.ABC):
     def binding_keys(self) -> Iterable[str]:
         return ()
 
-    @abc.abstractmethod
-    def plan(self, ctx: BatchContext, out: list[Statement]) -> Any: ...
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> Any:
+        raise NotImplementedError  # never reached: every subclass defines it (checked above)
 
     def committed(self, planned: Any) -> Any:
         return planned
@@ -197,7 +208,7 @@ class RowWrite(WriteOp):
 
 def group_statements(statements: list[Statement]) -> list[tuple[str, list[Row]]]:
     """Group rows by table in foreign-key order; consecutive rows of one SQL share executemany."""
-    stages: list[list[tuple[str, list[Row]]]] = [[] for _ in Stage]
+    stages: list[list[tuple[str, list[Row]]]] = [[] for _ in range(STAGES)]
     for stage, sql, row in statements:
         groups = stages[stage]
         if groups and groups[-1][0] is sql:
