@@ -16,7 +16,10 @@ import sys
 import uuid
 from pathlib import Path
 
-from cursor_byok.conversation.history import EntryKind, HistoryEntry, canonical, encode_entry
+from cursor_byok.config import ModelConfig, ProviderKind
+from cursor_byok.conversation.history import EntryKind, HistoryEntry, Projection, canonical, encode_entry
+from cursor_byok.http_client import streaming_client
+from cursor_byok.providers import ModelRequest, make_provider
 from cursor_byok.protocol import agent_pb2 as pb
 from cursor_byok.run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
@@ -32,16 +35,16 @@ def answer(request: RecordedRequest) -> Reply:
     text = json.dumps([m["content"] for m in messages if m["role"] == "user"][-1])
     n = text.split("turn ")[-1].split(" ")[0]
     if messages[-1]["role"] == "user" and "tools" in text:
-        return OPENAI_CHAT.tool_calls([CallSpec(f"c{n}_{uuid.uuid4().hex[:6]}", "Read", [json.dumps({"path": "notes.txt"})])])
+        return OPENAI_CHAT.tool_calls([CallSpec(f"c{n}_{len(messages)}", "Read", [json.dumps({"path": "notes.txt"})])])
     return OPENAI_CHAT.text([f"answer {n}"])
 
 
 class Conversation:
     """The IDE's side of one conversation: like Cursor, it sends its last checkpoint back."""
 
-    def __init__(self, ide: InProcessIDE, workspace: Path) -> None:
+    def __init__(self, ide: InProcessIDE, workspace: Path, conv: str | None = None) -> None:
         self.ide, self.workspace = ide, workspace
-        self.conv = uuid.uuid4().hex
+        self.conv = conv or uuid.uuid4().hex
         self.state: pb.ConversationStateStructure | None = None
         self.turns = 0
 
@@ -129,3 +132,59 @@ def test_a_stored_entry_gives_its_canonical_bytes_and_its_message_as_they_were()
         assert stored.canonical() == canonical(message)
         assert stored.view() == message and stored.view() is not stored.view()  # decoded afresh, not kept
         assert stored.message is stored.message  # asked for as the entry's message: kept
+
+
+async def test_a_reloaded_conversation_sends_the_bodies_a_never_evicted_one_sends(
+    rig: Rig, provider: FakeProviderServer, tmp_path: Path
+) -> None:
+    """The same turns, once with the runtime kept (the adapter's kept prefix grows with each
+    request) and once with the runtime let go before every turn (each turn reads its history from
+    the store again): byte for byte the same provider requests."""
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    provider.respond_with(answer)
+    ide = rig.ide(tmp_path)
+    bodies: dict[bool, list[bytes]] = {}
+    for evicted in (False, True):
+        conversation = Conversation(ide, tmp_path, conv=f"conversation-{evicted}")
+        start = len(provider.requests)
+        for _ in range(6):
+            if evicted:
+                rig.service.evict_idle(-1)
+                assert rig.runtime(conversation.conv) is None
+            await conversation.turn()
+        bodies[evicted] = [r.body for r in provider.requests[start:]]
+    assert len(bodies[True]) == len(bodies[False]) == 9  # 6 turns, 3 with a tool round
+    assert bodies[True] == bodies[False]
+
+
+class Stored(Projection):
+    """A projection of `count` stored entries of a few words each (as a reloaded history reads)."""
+
+    def __init__(self, count: int) -> None:
+        kinds = (EntryKind.USER, EntryKind.ASSISTANT)
+        super().__init__("conversation", [
+            HistoryEntry(i + 1, f"assistant:run-{i // 2}:{i + 1}", kinds[i % 2], "run",
+                         payload=encode_entry(kinds[i % 2], Message(("user", "assistant")[i % 2], [TextPart(f"word {i}")])))
+            for i in range(count)
+        ])
+
+
+def test_the_encodings_kept_for_a_conversation_are_a_few_objects_whatever_its_length() -> None:
+    """What an adapter keeps of a conversation's history between its requests (so that a follow-up,
+    or a turn after a reload, sends its history without encoding it) holds a few blocks, not a few
+    per message: per-message records interleave the heap with long-lived small objects at every
+    reloaded turn (issue 12's soak)."""
+    model = ModelConfig(id="m", provider=ProviderKind.OPENAI_CHAT, model="x", base_url="http://127.0.0.1:9/v1")
+    kept: dict[int, int] = {}
+    for count in (50, 500):
+        adapter = make_provider(model, "", streaming_client())
+        history = Stored(count)
+        adapter.encode_request(ModelRequest(model="x", system="s", messages=history))  # system prompt and first-use costs
+        adapter = make_provider(model, "", streaming_client())
+        gc.collect()
+        before = sys.getallocatedblocks()
+        adapter.encode_request(ModelRequest(model="x", system="s", messages=history))
+        gc.collect()
+        kept[count] = sys.getallocatedblocks() - before
+    per_message = (kept[500] - kept[50]) / 450
+    assert per_message < 0.05, f"the adapter keeps {kept[50]} blocks for 50 messages, {kept[500]} for 500"

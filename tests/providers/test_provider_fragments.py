@@ -97,8 +97,11 @@ class Short(KeyedMessages):
     def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
         return Message("user", [TextPart("ok")])
 
-    def key(self, index: int) -> tuple[str, str]:
-        return ("conversation", f"event-{self.start + index:032x}")
+    def source(self) -> str:
+        return f"conversation {self.start}"
+
+    def key(self, index: int) -> str:
+        return f"event-{self.start + index:032x}"
 
 
 def test_the_budget_counts_what_each_kept_message_costs_not_only_its_bytes() -> None:
@@ -130,8 +133,11 @@ class Reread(KeyedMessages):
         self.reads += 1
         return msgspec.json.decode(self.encoded[index], type=Message)
 
-    def key(self, index: int) -> tuple[str, int]:
-        return ("conversation", index)
+    def source(self) -> str:
+        return "conversation"
+
+    def key(self, index: int) -> str:
+        return str(index)
 
 
 @pytest.mark.parametrize("kind", list(ProviderKind))

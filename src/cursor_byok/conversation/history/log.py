@@ -130,8 +130,8 @@ def _stored_head(kind: EntryKind) -> bytes:
 
 class Projection(KeyedMessages):
     """The messages of one projection, read from their entries as they are asked for (a stored
-    entry not yet decoded is decoded for the reader and not kept). Each message's key, the
-    conversation and its entry's event id, names the same bytes for as long as the server runs:
+    entry not yet decoded is decoded for the reader and not kept). Each message's key, its entry's
+    event id within the conversation (the source), names the same bytes for as long as the server runs:
     history messages are immutable, so an adapter may keep their encoding by it across a reload."""
 
     __slots__ = ("conversation_id", "entries")
@@ -155,8 +155,11 @@ class Projection(KeyedMessages):
     def __iter__(self) -> Iterator[Message]:
         return (entry.view() for entry in self.entries)
 
-    def key(self, index: int) -> tuple[str, str]:
-        return (self.conversation_id, self.entries[index].event_id)
+    def source(self) -> str:
+        return self.conversation_id
+
+    def key(self, index: int) -> str:
+        return self.entries[index].event_id
 
 
 class ConversationHistory:
