@@ -17,11 +17,13 @@ import uuid
 from pathlib import Path
 
 from cursor_byok.config import ModelConfig, ProviderKind
-from cursor_byok.conversation.history import EntryKind, HistoryEntry, Projection, canonical, encode_entry
+from cursor_byok.conversation.history import ConversationHistory, EntryKind, HistoryEntry, Projection, canonical, encode_entry
+from cursor_byok.conversation.persistence import ConversationRecords
 from cursor_byok.http_client import streaming_client
 from cursor_byok.providers import ModelRequest, make_provider
 from cursor_byok.protocol import agent_pb2 as pb
 from cursor_byok.run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from cursor_byok.store import ConversationRecord, NewEvent, Store
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
 from tests.harness.ide import StreamLog, run_request
 from tests.harness.inprocess import MODEL, InProcessIDE, Rig
@@ -160,9 +162,9 @@ async def test_a_reloaded_conversation_sends_the_bodies_a_never_evicted_one_send
 class Stored(Projection):
     """A projection of `count` stored entries of a few words each (as a reloaded history reads)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, conversation_id: str, count: int) -> None:
         kinds = (EntryKind.USER, EntryKind.ASSISTANT)
-        super().__init__("conversation", [
+        super().__init__(conversation_id, [
             HistoryEntry(i + 1, f"assistant:run-{i // 2}:{i + 1}", kinds[i % 2], "run",
                          payload=encode_entry(kinds[i % 2], Message(("user", "assistant")[i % 2], [TextPart(f"word {i}")])))
             for i in range(count)
@@ -178,13 +180,41 @@ def test_the_encodings_kept_for_a_conversation_are_a_few_objects_whatever_its_le
     kept: dict[int, int] = {}
     for count in (50, 500):
         adapter = make_provider(model, "", streaming_client())
-        history = Stored(count)
-        adapter.encode_request(ModelRequest(model="x", system="s", messages=history))  # system prompt and first-use costs
-        adapter = make_provider(model, "", streaming_client())
+        adapter.encode_request(ModelRequest(model="x", system="s", messages=Stored("warm-up", count)))  # first-use costs
+        history = Stored("conversation", count)
         gc.collect()
         before = sys.getallocatedblocks()
         adapter.encode_request(ModelRequest(model="x", system="s", messages=history))
         gc.collect()
-        kept[count] = sys.getallocatedblocks() - before
+        kept[count] = sys.getallocatedblocks() - before  # give or take tens of blocks other tests left to free
     per_message = (kept[500] - kept[50]) / 450
-    assert per_message < 0.05, f"the adapter keeps {kept[50]} blocks for 50 messages, {kept[500]} for 500"
+    assert per_message < 0.5, f"the adapter keeps {kept[50]} blocks for 50 messages, {kept[500]} for 500"
+
+
+async def test_a_history_read_again_holds_a_few_objects_whatever_its_length(tmp_path: Path) -> None:
+    """A conversation's runtime let go and made again reads its history from the store: what it
+    holds of it until its next projection is a few buffers, not an object or more per entry."""
+    store = await Store.open(tmp_path / "history.db")
+    try:
+        for count in (50, 500):
+            store.upsert_conversation(ConversationRecord(f"c{count}", 1_000, 1_000))
+            await store.append_events(f"c{count}", [
+                NewEvent(event_id=f"assistant:run-{i // 4}:{i + 1}", kind=EntryKind.ASSISTANT.value, run_id=f"run-{i // 4}",
+                         payload=encode_entry(EntryKind.ASSISTANT, Message("assistant", [TextPart(f"word {i}")])))
+                for i in range(count)
+            ])
+        held: dict[int, int] = {}
+        histories = []
+        for count in (50, 500):
+            gc.collect()
+            before = sys.getallocatedblocks()
+            history = ConversationHistory(f"c{count}")
+            history.restore((await ConversationRecords(f"c{count}", store).load()).entries)
+            gc.collect()
+            held[count] = sys.getallocatedblocks() - before  # give or take tens of blocks other tests left to free
+            histories.append(history)
+            assert len(history) == count and history.has(f"assistant:run-0:1") and history.next_seq == count + 1
+        per_entry = (held[500] - held[50]) / 450
+        assert per_entry < 0.5, f"a history read again holds {held[50]} blocks with 50 entries, {held[500]} with 500"
+    finally:
+        await store.close()

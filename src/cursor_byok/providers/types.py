@@ -85,12 +85,14 @@ class KeyedMessages(Sequence[Message]):
         sequences of one source are the same exactly when one's keys start with the other's."""
         out = bytearray()
         for index in range(len(self)):
-            out += length_prefixed(self.key(index).encode())
+            out += self.prefixed(self.key(index))
         return bytes(out)
 
-
-def length_prefixed(name: bytes) -> bytes:
-    return len(name).to_bytes(4, "little") + name
+    @staticmethod
+    def prefixed(key: str) -> bytes:
+        """One key as `keys()` holds it."""
+        name = key.encode()
+        return len(name).to_bytes(4, "little") + name
 
 
 class ToolSchema(msgspec.Struct, frozen=True):

@@ -16,7 +16,8 @@ from typing import Any
 import msgspec
 
 from ...run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
-from .log import HistoryEntry, Projection
+from .entry import HistoryEntry
+from .log import Projection, Window
 
 _neutral_encoder = msgspec.json.Encoder()
 _neutral_decoder = msgspec.json.Decoder(Message)
@@ -153,7 +154,7 @@ class RootBlobs:
     time and not kept."""
 
     def __init__(self) -> None:
-        self._entries: list[HistoryEntry] = []  # the entries of the last build
+        self._entries: Window | None = None  # the entries of the last build
         self._ids: list[bytes] = []  # their blob ids, in the same order
         self._model = ""
         self._system: RootBlob | None = None
@@ -168,15 +169,12 @@ class RootBlobs:
         else:
             self._system = None
         entries = messages.entries
-        cached = self._entries if model_name == self._model else []
-        same, limit = 0, min(len(entries), len(cached))
-        while same < limit and entries[same] is cached[same]:
-            same += 1
+        same = entries.common(self._entries) if model_name == self._model else 0
         ids = self._ids[:same]
         for i in range(same, len(entries)):
-            message = entries[i].view()
+            message = entries.message(i)
             ids.append(blob_id(message_json(message, _message_id(message, i), model_name)))
-        self._entries, self._ids, self._model = list(entries), ids, model_name
+        self._entries, self._ids, self._model = entries, ids, model_name
         out += ids
         return out
 
@@ -186,8 +184,10 @@ class RootBlobs:
             if index == 0:
                 return self._system
             index -= 1
+        assert self._entries is not None
         return RootBlob(self._ids[index], self._entries[index], index, self._model)
 
     def id_of(self, message: Message) -> bytes | None:
         """The blob id built for this very message object in the last build, if any."""
-        return next((bid for e, bid in zip(self._entries, self._ids) if e.holds(message)), None)
+        index = None if self._entries is None else self._entries.holding(message)
+        return None if index is None else self._ids[index]
