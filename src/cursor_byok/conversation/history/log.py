@@ -23,6 +23,7 @@ from .stored import EMPTY, StoredEntries
 log = logging.getLogger("cursor_byok.history")
 
 STRICT_PREFIX_ENV = "CURSOR_BYOK_STRICT_PREFIX"
+DIGEST = hotpath.DIGEST_SIZE
 
 
 class PrefixViolation(AssertionError):
@@ -183,7 +184,7 @@ class ConversationHistory:
         self._base = 0  # index of the latest compaction entry (the projection starts there)
         self._latest_context: HistoryEntry | None = None
         self._base_context: HistoryEntry | None = None  # the request context a compaction kept
-        self._chain: list[bytes] = []  # prefix chain of the last projection
+        self._chain = b""  # prefix chain of the last projection: its digests end to end
         self._projected: Window | None = None  # the last projection's entries
         self._unchecked: Window | None = None  # a projection whose check waits for the loop's next pass
         self.text_bytes = 0  # what its messages' text holds: most of what a history keeps in memory
@@ -255,7 +256,7 @@ class ConversationHistory:
             self._check_pending()  # the projections before the reset, against each other
             self._base = len(self) - 1
             self._base_context = self._latest_context  # kept across the reset
-            self._chain, self._projected = [], None  # an explicit prefix reset
+            self._chain, self._projected = b"", None  # an explicit prefix reset
 
     # -- request context: append-only, compared by content ----------------------------------------
     def latest_context_text(self) -> str | None:
@@ -304,12 +305,14 @@ class ConversationHistory:
 
         Entries are immutable, so the leading run that is the very same entries as last time keeps
         its digests; only the rest is hashed (O(new messages), not O(history)), one at a time, from
-        the canonical bytes a stored entry holds (not decoded for it)."""
+        the canonical bytes a stored entry holds (not decoded for it). The digests are kept end to
+        end in one bytes object: the chain extends the previous one when it starts with it."""
         previous = self._chain
-        same = entries.common(self._projected)
-        chain = hotpath.extend(previous[:same], (entries.canonical(i) for i in range(same, len(entries))))
-        if previous and not (chain == previous or hotpath.is_strict_prefix(previous, chain)):
-            at = hotpath.common_prefix(previous, chain)
+        kept = previous[: entries.common(self._projected) * DIGEST]
+        digests = hotpath.extend([kept[-DIGEST:]] if kept else [], (entries.canonical(i) for i in range(len(kept) // DIGEST, len(entries))))
+        chain = kept + b"".join(digests[1:] if kept else digests)
+        if not chain.startswith(previous):
+            at = hotpath.common_prefix(_digests(previous), _digests(chain))
             log.error(
                 "provider history is not an extension of the previous one",
                 extra={"conversation_id": self.conversation_id, "diverges_at": at},
@@ -317,6 +320,10 @@ class ConversationHistory:
             if self.strict_prefix:
                 raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
         self._chain, self._projected = chain, entries
+
+
+def _digests(chain: bytes) -> list[bytes]:
+    return [chain[i : i + DIGEST] for i in range(0, len(chain), DIGEST)]
 
 
 def _text_of(message: Message) -> str:
