@@ -5,14 +5,15 @@ hands out the same objects for a mode and model) and the same history messages p
 ones. Each is encoded once, when first sent; later requests splice the stored bytes
 (`msgspec.Raw`) and encode only what is new, within a byte budget: the most recently sent stay.
 Messages that come with keys (`KeyedMessages`, a conversation's history) are kept per source as
-the last request's message array, one bytes object with the messages' keys beside it: the next
-request of that conversation whose keys start with those is that array's messages plus the new
-ones, encoded alone; a conversation read again after its runtime was let go finds its bytes without
-decoding a message, and what is kept does not grow by an object per message. Other messages are
+the last request's messages, one bytes object with a digest of their keys: the next request of
+that conversation whose keys start with those is those bytes plus the new messages, encoded alone;
+a conversation read again after its runtime was let go finds its bytes without decoding a message,
+and what is kept does not grow by an object per message. Other messages are
 kept while the very message object lives.
 """
 from __future__ import annotations
 
+import hashlib
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -40,19 +41,30 @@ most of it."""
 
 
 PREFIX_BYTES = 512
-"""What keeping one source's prefix costs beyond its array and keys (the record, the map's slot)."""
+"""What keeping one source's prefix costs beyond its messages' JSON (the record, its digest, the
+map's slot)."""
 
 
 class _Prefix:
-    """One source's last message array: `array[head:-1]` holds its `count` messages' items."""
+    """One source's messages as last sent: `body` holds the first `count` messages' items,
+    comma-joined; `digest` is the hash of their keys (`keys_size` bytes of `KeyedMessages.keys()`),
+    which a later request's keys must start with for the body to be its messages too."""
 
-    __slots__ = ("keys", "array", "head", "count")
+    __slots__ = ("digest", "keys_size", "body", "count")
 
-    def __init__(self, keys: bytes, array: bytes, head: int, count: int) -> None:
-        self.keys, self.array, self.head, self.count = keys, array, head, count
+    def __init__(self, keys: bytes, body: bytes, count: int) -> None:
+        self.digest, self.keys_size = _digest(keys), len(keys)
+        self.body, self.count = body, count
+
+    def starts(self, keys: bytes) -> bool:
+        return len(keys) >= self.keys_size and _digest(memoryview(keys)[: self.keys_size]) == self.digest
 
     def cost(self) -> int:
-        return len(self.keys) + len(self.array) + PREFIX_BYTES
+        return len(self.body) + PREFIX_BYTES
+
+
+def _digest(keys: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(keys, digest_size=32).digest()
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
@@ -112,26 +124,26 @@ class Fragments:
 
     def _keyed(self, messages: KeyedMessages, items: Callable[[Message], list[dict[str, Any]]], lead: bytes) -> msgspec.Raw:
         source, keys = messages.source(), messages.keys()
-        parts: list[bytes | memoryview] = [lead] if lead else []
+        parts: list[bytes] = []
         kept = self._prefixes.pop(source, None)
         start = 0
         if kept is not None:
             self._bytes -= kept.cost()
-            if keys.startswith(kept.keys):
+            if kept.starts(keys):
                 start = kept.count
-                if kept.head < len(kept.array) - 1:
-                    parts.append(memoryview(kept.array)[kept.head : -1])
+                if kept.body:
+                    parts.append(kept.body)
         for index in range(start, len(messages)):
             data = _items_json(messages[index], items)
             if data:
                 parts.append(data)
-        array = b"[" + b",".join(parts) + b"]"
-        prefix = _Prefix(keys, array, len(lead) + 2 if lead else 1, len(messages))
+        body = parts[0] if len(parts) == 1 else b",".join(parts)
+        prefix = _Prefix(keys, body, len(messages))
         if prefix.cost() <= self.budget:
             self._prefixes[source] = prefix
             self._bytes += prefix.cost()
             self._shrink()
-        return msgspec.Raw(array)
+        return msgspec.Raw(b"[" + b",".join(part for part in (lead, body) if part) + b"]")
 
     def _store(self, key: int, message: Message, data: bytes) -> bytes:
         """Keep `data` under `key` while `message` lives (and the budget allows)."""
