@@ -5,8 +5,8 @@ one object per entry (the entry, its event id, its stored bytes, its seq), a lon
 thousands of small objects living as long as the runtime, interleaved in the allocator's arenas with
 whatever long-lived objects came meanwhile, so the room a reload took stayed. Here the stored
 payloads are one bytes object with their offsets, the event ids one more (length-prefixed, the form
-an adapter checks its kept encodings against), kinds, seqs and runs an array each; an entry is
-materialised only when a caller asks for it (most turns ask for the last few).
+an adapter checks its kept encodings against), the run ids one more, kinds, seqs and runs an array
+each; an entry is materialised only when a caller asks for it (most turns ask for the last few).
 """
 from __future__ import annotations
 
@@ -26,23 +26,30 @@ Row = tuple[int, str, str, "str | None", bytes]  # (seq, event_id, kind, run_id,
 class StoredEntries:
     """Immutable: the stored part of a history never changes (new entries are appended beside it)."""
 
-    __slots__ = ("_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_of")
+    __slots__ = ("_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_starts", "_run_of")
 
     def __init__(self, rows: Iterable[Row] = ()) -> None:
-        payloads, keys, kinds = bytearray(), bytearray(), bytearray()
-        payload_starts, key_starts, seqs, run_of = array("q", [0]), array("q", [0]), array("q"), array("l")
-        runs: dict[str, int] = {}
-        for seq, event_id, kind, run_id, payload in rows:  # each row's objects go before the next is read
-            payloads += payload
-            payload_starts.append(len(payloads))
+        payloads: list[bytes] = []  # joined once at the end: one allocation of the final size
+        keys, kinds, runs = bytearray(), bytearray(), bytearray()
+        payload_starts, key_starts, run_starts = array("q", [0]), array("q", [0]), array("q", [0])
+        seqs, run_of = array("q"), array("l")
+        size, last_run = 0, None
+        for seq, event_id, kind, run_id, payload in rows:
+            payloads.append(payload)
+            size += len(payload)
+            payload_starts.append(size)
             keys += KeyedMessages.prefixed(event_id)
             key_starts.append(len(keys))
             kinds.append(_KIND_CODES[kind])
             seqs.append(seq)
-            run_of.append(runs.setdefault(run_id or "", len(runs)))
-        self._payloads, self._keys, self._kinds = bytes(payloads), bytes(keys), bytes(kinds)
-        self._payload_starts, self._key_starts, self._seqs, self._run_of = payload_starts, key_starts, seqs, run_of
-        self._runs = list(runs)
+            if run_id != last_run:  # a run's entries come together
+                runs += (run_id or "").encode()
+                run_starts.append(len(runs))
+                last_run = run_id
+            run_of.append(len(run_starts) - 2)
+        self._payloads, self._keys, self._kinds, self._runs = b"".join(payloads), bytes(keys), bytes(kinds), bytes(runs)
+        self._payload_starts, self._key_starts, self._run_starts = payload_starts, key_starts, run_starts
+        self._seqs, self._run_of = seqs, run_of
 
     def __len__(self) -> int:
         return len(self._kinds)
@@ -69,8 +76,9 @@ class StoredEntries:
 
     def entry(self, index: int) -> HistoryEntry:
         """The index-th entry, made afresh (not decoded: see HistoryEntry)."""
-        return HistoryEntry(self.seq(index), self.event_id(index), self.kind(index), self._runs[self._run_of[index]],
-                            payload=self.payload(index))
+        run = self._run_of[index]
+        run_id = self._runs[self._run_starts[run] : self._run_starts[run + 1]].decode()
+        return HistoryEntry(self.seq(index), self.event_id(index), self.kind(index), run_id, payload=self.payload(index))
 
     def view(self, index: int) -> Message:
         """The index-th entry's message, decoded afresh and not kept."""
