@@ -71,10 +71,6 @@ class Window(Sequence[HistoryEntry]):
         entry, at = self._locate(index)
         return entry if entry is not None else self.stored.entry(at)
 
-    def __setitem__(self, index: int, entry: HistoryEntry) -> None:
-        """Replace an appended entry (tests: a history rewritten behind the prefix check's back)."""
-        self.added[index - (self.context is not None) - self.stop + self.first] = entry
-
     def _slice(self, index: slice) -> Window:
         start, stop, step = index.indices(len(self))
         if step != 1:
