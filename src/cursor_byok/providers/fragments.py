@@ -8,8 +8,8 @@ Messages that come with keys (`KeyedMessages`, a conversation's history) are kep
 the last request's messages, one bytes object with a digest of their keys: the next request of
 that conversation whose keys start with those is those bytes plus the new messages, encoded alone;
 a conversation read again after its runtime was let go finds its bytes without decoding a message,
-and what is kept does not grow by an object per message. Other messages are
-kept while the very message object lives.
+and what is kept does not grow by an object per message. Other messages are kept while the very
+message object lives.
 """
 from __future__ import annotations
 
