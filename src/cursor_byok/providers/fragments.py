@@ -143,7 +143,7 @@ class Fragments:
             self._prefixes[source] = prefix
             self._bytes += prefix.cost()
             self._shrink()
-        return msgspec.Raw(b"[" + b",".join(part for part in (lead, body) if part) + b"]")
+        return msgspec.Raw(b"".join((b"[", lead, b"," if lead and body else b"", body, b"]")))  # one copy
 
     def _store(self, key: int, message: Message, data: bytes) -> bytes:
         """Keep `data` under `key` while `message` lives (and the budget allows)."""
