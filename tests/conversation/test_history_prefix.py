@@ -25,7 +25,7 @@ def rewritten(strict: bool) -> ConversationHistory:
     history.append(EntryKind.USER, "user:1", user("first"), "r1")
     history.project()
     first = history.entries[0]
-    history.entries[0] = HistoryEntry(first.seq, first.event_id, first.kind, first.run_id, user("first, edited"))
+    history.entries.added[0] = HistoryEntry(first.seq, first.event_id, first.kind, first.run_id, user("first, edited"))
     history.append(EntryKind.USER, "user:2", user("second"), "r2")
     return history
 

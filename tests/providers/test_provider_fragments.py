@@ -97,8 +97,11 @@ class Short(KeyedMessages):
     def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
         return Message("user", [TextPart("ok")])
 
-    def key(self, index: int) -> tuple[str, str]:
-        return ("conversation", f"event-{self.start + index:032x}")
+    def source(self) -> str:
+        return f"conversation {self.start}"
+
+    def key(self, index: int) -> str:
+        return f"event-{self.start + index:032x}"
 
 
 def test_the_budget_counts_what_each_kept_message_costs_not_only_its_bytes() -> None:
@@ -130,8 +133,11 @@ class Reread(KeyedMessages):
         self.reads += 1
         return msgspec.json.decode(self.encoded[index], type=Message)
 
-    def key(self, index: int) -> tuple[str, int]:
-        return ("conversation", index)
+    def source(self) -> str:
+        return "conversation"
+
+    def key(self, index: int) -> str:
+        return str(index)
 
 
 @pytest.mark.parametrize("kind", list(ProviderKind))
@@ -148,3 +154,31 @@ def test_keyed_messages_are_read_only_when_their_bytes_are_not_kept(kind: Provid
     body = adapter.encode_request(ModelRequest(model="x", system="s", messages=again))
     assert again.reads == 3  # only the three new ones
     assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain))
+
+
+class Renamed(Reread):
+    """The same messages under other keys from `start` on (a compaction's projection restarts)."""
+
+    def __init__(self, messages: list[Message], start: int) -> None:
+        super().__init__(messages)
+        self.start = start
+
+    def key(self, index: int) -> str:
+        return str(index) if index < self.start else f"other {index}"
+
+
+@pytest.mark.parametrize("kind", list(ProviderKind))
+def test_a_kept_prefix_serves_only_messages_whose_keys_start_with_its_own(kind: ProviderKind) -> None:
+    model = ModelConfig(id="m", provider=kind, model="x", base_url="http://127.0.0.1:9/v1")
+    adapter = make_provider(model, "", OFFLINE)
+    plain = turn(0) + turn(1)
+    adapter.encode_request(ModelRequest(model="x", system="s", messages=Reread(plain[:4])))
+    other = [Message("user", [TextPart("another first message")]), *plain[1:]]
+    changed = Renamed(other, 2)  # the third message has another key: the kept four are not its first four
+    body = adapter.encode_request(ModelRequest(model="x", system="s", messages=changed))
+    assert changed.reads == len(other)
+    assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=other))
+    shorter = Reread(plain[:2])  # its keys are a prefix of the kept ones, not the other way round
+    body = adapter.encode_request(ModelRequest(model="x", system="s", messages=shorter))
+    assert shorter.reads == 2
+    assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain[:2]))

@@ -18,8 +18,8 @@ async def test_a_conversation_loads_with_its_record_events_and_tool_state(db_pat
         assert rows.record == record and rows.tool_state == b"state"
         assert [(e.seq, e.event_id, e.payload) for e in rows.events] == [(1, "e1", b"one"), (2, "e2", b"two")]
         assert await store.load_conversation("new") == ConversationRows(None, [], None)
-        # Read as the caller makes them, one row at a time (no record per row in between).
-        made = await store.load_conversation("c", lambda *row: row)
+        # Read into what the caller makes of the rows as they are read (no record per row in between).
+        made = await store.load_conversation("c", list)
         assert made.events == [(1, "e1", "user", None, b"one"), (2, "e2", "assistant", None, b"two")]
         assert made.record == record and made.tool_state == b"state"
     finally:

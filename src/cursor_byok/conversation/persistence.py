@@ -13,7 +13,7 @@ from typing import Any
 from ..protocol import ConnectError, agent_pb2 as pb, enum_name
 from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreError
 from .active_run import ActiveRun, now_ms
-from .history import EntryKind, HistoryEntry, encode_entry
+from .history import HistoryEntry, StoredEntries, encode_entry
 from .identity import ParentConversationRef
 from .output import OutputStream
 from .state import Outcome
@@ -22,7 +22,7 @@ from .tool_calls import ToolState, decode_tool_state, encode_tool_state
 
 @dataclass(frozen=True, slots=True)
 class StoredConversation:
-    entries: list[HistoryEntry]
+    entries: StoredEntries
     parent: ParentConversationRef | None
     tool_state: ToolState | None
 
@@ -38,16 +38,10 @@ class ConversationRecords:
         """Everything a runtime needs from the store; a failed read is `unavailable` (retry)."""
         store = self.store
         if store is None:
-            return StoredConversation([], None, None)
-        run_ids: dict[str, str] = {}  # one string per run: a run's entries share it
-
-        def entry(seq: int, event_id: str, kind: str, run_id: str | None, payload: bytes) -> HistoryEntry:
-            # Not decoded: a turn decodes the few messages it works with (see HistoryEntry).
-            run_id = run_ids.setdefault(run_id or "", run_id or "")
-            return HistoryEntry(seq, event_id, EntryKind(kind), run_id, payload=payload)
-
+            return StoredConversation(StoredEntries(), None, None)
         try:
-            rows = await store.load_conversation(self.conversation_id, entry)
+            # Read into one buffer as the rows come (see StoredEntries), not an object per entry.
+            rows = await store.load_conversation(self.conversation_id, StoredEntries)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise ConnectError("unavailable", f"could not read this conversation's history ({exc}); try again") from exc
         parent = None

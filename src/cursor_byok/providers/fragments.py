@@ -4,12 +4,16 @@ A conversation's next request carries the same system prompt and tool list (the 
 hands out the same objects for a mode and model) and the same history messages plus a few new
 ones. Each is encoded once, when first sent; later requests splice the stored bytes
 (`msgspec.Raw`) and encode only what is new, within a byte budget: the most recently sent stay.
-Messages that come with keys (`KeyedMessages`, a conversation's history) are kept by key, so a
-conversation read again after its runtime was let go finds its bytes without decoding a message;
-others are kept while the very message object lives.
+Messages that come with keys (`KeyedMessages`, a conversation's history) are kept per source as
+the last request's messages, one bytes object with a digest of their keys: the next request of
+that conversation whose keys start with those is those bytes plus the new messages, encoded alone;
+a conversation read again after its runtime was let go finds its bytes without decoding a message,
+and what is kept does not grow by an object per message. Other messages are kept while the very
+message object lives.
 """
 from __future__ import annotations
 
+import hashlib
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -36,6 +40,33 @@ bytes object's header, the ordered map's slot), counted in the budget: for one-w
 most of it."""
 
 
+PREFIX_BYTES = 512
+"""What keeping one source's prefix costs beyond its messages' JSON (the record, its digest, the
+map's slot)."""
+
+
+class _Prefix:
+    """One source's messages as last sent: `body` holds the first `count` messages' items,
+    comma-joined; `digest` is the hash of their keys (`keys_size` bytes of `KeyedMessages.keys()`),
+    which a later request's keys must start with for the body to be its messages too."""
+
+    __slots__ = ("digest", "keys_size", "body", "count")
+
+    def __init__(self, keys: bytes, body: bytes, count: int) -> None:
+        self.digest, self.keys_size = _digest(keys), len(keys)
+        self.body, self.count = body, count
+
+    def starts(self, keys: bytes) -> bool:
+        return len(keys) >= self.keys_size and _digest(memoryview(keys)[: self.keys_size]) == self.digest
+
+    def cost(self) -> int:
+        return len(self.body) + PREFIX_BYTES
+
+
+def _digest(keys: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(keys, digest_size=32).digest()
+
+
 class _Ref(weakref.ref):  # type: ignore[type-arg]
     __slots__ = ("key",)
 
@@ -43,12 +74,12 @@ class _Ref(weakref.ref):  # type: ignore[type-arg]
 class Fragments:
     """Per adapter: the wire encoding depends on the provider family."""
 
-    __slots__ = ("_fixed", "_messages", "_bytes", "budget")
+    __slots__ = ("_fixed", "_messages", "_prefixes", "_bytes", "budget")
 
     def __init__(self, budget: int = MESSAGE_BYTES) -> None:
-        # a message's key, or id(message) → (None, or a weak reference to the message, its items
-        # comma-joined); least recently sent first
-        self._messages: OrderedDict[Hashable, tuple[_Ref | None, bytes]] = OrderedDict()
+        # id(message) → (a weak reference to the message, its items comma-joined); least recently sent first
+        self._messages: OrderedDict[int, tuple[_Ref, bytes]] = OrderedDict()
+        self._prefixes: OrderedDict[Hashable, _Prefix] = OrderedDict()  # by source, least recently sent first
         self._bytes = 0
         self.budget = budget
         self._fixed: dict[int, tuple[object, bytes]] = {}  # id(value) → (value, its JSON)
@@ -72,41 +103,68 @@ class Fragments:
         self, messages: Sequence[Message], items: Callable[[Message], list[dict[str, Any]]], lead: bytes = b""
     ) -> msgspec.Raw:
         """The JSON array of the encoded item `lead` (if any) followed by every message's wire items.
-        A message's bytes stay while they are among the most recently sent within the budget, and,
-        unless the messages are keyed, while the message lives (history messages are immutable)."""
+        Keyed messages: the source's kept prefix and the rest encoded. Others: a message's bytes stay
+        while they are among the most recently sent within the budget and the message lives
+        (history messages are immutable)."""
+        if isinstance(messages, KeyedMessages):
+            return self._keyed(messages, items, lead)
         parts = [lead] if lead else []
         cache = self._messages
-        keyed = isinstance(messages, KeyedMessages)
-        for index in range(len(messages)):
-            # A keyed message is read (decoded) only when its bytes are not kept.
-            message = None if keyed else messages[index]
-            key = messages.key(index) if keyed else id(message)  # type: ignore[attr-defined]
+        for message in messages:
+            key = id(message)
             entry = cache.get(key)
-            if entry is not None and (entry[0] is None if keyed else entry[0] is not None and entry[0]() is message):
+            if entry is not None and entry[0]() is message:
                 cache.move_to_end(key)
                 data = entry[1]
             else:
-                message = messages[index] if message is None else message
-                data = self._store(key, None if keyed else message, b",".join(encode(item) for item in items(message)))
+                data = self._store(key, message, _items_json(message, items))
             if data:
                 parts.append(data)
         return msgspec.Raw(b"[" + b",".join(parts) + b"]")
 
-    def _store(self, key: Hashable, message: Message | None, data: bytes) -> bytes:
-        """Keep `data` under `key`: while `message` lives, if one is given (else by the budget only)."""
+    def _keyed(self, messages: KeyedMessages, items: Callable[[Message], list[dict[str, Any]]], lead: bytes) -> msgspec.Raw:
+        source, keys = messages.source(), messages.keys()
+        parts: list[bytes] = []
+        kept = self._prefixes.pop(source, None)
+        start = 0
+        if kept is not None:
+            self._bytes -= kept.cost()
+            if kept.starts(keys):
+                start = kept.count
+                if kept.body:
+                    parts.append(kept.body)
+        for index in range(start, len(messages)):
+            data = _items_json(messages[index], items)
+            if data:
+                parts.append(data)
+        body = parts[0] if len(parts) == 1 else b",".join(parts)
+        prefix = _Prefix(keys, body, len(messages))
+        if prefix.cost() <= self.budget:
+            self._prefixes[source] = prefix
+            self._bytes += prefix.cost()
+            self._shrink()
+        return msgspec.Raw(b"".join((b"[", lead, b"," if lead and body else b"", body, b"]")))  # one copy
+
+    def _store(self, key: int, message: Message, data: bytes) -> bytes:
+        """Keep `data` under `key` while `message` lives (and the budget allows)."""
         self._drop(key)
         data = bytes(memoryview(data))  # exact: msgspec's output keeps its buffer's spare room (up to half its size again)
-        ref = None
-        if message is not None:
-            ref = _Ref(message, self._gone)
-            ref.key = key
+        ref = _Ref(message, self._gone)
+        ref.key = key
         self._messages[key] = (ref, data)
         self._bytes += len(data) + ENTRY_BYTES
-        while self._bytes > self.budget:
-            self._drop(next(iter(self._messages)))
+        self._shrink()
         return data
 
-    def _drop(self, key: Hashable) -> None:
+    def _shrink(self) -> None:
+        """The least recently sent go until the rest fits the budget: prefixes first (a history is
+        nearly always keyed; a plain message list is a one-off such as a summary's)."""
+        while self._bytes > self.budget and self._prefixes:
+            self._bytes -= self._prefixes.popitem(last=False)[1].cost()
+        while self._bytes > self.budget and self._messages:
+            self._drop(next(iter(self._messages)))
+
+    def _drop(self, key: int) -> None:
         entry = self._messages.pop(key, None)
         if entry is not None:
             self._bytes -= len(entry[1]) + ENTRY_BYTES
@@ -116,3 +174,7 @@ class Fragments:
         entry = self._messages.get(ref.key)
         if entry is not None and entry[0] is ref:
             self._drop(ref.key)
+
+
+def _items_json(message: Message, items: Callable[[Message], list[dict[str, Any]]]) -> bytes:
+    return b",".join(encode(item) for item in items(message))

@@ -66,14 +66,33 @@ class Message(msgspec.Struct, frozen=True, weakref=True):
 
 
 class KeyedMessages(Sequence[Message]):
-    """Messages that each come with a key naming that very message for as long as the process runs
-    (the same key, the same message), whatever object holds it: an adapter keeps a message's
-    encoding by its key, so a history read again gets its ready bytes without being decoded."""
+    """Messages of one source (a conversation's history) that each come with a key naming that very
+    message for as long as the process runs (the same key, the same message), whatever object holds
+    them: an adapter keeps one source's encoded messages as one prefix, and a history read again
+    whose keys start with the kept ones gets those bytes without being decoded."""
 
     __slots__ = ()
 
     @abstractmethod
-    def key(self, index: int) -> Hashable: ...
+    def source(self) -> Hashable:
+        """What the messages are of: an adapter keeps one encoded prefix per source."""
+
+    @abstractmethod
+    def key(self, index: int) -> str: ...
+
+    def keys(self) -> bytes:
+        """Every message's key in order, each one length-prefixed: the first messages of two
+        sequences of one source are the same exactly when one's keys start with the other's."""
+        out = bytearray()
+        for index in range(len(self)):
+            out += self.prefixed(self.key(index))
+        return bytes(out)
+
+    @staticmethod
+    def prefixed(key: str) -> bytes:
+        """One key as `keys()` holds it."""
+        name = key.encode()
+        return len(name).to_bytes(4, "little") + name
 
 
 class ToolSchema(msgspec.Struct, frozen=True):

@@ -267,5 +267,5 @@ class ConversationRows(msgspec.Struct, frozen=True):
     events in order and its tool state."""
 
     record: ConversationRecord | None
-    events: list[Any]  # EventRecords, or what the caller read each event as
+    events: Any  # a list of EventRecords, or what the caller read the events into
     tool_state: bytes | None

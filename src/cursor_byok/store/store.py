@@ -4,7 +4,7 @@ activity.py, calls.py, inbound.py) and retention (retention.py)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -19,21 +19,23 @@ from .inbound import InboundRecords
 from .records import ConversationRows
 from .retention import RetentionRecords
 
-__all__ = ["EventFactory", "Store", "StoreStats", "blob_id_of"]
+__all__ = ["EventReader", "Store", "StoreStats", "blob_id_of"]
 
-EventFactory = Callable[[int, str, str, "str | None", bytes], Any]  # (seq, event_id, kind, run_id, payload) → an event
+EventReader = Callable[[Iterator[tuple[int, str, str, "str | None", bytes]]], Any]
+"""What reads a conversation's events from their rows (seq, event_id, kind, run_id, payload), as
+the cursor yields them."""
 
 
 class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, InboundRecords, RetentionRecords):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
-    async def load_conversation(self, conversation_id: str, event: EventFactory | None = None) -> ConversationRows:
+    async def load_conversation(self, conversation_id: str, events: EventReader | None = None) -> ConversationRows:
         """A conversation's record, events and tool state from one snapshot, in one read (a run
-        start of a conversation this process has not seen yet waits for it). `event(seq, event_id,
-        kind, run_id, payload)`: what each event is read as (default: an EventRecord), made as its
-        row is read, so the rows are never all held at once beside what they are made into."""
+        start of a conversation this process has not seen yet waits for it). `events(rows)`: what
+        the events are read into (default: a list of EventRecords), from the rows as they are read,
+        so the rows are never all held at once beside what they are made into."""
         self._check_open()
-        return await self._read_job(lambda conn: _load(conn, conversation_id, event))
+        return await self._read_job(lambda conn: _load(conn, conversation_id, events))
 
     async def export_conversation(
         self, conversation_id: str, *, events_after: int = 0, events_limit: int | None = None
@@ -75,13 +77,13 @@ class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecord
 _LOAD_EVENTS = "SELECT seq, event_id, kind, run_id, payload FROM history_events WHERE conversation_id = ? ORDER BY seq"
 
 
-def _load(conn: sqlite3.Connection, conversation_id: str, event: EventFactory | None) -> ConversationRows:
+def _load(conn: sqlite3.Connection, conversation_id: str, read: EventReader | None) -> ConversationRows:
     conn.execute("BEGIN")
     try:
-        if event is None:
-            events: list[Any] = select_events(conn, conversation_id)
+        if read is None:
+            events: Any = select_events(conn, conversation_id)
         else:
-            events = [event(*row) for row in conn.execute(_LOAD_EVENTS, (conversation_id,))]
+            events = read(conn.execute(_LOAD_EVENTS, (conversation_id,)))
         return ConversationRows(select_conversation(conn, conversation_id), events, select_tool_state(conn, conversation_id))
     finally:
         conn.execute("COMMIT")

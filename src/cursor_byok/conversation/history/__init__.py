@@ -5,16 +5,9 @@ from .checkpoint import RootBlob, RootBlobs, blob_id, message_from_json, message
 from .derived import DerivedState, summary_blobs, todo_blobs
 from .turns import Blob, StepLog, TurnLog, decode_turn
 from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
-from .log import (
-    ConversationHistory,
-    EntryKind,
-    HistoryEntry,
-    PrefixViolation,
-    Projection,
-    canonical,
-    decode_entry,
-    encode_entry,
-)
+from .entry import EntryKind, HistoryEntry, canonical, decode_entry, encode_entry
+from .log import ConversationHistory, PrefixViolation, Projection, Window
+from .stored import StoredEntries
 
 __all__ = [
     "Blob",
@@ -31,6 +24,8 @@ __all__ = [
     "HistoryEntry",
     "PrefixViolation",
     "Projection",
+    "StoredEntries",
+    "Window",
     "blob_id",
     "canonical",
     "decode_entry",

@@ -16,10 +16,14 @@ from typing import Any
 import msgspec
 
 from ...run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
-from .log import HistoryEntry, Projection
+from .entry import HistoryEntry
+from .log import Projection, Window
 
 _neutral_encoder = msgspec.json.Encoder()
 _neutral_decoder = msgspec.json.Decoder(Message)
+
+
+ID_SIZE = 32  # a blob id: the raw SHA-256 of its bytes
 
 
 def blob_id(data: bytes) -> bytes:
@@ -147,14 +151,14 @@ class RootBlobs:
     A checkpoint follows every step, and encoding plus hashing the whole history each time costs
     ~15 ms per 300 messages (2.7 MB) of event-loop time, O(history²) over a session. Entries are
     immutable and the projection is append-only between compactions, so an entry that is the very
-    same at the same position as last time keeps its blob. Only ids are kept: the bytes would be a
-    second copy of the history for as long as the conversation lives, and the client holds the
-    blobs it was sent (one it lacks is encoded again); a message is decoded for its blob one at a
-    time and not kept."""
+    same at the same position as last time keeps its blob. Only ids are kept, end to end in one bytes
+    object (not an object per message): the bytes would be a second copy of the history for as long
+    as the conversation lives, and the client holds the blobs it was sent (one it lacks is encoded
+    again); a message is decoded for its blob one at a time and not kept."""
 
     def __init__(self) -> None:
-        self._entries: list[HistoryEntry] = []  # the entries of the last build
-        self._ids: list[bytes] = []  # their blob ids, in the same order
+        self._entries: Window | None = None  # the entries of the last build
+        self._ids = b""  # their blob ids end to end (32 bytes each), in the same order
         self._model = ""
         self._system: RootBlob | None = None
 
@@ -168,16 +172,13 @@ class RootBlobs:
         else:
             self._system = None
         entries = messages.entries
-        cached = self._entries if model_name == self._model else []
-        same, limit = 0, min(len(entries), len(cached))
-        while same < limit and entries[same] is cached[same]:
-            same += 1
-        ids = self._ids[:same]
+        same = entries.common(self._entries) if model_name == self._model else 0
+        ids = bytearray(self._ids[: same * ID_SIZE])
         for i in range(same, len(entries)):
-            message = entries[i].view()
-            ids.append(blob_id(message_json(message, _message_id(message, i), model_name)))
-        self._entries, self._ids, self._model = list(entries), ids, model_name
-        out += ids
+            message = entries.message(i)
+            ids += blob_id(message_json(message, _message_id(message, i), model_name))
+        self._entries, self._ids, self._model = entries, bytes(ids), model_name
+        out += (self._ids[i : i + ID_SIZE] for i in range(0, len(ids), ID_SIZE))
         return out
 
     def blob(self, index: int) -> RootBlob:
@@ -186,8 +187,13 @@ class RootBlobs:
             if index == 0:
                 return self._system
             index -= 1
-        return RootBlob(self._ids[index], self._entries[index], index, self._model)
+        assert self._entries is not None
+        return RootBlob(self._id(index), self._entries[index], index, self._model)
 
     def id_of(self, message: Message) -> bytes | None:
         """The blob id built for this very message object in the last build, if any."""
-        return next((bid for e, bid in zip(self._entries, self._ids) if e.holds(message)), None)
+        index = None if self._entries is None else self._entries.holding(message)
+        return None if index is None else self._id(index)
+
+    def _id(self, index: int) -> bytes:
+        return self._ids[index * ID_SIZE : (index + 1) * ID_SIZE]

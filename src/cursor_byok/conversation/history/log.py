@@ -10,135 +10,140 @@ before the request, when strict checking is on, as in tests).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from typing import overload
 
-import msgspec
-
 from ... import hotpath
-from ...run import ImagePart, KeyedMessages, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from ...run import KeyedMessages, Message, TextPart, ToolCallPart
+from .entry import EntryKind, HistoryEntry
+from .stored import EMPTY, StoredEntries
 
 log = logging.getLogger("cursor_byok.history")
 
 STRICT_PREFIX_ENV = "CURSOR_BYOK_STRICT_PREFIX"
-
-
-class EntryKind(str, enum.Enum):
-    USER = "user"
-    REQUEST_CONTEXT = "request_context"
-    ASSISTANT = "assistant"
-    TOOL_RESULTS = "tool_results"
-    INJECTION = "injection"
-    BACKGROUND_COMPLETION = "background_completion"
-    COMPACTION = "compaction"
+DIGEST = hotpath.DIGEST_SIZE
 
 
 class PrefixViolation(AssertionError):
     """The new provider history does not extend the previous one (without a compaction)."""
 
 
-class HistoryEntry:
-    """One entry of the log. An entry read from the store keeps its stored bytes and decodes its
-    message only when something asks for it: a reloaded conversation's turn reads a few of its
-    messages (the last ones), and projects the rest (`view`) one at a time, so its history is not
-    decoded into small objects all at once."""
+class Window(Sequence[HistoryEntry]):
+    """Entries of a history in order: a request context a compaction kept (if any), a run of stored
+    entries, then entries appended since the history was read. Two windows of one history share
+    their leading entries when they have the same context, the same stored run and the very same
+    appended entries (`common`), without an object per stored entry."""
 
-    __slots__ = ("seq", "event_id", "kind", "run_id", "_message", "_payload")
+    __slots__ = ("context", "stored", "first", "stop", "added")
 
-    def __init__(self, seq: int, event_id: str, kind: EntryKind, run_id: str, message: Message | None = None,
-                 *, payload: bytes | None = None) -> None:
-        if message is None and payload is None:
-            raise ValueError("an entry needs its message or its stored bytes")
-        self.seq = seq
-        self.event_id = event_id
-        self.kind = kind
-        self.run_id = run_id
-        self._message = message
-        self._payload = payload
+    def __init__(self, added: list[HistoryEntry], stored: StoredEntries = EMPTY, first: int = 0, stop: int | None = None,
+                 context: HistoryEntry | None = None) -> None:
+        self.context = context
+        self.stored, self.first, self.stop = stored, first, len(stored) if stop is None else stop
+        self.added = added
 
-    def __repr__(self) -> str:
-        return f"HistoryEntry({self.seq}, {self.event_id!r}, {self.kind.value}, {self.run_id!r})"
+    def __len__(self) -> int:
+        return (self.context is not None) + self.stop - self.first + len(self.added)
 
-    @property
-    def message(self) -> Message:
-        """The message, decoded once and kept (for the entries a turn works with)."""
-        if self._message is None:
-            self._message = self.view()
-        return self._message
+    def _locate(self, index: int) -> tuple[HistoryEntry | None, int]:
+        """(the entry, if it is an object) or (None, its index in the stored entries)."""
+        if index < 0:
+            index += len(self)
+        if self.context is not None:
+            if index == 0:
+                return self.context, 0
+            index -= 1
+        if 0 <= index < self.stop - self.first:
+            return None, self.first + index
+        if index < 0:
+            raise IndexError(index)
+        return self.added[index - self.stop + self.first], 0
 
-    def view(self) -> Message:
-        """The message, decoded afresh and not kept if it is not decoded already."""
-        if self._message is not None:
-            return self._message
-        assert self._payload is not None
-        return decode_entry(self._payload).message
+    @overload
+    def __getitem__(self, index: int) -> HistoryEntry: ...
+    @overload
+    def __getitem__(self, index: slice) -> Window: ...
+    def __getitem__(self, index: int | slice) -> HistoryEntry | Window:
+        if isinstance(index, slice):
+            return self._slice(index)
+        entry, at = self._locate(index)
+        return entry if entry is not None else self.stored.entry(at)
 
-    def holds(self, message: Message) -> bool:
-        """Whether this very message object is the entry's (decoded) message."""
-        return self._message is message
+    def _slice(self, index: slice) -> Window:
+        start, stop, step = index.indices(len(self))
+        if step != 1:
+            raise ValueError("a window is sliced in order")
+        stop = max(stop, start)
+        context = self.context if self.context is not None and start == 0 < stop else None
+        offset = self.context is not None
+        start, stop = max(start - offset, 0), max(stop - offset, 0)
+        count = self.stop - self.first
+        return Window(self.added[max(start - count, 0) : max(stop - count, 0)], self.stored,
+                      self.first + min(start, count), self.first + min(stop, count), context)
 
-    def canonical(self) -> bytes:
-        """The message's canonical bytes: for a stored entry, the part of its stored bytes that
-        holds them (the stored encoding embeds them as they are), without decoding it."""
-        payload = self._payload
-        if payload is not None:
-            head = _stored_head(self.kind)
-            if payload.startswith(head) and payload.endswith(b"}"):
-                return payload[len(head) : -1]
-        return canonical(self.view())
+    def message(self, index: int) -> Message:
+        """The index-th message: an object's, or a stored one decoded afresh and not kept."""
+        entry, at = self._locate(index)
+        return entry.view() if entry is not None else self.stored.view(at)
 
-    def stored_size(self) -> int:
-        """What the entry holds: its message's text, or for an entry not decoded its stored bytes."""
-        return len(self._payload) if self._message is None and self._payload is not None else text_bytes(self.message)
+    def kind(self, index: int) -> EntryKind:
+        entry, at = self._locate(index)
+        return entry.kind if entry is not None else self.stored.kind(at)
 
+    def canonical(self, index: int) -> bytes:
+        entry, at = self._locate(index)
+        return entry.canonical() if entry is not None else self.stored.canonical(at)
 
-class StoredEntry(msgspec.Struct, frozen=True):
-    """What goes into the store's payload column for one entry."""
+    def key(self, index: int) -> str:
+        entry, at = self._locate(index)
+        return entry.event_id if entry is not None else self.stored.event_id(at)
 
-    kind: EntryKind
-    message: Message
+    def keys(self) -> bytes:
+        """Every entry's event id, length-prefixed (see `KeyedMessages.keys`)."""
+        parts = [KeyedMessages.prefixed(self.context.event_id)] if self.context is not None else []
+        parts.append(self.stored.keys(self.first, self.stop))
+        parts += (KeyedMessages.prefixed(entry.event_id) for entry in self.added)
+        return b"".join(parts)
 
+    def common(self, other: Window | None) -> int:
+        """How many leading entries are the very same in both windows (of one history)."""
+        if other is None or self.context is not other.context:
+            return 0
+        same = int(self.context is not None)
+        mine, theirs = self.stop - self.first, other.stop - other.first
+        if mine or theirs:
+            if other.stored is not self.stored or other.first != self.first:
+                return same
+            if mine != theirs:
+                return same + min(mine, theirs)
+        same += mine
+        limit = min(len(self.added), len(other.added))
+        index = 0
+        while index < limit and self.added[index] is other.added[index]:
+            index += 1
+        return same + index
 
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(StoredEntry)
-
-
-def encode_entry(kind: EntryKind, message: Message) -> bytes:
-    return _encoder.encode(StoredEntry(kind, message))
-
-
-def decode_entry(payload: bytes) -> StoredEntry:
-    return _decoder.decode(payload)
-
-
-def canonical(message: Message) -> bytes:
-    """The canonical bytes of a projected message (what the prefix chain hashes)."""
-    return _encoder.encode(message)
-
-
-_HEADS = {kind: b'{"kind":"' + kind.value.encode() + b'","message":' for kind in EntryKind}
-
-
-def _stored_head(kind: EntryKind) -> bytes:
-    """What a stored entry's bytes hold before its message's canonical bytes (`StoredEntry`'s
-    fields in order, as msgspec writes them)."""
-    return _HEADS[kind]
+    def holding(self, message: Message) -> int | None:
+        """The index of the entry whose decoded message is this very object (only an object's can be)."""
+        if self.context is not None and self.context.holds(message):
+            return 0
+        offset = (self.context is not None) + self.stop - self.first
+        return next((offset + i for i, entry in enumerate(self.added) if entry.holds(message)), None)
 
 
 class Projection(KeyedMessages):
     """The messages of one projection, read from their entries as they are asked for (a stored
-    entry not yet decoded is decoded for the reader and not kept). Each message's key, the
-    conversation and its entry's event id, names the same bytes for as long as the server runs:
-    history messages are immutable, so an adapter may keep their encoding by it across a reload."""
+    entry is decoded for the reader and not kept). Each message's key, its entry's event id within
+    the conversation (the source), names the same bytes for as long as the server runs: history
+    messages are immutable, so an adapter may keep their encoding by it across a reload."""
 
     __slots__ = ("conversation_id", "entries")
 
-    def __init__(self, conversation_id: str, entries: list[HistoryEntry]) -> None:
+    def __init__(self, conversation_id: str, entries: Window | list[HistoryEntry]) -> None:
         self.conversation_id = conversation_id
-        self.entries = entries
+        self.entries = entries if isinstance(entries, Window) else Window(entries)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -150,76 +155,104 @@ class Projection(KeyedMessages):
     def __getitem__(self, index: int | slice) -> Message | Projection:
         if isinstance(index, slice):
             return Projection(self.conversation_id, self.entries[index])
-        return self.entries[index].view()
+        return self.entries.message(index)
 
     def __iter__(self) -> Iterator[Message]:
-        return (entry.view() for entry in self.entries)
+        entries = self.entries
+        return (entries.message(index) for index in range(len(entries)))
 
-    def key(self, index: int) -> tuple[str, str]:
-        return (self.conversation_id, self.entries[index].event_id)
+    def source(self) -> str:
+        return self.conversation_id
+
+    def key(self, index: int) -> str:
+        return self.entries.key(index)
+
+    def keys(self) -> bytes:
+        return self.entries.keys()
 
 
 class ConversationHistory:
     def __init__(self, conversation_id: str, *, strict_prefix: bool | None = None) -> None:
         self.conversation_id = conversation_id
-        self.entries: list[HistoryEntry] = []
-        self._positions: dict[str, int] = {}  # event_id → index in entries
+        self._stored = EMPTY  # the entries read from the store, in one buffer (see stored.py)
+        self._added: list[HistoryEntry] = []  # the entries appended since
+        self._positions: dict[str, int] = {}  # event_id → index, of the appended entries
         self._base = 0  # index of the latest compaction entry (the projection starts there)
         self._latest_context: HistoryEntry | None = None
         self._base_context: HistoryEntry | None = None  # the request context a compaction kept
-        self._chain: list[bytes] = []  # prefix chain of the last projection
-        self._projected: list[HistoryEntry] = []  # the entries of the last projection (immutable)
-        self._unchecked: list[HistoryEntry] | None = None  # a projection whose check waits for the loop's next pass
+        self._chain = b""  # prefix chain of the last projection: its digests end to end
+        self._projected: Window | None = None  # the last projection's entries
+        self._unchecked: Window | None = None  # a projection whose check waits for the loop's next pass
         self.text_bytes = 0  # what its messages' text holds: most of what a history keeps in memory
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self._stored) + len(self._added)
+
+    @property
+    def entries(self) -> Window:
+        """Every entry in order (a stored one is made when asked for)."""
+        return Window(self._added, self._stored)
+
+    def _index(self, event_id: str) -> int | None:
+        position = self._positions.get(event_id)
+        return position if position is not None else self._stored.find(event_id)
 
     def has(self, event_id: str) -> bool:
-        return event_id in self._positions
+        return self._index(event_id) is not None
 
     def answered(self, event_id: str) -> bool:
         """An input (user message, injection, background completion) is answered once a final
         assistant message (one that calls no tools) follows it. A turn that failed, was cancelled
         or was cut by a crash after the input was stored is not answered: a retry runs it."""
-        position = self._positions.get(event_id)
+        position = self._index(event_id)
         if position is None:
             return False
+        entries = self.entries
         return any(
-            e.kind is EntryKind.ASSISTANT and not any(isinstance(p, ToolCallPart) for p in e.view().parts)
-            for e in self.entries[position + 1 :]
+            entries.kind(i) is EntryKind.ASSISTANT and not any(isinstance(p, ToolCallPart) for p in entries.message(i).parts)
+            for i in range(position + 1, len(entries))
         )
 
     @property
     def next_seq(self) -> int:
-        return self.entries[-1].seq + 1 if self.entries else 1
+        if self._added:
+            return self._added[-1].seq + 1
+        return self._stored.seq(len(self._stored) - 1) + 1 if self._stored else 1
 
     def append(self, kind: EntryKind, event_id: str, message: Message, run_id: str) -> HistoryEntry | None:
         """Append one entry; None when event_id is already in the log (idempotent retry)."""
-        if event_id in self._positions:
+        if self.has(event_id):
             return None
         entry = HistoryEntry(self.next_seq, event_id, kind, run_id, message)
         self._add(entry)
         return entry
 
-    def restore(self, entries: Iterable[HistoryEntry]) -> None:
-        """Load persisted entries (startup / eviction reload), in seq order."""
-        for entry in entries:
-            if entry.event_id not in self._positions:
-                self._add(entry)
+    def restore(self, stored: StoredEntries) -> None:
+        """Load the persisted entries (startup / eviction reload), before anything is appended."""
+        if len(self):
+            raise ValueError("a history is read from the store before anything is appended to it")
+        self._stored = stored
+        self.text_bytes = stored.payload_bytes
+        context = stored.last_of(EntryKind.REQUEST_CONTEXT)
+        self._latest_context = None if context is None else stored.entry(context)
+        compaction = stored.last_of(EntryKind.COMPACTION)
+        if compaction is not None:
+            self._base = compaction
+            kept = stored.last_of(EntryKind.REQUEST_CONTEXT, compaction)
+            self._base_context = None if kept is None else stored.entry(kept)
 
     def _add(self, entry: HistoryEntry) -> None:
-        self._positions[entry.event_id] = len(self.entries)
-        self.entries.append(entry)
+        self._positions[entry.event_id] = len(self)
+        self._added.append(entry)
         self.text_bytes += entry.stored_size()
         if entry.kind is EntryKind.REQUEST_CONTEXT:
             self._latest_context = entry
         elif entry.kind is EntryKind.COMPACTION:
             self._check_pending()  # the projections before the reset, against each other
-            self._base = len(self.entries) - 1
+            self._base = len(self) - 1
             self._base_context = self._latest_context  # kept across the reset
-            self._chain, self._projected = [], []  # an explicit prefix reset
+            self._chain, self._projected = b"", None  # an explicit prefix reset
 
     # -- request context: append-only, compared by content ----------------------------------------
     def latest_context_text(self) -> str | None:
@@ -241,9 +274,10 @@ class ConversationHistory:
     def project(self) -> Projection:
         """Provider-neutral messages: everything since the latest compaction (which brings along the
         latest request context that preceded it)."""
-        window = self.entries[self._base :]
-        if window and window[0].kind is EntryKind.COMPACTION and self._base_context is not None:
-            window.insert(0, self._base_context)
+        stored, base = len(self._stored), self._base
+        window = Window(self._added[max(base - stored, 0) :], self._stored, min(base, stored))
+        if window and window.kind(0) is EntryKind.COMPACTION and self._base_context is not None:
+            window.context = self._base_context
         self._check_pending()
         if self.strict_prefix:
             self._check_prefix(window)
@@ -262,20 +296,19 @@ class ConversationHistory:
         if entries is not None:
             self._check_prefix(entries)
 
-    def _check_prefix(self, entries: list[HistoryEntry]) -> None:
+    def _check_prefix(self, entries: Window) -> None:
         """Extend the prefix chain over this projection and check it extends the previous one.
 
         Entries are immutable, so the leading run that is the very same entries as last time keeps
         its digests; only the rest is hashed (O(new messages), not O(history)), one at a time, from
-        the canonical bytes a stored entry holds (not decoded for it)."""
-        previous, prev_entries = self._chain, self._projected
-        same = 0
-        limit = min(len(entries), len(prev_entries))
-        while same < limit and entries[same] is prev_entries[same]:
-            same += 1
-        chain = hotpath.extend(previous[:same], (e.canonical() for e in entries[same:]))
-        if previous and not (chain == previous or hotpath.is_strict_prefix(previous, chain)):
-            at = hotpath.common_prefix(previous, chain)
+        the canonical bytes a stored entry holds (not decoded for it). The digests are kept end to
+        end in one bytes object: the chain extends the previous one when it starts with it."""
+        previous = self._chain
+        kept = previous[: entries.common(self._projected) * DIGEST]
+        digests = hotpath.extend([kept[-DIGEST:]] if kept else [], (entries.canonical(i) for i in range(len(kept) // DIGEST, len(entries))))
+        chain = kept + b"".join(digests[1:] if kept else digests)
+        if not chain.startswith(previous):
+            at = hotpath.common_prefix(_digests(previous), _digests(chain))
             log.error(
                 "provider history is not an extension of the previous one",
                 extra={"conversation_id": self.conversation_id, "diverges_at": at},
@@ -285,19 +318,8 @@ class ConversationHistory:
         self._chain, self._projected = chain, entries
 
 
-def text_bytes(message: Message) -> int:
-    """The length of the text a message holds, images included (as their base64)."""
-    size = 0
-    for part in message.parts:
-        if isinstance(part, (TextPart, ThinkingPart)):
-            size += len(part.text)
-        elif isinstance(part, ToolCallPart):
-            size += len(part.arguments)
-        elif isinstance(part, ToolResultPart):
-            size += len(part.content) + sum(len(image.data_base64) for image in part.images)
-        elif isinstance(part, ImagePart):
-            size += len(part.data_base64)
-    return size
+def _digests(chain: bytes) -> list[bytes]:
+    return [chain[i : i + DIGEST] for i in range(0, len(chain), DIGEST)]
 
 
 def _text_of(message: Message) -> str:

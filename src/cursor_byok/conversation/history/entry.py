@@ -1,0 +1,121 @@
+"""One entry of a conversation's history: its kind, ids and message (or the bytes it is stored as)."""
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from ...run import ImagePart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+
+
+class EntryKind(str, enum.Enum):
+    USER = "user"
+    REQUEST_CONTEXT = "request_context"
+    ASSISTANT = "assistant"
+    TOOL_RESULTS = "tool_results"
+    INJECTION = "injection"
+    BACKGROUND_COMPLETION = "background_completion"
+    COMPACTION = "compaction"
+
+
+class HistoryEntry:
+    """One entry of the log. An entry read from the store keeps its stored bytes and decodes its
+    message only when something asks for it: a reloaded conversation's turn reads a few of its
+    messages (the last ones), and projects the rest (`view`) one at a time, so its history is not
+    decoded into small objects all at once."""
+
+    __slots__ = ("seq", "event_id", "kind", "run_id", "_message", "_payload")
+
+    def __init__(self, seq: int, event_id: str, kind: EntryKind, run_id: str, message: Message | None = None,
+                 *, payload: bytes | None = None) -> None:
+        if message is None and payload is None:
+            raise ValueError("an entry needs its message or its stored bytes")
+        self.seq = seq
+        self.event_id = event_id
+        self.kind = kind
+        self.run_id = run_id
+        self._message = message
+        self._payload = payload
+
+    def __repr__(self) -> str:
+        return f"HistoryEntry({self.seq}, {self.event_id!r}, {self.kind.value}, {self.run_id!r})"
+
+    @property
+    def message(self) -> Message:
+        """The message, decoded once and kept (for the entries a turn works with)."""
+        if self._message is None:
+            self._message = self.view()
+        return self._message
+
+    def view(self) -> Message:
+        """The message, decoded afresh and not kept if it is not decoded already."""
+        if self._message is not None:
+            return self._message
+        assert self._payload is not None
+        return decode_entry(self._payload).message
+
+    def holds(self, message: Message) -> bool:
+        """Whether this very message object is the entry's (decoded) message."""
+        return self._message is message
+
+    def canonical(self) -> bytes:
+        """The message's canonical bytes: for a stored entry, the part of its stored bytes that
+        holds them (see `stored_canonical`), without decoding it."""
+        if self._payload is not None:
+            return stored_canonical(self.kind, self._payload)
+        return canonical(self.view())
+
+    def stored_size(self) -> int:
+        """What the entry holds: its message's text, or for an entry not decoded its stored bytes."""
+        return len(self._payload) if self._message is None and self._payload is not None else text_bytes(self.message)
+
+
+class StoredEntry(msgspec.Struct, frozen=True):
+    """What goes into the store's payload column for one entry."""
+
+    kind: EntryKind
+    message: Message
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(StoredEntry)
+
+
+def encode_entry(kind: EntryKind, message: Message) -> bytes:
+    return _encoder.encode(StoredEntry(kind, message))
+
+
+def decode_entry(payload: bytes) -> StoredEntry:
+    return _decoder.decode(payload)
+
+
+def canonical(message: Message) -> bytes:
+    """The canonical bytes of a projected message (what the prefix chain hashes)."""
+    return _encoder.encode(message)
+
+
+_HEADS = {kind: b'{"kind":"' + kind.value.encode() + b'","message":' for kind in EntryKind}
+
+
+def stored_canonical(kind: EntryKind, payload: bytes) -> bytes:
+    """A stored entry's canonical message bytes: its stored encoding embeds them as they are, after
+    `StoredEntry`'s kind (msgspec writes the fields in order)."""
+    head = _HEADS[kind]
+    if payload.startswith(head) and payload.endswith(b"}"):
+        return payload[len(head) : -1]
+    return canonical(decode_entry(payload).message)
+
+
+def text_bytes(message: Message) -> int:
+    """The length of the text a message holds, images included (as their base64)."""
+    size = 0
+    for part in message.parts:
+        if isinstance(part, (TextPart, ThinkingPart)):
+            size += len(part.text)
+        elif isinstance(part, ToolCallPart):
+            size += len(part.arguments)
+        elif isinstance(part, ToolResultPart):
+            size += len(part.content) + sum(len(image.data_base64) for image in part.images)
+        elif isinstance(part, ImagePart):
+            size += len(part.data_base64)
+    return size

@@ -1,0 +1,107 @@
+"""A conversation's entries as read from the store: a few buffers, not objects per entry.
+
+A conversation whose runtime was let go reads its whole history again at its next turn. Read into
+one object per entry (the entry, its event id, its stored bytes, its seq), a long history was
+thousands of small objects living as long as the runtime, interleaved in the allocator's arenas with
+whatever long-lived objects came meanwhile, so the room a reload took stayed. Here the stored
+payloads are one bytes object with their offsets, the event ids one more (length-prefixed, the form
+an adapter checks its kept encodings against), the run ids one more, kinds, seqs and runs an array
+each; an entry is materialised only when a caller asks for it (most turns ask for the last few).
+"""
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterable
+
+from ...run import KeyedMessages, Message
+from .entry import EntryKind, HistoryEntry, decode_entry, stored_canonical
+
+KINDS = list(EntryKind)
+_KIND_CODES = {kind.value: code for code, kind in enumerate(KINDS)}
+
+Row = tuple[int, str, str, "str | None", bytes]  # (seq, event_id, kind, run_id, payload) as the store reads it
+
+
+class StoredEntries:
+    """Immutable: the stored part of a history never changes (new entries are appended beside it)."""
+
+    __slots__ = ("_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_starts", "_run_of")
+
+    def __init__(self, rows: Iterable[Row] = ()) -> None:
+        payloads: list[bytes] = []  # joined once at the end: one allocation of the final size
+        keys, kinds, runs = bytearray(), bytearray(), bytearray()
+        payload_starts, key_starts, run_starts = array("q", [0]), array("q", [0]), array("q", [0])
+        seqs, run_of = array("q"), array("l")
+        size, last_run = 0, None
+        for seq, event_id, kind, run_id, payload in rows:
+            payloads.append(payload)
+            size += len(payload)
+            payload_starts.append(size)
+            keys += KeyedMessages.prefixed(event_id)
+            key_starts.append(len(keys))
+            kinds.append(_KIND_CODES[kind])
+            seqs.append(seq)
+            if run_id != last_run:  # a run's entries come together
+                runs += (run_id or "").encode()
+                run_starts.append(len(runs))
+                last_run = run_id
+            run_of.append(len(run_starts) - 2)
+        self._payloads, self._keys, self._kinds, self._runs = b"".join(payloads), bytes(keys), bytes(kinds), bytes(runs)
+        self._payload_starts, self._key_starts, self._run_starts = payload_starts, key_starts, run_starts
+        self._seqs, self._run_of = seqs, run_of
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def kind(self, index: int) -> EntryKind:
+        return KINDS[self._kinds[index]]
+
+    def seq(self, index: int) -> int:
+        return self._seqs[index]
+
+    def payload(self, index: int) -> bytes:
+        return self._payloads[self._payload_starts[index] : self._payload_starts[index + 1]]
+
+    def event_id(self, index: int) -> str:
+        return self._keys[self._key_starts[index] + 4 : self._key_starts[index + 1]].decode()
+
+    def keys(self, start: int, stop: int) -> bytes:
+        """The event ids of entries `start` to `stop`, each length-prefixed (see `KeyedMessages`)."""
+        return self._keys[self._key_starts[start] : self._key_starts[stop]]
+
+    @property
+    def payload_bytes(self) -> int:
+        return len(self._payloads)
+
+    def entry(self, index: int) -> HistoryEntry:
+        """The index-th entry, made afresh (not decoded: see HistoryEntry)."""
+        run = self._run_of[index]
+        run_id = self._runs[self._run_starts[run] : self._run_starts[run + 1]].decode()
+        return HistoryEntry(self.seq(index), self.event_id(index), self.kind(index), run_id, payload=self.payload(index))
+
+    def view(self, index: int) -> Message:
+        """The index-th entry's message, decoded afresh and not kept."""
+        return decode_entry(self.payload(index)).message
+
+    def canonical(self, index: int) -> bytes:
+        return stored_canonical(self.kind(index), self.payload(index))
+
+    def find(self, event_id: str) -> int | None:
+        """The index of the entry stored under `event_id`, if any."""
+        needle = KeyedMessages.prefixed(event_id)
+        at = self._keys.find(needle)
+        while at >= 0:
+            index = bisect_right(self._key_starts, at) - 1
+            if self._key_starts[index] == at:  # at an entry's start, not inside another's id
+                return index
+            at = self._keys.find(needle, at + 1)
+        return None
+
+    def last_of(self, kind: EntryKind, stop: int | None = None) -> int | None:
+        """The index of the last entry of `kind` before `stop` (default: all), if any."""
+        at = self._kinds.rfind(bytes((KINDS.index(kind),)), 0, len(self) if stop is None else stop)
+        return None if at < 0 else at
+
+
+EMPTY = StoredEntries()

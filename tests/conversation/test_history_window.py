@@ -1,0 +1,67 @@
+"""A history read from the store is a few buffers (`StoredEntries`) and its projections are windows
+over them and the entries appended since: read, sliced, keyed and compared like the lists of entry
+objects they replace."""
+from __future__ import annotations
+
+import itertools
+
+from cursor_byok.conversation.history import ConversationHistory, EntryKind, HistoryEntry, StoredEntries, Window, encode_entry
+from cursor_byok.run import KeyedMessages, Message, TextPart
+
+
+def stored(count: int) -> StoredEntries:
+    kinds = [EntryKind.USER, EntryKind.REQUEST_CONTEXT, EntryKind.ASSISTANT, EntryKind.COMPACTION]
+    return StoredEntries(
+        (i + 1, f"stored-{i}-é", kinds[i % 4].value, f"run-{i // 3}" if i % 5 else None,
+         encode_entry(kinds[i % 4], Message("user", [TextPart(f"stored {i}")])))
+        for i in range(count)
+    )
+
+
+def added(count: int) -> list[HistoryEntry]:
+    return [HistoryEntry(100 + i, f"added-{i}", EntryKind.USER, "r", Message("user", [TextPart(f"added {i}")])) for i in range(count)]
+
+
+def ids(entries: list[HistoryEntry]) -> list[str]:
+    return [e.event_id for e in entries]
+
+
+def test_a_window_reads_slices_and_keys_like_the_list_of_its_entries() -> None:
+    context = HistoryEntry(50, "context", EntryKind.REQUEST_CONTEXT, "r", Message("user", [TextPart("ctx")]))
+    for n_stored, first, n_added, with_context in itertools.product((0, 5), (0, 2), (0, 3), (False, True)):
+        log = stored(n_stored)
+        window = Window(added(n_added), log, min(first, n_stored), context=context if with_context else None)
+        plain = list(window)
+        assert len(plain) == len(window) == with_context + max(n_stored - first, 0) + n_added
+        assert window.keys() == b"".join(KeyedMessages.prefixed(e.event_id) for e in plain)
+        for i in range(-len(plain), len(plain)):
+            assert window[i].event_id == plain[i].event_id and window.kind(i) is plain[i].kind
+            assert window.message(i) == plain[i].view() and window.canonical(i) == plain[i].canonical()
+        for start, stop in itertools.product(range(-1, len(plain) + 2), repeat=2):
+            assert ids(list(window[start:stop])) == ids(plain[start:stop]), (start, stop)
+
+
+def test_windows_of_one_history_share_their_very_same_leading_entries() -> None:
+    log, more = stored(6), added(3)
+    whole = Window(more, log)
+    assert whole.common(None) == 0
+    assert whole.common(Window(more[:2], log)) == 8  # an appended entry later
+    assert whole.common(Window(list(more), log)) == 9  # a copy of the list, the same entries
+    assert whole.common(Window(added(3), log)) == 6  # other entry objects
+    assert whole.common(Window(more, log, 2)) == 0  # another start (a compaction)
+    assert whole.common(Window(more, stored(6))) == 0  # another history's stored entries
+    assert whole.common(Window(more, log, 0, 4)) == 4
+
+
+def test_a_history_read_again_answers_as_the_one_that_wrote_it() -> None:
+    history = ConversationHistory("c", strict_prefix=True)
+    history.restore(stored(9))  # a compaction at 3 and 7, request contexts at 1 and 5
+    assert len(history) == 9 and history.next_seq == 10
+    assert history.has("stored-4-é") and not history.has("stored-4") and not history.has("-é")
+    assert history.latest_context_text() == "stored 5"
+    projection = history.project()
+    assert ids(list(projection.entries)) == ["stored-5-é", "stored-7-é", "stored-8-é"]  # the kept context, then from the compaction on
+    entry = history.append(EntryKind.USER, "user:1", Message("user", [TextPart("new")]), "r")
+    assert entry is not None and entry.seq == 10 and history.append(EntryKind.USER, "stored-0-é", Message("user", []), "r") is None
+    assert [m.parts[0].text for m in history.project()] == ["stored 5", "stored 7", "stored 8", "new"]  # type: ignore[union-attr]
+    assert history.entries[-1] is entry and history.entries[2].run_id == "run-0" and history.entries[0].run_id == ""
