@@ -17,6 +17,7 @@ class MemoryHistory:
         self.queue: list[Message] = []
         self.log: list[tuple[str, object]] = []
         self.summaries: list[str] = []
+        self.answers: list[bool] = []  # per assistant commit: was it marked as the run's answer
 
     def messages(self) -> list[Message]:
         return list(self.items)
@@ -24,9 +25,10 @@ class MemoryHistory:
     def stored(self) -> Awaitable[object] | None:
         return None  # memory only: nothing to wait for
 
-    def commit_assistant(self, message: Message, usage: Usage | None) -> None:
+    def commit_assistant(self, message: Message, usage: Usage | None, *, answer: bool = False) -> None:
         self.items.append(message)
         self.log.append(("assistant", (message, usage)))
+        self.answers.append(answer)
 
     def commit_tool_results(self, message: Message) -> None:
         self.items.append(message)

@@ -70,6 +70,8 @@ async def test_tool_loop_runs_until_the_model_stops(dialect: Dialect, fake_serve
                                       ToolCallPart("call_b", "Read", '{"path": "b.py"}')]
     assert [p.call_id for p in history.items[2].parts] == ["call_a", "call_b"]
     assert history.items[3].parts == [TextPart("All done.")]
+    # Only the step without tool calls is the run's answer (the end of the run waits for its commit).
+    assert history.answers == [False, True]
 
     kinds = [type(e) for e in sink.events]
     assert kinds[0] is ModelCycleStarted

@@ -63,8 +63,10 @@ class RunPorts:
         stored, run.input_stored = run.input_stored, None
         return stored
 
-    def commit_assistant(self, message: Message, usage: Usage | None = None) -> None:
-        self._commit(EntryKind.ASSISTANT, message)
+    def commit_assistant(self, message: Message, usage: Usage | None = None, *, answer: bool = False) -> None:
+        # The turn's end waits for the answer's commit: hand it to the store at once (committed on
+        # the loop when the store is idle). Not a tool step's: nothing waits for it yet.
+        self._commit(EntryKind.ASSISTANT, message, awaited=answer)
 
     def commit_tool_results(self, message: Message) -> None:
         if self._commit(EntryKind.TOOL_RESULTS, message):
@@ -106,7 +108,7 @@ class RunPorts:
                 break
         self.owner.data.records.append(entries)
 
-    def _commit(self, kind: EntryKind, message: Message) -> bool:
+    def _commit(self, kind: EntryKind, message: Message, *, awaited: bool = False) -> bool:
         """Append a message of the current run to the history; False when the run is not current."""
         run = self.run
         if not self.owner.is_current(run.run_id):
@@ -114,5 +116,5 @@ class RunPorts:
         history = self.owner.data.history
         entry = history.append(kind, f"{kind.value}:{run.run_id}:{history.next_seq}", message, run.run_id)
         if entry is not None:
-            self.owner.data.records.append([entry])
+            self.owner.data.records.append([entry], awaited=awaited)
         return True

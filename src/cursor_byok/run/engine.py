@@ -190,10 +190,10 @@ class RunEngine:
             if cycle.usage is not None and cycle.usage.input_tokens is not None:
                 estimator.anchor(cycle.usage.input_tokens, len(messages))
             message = cycle.message()
-            if message.parts:
-                history.commit_assistant(message, cycle.usage)
-            sink.emit(ModelCycleFinished(cycles, cycle.stop_reason))
             calls = cycle.tool_calls()
+            if message.parts:
+                history.commit_assistant(message, cycle.usage, answer=not calls)
+            sink.emit(ModelCycleFinished(cycles, cycle.stop_reason))
             if not calls:
                 stop = cycle.stop_reason
                 finished = stop if stop == "end_turn" or stop == "max_tokens" else "other"
