@@ -20,34 +20,31 @@ def collector() -> Iterator[None]:
         gc.disable()
 
 
-def test_after_start_up_a_young_collection_waits_for_many_allocations(collector: None) -> None:
-    freeze_startup_objects()
-    gc.collect()  # count from an empty young generation
+def allocate(count: int) -> tuple[list[list[object]], list[int]]:
+    """`count` container objects kept alive, and the generation of every collection that started
+    meanwhile."""
     collections: list[int] = []
 
-    def count(phase: str, info: dict[str, int]) -> None:
+    def started(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collections.append(info["generation"])
 
-    gc.callbacks.append(count)
+    gc.callbacks.append(started)
     try:
-        kept = [[] for _ in range(YOUNG_COLLECTION_ALLOCATIONS - 1_000)]  # a few dozen run starts' worth
+        kept: list[list[object]] = [[] for _ in range(count)]
     finally:
-        gc.callbacks.remove(count)
+        gc.callbacks.remove(started)
+    return kept, collections
+
+
+def test_after_start_up_a_young_collection_waits_for_many_allocations(collector: None) -> None:
+    freeze_startup_objects()
+    gc.collect()  # count from an empty young generation
+    kept, collections = allocate(YOUNG_COLLECTION_ALLOCATIONS - 1_000)  # a few dozen run starts' worth
     assert len(kept) > 5_000 and collections == []
 
 
 def test_collections_still_run(collector: None) -> None:
     freeze_startup_objects()
-    collections: list[int] = []
-
-    def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    gc.callbacks.append(count)
-    try:
-        kept = [[] for _ in range(3 * YOUNG_COLLECTION_ALLOCATIONS)]
-    finally:
-        gc.callbacks.remove(count)
+    kept, collections = allocate(3 * YOUNG_COLLECTION_ALLOCATIONS)
     assert len(kept) and collections
