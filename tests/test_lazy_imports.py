@@ -62,7 +62,7 @@ def test_doctor_loads_nothing_of_the_server(tmp_path: Path) -> None:
 
 def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
     loaded = loaded_after(
-        "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed\n"
+        "import cursor_byok.cli, cursor_byok.gateway.app, granian.server.embed\n"
         "from cursor_byok.config import ModelConfig\n"
         "from cursor_byok.http_client import streaming_client\n"
         "from cursor_byok.providers import make_provider\n"

@@ -171,7 +171,9 @@ class ServerProcess:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
                 try:
-                    if client.get(self.base_url + "/__byok-api__/healthz").status_code == 204:
+                    answer = client.get(self.base_url + "/__byok-api__/healthz")
+                    # healthy, and not only listening: the gateway is up (no "starting" mark)
+                    if answer.status_code == 204 and "x-cursor-byok-starting" not in answer.headers:
                         return self
                 except httpx.HTTPError:
                     pass

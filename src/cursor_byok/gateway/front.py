@@ -1,0 +1,88 @@
+"""What granian serves from the moment it listens: the health probe at once, the gateway once loaded.
+
+Importing the gateway (the conversation runtime, protobuf, the HTTP clients, the tools) and
+starting it is most of a cold start. It is done after the listener is up, the import in a worker
+thread so the loop answers the health probe meanwhile: the probe says no more than "a server is
+here" (the data dir is ours, the port is ours), and that is true from the start. Every other
+request waits until the gateway is up, then goes to it exactly as it would have.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+from typing import TYPE_CHECKING
+
+from .. import local_trust
+from ..config import Config
+from ..protocol import ConnectError
+from .asgi import Receive, Scope, Send, reply, reply_error
+from .guard import RequestGuard
+from .routing import HEALTH_PATHS
+
+# On the health probe's answer while the gateway is still loading: whoever needs more than "a
+# server is here" (a test harness, a benchmark of the whole start) waits for an answer without it.
+STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+
+class LoadingFront:
+    """The ASGI app the HTTP server is given; `load()` once, after the server listens."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._guard = RequestGuard(
+            config,
+            proxy_secret=os.environ.get(local_trust.PROXY_SECRET_ENV, ""),
+            auth_token=local_trust.auth_token(config),
+        )
+        self._gateway: Gateway | None = None
+        self._loaded: asyncio.Future[Gateway] = asyncio.get_running_loop().create_future()
+
+    async def load(self) -> Gateway:
+        """Import the gateway (in a thread), make it and start it; the started gateway. A failure
+        is raised here; requests waiting for the gateway are answered `unavailable`."""
+        try:
+            module = await asyncio.to_thread(importlib.import_module, ".app", __package__)
+            gateway: Gateway = module.create_app(self.config)
+            try:
+                await gateway.startup()
+            except BaseException:
+                await gateway.shutdown()
+                raise
+        except BaseException as exc:
+            self._loaded.set_exception(exc)
+            self._loaded.exception()  # the waiting requests answer for it; the caller gets it raised
+            raise
+        self._gateway = gateway
+        self._loaded.set_result(gateway)
+        return gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gateway = self._gateway
+        if gateway is None:
+            if scope["type"] == "http" and await self._answered_health(scope, send):
+                return
+            try:
+                gateway = await asyncio.shield(self._loaded)
+            except Exception:  # noqa: BLE001 - start-up failed: the server is stopping with its error
+                await reply_error(send, ConnectError("unavailable", "the server failed to start (see its log)"))
+                return
+        await gateway(scope, receive, send)
+
+    async def _answered_health(self, scope: Scope, send: Send) -> bool:
+        """The health probe, before the gateway is up: the gateway's own guard and answer."""
+        path = self._guard.route_path(dict(scope))  # a copy: the gateway routes the original again
+        if path not in HEALTH_PATHS:
+            return False
+        refusal = self._guard.check(scope, frozenset(), needs_token=False)
+        if refusal is not None:
+            await reply_error(send, refusal.error, refusal.status)
+        else:
+            await reply(send, 204, b"", [STARTING_HEADER])
+        return True
+
+
+__all__ = ["STARTING_HEADER", "LoadingFront"]
