@@ -94,3 +94,20 @@ def test_a_running_server_without_the_proxy_never_mapped_the_tls_stack(tmp_path:
         server.stop()
     assert "/aiohttp/" in maps  # the map does show the server's own compiled modules
     assert "/cryptography/" not in maps
+
+
+def test_what_the_first_turn_imports_on_first_use_is_imported_once_the_server_is_up(tmp_path: Path) -> None:
+    """Not at start (above), but by the warm-up right after the gateway is up, before any turn."""
+    loaded = loaded_after(
+        "import asyncio\n"
+        "from cursor_byok.config import parse\n"
+        "from cursor_byok.gateway.front import LoadingFront\n"
+        "async def main():\n"
+        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}))\n"
+        "    gateway = await front.load()\n"
+        "    await front.warmed\n"
+        "    await gateway.shutdown()\n"
+        "asyncio.run(main())"
+    )
+    assert "cursor_byok.gateway.app" in loaded
+    assert among(loaded, NOT_AT_START) == ["prometheus_client"]

@@ -4,17 +4,21 @@ Importing the gateway (the conversation runtime, protobuf, the HTTP clients, the
 starting it is most of a cold start. It is done after the listener is up, the import in a worker
 thread so the loop answers the health probe meanwhile: the probe says no more than "a server is
 here" (the data dir is ours, the port is ours), and that is true from the start. Every other
-request waits until the gateway is up, then goes to it exactly as it would have.
+request waits until the gateway is up, then goes to it exactly as it would have. Once it is up,
+what the first turn would otherwise import on first use is imported in the background
+(`lazy.warm_up`); the provider connections are opened by the gateway's provider pool.
 """
 from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 from typing import TYPE_CHECKING
 
 from .. import local_trust
 from ..config import Config
+from ..lazy import warm_up
 from ..protocol import ConnectError
 from .asgi import Receive, Scope, Send, reply, reply_error
 from .guard import RequestGuard
@@ -26,6 +30,8 @@ STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
 
 if TYPE_CHECKING:
     from .app import Gateway
+
+log = logging.getLogger("cursor_byok.gateway")
 
 
 class LoadingFront:
@@ -40,6 +46,7 @@ class LoadingFront:
         )
         self._gateway: Gateway | None = None
         self._loaded: asyncio.Future[Gateway] = asyncio.get_running_loop().create_future()
+        self.warmed: asyncio.Task[None] | None = None  # the warm-up, once the gateway is up
 
     async def load(self) -> Gateway:
         """Import the gateway (in a thread), make it and start it; the started gateway. A failure
@@ -58,6 +65,7 @@ class LoadingFront:
             raise
         self._gateway = gateway
         self._loaded.set_result(gateway)
+        self.warmed = asyncio.create_task(_warm_up(), name="warm-up")
         return gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,6 +91,13 @@ class LoadingFront:
         else:
             await reply(send, 204, b"", [STARTING_HEADER])
         return True
+
+
+async def _warm_up() -> None:
+    try:
+        await asyncio.to_thread(warm_up)
+    except Exception as exc:  # noqa: BLE001 - the first use imports it again, and says what is wrong
+        log.warning("warming up after start failed: %s", exc)
 
 
 __all__ = ["STARTING_HEADER", "LoadingFront"]
