@@ -19,7 +19,6 @@ from typing import Any
 
 from ..config import Config
 from ..instance import BACKLOG, DataDirError, storage_problem
-from ..store import StoreError
 from .front import LoadingFront
 from .limits import granian_limits
 from .memory import freeze_startup_objects
@@ -69,6 +68,8 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     except BaseException as exc:
         server.stop()
         await asyncio.wait((serving,), timeout=CUT_SECONDS)
+        from ..store import StoreError  # loaded with the gateway; not before the server listens
+
         if isinstance(exc, (StoreError, sqlite3.Error, OSError)):
             raise DataDirError(storage_problem(exc, config.database_path)) from None
         raise
