@@ -84,3 +84,12 @@ async def test_a_provider_down_or_silent_neither_stops_nor_holds_up_the_start(tm
                 assert server.stop() == 0  # the warm-up still hanging on the silent provider: a clean stop
     finally:
         silent.close()
+
+
+def test_a_stop_asked_while_the_gateway_loads_is_a_clean_stop(tmp_path: Path) -> None:
+    """SIGTERM as soon as the health probe answers (while the gateway is, as a rule, still loading):
+    the gateway comes up, drains and exits 0, as for a stop at any later time."""
+    server = ServerProcess(ServerConfig(data_dir=tmp_path / "data")).start(ready=False)
+    assert server.first_health is not None and server.first_health.status_code == 204
+    assert server.stop() == 0
+    assert "serving" in server.log()  # it did come up before it stopped
