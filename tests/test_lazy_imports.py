@@ -4,6 +4,7 @@ does not use. Start-up time is mostly import time; these keep a saving from sile
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +32,10 @@ PROXY_STACK = ("cryptography", "h2", "cursor_byok.interceptor.ca", "cursor_byok.
 NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
 
 
-def loaded_after(code: str) -> set[str]:
+def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
     """The modules a fresh interpreter has loaded after running `code`."""
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True, env=env)
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
@@ -71,6 +72,22 @@ def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
     assert "cursor_byok.gateway.app" in loaded and "cursor_byok.providers.openai_chat" in loaded
     assert among(loaded, PROXY_STACK + NOT_AT_START) == []
     assert among(loaded, ("cursor_byok.providers.anthropic", "cursor_byok.providers.openai_responses")) == []
+
+
+def test_serve_loads_no_http_client_and_no_gateway_before_it_listens() -> None:
+    """Its start checks and what answers the health probe: the gateway itself (the conversation
+    runtime, the store, the HTTP clients) is loaded behind the probe."""
+    no_proxy = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    loaded = loaded_after(
+        "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed, uvloop\n"
+        "from cursor_byok.cli.serve import refuse_unusable_relay_proxy\n"
+        "from cursor_byok.config import parse\n"
+        "refuse_unusable_relay_proxy(parse({}))",
+        env=no_proxy,
+    )
+    assert "cursor_byok.gateway.front" in loaded
+    heavy = ("aiohttp", "httpx", "cursor_byok.gateway.app", "cursor_byok.conversation", "cursor_byok.store", "cursor_byok.providers")
+    assert among(loaded, heavy + PROXY_STACK + NOT_AT_START) == []
 
 
 def test_a_provider_kind_loads_when_a_model_uses_it() -> None:

@@ -22,4 +22,9 @@ def env_proxy(url: httpx.URL) -> str:
     return found if "://" in found else "http://" + found
 
 
-__all__ = ["env_proxy"]
+def any_proxy() -> bool:
+    """Whether the environment names any proxy at all (when not, `env_proxy` is "" for every URL)."""
+    return bool(urllib.request.getproxies())
+
+
+__all__ = ["any_proxy", "env_proxy"]
