@@ -2,8 +2,9 @@
 (the health check's first answer not marked as still starting), and, in a second start, to the
 first token of a turn the IDE sends as soon as the health check answers; against the floor (a bare
 granian + aiohttp + uvloop app, `support/bare_turn_app.py`, started by granian's own command line,
-forwarding the turn to the same fake provider), and the light commands (`--help`, `--version`,
-`doctor`) from spawn to exit.
+forwarding the turn to the same fake provider); in a third start, the first and second turns sent
+half a second after it is ready (what a first turn still pays once); and the light commands
+(`--help`, `--version`, `doctor`) from spawn to exit.
 
 Rounds are interleaved (ours, floor, any variant, ours, ...) so load from elsewhere on the machine
 falls on all alike; medians, and ours/floor per round. Wall time swings with the machine's load;
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.support.cold_start import CONFIG, HOST, Start, cold_start, first_token
+from benchmarks.support.cold_start import CONFIG, HOST, Start, cold_start, first_token, turns_after_ready
 from tests.fakes import FakeProviderServer
 
 ROUNDS = int(os.environ.get("BENCH_COLD_ROUNDS", "9"))
@@ -38,7 +39,7 @@ VARIANTS = dict(v.split("=", 1) for v in os.environ.get("BENCH_COLD_VARIANTS", "
 
 
 def serve_start(which: str, src: str | None, provider: FakeProviderServer) -> Start:
-    """One start to ready, then one to a first token; the figures of both in one Start."""
+    """One start to ready, one to a first token, one for two turns after ready: in one Start."""
     previous = os.environ.get("PYTHONPATH")
     if src is not None:
         os.environ["PYTHONPATH"] = src
@@ -46,6 +47,7 @@ def serve_start(which: str, src: str | None, provider: FakeProviderServer) -> St
         start = cold_start(which)
         turn = asyncio.run(first_token(which, provider))
         start.first_token, start.first_token_cpu = turn.first_token, turn.first_token_cpu
+        start.turn_after_ready, start.second_turn = asyncio.run(turns_after_ready(which, provider))
         return start
     finally:
         if src is not None:
@@ -87,9 +89,13 @@ def test_cold_start_vs_floor(benchmark, tmp_path: Path) -> None:
     load = os.getloadavg()[0]
     benchmark.pedantic(rounds, rounds=1, iterations=1)
 
-    print(f"\nserve: spawn → first answered /healthz → ready, and (another start) → first token; {ROUNDS} rounds,")
+    print(f"\nserve: spawn → first answered /healthz → ready; (another start) → first token; (a third) two turns")
+    print(f"0.5 s after ready, append → first token; {ROUNDS} rounds,")
     print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; median (min–max), ms")
-    columns = {"health": "health", "ready": "ready", "health_cpu": "CPU to health", "first_token": "first token", "first_token_cpu": "CPU to token"}
+    columns = {
+        "health": "health", "ready": "ready", "health_cpu": "CPU to health", "first_token": "first token",
+        "first_token_cpu": "CPU to token", "turn_after_ready": "1st turn, ready", "second_turn": "2nd turn, ready",
+    }
     print(f"{'':>8} | " + " | ".join(f"{title:>18}" for title in columns.values()))
     for name, values in samples.items():
         print(f"{name:>8} | " + " | ".join(f"{median_ms([getattr(v, key) for v in values]):>18}" for key in columns))
@@ -97,7 +103,7 @@ def test_cold_start_vs_floor(benchmark, tmp_path: Path) -> None:
         if name != "floor":
             ratios = {
                 key: statistics.median(getattr(a, key) / getattr(b, key) for a, b in zip(samples[name], samples["floor"]))
-                for key in ("health", "ready", "health_cpu", "first_token", "first_token_cpu")
+                for key in columns
             }
             print(f"{name}/floor per round: " + ", ".join(f"{columns[k]} {v:.2f}" for k, v in ratios.items()))
 

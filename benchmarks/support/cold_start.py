@@ -3,6 +3,7 @@
     python -m benchmarks.support.cold_start ours    # `cursor-byok serve`, one model configured
     python -m benchmarks.support.cold_start floor   # the bare granian + aiohttp + uvloop app
     python -m benchmarks.support.cold_start ours turn   # also: a first turn, to its first token
+    python -m benchmarks.support.cold_start ours turns  # the first two turns once it is ready
 
 Prints the milliseconds from spawning the server to its health check answering 204, and the CPU
 (user + system) its processes had used by then. The server is killed (SIGKILL) and reaped once it
@@ -95,6 +96,8 @@ class Start:
     ready: float = math.nan  # the first 204 not marked as still starting (without a turn)
     first_token: float = math.nan  # the first text delta of a turn sent right after `health`
     first_token_cpu: float = math.nan
+    turn_after_ready: float = math.nan  # append → first token of the first turn, sent once ready
+    second_turn: float = math.nan  # the same for the turn after it
 
 
 @contextlib.contextmanager
@@ -135,6 +138,23 @@ def cold_start(which: str) -> Start:
         return start
 
 
+async def turn(ide: ScriptedIDE, which: str) -> float:
+    """One turn (a new conversation) from the IDE's append to its first text delta, in seconds;
+    the stream is then let go."""
+    log = StreamLog()
+    request_id = uuid.uuid4().hex
+    sent = time.monotonic()
+    reader = asyncio.create_task(ide.stream(request_id, log))
+    await ide.append(request_id, run_request("hello", model="fast", conversation_id=uuid.uuid4().hex))
+    while not log.text:
+        if reader.done():
+            raise SystemExit(f"{which}: the turn ended without text: {log.terminal}")
+        await asyncio.sleep(0.001)
+    token = time.monotonic() - sent
+    reader.cancel()
+    return token
+
+
 async def first_token(which: str, provider: FakeProviderServer) -> Start:
     """Spawn to the first answered health check, then at once a turn, to its first text delta."""
     provider.enqueue(OPENAI_CHAT.text(["first"]))
@@ -142,18 +162,26 @@ async def first_token(which: str, provider: FakeProviderServer) -> Start:
         ide = ScriptedIDE(f"http://{HOST}:{port}")  # made before the clock matters: its TLS context
         try:
             start = Start(wait_answered(proc, port, health, started), cpu_seconds(proc.pid))
-            log = StreamLog()
-            request_id = uuid.uuid4().hex
-            reader = asyncio.create_task(ide.stream(request_id, log))
-            await ide.append(request_id, run_request("hello", model="fast", conversation_id=uuid.uuid4().hex))
-            while not log.text:
-                if reader.done():
-                    raise SystemExit(f"{which}: the turn ended without text: {log.terminal}")
-                await asyncio.sleep(0.001)
-            start.first_token = time.monotonic() - started
+            start.first_token = start.health + await turn(ide, which)
             start.first_token_cpu = cpu_seconds(proc.pid)
-            reader.cancel()
             return start
+        finally:
+            await ide.close()
+
+
+async def turns_after_ready(which: str, provider: FakeProviderServer, pause: float = 0.5) -> list[float]:
+    """A started server's first two turns, sent `pause` seconds after it is ready (as an IDE comes
+    a moment after the server): seconds from each one's append to its first text delta."""
+    with spawned(which, provider.url) as (proc, port, health, started):
+        ide = ScriptedIDE(f"http://{HOST}:{port}")
+        try:
+            wait_answered(proc, port, health, started, ready=True)
+            await asyncio.sleep(pause)
+            times = []
+            for answer in ("first", "second"):
+                provider.enqueue(OPENAI_CHAT.text([answer]))
+                times.append(await turn(ide, which))
+            return times
         finally:
             await ide.close()
 
@@ -162,5 +190,8 @@ if __name__ == "__main__":
     if sys.argv[2:] == ["turn"]:
         with FakeProviderServer() as fake:
             print(asyncio.run(first_token(sys.argv[1], fake)))
+    elif sys.argv[2:] == ["turns"]:
+        with FakeProviderServer() as fake:
+            print(asyncio.run(turns_after_ready(sys.argv[1], fake)))
     else:
         print(cold_start(sys.argv[1]))
