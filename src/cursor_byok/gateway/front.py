@@ -14,7 +14,8 @@ import asyncio
 import importlib
 import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from .. import local_trust
 from ..config import Config
@@ -68,16 +69,20 @@ class LoadingFront:
         self.warmed = asyncio.create_task(_warm_up(), name="warm-up")
         return gateway
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Coroutine[Any, Any, None]:
         gateway = self._gateway
-        if gateway is None:
-            if scope["type"] == "http" and await self._answered_health(scope, send):
-                return
-            try:
-                gateway = await asyncio.shield(self._loaded)
-            except Exception:  # noqa: BLE001 - start-up failed: the server is stopping with its error
-                await reply_error(send, ConnectError("unavailable", "the server failed to start (see its log)"))
-                return
+        if gateway is not None:
+            return gateway(scope, receive, send)  # the gateway's own coroutine: no frame of ours per request
+        return self._before_up(scope, receive, send)
+
+    async def _before_up(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and await self._answered_health(scope, send):
+            return
+        try:
+            gateway = await asyncio.shield(self._loaded)
+        except Exception:  # noqa: BLE001 - start-up failed: the server is stopping with its error
+            await reply_error(send, ConnectError("unavailable", "the server failed to start (see its log)"))
+            return
         await gateway(scope, receive, send)
 
     async def _answered_health(self, scope: Scope, send: Send) -> bool:
