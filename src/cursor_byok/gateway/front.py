@@ -25,14 +25,14 @@ from .asgi import Receive, Scope, Send, reply, reply_error
 from .guard import RequestGuard
 from .routing import HEALTH_PATHS
 
-# On the health probe's answer while the gateway is still loading: whoever needs more than "a
-# server is here" (a test harness, a benchmark of the whole start) waits for an answer without it.
-STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
-
 if TYPE_CHECKING:
     from .app import Gateway
 
 log = logging.getLogger("cursor_byok.gateway")
+
+# On the health probe's answer while the gateway is still loading: whoever needs more than "a
+# server is here" (a test harness, a benchmark of the whole start) waits for an answer without it.
+STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
 
 
 class LoadingFront:

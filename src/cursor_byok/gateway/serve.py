@@ -1,5 +1,8 @@
 """Run the gateway in this process: granian's embedded server on this process's uvloop loop.
 
+Granian serves from the moment it has the listener: the health probe at once, everything else once
+the gateway behind it has been imported and started (`front.py`).
+
 One process and no worker: nothing can outlive a crash of it and keep the port or the database.
 SIGINT or SIGTERM (to the process or its whole group) stops it within 3 s, however busy its
 connections are: open RunSSE streams get their one `unavailable` terminal and DRAIN_SECONDS to read
