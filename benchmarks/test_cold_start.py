@@ -1,6 +1,10 @@
-"""Cold start: from spawning `cursor-byok serve` to its first answered request (/healthz), against
-the floor (a bare granian + aiohttp + uvloop app, `support/bare_turn_app.py`, started by granian's
-own command line), and the light commands (`--help`, `--version`, `doctor`) from spawn to exit.
+"""Cold start: from spawning `cursor-byok serve` to its first answered request (/healthz), to ready
+(the health check's first answer not marked as still starting), and, in a second start, to the
+first token of a turn the IDE sends as soon as the health check answers; against the floor (a bare
+granian + aiohttp + uvloop app, `support/bare_turn_app.py`, started by granian's own command line,
+forwarding the turn to the same fake provider); in a third start, the first and second turns sent
+half a second after it is ready (what a first turn still pays once); and the light commands
+(`--help`, `--version`, `doctor`) from spawn to exit.
 
 Rounds are interleaved (ours, floor, any variant, ours, ...) so load from elsewhere on the machine
 falls on all alike; medians, and ours/floor per round. Wall time swings with the machine's load;
@@ -16,6 +20,7 @@ another tree).
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 import statistics
@@ -26,18 +31,24 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.support.cold_start import CONFIG, HOST, cold_start
+from benchmarks.support.cold_start import CONFIG, HOST, Start, cold_start, first_token, turns_after_ready
+from tests.fakes import FakeProviderServer
 
 ROUNDS = int(os.environ.get("BENCH_COLD_ROUNDS", "9"))
 VARIANTS = dict(v.split("=", 1) for v in os.environ.get("BENCH_COLD_VARIANTS", "").split(",") if v)
 
 
-def serve_start(which: str, src: str | None = None) -> tuple[float, float]:
+def serve_start(which: str, src: str | None, provider: FakeProviderServer) -> Start:
+    """One start to ready, one to a first token, one for two turns after ready: in one Start."""
     previous = os.environ.get("PYTHONPATH")
     if src is not None:
         os.environ["PYTHONPATH"] = src
     try:
-        return cold_start(which)
+        start = cold_start(which)
+        turn = asyncio.run(first_token(which, provider))
+        start.first_token, start.first_token_cpu = turn.first_token, turn.first_token_cpu
+        start.turn_after_ready, start.second_turn = asyncio.run(turns_after_ready(which, provider))
+        return start
     finally:
         if src is not None:
             if previous is None:
@@ -65,27 +76,36 @@ def median_ms(values: list[float]) -> str:
 def test_cold_start_vs_floor(benchmark, tmp_path: Path) -> None:
     targets: dict[str, tuple[str, str | None]] = {"ours": ("ours", None), "floor": ("floor", None)}
     targets.update({name: ("ours", src) for name, src in VARIANTS.items()})
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
+    samples: dict[str, list[Start]] = {name: [] for name in targets}
 
     def rounds() -> None:
-        for name, (which, src) in targets.items():  # a warm-up each (the page cache)
-            serve_start(which, src)
-        for _ in range(ROUNDS):
-            for name, (which, src) in targets.items():
-                samples[name].append(serve_start(which, src))
-
-    benchmark.pedantic(rounds, rounds=1, iterations=1)
+        with FakeProviderServer() as provider:
+            for name, (which, src) in targets.items():  # a warm-up each (the page cache)
+                serve_start(which, src, provider)
+            for _ in range(ROUNDS):
+                for name, (which, src) in targets.items():
+                    samples[name].append(serve_start(which, src, provider))
 
     load = os.getloadavg()[0]
-    print(f"\nserve: spawn → first answered /healthz, {ROUNDS} rounds, load average {load:.1f}; median (min–max)")
-    print(f"{'':>8} | {'health ms':>20} | {'CPU to health ms':>20}")
+    benchmark.pedantic(rounds, rounds=1, iterations=1)
+
+    print(f"\nserve: spawn → first answered /healthz → ready; (another start) → first token; (a third) two turns")
+    print(f"0.5 s after ready, append → first token; {ROUNDS} rounds,")
+    print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; median (min–max), ms")
+    columns = {
+        "health": "health", "ready": "ready", "health_cpu": "CPU to health", "first_token": "first token",
+        "first_token_cpu": "CPU to token", "turn_after_ready": "1st turn, ready", "second_turn": "2nd turn, ready",
+    }
+    print(f"{'':>8} | " + " | ".join(f"{title:>18}" for title in columns.values()))
     for name, values in samples.items():
-        print(f"{name:>8} | {median_ms([v[0] for v in values]):>20} | {median_ms([v[1] for v in values]):>20}")
+        print(f"{name:>8} | " + " | ".join(f"{median_ms([getattr(v, key) for v in values]):>18}" for key in columns))
     for name in samples:
         if name != "floor":
-            ratios = [a[0] / b[0] for a, b in zip(samples[name], samples["floor"])]
-            cpu = [a[1] / b[1] for a, b in zip(samples[name], samples["floor"])]
-            print(f"{name}/floor per round: health {statistics.median(ratios):.2f}, CPU {statistics.median(cpu):.2f}")
+            ratios = {
+                key: statistics.median(getattr(a, key) / getattr(b, key) for a, b in zip(samples[name], samples["floor"]))
+                for key in columns
+            }
+            print(f"{name}/floor per round: " + ", ".join(f"{columns[k]} {v:.2f}" for k, v in ratios.items()))
 
     exe = str(Path(sys.executable).with_name("cursor-byok"))
     config = tmp_path / "config.toml"

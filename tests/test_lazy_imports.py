@@ -4,6 +4,7 @@ does not use. Start-up time is mostly import time; these keep a saving from sile
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +32,10 @@ PROXY_STACK = ("cryptography", "h2", "cursor_byok.interceptor.ca", "cursor_byok.
 NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
 
 
-def loaded_after(code: str) -> set[str]:
+def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
     """The modules a fresh interpreter has loaded after running `code`."""
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True, env=env)
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
@@ -62,7 +63,7 @@ def test_doctor_loads_nothing_of_the_server(tmp_path: Path) -> None:
 
 def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
     loaded = loaded_after(
-        "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed\n"
+        "import cursor_byok.cli, cursor_byok.gateway.app, granian.server.embed\n"
         "from cursor_byok.config import ModelConfig\n"
         "from cursor_byok.http_client import streaming_client\n"
         "from cursor_byok.providers import make_provider\n"
@@ -71,6 +72,22 @@ def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
     assert "cursor_byok.gateway.app" in loaded and "cursor_byok.providers.openai_chat" in loaded
     assert among(loaded, PROXY_STACK + NOT_AT_START) == []
     assert among(loaded, ("cursor_byok.providers.anthropic", "cursor_byok.providers.openai_responses")) == []
+
+
+def test_serve_loads_no_http_client_and_no_gateway_before_it_listens() -> None:
+    """Its start checks and what answers the health probe: the gateway itself (the conversation
+    runtime, the store, the HTTP clients) is loaded behind the probe."""
+    no_proxy = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    loaded = loaded_after(
+        "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed, uvloop\n"
+        "from cursor_byok.cli.serve import refuse_unusable_relay_proxy\n"
+        "from cursor_byok.config import parse\n"
+        "refuse_unusable_relay_proxy(parse({}))",
+        env=no_proxy,
+    )
+    assert "cursor_byok.gateway.front" in loaded
+    heavy = ("aiohttp", "httpx", "cursor_byok.gateway.app", "cursor_byok.conversation", "cursor_byok.store", "cursor_byok.providers")
+    assert among(loaded, heavy + PROXY_STACK + NOT_AT_START) == []
 
 
 def test_a_provider_kind_loads_when_a_model_uses_it() -> None:
@@ -94,3 +111,20 @@ def test_a_running_server_without_the_proxy_never_mapped_the_tls_stack(tmp_path:
         server.stop()
     assert "/aiohttp/" in maps  # the map does show the server's own compiled modules
     assert "/cryptography/" not in maps
+
+
+def test_what_the_first_turn_imports_on_first_use_is_imported_once_the_server_is_up(tmp_path: Path) -> None:
+    """Not at start (above), but by the warm-up right after the gateway is up, before any turn."""
+    loaded = loaded_after(
+        "import asyncio\n"
+        "from cursor_byok.config import parse\n"
+        "from cursor_byok.gateway.front import LoadingFront\n"
+        "async def main():\n"
+        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}))\n"
+        "    gateway = await front.load()\n"
+        "    await front.warmed\n"
+        "    await gateway.shutdown()\n"
+        "asyncio.run(main())"
+    )
+    assert "cursor_byok.gateway.app" in loaded
+    assert among(loaded, NOT_AT_START) == ["prometheus_client"]

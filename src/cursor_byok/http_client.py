@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import http.cookiejar
 import ssl
-import urllib.request
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 import httpx
 import httpx_aiohttp.transport
 from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
+
+from .proxy_env import env_proxy
 
 # httpx-aiohttp maps every aiohttp connection error, a refused connection or a dropped one included,
 # to httpx.ConnectTimeout; callers that tell a timeout (504) from an unreachable peer (502) need the
@@ -142,17 +143,6 @@ class ProviderHttp:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-
-def env_proxy(url: httpx.URL) -> str:
-    """The proxy the environment names for the URL ("" for none), read as httpx's client reads it:
-    <SCHEME>_PROXY, else ALL_PROXY, unless NO_PROXY covers the host. Every outbound connection
-    that honours the environment (provider calls, the passthrough, the Run relay) goes by this."""
-    proxies = urllib.request.getproxies()
-    found = proxies.get(url.scheme) or proxies.get("all") or ""
-    if not found or urllib.request.proxy_bypass_environment(url.host, proxies):
-        return ""
-    return found if "://" in found else "http://" + found
 
 
 def verified_tls(*, trust_env: bool = True) -> ssl.SSLContext:

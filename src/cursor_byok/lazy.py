@@ -1,5 +1,7 @@
 """Façade names imported on first use, so a command or route that does not need a heavy part of a
-package (the proxy's TLS stack, one provider kind's adapter) does not pay for importing it."""
+package (the proxy's TLS stack, one provider kind's adapter) does not pay for importing it; and
+the modules a running server imports on first use that it should rather import right after start
+(in the background), so that its first turn does not pay for them either."""
 from __future__ import annotations
 
 import importlib
@@ -23,4 +25,19 @@ def lazy_names(package: str, modules: Mapping[str, tuple[str, ...]]) -> Callable
     return __getattr__
 
 
-__all__ = ["lazy_names"]
+_WARM_AFTER_START: list[str] = []
+
+
+def warm_after_start(module: str) -> None:
+    """Name a module that is imported on first use, off the start-up path, but that a running server
+    needs in its first turns: `warm_up()` imports it once the server is up."""
+    _WARM_AFTER_START.append(module)
+
+
+def warm_up() -> None:
+    """Import every module named by `warm_after_start` (in a worker thread: the loop serves on)."""
+    for module in _WARM_AFTER_START:
+        importlib.import_module(module)
+
+
+__all__ = ["lazy_names", "warm_after_start", "warm_up"]

@@ -151,12 +151,15 @@ class ServerProcess:
         self.wrap = wrap or []  # a command prefix, e.g. in_mount_namespace(...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config.data_dir / "server.log"
+        self.first_health: httpx.Response | None = None  # the health answer `start` returned on
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> ServerProcess:
+    def start(self, timeout: float = 20.0, *, ready: bool = True) -> ServerProcess:
+        """Spawn the server and wait until it is up (`ready=False`: only until its health probe
+        answers, which it does while the gateway is still loading)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config.toml(self.port))
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
@@ -171,7 +174,10 @@ class ServerProcess:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
                 try:
-                    if client.get(self.base_url + "/__byok-api__/healthz").status_code == 204:
+                    answer = client.get(self.base_url + "/__byok-api__/healthz")
+                    # healthy, and not only listening: the gateway is up (no "starting" mark)
+                    if answer.status_code == 204 and not (ready and "x-cursor-byok-starting" in answer.headers):
+                        self.first_health = answer
                         return self
                 except httpx.HTTPError:
                     pass

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import local_trust
-from ..http_client import env_proxy
 from ..interceptor import HttpError, UpstreamDialer
+from .hosts import UnusableProxy, is_cursor_host, relay_proxy
 
 if TYPE_CHECKING:
     from ..h2_client import H2Stream
@@ -63,11 +63,6 @@ class ForbiddenUpstream(Exception):
 
 class MalformedTarget(Exception):
     """A request target or x-server-upstream-url that does not make a valid URL."""
-
-
-def is_cursor_host(host: str) -> bool:
-    host = host.lower().rstrip(".")
-    return host == "cursor.sh" or host.endswith(".cursor.sh")
 
 
 def upstream_origin(header_value: str) -> str:
@@ -223,27 +218,6 @@ class Upstream:
                 with contextlib.suppress(BaseException):
                     await pump
             await client.close()
-
-
-class UnusableProxy(Exception):
-    """The environment names a proxy the Run relay cannot tunnel through (one line, credentials masked)."""
-
-
-def relay_proxy(url: httpx.URL) -> str | None:
-    """The proxy the Run relay dials `url` through: the one every outbound client takes from the
-    environment (`env_proxy`). The relay tunnels with HTTP CONNECT, so that must be an http://
-    proxy; another scheme raises UnusableProxy rather than the relay going direct."""
-    proxy = env_proxy(url)
-    if not proxy:
-        return None
-    parts = urlsplit(proxy)
-    if parts.scheme != "http":
-        shown = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-        raise UnusableProxy(
-            f"the environment's proxy for {url.scheme}://{url.host} is {shown}, but Cursor's Run stream relay can "
-            f"only go through an http:// proxy: set HTTPS_PROXY (or ALL_PROXY) to an http:// proxy, or add {url.host} to NO_PROXY"
-        )
-    return proxy
 
 
 async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Awaitable[bytes | None]]) -> None:

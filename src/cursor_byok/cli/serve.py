@@ -64,6 +64,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def refuse_unusable_relay_proxy(cfg: Config) -> None:
     """A proxy in the environment that Cursor's Run stream relay cannot use: one line now, rather
     than a relay that goes direct (or fails) on a network that only lets traffic out through it."""
+    from ..proxy_env import any_proxy
+
+    if not any_proxy():
+        return  # nothing to check, and no URL parser to import before the server listens
     import httpx
 
     from ..apis import UnusableProxy, relay_proxy

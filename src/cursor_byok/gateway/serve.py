@@ -1,5 +1,8 @@
 """Run the gateway in this process: granian's embedded server on this process's uvloop loop.
 
+Granian serves from the moment it has the listener: the health probe at once, everything else once
+the gateway behind it has been imported and started (`front.py`).
+
 One process and no worker: nothing can outlive a crash of it and keep the port or the database.
 SIGINT or SIGTERM (to the process or its whole group) stops it within 3 s, however busy its
 connections are: open RunSSE streams get their one `unavailable` terminal and DRAIN_SECONDS to read
@@ -19,8 +22,7 @@ from typing import Any
 
 from ..config import Config
 from ..instance import BACKLOG, DataDirError, storage_problem
-from ..store import StoreError
-from .app import DRAIN_SECONDS, Gateway, create_app
+from .front import LoadingFront
 from .limits import granian_limits
 from .memory import freeze_startup_objects
 
@@ -60,17 +62,23 @@ class _StopSignals:
 
 
 async def _serve(config: Config, listener: socket.socket) -> int:
-    gateway = create_app(config)
-    try:
-        await gateway.startup()
-    except (StoreError, sqlite3.Error, OSError) as exc:
-        listener.close()
-        await gateway.shutdown()
-        raise DataDirError(storage_problem(exc, config.database_path)) from None
-    signals = _StopSignals()
-    server = _embedded_server(gateway, listener)
-    freeze_startup_objects()
+    signals = _StopSignals()  # a stop asked while loading is served once the gateway is up
+    front = LoadingFront(config)
+    server = _embedded_server(front, listener)
     serving = asyncio.create_task(server.serve())
+    try:
+        gateway = await front.load()
+    except BaseException as exc:
+        server.stop()
+        await asyncio.wait((serving,), timeout=CUT_SECONDS)
+        from ..store import StoreError  # loaded with the gateway; not before the server listens
+
+        if isinstance(exc, (StoreError, sqlite3.Error, OSError)):
+            raise DataDirError(storage_problem(exc, config.database_path)) from None
+        raise
+    from .app import DRAIN_SECONDS  # loaded by now
+
+    freeze_startup_objects()
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
     stop_asked = asyncio.create_task(signals.received.wait())
     await asyncio.wait((serving, stop_asked), return_when=asyncio.FIRST_COMPLETED)
@@ -95,7 +103,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     return 1 if failed else 0
 
 
-def _embedded_server(app: Gateway, listener: socket.socket) -> Any:
+def _embedded_server(app: LoadingFront, listener: socket.socket) -> Any:
     """Granian's embedded server (on the running loop; no lifespan: `_serve` starts and stops the
     app itself), serving on our listening socket. Granian would bind its own with SO_REUSEPORT,
     which lets another process share the port; its one socket hook is overridden to take ours."""

@@ -3,7 +3,8 @@
 Runs, provider calls, tokens and tool round trips are counted when they end (never per delta). What
 the gateway holds anyway (open RunSSE streams, active conversations, appends, its error replies) is
 read when the page is scraped, so counting it costs the hot path nothing. prometheus-client (and
-the exposition modules it brings) is imported on the first count or scrape, not at start.
+the exposition modules it brings) is imported on the first count or scrape, or by the warm-up
+right after the server is up, whichever comes first; not at start.
 """
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..lazy import warm_after_start
+
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
+
+warm_after_start("prometheus_client")
 
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
 # Seconds: from a fast local model's first token to a long reasoning answer.

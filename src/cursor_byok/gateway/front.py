@@ -1,0 +1,108 @@
+"""What granian serves from the moment it listens: the health probe at once, the gateway once loaded.
+
+Importing the gateway (the conversation runtime, protobuf, the HTTP clients, the tools) and
+starting it is most of a cold start. It is done after the listener is up, the import in a worker
+thread so the loop answers the health probe meanwhile: the probe says no more than "a server is
+here" (the data dir is ours, the port is ours), and that is true from the start. Every other
+request waits until the gateway is up, then goes to it exactly as it would have. Once it is up,
+what the first turn would otherwise import on first use is imported in the background
+(`lazy.warm_up`); the provider connections are opened by the gateway's provider pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from .. import local_trust
+from ..config import Config
+from ..lazy import warm_up
+from ..protocol import ConnectError
+from .asgi import Receive, Scope, Send, reply, reply_error
+from .guard import RequestGuard
+from .routing import HEALTH_PATHS
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+log = logging.getLogger("cursor_byok.gateway")
+
+# On the health probe's answer while the gateway is still loading: whoever needs more than "a
+# server is here" (a test harness, a benchmark of the whole start) waits for an answer without it.
+STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
+
+
+class LoadingFront:
+    """The ASGI app the HTTP server is given; `load()` once, after the server listens."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._guard = RequestGuard(
+            config,
+            proxy_secret=os.environ.get(local_trust.PROXY_SECRET_ENV, ""),
+            auth_token=local_trust.auth_token(config),
+        )
+        self._gateway: Gateway | None = None
+        self._loaded: asyncio.Future[Gateway] = asyncio.get_running_loop().create_future()
+        self.warmed: asyncio.Task[None] | None = None  # the warm-up, once the gateway is up
+
+    async def load(self) -> Gateway:
+        """Import the gateway (in a thread), make it and start it; the started gateway. A failure
+        is raised here; requests waiting for the gateway are answered `unavailable`."""
+        try:
+            module = await asyncio.to_thread(importlib.import_module, ".app", __package__)
+            gateway: Gateway = module.create_app(self.config)
+            try:
+                await gateway.startup()
+            except BaseException:
+                await gateway.shutdown()
+                raise
+        except BaseException as exc:
+            self._loaded.set_exception(exc)
+            self._loaded.exception()  # the waiting requests answer for it; the caller gets it raised
+            raise
+        self._gateway = gateway
+        self._loaded.set_result(gateway)
+        self.warmed = asyncio.create_task(_warm_up(), name="warm-up")
+        return gateway
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Coroutine[Any, Any, None]:
+        gateway = self._gateway
+        if gateway is not None:
+            return gateway(scope, receive, send)  # the gateway's own coroutine: no frame of ours per request
+        return self._before_up(scope, receive, send)
+
+    async def _before_up(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and await self._answered_health(scope, send):
+            return
+        try:
+            gateway = await asyncio.shield(self._loaded)
+        except Exception:  # noqa: BLE001 - start-up failed: the server is stopping with its error
+            await reply_error(send, ConnectError("unavailable", "the server failed to start (see its log)"))
+            return
+        await gateway(scope, receive, send)
+
+    async def _answered_health(self, scope: Scope, send: Send) -> bool:
+        """The health probe, before the gateway is up: the gateway's own guard and answer."""
+        path = self._guard.route_path(dict(scope))  # a copy: the gateway routes the original again
+        if path not in HEALTH_PATHS:
+            return False
+        refusal = self._guard.check(scope, frozenset(), needs_token=False)
+        if refusal is not None:
+            await reply_error(send, refusal.error, refusal.status)
+        else:
+            await reply(send, 204, b"", [STARTING_HEADER])
+        return True
+
+
+async def _warm_up() -> None:
+    try:
+        await asyncio.to_thread(warm_up)
+    except Exception as exc:  # noqa: BLE001 - the first use imports it again, and says what is wrong
+        log.warning("warming up after start failed: %s", exc)
+
+
+__all__ = ["STARTING_HEADER", "LoadingFront"]
