@@ -163,10 +163,16 @@ class HttpStreamProvider(abc.ABC):
         attempt = 0
         while True:
             emitted = False
+            # One timer bounds the wait for the response and its first event, then each idle gap.
+            watch = _IdleWatch(self.model.request_timeout_seconds, self.model.idle_timeout_seconds)
             try:
                 if call is not None:
                     call.attempts += 1
-                response = await self._open(body)
+                try:
+                    response = await self._open(body, watch)
+                except BaseException:
+                    watch.close()
+                    raise
                 if call is not None:
                     call.response_ns = time.monotonic_ns()
                     call.status = response.status
@@ -176,7 +182,6 @@ class HttpStreamProvider(abc.ABC):
                 try:
                     translator = self.new_translator()
                     reader = _SSEReader()
-                    watch = _IdleWatch(self.model.request_timeout_seconds, self.model.idle_timeout_seconds)
                     try:
                         while True:
                             watch.waiting = True
@@ -219,6 +224,7 @@ class HttpStreamProvider(abc.ABC):
                         emitted = True
                         yield event
                 finally:
+                    watch.close()  # as it is when the reading ended; here too when it never began
                     await response.aclose()
                     if kept is not None:
                         call.response_body = bytearray(self._redact(kept.decode("utf-8", "replace")).encode())  # type: ignore[union-attr]
@@ -252,16 +258,20 @@ class HttpStreamProvider(abc.ABC):
             },
         )
 
-    async def _open(self, body: bytes) -> ProviderResponse:
-        """Send the request; return a successful event-stream response or raise a typed error."""
-        wait = self.model.request_timeout_seconds
+    async def _open(self, body: bytes, watch: _IdleWatch) -> ProviderResponse:
+        """Send the request; return a successful event-stream response or raise a typed error. The
+        response must come within `watch`'s first window (its first event, within what is left)."""
+        watch.waiting = True
         try:
-            async with asyncio.timeout(wait):
-                response = await self._client.post(self.url, body, self._headers, connect_timeout=self._connect_timeout)
-        except TimeoutError:
-            raise IdleTimeoutError(f"{self.family}: no response within {wait:g}s") from None
+            response = await self._client.post(self.url, body, self._headers, connect_timeout=self._connect_timeout)
+        except asyncio.CancelledError:
+            if watch.timed_out():
+                raise IdleTimeoutError(f"{self.family}: no response within {watch.window:g}s") from None
+            raise
         except HttpError as exc:
             raise NetworkError(f"{self.family}: request failed: {self._describe(exc)}") from None
+        finally:
+            watch.waiting = False
         try:
             if response.status >= 400:
                 raise await self._status_error(response)
