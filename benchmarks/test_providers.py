@@ -74,6 +74,10 @@ class _InMemoryHttp:
     def __init__(self, chunks: list[bytes]) -> None:
         self.chunks = chunks
 
+    @staticmethod
+    def headers(headers: dict[str, str]) -> dict[str, str]:
+        return headers
+
     async def post(self, url: str, body: bytes, headers: object, *, connect_timeout: float) -> _Answer:
         return _Answer(self.chunks)
 

@@ -43,20 +43,32 @@ class HttpError(Exception):
     cause (the client's error, which names what happened) is chained."""
 
 
+class RequestHeaders(httpx.Headers):
+    """Headers made once and sent with every request of a provider (`ProviderHttp.headers`), so a
+    request does not normalise them again. Never shown by repr: they carry the key."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} headers>"
+
+
 class ProviderResponse:
     """A response whose body is read as it arrives. `aclose()` it when done: a body read to its end
     returns the connection to the pool, an unfinished one closes it."""
 
-    __slots__ = ("_response", "_next")
+    __slots__ = ("_response", "_next", "_close")
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
-        # A plain body is read as aiohttp hands it over (`_Body`): httpx's raw iterator would add two
-        # generator layers and a context manager per chunk, and leave the bytes as they are.
-        self._next: Callable[[], Awaitable[bytes]] = (
-            response.aiter_bytes().__anext__ if encoded else response.stream.next  # type: ignore[attr-defined]
-        )
+        self._next: Callable[[], Awaitable[bytes]]
+        self._close: Callable[[], Awaitable[None]]
+        if encoded:
+            self._next, self._close = response.aiter_bytes().__anext__, response.aclose
+        else:
+            # Read and closed as aiohttp hands it over (`_Body`): httpx's raw iterator would add two
+            # generator layers and a context manager per chunk and leave the bytes as they are.
+            body: _Body = response.stream  # type: ignore[assignment]
+            self._next, self._close = body.next, body.aclose
 
     @property
     def status(self) -> int:
@@ -77,7 +89,7 @@ class ProviderResponse:
             raise HttpError(str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        await self._close()
 
 
 class _Body(httpx.AsyncByteStream):
@@ -101,8 +113,11 @@ class _Body(httpx.AsyncByteStream):
             yield chunk
 
     async def aclose(self) -> None:
-        with map_aiohttp_exceptions():
+        try:
             await self._response.__aexit__(None, None, None)
+        except Exception:
+            with map_aiohttp_exceptions():
+                raise
 
 
 class _Transport(AiohttpTransport):
@@ -174,8 +189,13 @@ class ProviderHttp:
         self._transports: dict[str, _Transport] = {}  # by proxy URL ("" for direct)
         self._routes: dict[str, _Route] = {}  # by URL (a model's endpoint)
 
+    @staticmethod
+    def headers(headers: Mapping[str, str]) -> RequestHeaders:
+        """`headers` made ready to send with many requests."""
+        return RequestHeaders(headers)
+
     async def post(
-        self, url: str, body: bytes, headers: Mapping[str, str], *, connect_timeout: float
+        self, url: str, body: bytes, headers: RequestHeaders | Mapping[str, str], *, connect_timeout: float
     ) -> ProviderResponse:
         """Send the request; the response once its head has arrived (callers bound the rest)."""
         return await self._request("POST", url, body, headers, connect_timeout)
@@ -188,7 +208,7 @@ class ProviderHttp:
         return response.status
 
     async def _request(
-        self, method: str, url: str, body: bytes | None, headers: Mapping[str, str], connect_timeout: float
+        self, method: str, url: str, body: bytes | None, headers: RequestHeaders | Mapping[str, str], connect_timeout: float
     ) -> ProviderResponse:
         route = self._routes.get(url) or self._route(url)
         # The body as a ready stream, read at once: `content=` would encode it again and rebuild the

@@ -78,13 +78,6 @@ def merge_params(body: dict[str, Any], *extras: Mapping[str, Any]) -> dict[str, 
     return body
 
 
-class _PrivateHeaders(dict[str, str]):
-    """Request headers, which carry the key: never shown by repr (e.g. in a debugger or a log of vars())."""
-
-    def __repr__(self) -> str:
-        return f"<{len(self)} headers>"
-
-
 class HttpStreamProvider(abc.ABC):
     """Base of the three adapters. Subclasses provide the URL, headers, body and translator."""
 
@@ -102,9 +95,10 @@ class HttpStreamProvider(abc.ABC):
         self.model = model
         self._client = client
         self._redact = Redactor(api_key)
-        self._headers = _PrivateHeaders({**self.auth_headers(api_key), **model.extra_headers})
-        self._headers.setdefault("content-type", "application/json")
-        self._headers.setdefault("accept", "text/event-stream")
+        headers = {**self.auth_headers(api_key), **model.extra_headers}
+        headers.setdefault("content-type", "application/json")
+        headers.setdefault("accept", "text/event-stream")
+        self._headers = client.headers(headers)  # they carry the key: never shown by repr
         self.url = self.endpoint(model.base_url)
         self._context = ErrorContext(model.id, model.model, self.family, model.base_url or self.url)
         self._fragments = Fragments()
