@@ -23,7 +23,6 @@ import httpx
 import httpx_aiohttp.transport
 from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
 from httpx_aiohttp.transport import map_aiohttp_exceptions
-from multidict import CIMultiDict
 
 # httpx-aiohttp maps every aiohttp connection error, a refused connection or a dropped one included,
 # to httpx.ConnectTimeout; callers that tell a timeout (504) from an unreachable peer (502) need the
@@ -122,9 +121,8 @@ class _Body(httpx.AsyncByteStream):
 
 class _Transport(AiohttpTransport):
     """The httpx-aiohttp transport without the work it repeats per request: the timeout object is
-    made once per bound, the proxy's URL and credentials once per transport, the headers go to
-    aiohttp in the mapping type it keeps them in, and the response body is a `_Body`. What reaches
-    the wire is the same."""
+    made once per bound, the proxy's URL and credentials once per transport, and the response body
+    is a `_Body`. What reaches the wire is the same."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -149,7 +147,7 @@ class _Transport(AiohttpTransport):
             response = await client.request(
                 request.method,
                 str(request.url),
-                headers=CIMultiDict(request.headers.items()),
+                headers=request.headers.items(),  # what aiohttp would read from them
                 data=request.content or None,  # read by ProviderHttp
                 allow_redirects=False,
                 auto_decompress=False,
