@@ -7,7 +7,7 @@ only thread (thread CPU, `time.thread_time`, around the whole exchange: the loop
 included):
 
 - **floor**: a prebuilt body POSTed through a plain `aiohttp.ClientSession`, the answer read to its
-  end and its events decoded (what `support/bare_turn_app.py` does);
+  end and its events decoded (`support/bare_turn_app.py`'s own `forward`);
 - **http**: the same prebuilt body through our client (`ProviderHttp.post`: an `httpx.Request`
   handed to the httpx-aiohttp transport), the answer read to its end;
 - **new**: a new conversation's first request through the adapter (`stream()`: the body built from
@@ -48,8 +48,7 @@ import msgspec
 import uvloop
 
 import cursor_byok
-from benchmarks.support.bare_app import decode
-from benchmarks.support.bare_turn_app import BODY, turn_text
+from benchmarks.support.bare_turn_app import BODY, forward, turn_text
 from benchmarks.test_gateway import ROOT
 from cursor_byok import prompting
 from cursor_byok.config import ProviderKind
@@ -123,18 +122,7 @@ async def _run(port: int) -> dict[str, list[float]]:
                             max_tokens=model.max_output_tokens)
 
     async def floor() -> None:
-        response = await session.post(url, data=BODY, headers={"content-type": "application/json"})
-        try:
-            buffer = b""
-            while chunk := await response.content.readany():
-                buffer += chunk
-                *events, buffer = buffer.split(b"\n\n")
-                for event in events:
-                    data = event.removeprefix(b"data: ")
-                    if data != b"[DONE]":
-                        decode(data)
-        finally:
-            response.release()
+        await forward(session, url, lambda content: None)
 
     async def http() -> None:
         response = await client.post(url, BODY, headers, connect_timeout=30.0)
