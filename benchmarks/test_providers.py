@@ -1,9 +1,10 @@
 """Stream translation cost of each adapter against the floor of only parsing the SSE lines.
 
-Both variants read the same in-memory SSE bytes through httpx (MockTransport, one chunk per SSE
-event as a live stream delivers them) and httpx-sse. "floor" iterates the parsed SSE events and does
-nothing else; "translate" runs the adapter's full path (request encoding, per-event idle bound,
-msgspec decode, neutral events). Run:
+Both variants read the same in-memory SSE bytes, one chunk per SSE event as a live stream delivers
+them, each chunk handed over by an await. "floor" runs them through httpx-sse's decoders and does
+nothing with the events; "translate" runs the adapter's full path (`provider.stream`: request
+encoding, per-event idle bound, SSE parse, msgspec decode, neutral events). The network is not in
+it: the adapter's HTTP client is a stand-in that answers every request with the chunks. Run:
 
     .venv/bin/python -m pytest benchmarks/test_providers.py --benchmark-columns=min,median,mean,ops
 """
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from httpx_sse import EventSource
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from cursor_byok.config import ProviderKind
 from cursor_byok.providers import Message, ModelRequest, RetryPolicy, TextPart, ToolSchema, make_provider
@@ -51,22 +52,44 @@ REQUEST = ModelRequest(
 )
 
 
-def transport(chunks: list[bytes]) -> httpx.MockTransport:
-    async def body() -> AsyncIterator[bytes]:
-        for chunk in chunks:
-            yield chunk
+class _Answer:
+    """The chunks as a response of the adapter's HTTP client: a 200 event stream."""
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+    status = 200
+    headers = httpx.Headers({"content-type": "text/event-stream"})
 
-    return httpx.MockTransport(handler)
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = iter(chunks)
+
+    async def next_chunk(self) -> bytes:
+        return next(self._chunks, b"")
+
+    async def aclose(self) -> None:
+        pass
 
 
-async def floor(client: httpx.AsyncClient, url: str) -> int:
+class _InMemoryHttp:
+    """In place of the provider HTTP client: every request is answered with the same chunks."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    @staticmethod
+    def headers(headers: dict[str, str]) -> dict[str, str]:
+        return headers
+
+    async def post(self, url: str, body: bytes, headers: object, *, connect_timeout: float) -> _Answer:
+        return _Answer(self.chunks)
+
+
+async def floor(chunks: list[bytes]) -> int:
+    answer = _Answer(chunks)
+    lines, events = SSELineDecoder(), SSEDecoder()
     count = 0
-    async with client.stream("POST", url, content=b"{}") as response:
-        async for _ in EventSource(response).aiter_sse():
-            count += 1
+    while chunk := await answer.next_chunk():
+        for line in lines.decode(chunk.decode()):
+            if events.decode(line) is not None:
+                count += 1
     return count
 
 
@@ -83,19 +106,17 @@ async def translate(provider) -> int:
 def test_stream_translation(benchmark, kind: ProviderKind, stream: str, variant: str) -> None:
     chunks = STREAMS[stream](kind)
     loop = _new_loop()
-    client = httpx.AsyncClient(transport=transport(chunks))
     model = fake_model(kind, "http://bench.invalid")
-    provider = make_provider(model, "bench-key-0000", client, retry=RetryPolicy(max_retries=0))
+    provider = make_provider(model, "bench-key-0000", _InMemoryHttp(chunks), retry=RetryPolicy(max_retries=0))
 
     def once() -> int:
         if variant == "floor":
-            return loop.run_until_complete(floor(client, provider.url))
+            return loop.run_until_complete(floor(chunks))
         return loop.run_until_complete(translate(provider))
 
     try:
         produced = benchmark.pedantic(once, rounds=15, warmup_rounds=2, iterations=1)
     finally:
-        loop.run_until_complete(client.aclose())
         loop.close()
     sse_events = len(chunks)
     benchmark.extra_info.update(sse_events=sse_events, produced=produced,

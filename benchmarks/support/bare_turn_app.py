@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 import aiohttp
 import msgspec
@@ -52,26 +53,31 @@ def _channel(request_id: str) -> asyncio.Queue[bytes | None]:
 _session: aiohttp.ClientSession | None = None
 
 
+async def forward(session: aiohttp.ClientSession, url: str, text: Callable[[str], None]) -> None:
+    """POST the prebuilt request and hand each text delta of the answer to `text`."""
+    response = await session.post(url, data=BODY, headers={"content-type": "application/json"})
+    try:
+        buffer = b""
+        while chunk := await response.content.readany():
+            buffer += chunk
+            *events, buffer = buffer.split(b"\n\n")
+            for event in events:
+                data = event.removeprefix(b"data: ")
+                if data == b"[DONE]":
+                    continue
+                for choice in decode(data).choices:
+                    if choice.delta.content:
+                        text(choice.delta.content)
+    finally:
+        response.release()
+
+
 async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
     global _session
     if _session is None:
         _session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30))
     try:
-        response = await _session.post(PROVIDER, data=BODY, headers={"content-type": "application/json"})
-        try:
-            buffer = b""
-            while chunk := await response.content.readany():
-                buffer += chunk
-                *events, buffer = buffer.split(b"\n\n")
-                for event in events:
-                    data = event.removeprefix(b"data: ")
-                    if data == b"[DONE]":
-                        continue
-                    for choice in decode(data).choices:
-                        if choice.delta.content:
-                            queue.put_nowait(delta(choice.delta.content))
-        finally:
-            response.release()
+        await forward(_session, PROVIDER, lambda content: queue.put_nowait(delta(content)))
     finally:
         queue.put_nowait(None)
 

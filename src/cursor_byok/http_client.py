@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import http.cookiejar
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 import aiohttp
 import httpx
 import httpx_aiohttp.transport
 from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
+from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from .proxy_env import env_proxy
 
@@ -41,16 +43,32 @@ class HttpError(Exception):
     cause (the client's error, which names what happened) is chained."""
 
 
+class RequestHeaders(httpx.Headers):
+    """Headers made once and sent with every request of a provider (`ProviderHttp.headers`), so a
+    request does not normalise them again. Never shown by repr: they carry the key."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} headers>"
+
+
 class ProviderResponse:
     """A response whose body is read as it arrives. `aclose()` it when done: a body read to its end
     returns the connection to the pool, an unfinished one closes it."""
 
-    __slots__ = ("_response", "_chunks")
+    __slots__ = ("_response", "_next", "_close")
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes() if encoded else response.aiter_raw()
+        self._next: Callable[[], Awaitable[bytes]]
+        self._close: Callable[[], Awaitable[None]]
+        if encoded:
+            self._next, self._close = response.aiter_bytes().__anext__, response.aclose
+        else:
+            # Read and closed as aiohttp hands it over (`_Body`): httpx's raw iterator would add two
+            # generator layers and a context manager per chunk and leave the bytes as they are.
+            body: _Body = response.stream  # type: ignore[assignment]
+            self._next, self._close = body.next, body.aclose
 
     @property
     def status(self) -> int:
@@ -64,14 +82,87 @@ class ProviderResponse:
         """The body bytes that have arrived (waiting for some), decoded if it was content-encoded;
         b"" at the end of the body."""
         try:
-            return await anext(self._chunks)
+            return await self._next()
         except StopAsyncIteration:
             return b""
         except httpx.HTTPError as exc:
             raise HttpError(str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        await self._close()
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body read as a plain aiohttp client reads it: `next()` is whatever has arrived
+    (b"" at the end), one await; aiohttp's errors become httpx's as the transport maps them."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def next(self) -> bytes:
+        try:
+            return await self._response.content.readany()
+        except Exception:
+            with map_aiohttp_exceptions():
+                raise
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while chunk := await self.next():
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._response.__aexit__(None, None, None)
+        except Exception:
+            with map_aiohttp_exceptions():
+                raise
+
+
+class _Transport(AiohttpTransport):
+    """The httpx-aiohttp transport without the work it repeats per request: the timeout object is
+    made once per bound, the proxy's URL and credentials once per transport, and the response body
+    is a `_Body`. What reaches the wire is the same."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        proxy = self.proxy
+        self._proxy = {
+            "proxy": str(proxy.url) if proxy else None,
+            "proxy_auth": aiohttp.BasicAuth(*proxy.auth) if proxy and proxy.auth else None,
+            "proxy_headers": proxy.headers if proxy else None,
+        }
+        self._timeouts: dict[tuple[float | None, float | None, float | None], aiohttp.ClientTimeout] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        client = self.client
+        if not isinstance(client, aiohttp.ClientSession):
+            client = self.client = self.get_client()
+        bounds = request.extensions.get("timeout", {})
+        key = (bounds.get("connect"), bounds.get("read"), bounds.get("pool"))
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            timeout = self._timeouts[key] = aiohttp.ClientTimeout(sock_connect=key[0], sock_read=key[1], connect=key[2])
+        try:
+            response = await client.request(
+                request.method,
+                str(request.url),
+                headers=request.headers.items(),  # what aiohttp would read from them
+                data=request.content or None,  # read by ProviderHttp
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=timeout,
+                **self._proxy,
+            )
+        except Exception:
+            with map_aiohttp_exceptions():
+                raise
+        extensions = {"http_version": b"HTTP/1.1"}
+        if response.reason:
+            extensions["reason_phrase"] = response.reason.encode()
+        return httpx.Response(response.status, headers=response.raw_headers, stream=_Body(response), request=request, extensions=extensions)
 
 
 class _Route:
@@ -80,7 +171,7 @@ class _Route:
 
     __slots__ = ("url", "transport")
 
-    def __init__(self, url: httpx.URL, transport: AiohttpTransport) -> None:
+    def __init__(self, url: httpx.URL, transport: _Transport) -> None:
         self.url = url
         self.transport = transport
 
@@ -94,11 +185,16 @@ class ProviderHttp:
     def __init__(self, *, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> None:
         self._ssl = httpx.create_ssl_context(verify=verify, trust_env=trust_env)
         self._trust_env = trust_env
-        self._transports: dict[str, AiohttpTransport] = {}  # by proxy URL ("" for direct)
+        self._transports: dict[str, _Transport] = {}  # by proxy URL ("" for direct)
         self._routes: dict[str, _Route] = {}  # by URL (a model's endpoint)
 
+    @staticmethod
+    def headers(headers: Mapping[str, str]) -> RequestHeaders:
+        """`headers` made ready to send with many requests."""
+        return RequestHeaders(headers)
+
     async def post(
-        self, url: str, body: bytes, headers: Mapping[str, str], *, connect_timeout: float
+        self, url: str, body: bytes, headers: RequestHeaders | Mapping[str, str], *, connect_timeout: float
     ) -> ProviderResponse:
         """Send the request; the response once its head has arrived (callers bound the rest)."""
         return await self._request("POST", url, body, headers, connect_timeout)
@@ -111,7 +207,7 @@ class ProviderHttp:
         return response.status
 
     async def _request(
-        self, method: str, url: str, body: bytes | None, headers: Mapping[str, str], connect_timeout: float
+        self, method: str, url: str, body: bytes | None, headers: RequestHeaders | Mapping[str, str], connect_timeout: float
     ) -> ProviderResponse:
         route = self._routes.get(url) or self._route(url)
         # The body as a ready stream, read at once: `content=` would encode it again and rebuild the
@@ -130,7 +226,7 @@ class ProviderHttp:
         transport = self._transports.get(key)
         if transport is None:
             proxy = httpx.Proxy(key) if key else None  # its credentials come from the URL's userinfo
-            transport = self._transports[key] = AiohttpTransport(verify=self._ssl, limits=_LIMITS, proxy=proxy)
+            transport = self._transports[key] = _Transport(verify=self._ssl, limits=_LIMITS, proxy=proxy)
         route = self._routes[url] = _Route(parsed, transport)
         return route
 

@@ -32,6 +32,7 @@ class Reply:
     chunk_delay: float = 0.0
     stall_after: int | None = None  # after this many chunks, stop sending and hold the connection
     cut_after: int | None = None  # after this many chunks, drop the connection mid-body
+    stall_head: bool = False  # send nothing at all, not even the status line, and hold the connection
 
 
 class _RawArray(msgspec.Struct):
@@ -192,6 +193,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         request = self._recorded(self._body())
         reply = self.owner._next_reply(request)
+        if reply.stall_head:
+            self.close_connection = True
+            self._stall(request)
+            return
         keep = self.owner.keep_alive and reply.cut_after is None and reply.stall_after is None
         self.close_connection = not keep
         self.send_response(reply.status)

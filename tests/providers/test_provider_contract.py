@@ -276,6 +276,16 @@ async def test_stall_before_the_first_event_is_bounded_and_retried(dialect: Dial
 
 
 @dialects
+async def test_a_response_that_never_comes_is_bounded_and_retried(dialect: Dialect, fake_server, http_client) -> None:
+    fake_server.enqueue(Reply(stall_head=True), Reply(stall_head=True))
+    provider = provider_for(dialect, fake_server, http_client, retries=1, request_timeout_seconds=0.3)
+    with pytest.raises(IdleTimeoutError, match="no response within 0.3s"):
+        await asyncio.wait_for(collect(provider, request()), 20)
+    assert len(fake_server.requests) == 2
+    assert all(sent.disconnected.wait(5) for sent in fake_server.requests)  # each connection was given up
+
+
+@dialects
 async def test_stream_cut_midway_is_a_clean_error(dialect: Dialect, fake_server, http_client) -> None:
     reply = dialect.tool_calls([CallSpec("call_a", "Read", ['{"path"', ': "a.py"}'])], pieces=["x"])
     reply.cut_after = len(reply.chunks) - 3

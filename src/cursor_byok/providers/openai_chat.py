@@ -301,6 +301,13 @@ def chat_items(message: Message) -> list[dict[str, Any]]:
 class OpenAIChatProvider(HttpStreamProvider):
     family = "openai-chat"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens); most
+        # compatible servers know only max_tokens.
+        official = urlsplit(self.url).hostname == "api.openai.com"
+        self._max_tokens_key = "max_completion_tokens" if official else "max_tokens"
+
     def endpoint(self, base_url: str) -> str:
         base = (base_url or DEFAULT_BASE_URL).rstrip("/")
         return base if base.endswith("/chat/completions") else base + "/chat/completions"
@@ -319,10 +326,7 @@ class OpenAIChatProvider(HttpStreamProvider):
             ]))
         lead = self._fragments.fixed(system, lambda: {"role": "system", "content": system}) if system else b""
         body["messages"] = self._fragments.messages(request.messages, chat_items, lead)
-        # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens); most
-        # compatible servers know only max_tokens.
-        official = urlsplit(self.url).hostname == "api.openai.com"
-        body["max_completion_tokens" if official else "max_tokens"] = request.max_tokens
+        body[self._max_tokens_key] = request.max_tokens
         if request.effort:
             body["reasoning_effort"] = request.effort
         body["stream"] = True

@@ -50,7 +50,7 @@ class ProviderPool:
         self._rewarm_after = rewarm_after
         self._warm_for = warm_for
         self._clock = clock
-        self._adapters: dict[tuple[str, str], HttpStreamProvider] = {}
+        self._adapters: dict[tuple[str, str], tuple[HttpStreamProvider, str]] = {}  # → (adapter, its origin)
         self._origins: dict[str, _Origin] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -58,10 +58,12 @@ class ProviderPool:
         """The adapter for `model` with `api_key`, built on first use (a key that changes, e.g. in
         the secrets file, gets a new one)."""
         key = (model.id, api_key)
-        adapter = self._adapters.get(key)
-        if adapter is None or adapter.model is not model:
-            adapter = self._adapters[key] = make_provider(model, api_key, self._client)
-        origin = self._origins.get(_origin_of(adapter.url))
+        entry = self._adapters.get(key)
+        if entry is None or entry[0].model is not model:
+            adapter = make_provider(model, api_key, self._client)
+            entry = self._adapters[key] = (adapter, _origin_of(adapter.url))
+        adapter, origin_url = entry
+        origin = self._origins.get(origin_url)
         if origin is not None:
             origin.last_used = self._clock()
         return adapter

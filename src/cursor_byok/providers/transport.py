@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import codecs
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import msgspec
-from httpx_sse import ServerSentEvent
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder  # the public API only wraps them in generators
 
 from ..config import ModelConfig
 from ..http_client import HttpError, ProviderHttp, ProviderResponse
@@ -29,6 +26,7 @@ from .errors import (
     parse_retry_after,
 )
 from .fragments import Fragments
+from .sse import SSEReader
 from .types import ModelRequest, ProviderCall, StreamEvent
 
 _log = logging.getLogger("cursor_byok.providers")
@@ -40,8 +38,6 @@ _CONNECT_TIMEOUT = 30.0
 _KEPT_BODY_CAP = 1024 * 1024  # detailed mode: the first MiB of a response body is kept
 
 Sleep = Callable[[float], Awaitable[None]]
-
-_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,13 +78,6 @@ def merge_params(body: dict[str, Any], *extras: Mapping[str, Any]) -> dict[str, 
     return body
 
 
-class _PrivateHeaders(dict[str, str]):
-    """Request headers, which carry the key: never shown by repr (e.g. in a debugger or a log of vars())."""
-
-    def __repr__(self) -> str:
-        return f"<{len(self)} headers>"
-
-
 class HttpStreamProvider(abc.ABC):
     """Base of the three adapters. Subclasses provide the URL, headers, body and translator."""
 
@@ -106,9 +95,10 @@ class HttpStreamProvider(abc.ABC):
         self.model = model
         self._client = client
         self._redact = Redactor(api_key)
-        self._headers = _PrivateHeaders({**self.auth_headers(api_key), **model.extra_headers})
-        self._headers.setdefault("content-type", "application/json")
-        self._headers.setdefault("accept", "text/event-stream")
+        headers = {**self.auth_headers(api_key), **model.extra_headers}
+        headers.setdefault("content-type", "application/json")
+        headers.setdefault("accept", "text/event-stream")
+        self._headers = client.headers(headers)  # they carry the key: never shown by repr
         self.url = self.endpoint(model.base_url)
         self._context = ErrorContext(model.id, model.model, self.family, model.base_url or self.url)
         self._fragments = Fragments()
@@ -163,10 +153,16 @@ class HttpStreamProvider(abc.ABC):
         attempt = 0
         while True:
             emitted = False
+            # One timer bounds the wait for the response and its first event, then each idle gap.
+            watch = _IdleWatch(self.model.request_timeout_seconds, self.model.idle_timeout_seconds)
             try:
                 if call is not None:
                     call.attempts += 1
-                response = await self._open(body)
+                try:
+                    response = await self._open(body, watch)
+                except BaseException:
+                    watch.close()
+                    raise
                 if call is not None:
                     call.response_ns = time.monotonic_ns()
                     call.status = response.status
@@ -175,8 +171,7 @@ class HttpStreamProvider(abc.ABC):
                         kept = call.response_body = bytearray()
                 try:
                     translator = self.new_translator()
-                    reader = _SSEReader()
-                    watch = _IdleWatch(self.model.request_timeout_seconds, self.model.idle_timeout_seconds)
+                    reader = SSEReader()
                     try:
                         while True:
                             watch.waiting = True
@@ -195,13 +190,13 @@ class HttpStreamProvider(abc.ABC):
                             watch.waiting = False
                             if kept is not None and len(kept) < _KEPT_BODY_CAP:
                                 kept += chunk[: _KEPT_BODY_CAP - len(kept)]
-                            for sse in reader.feed(chunk):
+                            for name, data in reader.feed(chunk):
                                 watch.progress()
-                                for event in translator.feed(sse.event, sse.data):
+                                for event in translator.feed(name, data):
                                     emitted = True
                                     yield event
-                        for sse in reader.close():
-                            for event in translator.feed(sse.event, sse.data):
+                        for name, data in reader.close():
+                            for event in translator.feed(name, data):
                                 emitted = True
                                 yield event
                     except msgspec.DecodeError as exc:  # includes ValidationError: JSON of another shape
@@ -219,6 +214,7 @@ class HttpStreamProvider(abc.ABC):
                         emitted = True
                         yield event
                 finally:
+                    watch.close()  # as it is when the reading ended; here too when it never began
                     await response.aclose()
                     if kept is not None:
                         call.response_body = bytearray(self._redact(kept.decode("utf-8", "replace")).encode())  # type: ignore[union-attr]
@@ -252,16 +248,20 @@ class HttpStreamProvider(abc.ABC):
             },
         )
 
-    async def _open(self, body: bytes) -> ProviderResponse:
-        """Send the request; return a successful event-stream response or raise a typed error."""
-        wait = self.model.request_timeout_seconds
+    async def _open(self, body: bytes, watch: _IdleWatch) -> ProviderResponse:
+        """Send the request; return a successful event-stream response or raise a typed error. The
+        response must come within `watch`'s first window (its first event, within what is left)."""
+        watch.waiting = True
         try:
-            async with asyncio.timeout(wait):
-                response = await self._client.post(self.url, body, self._headers, connect_timeout=self._connect_timeout)
-        except TimeoutError:
-            raise IdleTimeoutError(f"{self.family}: no response within {wait:g}s") from None
+            response = await self._client.post(self.url, body, self._headers, connect_timeout=self._connect_timeout)
+        except asyncio.CancelledError:
+            if watch.timed_out():
+                raise IdleTimeoutError(f"{self.family}: no response within {watch.window:g}s") from None
+            raise
         except HttpError as exc:
             raise NetworkError(f"{self.family}: request failed: {self._describe(exc)}") from None
+        finally:
+            watch.waiting = False
         try:
             if response.status >= 400:
                 raise await self._status_error(response)
@@ -323,34 +323,6 @@ def _request_id(response: ProviderResponse) -> str | None:
         if value := response.headers.get(name):
             return value[:200]
     return None
-
-
-class _SSEReader:
-    """Body bytes → server-sent events, with httpx-sse's decoders fed directly: its EventSource
-    wraps them in two async-generator layers over httpx's text layer, ~6 µs per chunk that a busy
-    server pays tens of thousands of times a second."""
-
-    __slots__ = ("_text", "_lines", "_events", "seen")
-
-    def __init__(self) -> None:
-        self._text = _Utf8Decoder("replace")  # SSE is UTF-8 by definition; a bad byte becomes U+FFFD
-        self._lines = SSELineDecoder()
-        self._events = SSEDecoder()
-        self.seen = False  # any event at all arrived
-
-    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        return self._dispatch(self._lines.decode(self._text.decode(chunk)))
-
-    def close(self) -> list[ServerSentEvent]:
-        """Whatever the end of the body completes (an unterminated last event is dropped, per SSE)."""
-        return self._dispatch(self._lines.decode(self._text.decode(b"", True)) + self._lines.flush())
-
-    def _dispatch(self, lines: list[str]) -> list[ServerSentEvent]:
-        decode = self._events.decode
-        events = [sse for sse in map(decode, lines) if sse is not None]
-        if events:
-            self.seen = True
-        return events
 
 
 class _IdleWatch:
