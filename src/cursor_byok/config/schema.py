@@ -118,8 +118,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     supports_images: bool = True
     extra_headers: dict[str, str] = {}
     extra_params: dict[str, Any] = {}
-    request_timeout_seconds: float = 600.0
-    idle_timeout_seconds: float = 120.0
+    request_timeout_seconds: float = 600.0  # the response head and its first event, together
+    idle_timeout_seconds: float = 120.0  # between two events of a response
     price: ModelPrice | None = None  # none: costs are not shown for this model
 
     @property
