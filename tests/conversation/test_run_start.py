@@ -4,6 +4,7 @@ time the append's hand-over returns; with a command queued ahead, it waits behin
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 from cursor_byok.conversation.commands import Reader
@@ -70,3 +71,12 @@ async def test_a_reader_attaching_is_taken_in_the_callers_step(rig: Rig, provide
     assert claim.done() and claim.result() is True
     log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
     assert log.terminal is None and log.text == "second answer"
+
+
+def test_run_ids_are_128_random_bits_in_hex() -> None:
+    """Every run start makes one: `run-` and 32 lowercase hex digits, never the same twice."""
+    from cursor_byok.conversation import new_run_id
+
+    ids = {new_run_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(re.fullmatch(r"run-[0-9a-f]{32}", run_id) for run_id in ids)
