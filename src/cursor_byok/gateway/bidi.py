@@ -118,9 +118,9 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
         service.heartbeat(append.request_id)
     for item in transport.buffer.push(append.append_seqno, append):
         if item.append_seqno == 0 and item.variant == "run_request":
-            service.open_run(item.request_id, item.message.run_request, parent)
+            service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw)
         elif item.variant != "client_heartbeat":
-            service.deliver(item.request_id, item.message, seqno=item.append_seqno)
+            service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
     return durable
 
 
