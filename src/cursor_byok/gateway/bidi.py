@@ -98,7 +98,7 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
     """Journal the append, order it and hand every deliverable message to the conversation domain;
     the returned future resolves once the journal row is durable."""
     service = gw.conversations
-    if append.append_seqno == 0 and transport.seqno0:
+    if append.append_seqno == 0 and transport.seqno0 is not None:
         seqno0 = fingerprint(append)
         if seqno0 == transport.seqno0:
             return journal(gw, transport, append)  # the same event again: idempotent
