@@ -139,7 +139,7 @@ class ConversationService:
             action = which(message.conversation_action, "action") or "conversation action"
             raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
         runtime = self.registry.ensure_runtime(binding.conversation_id)
-        runtime.post(ClientInput(request_id, message, output, seqno, replayed))
+        runtime.take_now(ClientInput(request_id, message, output, seqno, replayed))
 
     def heartbeat(self, request_id: str) -> None:
         binding = self.registry.binding(request_id)
