@@ -89,6 +89,7 @@ async def test_a_new_conversations_turn_needs_no_task_of_its_runtime(rig: Rig, p
     loop.set_task_factory(recording)
     try:
         await answered_turn(rig, provider, conv, "first")
+        await answered_turn(rig, provider, conv, "second")  # its prepare ends while its request is taken
         await asyncio.sleep(0.05)  # past the finalize window
     finally:
         loop.set_task_factory(factory)
@@ -97,7 +98,7 @@ async def test_a_new_conversations_turn_needs_no_task_of_its_runtime(rig: Rig, p
     assert made and "ConversationRuntime._loop" not in made
     runtime.post(Reader("someone-else", False))  # a command that waits in the queue gets its task
     await asyncio.sleep(0)
-    await answered_turn(rig, provider, conv, "second")
+    await answered_turn(rig, provider, conv, "third")
 
 
 def test_run_ids_are_128_random_bits_in_hex() -> None:

@@ -78,7 +78,9 @@ class ConversationRuntime:
         if isinstance(command, ClientInput) and command.output is not None:
             self._unhandled[command.output] = self._unhandled.get(command.output, 0) + 1
         self._queue.put_nowait(command)
-        if self._task is None and self._open:  # its context (the run's log ids) is also the one take_now takes commands in
+        # While a command is being handled, the loop handling it takes this one next: no task needed.
+        # Its context (the run's log ids) is also the one take_now takes commands in.
+        if self._task is None and self._open and not self._taking:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}", context=self._context)
 
     def take_now(self, cmd: Command) -> None:
