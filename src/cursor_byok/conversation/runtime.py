@@ -1,12 +1,12 @@
 """ConversationRuntime: the ONLY lifecycle writer of a conversation.
 
-One command queue per live conversation, consumed by its asyncio task: ordered wire input, run-engine
-requests (tool batches), engine/prepare/checkpoint completion, timers, transport attach/detach and
-shutdown. Everyone else hands commands in. A turn's commands (its run request, its RunSSE coming,
-the client's input, the end of its prepare and of its engine, its finalize window) are taken at
-once, in the step they come in, when none is queued ahead and none is being handled (`take_now`);
-the others, and those, are queued (`post`). The task is made when a command first waits in the queue. Phase changes go through `state.check_transition`, the one literal table;
-what an action means in each phase is `actions.decide`; terminals are written only here, once per stream.
+Commands come in one at a time, in order: ordered wire input, run-engine requests (tool batches),
+engine/prepare/checkpoint completion, timers, transport attach/detach and shutdown. A turn's own
+(its run request, its RunSSE coming, the client's input, the end of its steps, its finalize window)
+are taken in the step they come in when none is queued ahead or being handled (`take_now`); the
+rest wait in a queue, taken by a task made when the first one waits. Phase changes go through
+`state.check_transition`, the one literal table; what an action means in each phase is
+`actions.decide`; terminals are written only here, once per stream.
 
 Output (deltas, tool cards, exec requests) is written straight to the run's OutputStream from the
 engine's synchronous sink: that is data, not lifecycle, and keeps a delta's path to the client free of
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +37,7 @@ from .commands import (
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
+from .inbox import CommandInbox
 from .output import OutputStream
 from .run_errors import run_error
 from .run_setup import cursor_run_id, held_blob_ids
@@ -52,8 +52,9 @@ CANCELED_TOOL_TEXT = "Tool execution was cancelled."
 MID_RUN = (Phase.MODELING, Phase.WAITING_TOOLS, Phase.INTERRUPTING)
 
 
-class ConversationRuntime:
+class ConversationRuntime(CommandInbox):
     def __init__(self, conversation_id: str, services: RuntimeServices) -> None:
+        super().__init__(f"conversation:{conversation_id}")
         self.conversation_id = conversation_id
         self.s = services
         self.phase = Phase.IDLE
@@ -61,77 +62,11 @@ class ConversationRuntime:
         self.data = ConversationData(conversation_id, services)
         self.queued: collections.deque[StartRun] = collections.deque()
         self.last_active = time.monotonic()
-        self._queue: asyncio.Queue[Command] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None  # consumes the queue; made when a command first waits in it
-        self._open = False  # started and not stopped: commands are taken
         self._timer: asyncio.TimerHandle | None = None
-        self._taking = False  # a command is being handled (one at a time: a take_now then queues)
-        self._context = contextvars.copy_context()
-        # Input accepted for a stream and still in the queue: the stream stays open for it.
-        self._unhandled: dict[OutputStream, int] = {}
-
-    # -- driver ------------------------------------------------------------------------------------
-    def start(self) -> None:
-        self._open = True
-
-    def post(self, command: Command) -> None:
-        if isinstance(command, ClientInput) and command.output is not None:
-            self._unhandled[command.output] = self._unhandled.get(command.output, 0) + 1
-        self._queue.put_nowait(command)
-        # While a command is being handled, the loop handling it takes this one next: no task needed.
-        # Its context (the run's log ids) is also the one take_now takes commands in.
-        if self._task is None and self._open and not self._taking:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}", context=self._context)
-
-    def take_now(self, cmd: Command) -> None:
-        """Taken now, in the caller's step, when no command is queued ahead of it and none is being
-        handled; else queued behind, as any command. For the commands of every turn: its run
-        request (no queue hop and task switch before the model request), its RunSSE coming for
-        the stream, the client's input, the end of its steps and its finalize window (no wake-up
-        of this runtime's task for them)."""
-        if self._taking or not self._queue.empty() or not self.running:
-            self.post(cmd)
-            return
-        self._context.run(self._take_all, cmd)
-
-    def _take_all(self, cmd: Command) -> None:
-        """Handle `cmd`, then what is queued behind it (what handling it posted); in order."""
-        while not self._take(cmd):
-            if self._queue.empty():
-                return
-            cmd = self._dequeued(self._queue.get_nowait())
-        self.stop()  # shut down: its task ends at its next wait
-
-    @property
-    def running(self) -> bool:
-        """Commands are still taken (not shut down, not evicted)."""
-        task = self._task
-        return self._open and (task is None or (not task.done() and not task.cancelling()))
 
     @property
     def idle(self) -> bool:
-        return self.phase is Phase.IDLE and not self.queued and self._queue.empty()
-
-    def stop(self) -> None:
-        """Evict an idle runtime (its state is reloaded from the database on next use). A cancelled
-        task holds its frame, so this runtime, through its exception: let go of it."""
-        self._open = False
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-
-    async def _loop(self) -> None:
-        while True:
-            self._take_all(self._dequeued(await self._queue.get()))
-
-    def _dequeued(self, cmd: Command) -> Command:
-        if isinstance(cmd, ClientInput) and cmd.output is not None:
-            left = self._unhandled[cmd.output] - 1
-            if left:
-                self._unhandled[cmd.output] = left
-            else:
-                del self._unhandled[cmd.output]
-        return cmd
+        return self.phase is Phase.IDLE and not self.queued and not self._queue
 
     def _take(self, cmd: Command) -> bool:
         """Handle one command (True: the runtime ends); one at a time, in order."""
