@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cursor_byok.protocol import agent_pb2 as pb
 from cursor_byok.protocol.compat import CLIENT_MESSAGE_SCHEMA, WireSchema
 from tests.harness.ide import run_request
-from tests.harness.newer import add_newer_field
+from tests.harness.newer import _varint, add_newer_field
 
 from .conftest import BOUNDED, twin_and_compiled
 
@@ -118,15 +118,6 @@ def test_nesting_past_the_depth_limit_counts_as_holding_one(wire: ModuleType) ->
     for _ in range(wire.MAX_DEPTH - 1):
         shallow = b"\x0a" + _varint(len(shallow)) + shallow
     assert not wire.holds_unknown(shallow, schema)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 SEED = run_request("seed " * 50, model="m", conversation_id="c").SerializeToString()

@@ -36,10 +36,10 @@ __all__ = [
     "CompressionError",
     "FrameDecoder",
     "FrameTooLarge",
-    "PACKABLE",
     "HexDecodeError",
     "HotPathError",
     "NegativeSeqno",
+    "PACKABLE",
     "ReorderBuffer",
     "SeqnoError",
     "SeqnoOutOfWindow",
@@ -119,7 +119,11 @@ FLAG_COMPRESSED: int = frames_py.FLAG_COMPRESSED
 FLAG_END_STREAM: int = frames_py.FLAG_END_STREAM
 DEFAULT_MAX_FRAME: int = frames_py.DEFAULT_MAX_FRAME
 DIGEST_SIZE: int = prefix_py.DIGEST_SIZE
-WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32, PACKABLE = wire_py.WIRE_VARINT, wire_py.WIRE_I64, wire_py.WIRE_LEN, wire_py.WIRE_I32, wire_py.PACKABLE
+WIRE_VARINT: int = wire_py.WIRE_VARINT
+WIRE_I64: int = wire_py.WIRE_I64
+WIRE_LEN: int = wire_py.WIRE_LEN
+WIRE_I32: int = wire_py.WIRE_I32
+PACKABLE: int = wire_py.PACKABLE
 
 FrameDecoder = _active["frames"].FrameDecoder
 encode_frame = _active["frames"].encode_frame

@@ -13,9 +13,9 @@ never fail on them, so a wire enum's name and a oneof's member are read only thr
 
 `unknown_fields` reports fields of a client message this build does not know. Given the client
 message's wire bytes it first asks the compiled wire scan (`hotpath.holds_unknown`, ~1 µs: it
-skips the text a message carries) and walks the message only when they hold such a field. Each kind of
-unknown (an enum value, a oneof, a field) is logged once at INFO, so an operator learns that the
-IDE is newer than the server without a line per message.
+skips the text a message carries) and walks the message only when they may hold such a field.
+Each kind of unknown (an enum value, a oneof, a field) is logged once at INFO, so an operator
+learns that the IDE is newer than the server without a line per message.
 """
 from __future__ import annotations
 
