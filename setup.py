@@ -8,7 +8,7 @@ from __future__ import annotations
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-HOT_MODULES = ("frames", "seqno", "prefix")
+HOT_MODULES = ("frames", "seqno", "prefix", "wire")
 
 extensions = [
     Extension(f"cursor_byok.hotpath._{name}", [f"ext/{name}.pyx"], extra_compile_args=["-O3"])

@@ -34,7 +34,10 @@ servers from another checkout's `src` (e.g. the commit before a change, for a be
 BENCH_PROFILE=/tmp/prefix records py-spy profiles of the servers over the CPU-per-start stretches
 (raw collapsed stacks of the threads holding the GIL, 1 kHz: the Python side's work; needs
 `pip install py-spy` and ptrace rights; the CPU figures of such a run include the sampling's
-disturbance), summed up by `benchmarks/support/profile_summary.py`.
+disturbance), summed up by `benchmarks/support/profile_summary.py`; BENCH_CPROFILE=/tmp/prefix records
+cProfile on the servers' event loop threads with a thread-CPU clock over the same stretches
+(`<prefix>-<ours|floor>-<n>.prof`, n = 1 new conversations, 2 follow-ups; read with `pstats`; the CPU
+figures of such a run include the profiler's own cost), via `benchmarks/support/cprofile_site`.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ import ctypes
 import math
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -76,6 +80,8 @@ HOST = "127.0.0.1"
 MODEL = "bench"
 TEXT = turn_text()
 PROFILE = os.environ.get("BENCH_PROFILE", "")  # a path prefix: py-spy profiles of the CPU-per-start stretches
+CPROFILE = os.environ.get("BENCH_CPROFILE", "")  # a path prefix: cProfile (thread CPU) of the same stretches
+CPROFILE_SITE = ROOT / "benchmarks" / "support" / "cprofile_site"
 SETTLE_SECONDS = 0.5  # after the last held start: off-path work a start left behind is counted
 
 
@@ -329,10 +335,15 @@ async def cpu_per_start(provider_port: int, pid: int, clients: list[Client], pro
         spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--rate", "1000",
                                 "--gil", "--nonblocking", "--subprocesses", "--format", "raw", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await asyncio.sleep(0.5)  # attached
+    if CPROFILE:
+        os.kill(_tree(pid)[-1], signal.SIGUSR1)  # cprofile_site starts profiling the loop thread
+        await asyncio.sleep(0.2)
     started = time.monotonic()
     before, loop_before = cpu_seconds(pid), loop_thread_seconds(pid)
     release = await held_turns(provider_port, clients, one_by_one=True)
     await asyncio.sleep(SETTLE_SECONDS)
+    if CPROFILE:
+        os.kill(_tree(pid)[-1], signal.SIGUSR2)  # … and writes its file
     spent = cpu_seconds(pid) - before - idle * (time.monotonic() - started)
     loop_spent = loop_thread_seconds(pid) - loop_before - loop_idle * (time.monotonic() - started)
     if spy is not None:
@@ -450,7 +461,8 @@ def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
              floor_port, "/healthz"),
         ):
             spawned_at = time.monotonic()
-            proc, up = spawn(cmd, env, port, health, tmp_path / f"{name}.log")
+            proc_env = env if not CPROFILE else {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}", "BENCH_CPROFILE_OUT": f"{CPROFILE}-{name}"}
+            proc, up = spawn(cmd, proc_env, port, health, tmp_path / f"{name}.log")
             procs.append(proc)
             target = Target(name, port, proc, up)
             targets.append(target)

@@ -4,6 +4,7 @@ time the append's hand-over returns; with a command queued ahead, it waits behin
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 from cursor_byok.conversation.commands import Reader
@@ -70,3 +71,40 @@ async def test_a_reader_attaching_is_taken_in_the_callers_step(rig: Rig, provide
     assert claim.done() and claim.result() is True
     log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
     assert log.terminal is None and log.text == "second answer"
+
+
+async def test_a_new_conversations_turn_needs_no_task_of_its_runtime(rig: Rig, provider: FakeProviderServer) -> None:
+    """Its run request, the end of its prepare (after the history read), its RunSSE, the end of
+    its engine and of its finalize window are each taken in the step they come in: no task of the
+    runtime is made or woken for them. One is made once a command has to wait in its queue."""
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+    factory = loop.get_task_factory()
+
+    def recording(loop: asyncio.AbstractEventLoop, coro, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(getattr(coro, "__qualname__", ""))
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    conv = uuid.uuid4().hex
+    loop.set_task_factory(recording)
+    try:
+        await answered_turn(rig, provider, conv, "first")
+        await answered_turn(rig, provider, conv, "second")  # its prepare ends while its request is taken
+        await asyncio.sleep(0.05)  # past the finalize window
+    finally:
+        loop.set_task_factory(factory)
+    runtime = rig.runtime(conv)
+    assert runtime is not None and runtime.running and runtime.phase is Phase.IDLE
+    assert made and "ConversationRuntime._loop" not in made
+    runtime.post(Reader("someone-else", False))  # a command that waits in the queue gets its task
+    await asyncio.sleep(0)
+    await answered_turn(rig, provider, conv, "third")
+
+
+def test_run_ids_are_128_random_bits_in_hex() -> None:
+    """Every run start makes one: `run-` and 32 lowercase hex digits, never the same twice."""
+    from cursor_byok.conversation import new_run_id
+
+    ids = {new_run_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(re.fullmatch(r"run-[0-9a-f]{32}", run_id) for run_id in ids)

@@ -164,3 +164,36 @@ def test_at_the_limit_the_least_recently_seen_transport_gives_way() -> None:
     transports.get("a")  # a is fresher than b now
     transports.create("c", Route.LOCAL)
     assert transports.get("b") is None and transports.get("a") is not None and transports.get("c") is not None
+
+
+async def test_a_body_whose_declared_length_has_arrived_is_not_waited_on_for_its_end() -> None:
+    """The server hands a body's bytes with more_body set and its end as a later, empty message:
+    once the content-length's bytes are in, that second wait (a pass of the loop per request) is
+    skipped. Without a length, or short of it, the body is read to its end as before."""
+    pending = Pending(max_total=4, per_connection=4)
+
+    def script(*messages: dict[str, object]) -> tuple[list[int], object]:
+        calls: list[int] = []
+        queue = list(messages)
+
+        async def receive() -> dict[str, object]:
+            calls.append(1)
+            await asyncio.sleep(0)
+            return queue.pop(0)
+
+        return calls, receive
+
+    whole = ({"type": "http.request", "body": b"abc", "more_body": True}, {"type": "http.request", "body": b"", "more_body": False})
+    calls, receive = script(*whole)
+    assert await pending.read_body(scope(1), receive, 1024, 10.0, expected=3) == b"abc"
+    assert len(calls) == 1 and len(pending) == 0
+    calls, receive = script(*whole)
+    assert await pending.read_body(scope(1), receive, 1024, 10.0) == b"abc"
+    assert len(calls) == 2
+    calls, receive = script({"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.request", "body": b"c", "more_body": False})
+    assert await pending.read_body(scope(1), receive, 1024, 10.0, expected=3) == b"abc"
+    assert len(calls) == 2
+    calls, receive = script({"type": "http.request", "body": b"abcd", "more_body": True})
+    with pytest.raises(ConnectError) as caught:
+        await pending.read_body(scope(1), receive, 3, 10.0, expected=4)
+    assert caught.value.code == "resource_exhausted"

@@ -74,3 +74,8 @@ def cut(data: st.DataObject, blob: bytes, max_pieces: int = 40) -> list[bytes]:
     points = data.draw(st.lists(st.integers(0, len(blob)), max_size=max_pieces))
     bounds = [0, *sorted(points), len(blob)]
     return [blob[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def wire(request: pytest.FixtureRequest) -> ModuleType:
+    return module_for("wire", request.param)

@@ -19,7 +19,8 @@ def test_exports_the_documented_api() -> None:
         "ReorderBuffer", "chain", "extend", "common_prefix", "is_strict_prefix", "DIGEST_SIZE",
         "HotPathError", "FrameTooLarge", "TruncatedFrame", "CompressionError", "HexDecodeError",
         "SeqnoError", "NegativeSeqno", "SeqnoOutOfWindow", "FLAG_DATA", "FLAG_COMPRESSED",
-        "FLAG_END_STREAM", "DEFAULT_MAX_FRAME", "implementation", "twins", "compiled",
+        "FLAG_END_STREAM", "DEFAULT_MAX_FRAME", "implementation", "twins", "compiled", "holds_unknown",
+        "WIRE_VARINT", "WIRE_I64", "WIRE_LEN", "WIRE_I32", "PACKABLE",
     ]:
         assert hasattr(hotpath, name), name
         assert name in hotpath.__all__, name
@@ -42,8 +43,8 @@ def test_error_codes() -> None:
 
 def test_implementation_reports_the_exported_modules() -> None:
     report = hotpath.implementation()
-    assert set(report) == {"frames", "seqno", "prefix"}
-    exported = {"frames": hotpath.FrameDecoder, "seqno": hotpath.ReorderBuffer, "prefix": hotpath.chain}
+    assert set(report) == {"frames", "seqno", "prefix", "wire"}
+    exported = {"frames": hotpath.FrameDecoder, "seqno": hotpath.ReorderBuffer, "prefix": hotpath.chain, "wire": hotpath.holds_unknown}
     for part, kind in report.items():
         source = hotpath.twins[part] if kind == "python" else hotpath.compiled[part]
         assert kind == ("compiled" if hotpath.compiled[part] is not None else "python")
@@ -53,7 +54,7 @@ def test_implementation_reports_the_exported_modules() -> None:
 def test_compiled_modules_are_active_when_required() -> None:
     if os.environ.get("CURSOR_BYOK_REQUIRE_COMPILED") != "1":
         pytest.skip("only meaningful under CURSOR_BYOK_REQUIRE_COMPILED=1")
-    assert hotpath.implementation() == {"frames": "compiled", "seqno": "compiled", "prefix": "compiled"}
+    assert hotpath.implementation() == {"frames": "compiled", "seqno": "compiled", "prefix": "compiled", "wire": "compiled"}
 
 
 BLOCK_AND_IMPORT = textwrap.dedent(

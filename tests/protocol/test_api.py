@@ -162,6 +162,9 @@ def test_headers_defaults_and_encodings() -> None:
     assert parse_request_headers({"content-encoding": "identity"}).content_encoding == "identity"
     assert parse_request_headers({"x-cursor-streaming": "false"}).streaming is False
     assert parse_request_headers({"connect-timeout-ms": "0"}).timeout_ms == 0
+    assert parse_request_headers([(b"content-length", b"14098")]).content_length == 14098
+    assert parse_request_headers([]).content_length is None
+    assert parse_request_headers({"content-length": "-1"}).content_length is None
     # The first of repeated ASGI headers wins.
     assert parse_request_headers([(b"x-request-id", b"a"), (b"x-request-id", b"b")]).request_id == "a"
 
@@ -169,7 +172,7 @@ def test_headers_defaults_and_encodings() -> None:
 def test_ids() -> None:
     trace = new_trace_id()
     assert re.fullmatch(r"[0-9a-f]{32}", trace)
-    assert new_trace_id() != trace
+    assert len({new_trace_id() for _ in range(1000)}) == 1000
     run = new_internal_run_id()
     assert uuid.UUID(run).version == 4 and str(uuid.UUID(run)) == run
     for name in ("RequestId", "CursorRunId", "RunId", "ConversationId", "AgentSessionId", "MessageId",

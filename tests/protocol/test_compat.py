@@ -107,3 +107,23 @@ def test_a_client_spraying_new_values_is_remembered_only_up_to_a_bound(caplog: p
         assert enum_name(pb.BackgroundTaskStatus, value) == f"unknown({value})"
     assert len(compat._noticed) == compat._MAX_NOTICED
     assert len(notices(caplog)) == compat._MAX_NOTICED
+
+
+def test_unknown_fields_given_the_wire_bytes_reports_what_the_walk_reports(caplog: pytest.LogCaptureFixture) -> None:
+    """With the client message's bytes the scan reads those first (no copy of the request when
+    nothing is newer); what it reports is the same, clean or not, at every depth."""
+    clean = pb.AgentClientMessage()
+    clean.run_request.conversation_id = "c"
+    clean.run_request.action.user_message_action.user_message.text = "hello " * 2000
+    assert unknown_fields(clean.run_request, 3, wire=clean.SerializeToString()) == []
+
+    rr = pb.AgentRunRequest(conversation_id="c")
+    top = add_newer_field(rr)
+    completion = rr.action.background_task_completion_action.completions.add(task_id="t")
+    deep = add_newer_field(completion)
+    msg = pb.AgentClientMessage.FromString(pb.AgentClientMessage(run_request=rr).SerializeToString())
+    raw = msg.SerializeToString()
+    for depth in (1, 3, 4):
+        assert unknown_fields(msg.run_request, depth, wire=raw) == unknown_fields(msg.run_request, depth)
+    assert unknown_fields(msg.run_request, 4, wire=raw) == [f"agent.v1.AgentRunRequest#{top}", f"agent.v1.BackgroundTaskCompletion#{deep}"]
+    assert notices(caplog) == [f"agent.v1.AgentRunRequest#{top}", f"agent.v1.BackgroundTaskCompletion#{deep}"]

@@ -22,7 +22,7 @@ from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 from .conftest import Release
 
 COMPILERS = ("cc", "gcc", "clang", "c++", "g++")
-HOT_MODULES = ("frames", "prefix", "seqno")
+HOT_MODULES = ("frames", "prefix", "seqno", "wire")
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,12 @@
 """ConversationRuntime: the ONLY lifecycle writer of a conversation.
 
-One asyncio task per live conversation consumes one command queue: ordered wire input, run-engine
-requests (tool batches), engine/prepare/checkpoint completion, timers, transport attach/detach and
-shutdown. Everyone else posts commands (a run request with none queued ahead is taken at once, in the
-caller's step: `take_now`). Phase changes go through `state.check_transition`, the one literal table;
-what an action means in each phase is `actions.decide`; terminals are written only here, once per stream.
+Commands come in one at a time, in order: ordered wire input, run-engine requests (tool batches),
+engine/prepare/checkpoint completion, timers, transport attach/detach and shutdown. A turn's own
+(its run request, its RunSSE coming, the client's input, the end of its steps, its finalize window)
+are taken in the step they come in when none is queued ahead or being handled (`take_now`); the
+rest wait in a queue, taken by a task made when the first one waits. Phase changes go through
+`state.check_transition`, the one literal table; what an action means in each phase is
+`actions.decide`; terminals are written only here, once per stream.
 
 Output (deltas, tool cards, exec requests) is written straight to the run's OutputStream from the
 engine's synchronous sink: that is data, not lifecycle, and keeps a delta's path to the client free of
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ from .commands import (
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
+from .inbox import CommandInbox
 from .output import OutputStream
 from .run_errors import run_error
 from .run_setup import cursor_run_id, held_blob_ids
@@ -50,8 +52,9 @@ CANCELED_TOOL_TEXT = "Tool execution was cancelled."
 MID_RUN = (Phase.MODELING, Phase.WAITING_TOOLS, Phase.INTERRUPTING)
 
 
-class ConversationRuntime:
+class ConversationRuntime(CommandInbox):
     def __init__(self, conversation_id: str, services: RuntimeServices) -> None:
+        super().__init__(f"conversation:{conversation_id}")
         self.conversation_id = conversation_id
         self.s = services
         self.phase = Phase.IDLE
@@ -59,61 +62,11 @@ class ConversationRuntime:
         self.data = ConversationData(conversation_id, services)
         self.queued: collections.deque[StartRun] = collections.deque()
         self.last_active = time.monotonic()
-        self._queue: asyncio.Queue[Command] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._taking = False  # a command is being handled (one at a time: a take_now then queues)
-        self._context = contextvars.copy_context()
-        # Input accepted for a stream and still in the queue: the stream stays open for it.
-        self._unhandled: collections.Counter[OutputStream] = collections.Counter()
-
-    # -- driver ------------------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._task is None:  # its context (the run's log ids) is also the one take_now takes commands in
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"conversation:{self.conversation_id}", context=self._context)
-
-    def post(self, command: Command) -> None:
-        if isinstance(command, ClientInput) and command.output is not None:
-            self._unhandled[command.output] += 1
-        self._queue.put_nowait(command)
-
-    def take_now(self, cmd: Command) -> None:
-        """Taken now, in the caller's step, when no command is queued ahead of it and none is being
-        handled; else queued behind, as any command. For the commands of every run start: its run
-        request (no queue hop and task switch before the model request) and its RunSSE coming for
-        the stream (no wake-up of this runtime's task for it)."""
-        if self._taking or not self._queue.empty() or not self.running:
-            self.post(cmd)
-            return
-        self._context.run(self._take_all, cmd)
-
-    def _take_all(self, cmd: Command) -> None:
-        """Handle `cmd`, then what is queued behind it (what handling it posted); in order."""
-        while not self._take(cmd):
-            if self._queue.empty():
-                return
-            cmd = self._queue.get_nowait()
-        self.stop()  # shut down: its task ends at its next wait
-
-    @property
-    def running(self) -> bool:
-        """Its task still consumes commands (not shut down, not evicted)."""
-        return self._task is not None and not self._task.done() and not self._task.cancelling()
 
     @property
     def idle(self) -> bool:
-        return self.phase is Phase.IDLE and not self.queued and self._queue.empty()
-
-    def stop(self) -> None:
-        """Evict an idle runtime (its state is reloaded from the database on next use). A cancelled
-        task holds its frame, so this runtime, through its exception: let go of it."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-
-    async def _loop(self) -> None:
-        while True:
-            self._take_all(await self._queue.get())
+        return self.phase is Phase.IDLE and not self.queued and not self._queue
 
     def _take(self, cmd: Command) -> bool:
         """Handle one command (True: the runtime ends); one at a time, in order."""
@@ -155,7 +108,7 @@ class ConversationRuntime:
             case FinalizeExpired():
                 if self.is_current(cmd.run_id) and self.phase is Phase.FINALIZING:
                     assert self.run is not None
-                    if self._unhandled[self.run.output]:
+                    if self.run.output in self._unhandled:
                         self.post(cmd)  # the window closes after the input already accepted for it
                     else:
                         self._end_output_and_idle()
@@ -213,8 +166,8 @@ class ConversationRuntime:
 
     def _start(self, run: ActiveRun, work: Callable[[], Awaitable[Any]], done: Callable[[BaseException | None, Any], Command]) -> None:
         """Run one step of `run`, at once up to its first wait, then as its task; its end (result or
-        error) comes back as a command and the loop decides what it means. A cancelled task reports
-        nothing: the run has ended."""
+        error) comes back as a command, taken where it ends when the runtime is free, and the
+        handlers decide what it means. A cancelled task reports nothing: the run has ended."""
 
         async def report() -> None:
             try:
@@ -222,9 +175,9 @@ class ConversationRuntime:
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
-                self.post(done(exc, None))
+                self.take_now(done(exc, None))
                 return
-            self.post(done(None, result))
+            self.take_now(done(None, result))
 
         run.task = start_now(report())
 
@@ -270,10 +223,6 @@ class ConversationRuntime:
             self._transition(Phase.MODELING)
 
     def _on_client_input(self, cmd: ClientInput) -> None:
-        if cmd.output is not None:
-            self._unhandled[cmd.output] -= 1
-            if not self._unhandled[cmd.output]:
-                del self._unhandled[cmd.output]
         msg = cmd.message
         kind = which(msg, "message")
         run = self.run
@@ -417,7 +366,7 @@ class ConversationRuntime:
         if any(q.output is run.output for q in self.queued):
             self._finish_finalizing()
             return
-        self._timer = asyncio.get_running_loop().call_later(self.s.continuation_window, self.post, FinalizeExpired(run.run_id))
+        self._timer = asyncio.get_running_loop().call_later(self.s.continuation_window, self.take_now, FinalizeExpired(run.run_id))
 
     def _finish_finalizing(self) -> None:
         """Leave FINALIZING: a follow-up queued on the same stream continues it (no terminal in

@@ -86,10 +86,12 @@ class ConversationService:
 
     def open_run(
         self, request_id: str, run_request: pb.AgentRunRequest, parent: ParentConversationRef | None = None,
-        *, resumed: bool = False,
+        *, resumed: bool = False, wire: bytes | None = None,
     ) -> OpenedRun:
-        """Bind request_id and start (or queue) the run on a fresh output stream generation."""
-        unknown_fields(run_request, NEWER_FIELDS_DEPTH)
+        """Bind request_id and start (or queue) the run on a fresh output stream generation. `wire`:
+        the serialized client message it came in, when the caller holds it (its newer-field scan
+        then reads those bytes rather than copying the request)."""
+        unknown_fields(run_request, NEWER_FIELDS_DEPTH, wire=wire)
         conversation_id = self.conversation_for(run_request, request_id)
         cursor_run_id = run_request.run_id if run_request.HasField("run_id") else ""
         try:
@@ -118,10 +120,12 @@ class ConversationService:
             except ConnectError as exc:
                 log.info("journaled append not applied again: %s", exc.message, extra={"request_id": request_id})
 
-    def deliver(self, request_id: str, message: pb.AgentClientMessage, *, seqno: int = 0, replayed: bool = False) -> None:
+    def deliver(
+        self, request_id: str, message: pb.AgentClientMessage, *, seqno: int = 0, replayed: bool = False, wire: bytes | None = None,
+    ) -> None:
         """Hand ordered input to its conversation's runtime, with the stream it belongs to. A
         conversation action on a stream that has ended is refused here, so the IDE sees it was not
-        applied (the runtime would only log it)."""
+        applied (the runtime would only log it). `wire`: `message` serialized, as for `open_run`."""
         binding = self.registry.binding(request_id)
         if binding is None:
             raise ConnectError("failed_precondition", f"request id {request_id!r} has no run")
@@ -130,12 +134,12 @@ class ConversationService:
             output.touch()  # the IDE is on it: a finished one stays for a read again
         kind = which(message, "message")
         if kind in ("conversation_action", "run_request"):
-            unknown_fields(getattr(message, kind), NEWER_FIELDS_DEPTH)
+            unknown_fields(getattr(message, kind), NEWER_FIELDS_DEPTH, wire=wire)
         if kind == "conversation_action" and (output is None or output.closed):
             action = which(message.conversation_action, "action") or "conversation action"
             raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
         runtime = self.registry.ensure_runtime(binding.conversation_id)
-        runtime.post(ClientInput(request_id, message, output, seqno, replayed))
+        runtime.take_now(ClientInput(request_id, message, output, seqno, replayed))
 
     def heartbeat(self, request_id: str) -> None:
         binding = self.registry.binding(request_id)

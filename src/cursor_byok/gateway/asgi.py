@@ -25,8 +25,11 @@ STREAM_HEADERS = [
 DISCARD_AFTER_REFUSAL = 64 * 1024 * 1024
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body; ConnectError resource_exhausted past `limit` (checked per chunk)."""
+async def read_body(receive: Receive, limit: int, expected: int | None = None) -> bytes:
+    """The whole request body; ConnectError resource_exhausted past `limit` (checked per chunk).
+    `expected`: the content-length the request declared. Granian hands over a body's bytes with
+    more_body set and its end as a separate empty message, a wait of its own: once the declared
+    bytes are in, the body is whole and that end is not waited for."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -37,6 +40,8 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         more = message.get("more_body", False)
         if chunk:
             size += len(chunk)
+            if size == expected:
+                more = False
             if size > limit:
                 if more:
                     await _discard(receive, DISCARD_AFTER_REFUSAL)

@@ -31,7 +31,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
     server = gw.config.server
     try:
         headers = parse_request_headers(scope["headers"])
-        body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds)
+        body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
         # From each resolve to the hand-over below nothing awaits: the checks see the binding it found.
         if append.append_seqno == 0:
@@ -98,7 +98,7 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
     """Journal the append, order it and hand every deliverable message to the conversation domain;
     the returned future resolves once the journal row is durable."""
     service = gw.conversations
-    if append.append_seqno == 0 and transport.seqno0:
+    if append.append_seqno == 0 and transport.seqno0 is not None:
         seqno0 = fingerprint(append)
         if seqno0 == transport.seqno0:
             return journal(gw, transport, append)  # the same event again: idempotent
@@ -118,9 +118,9 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
         service.heartbeat(append.request_id)
     for item in transport.buffer.push(append.append_seqno, append):
         if item.append_seqno == 0 and item.variant == "run_request":
-            service.open_run(item.request_id, item.message.run_request, parent)
+            service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw)
         elif item.variant != "client_heartbeat":
-            service.deliver(item.request_id, item.message, seqno=item.append_seqno)
+            service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
     return durable
 
 

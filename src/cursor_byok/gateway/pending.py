@@ -151,7 +151,8 @@ class Pending:
             else:
                 del self._per_connection[entry.connection]
 
-    async def read_body(self, scope: Scope, receive: Receive, limit: int, seconds: float) -> bytes:
-        """The whole request body, read within `seconds` while holding a slot (BodyTimeout after)."""
+    async def read_body(self, scope: Scope, receive: Receive, limit: int, seconds: float, expected: int | None = None) -> bytes:
+        """The whole request body, read within `seconds` while holding a slot (BodyTimeout after);
+        `expected`: its declared content-length (see `asgi.read_body`)."""
         async with self.slot(scope, seconds, lambda: BodyTimeout(seconds)):
-            return await read_body(receive, limit)
+            return await read_body(receive, limit, expected)

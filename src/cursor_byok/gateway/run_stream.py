@@ -13,7 +13,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-import uuid
+import os
 from typing import TYPE_CHECKING, Any
 
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
@@ -81,7 +81,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         return
     try:
         headers = parse_request_headers(scope["headers"])
-        request_id = headers.request_id or f"run-{uuid.uuid4().hex}"
+        request_id = headers.request_id or f"run-{os.urandom(16).hex()}"
         check_id("x-request-id", request_id)
         frames = RequestFrames(receive, FrameDecoder(server.max_frame_bytes, gzip=headers.content_encoding == "gzip"))
         wait = server.body_read_timeout_seconds

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -42,11 +41,14 @@ class Waiter(str, enum.Enum):
 WAITERS_PER_REQUEST = {Waiter.APPEND: 64, Waiter.RUN_SSE: 4}
 
 
-def fingerprint(append: BidiAppend) -> bytes:
+def fingerprint(append: BidiAppend) -> int:
     """What tells a seqno-0 append sent again from a different one. A digest, not the bytes: a
     transport lives for up to `transport_idle_seconds`, and its run request (the whole user turn,
-    often tens of KiB) would stay in memory all that time."""
-    return hashlib.sha256(append.raw).digest()
+    often tens of KiB) would stay in memory all that time. Python's own hash of the bytes (SipHash,
+    keyed with this process's secret; a transport lives in memory only), at half a SHA-256's cost
+    over a whole turn on every run start: two different appends agree by chance once in 2**64,
+    and agreeing on purpose needs the key. All a match does is answer the append as a resend."""
+    return hash(append.raw)
 
 
 @dataclass(eq=False)
@@ -55,14 +57,14 @@ class Transport:
     route: Route
     window: int = 64
     buffer: hotpath.ReorderBuffer = field(init=False)
-    seqno0: bytes = b""  # the fingerprint of this generation's seqno-0 append
+    seqno0: int | None = None  # the fingerprint of this generation's seqno-0 append
     cursor_run_id: str = ""
     last_seen: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self.buffer = hotpath.ReorderBuffer(self.window)
 
-    def new_generation(self, seqno0: bytes, cursor_run_id: str) -> None:
+    def new_generation(self, seqno0: int, cursor_run_id: str) -> None:
         self.buffer = hotpath.ReorderBuffer(self.window)
         self.seqno0 = seqno0
         self.cursor_run_id = cursor_run_id

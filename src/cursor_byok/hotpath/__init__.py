@@ -1,4 +1,5 @@
-"""The hot path: Connect framing, append_seqno reordering, history-prefix hashing.
+"""The hot path: Connect framing, append_seqno reordering, history-prefix hashing, the protobuf
+wire scan for fields newer than our schema.
 
 Each part exists twice with one API: a compiled module built from ext/<name>.pyx
 (`cursor_byok.hotpath._<name>`) and a pure-Python twin (`<name>_py`) that serves as the oracle in
@@ -14,7 +15,7 @@ import logging
 import os
 from types import ModuleType
 
-from . import frames_py, prefix_py, seqno_py
+from . import frames_py, prefix_py, seqno_py, wire_py
 from .errors import (
     CompressionError,
     FrameTooLarge,
@@ -38,10 +39,15 @@ __all__ = [
     "HexDecodeError",
     "HotPathError",
     "NegativeSeqno",
+    "PACKABLE",
     "ReorderBuffer",
     "SeqnoError",
     "SeqnoOutOfWindow",
     "TruncatedFrame",
+    "WIRE_I32",
+    "WIRE_I64",
+    "WIRE_LEN",
+    "WIRE_VARINT",
     "chain",
     "common_prefix",
     "compiled",
@@ -50,6 +56,7 @@ __all__ = [
     "encode_frame",
     "encode_frames",
     "extend",
+    "holds_unknown",
     "implementation",
     "is_strict_prefix",
     "twins",
@@ -74,9 +81,10 @@ _API: dict[str, tuple[str, ...]] = {
     ),
     "seqno": ("ReorderBuffer",),
     "prefix": ("chain", "extend", "common_prefix", "is_strict_prefix", "DIGEST_SIZE"),
+    "wire": ("holds_unknown",),
 }
 
-twins: dict[str, ModuleType] = {"frames": frames_py, "seqno": seqno_py, "prefix": prefix_py}
+twins: dict[str, ModuleType] = {"frames": frames_py, "seqno": seqno_py, "prefix": prefix_py, "wire": wire_py}
 
 
 def _load_compiled(name: str) -> ModuleType | None:
@@ -111,6 +119,11 @@ FLAG_COMPRESSED: int = frames_py.FLAG_COMPRESSED
 FLAG_END_STREAM: int = frames_py.FLAG_END_STREAM
 DEFAULT_MAX_FRAME: int = frames_py.DEFAULT_MAX_FRAME
 DIGEST_SIZE: int = prefix_py.DIGEST_SIZE
+WIRE_VARINT: int = wire_py.WIRE_VARINT
+WIRE_I64: int = wire_py.WIRE_I64
+WIRE_LEN: int = wire_py.WIRE_LEN
+WIRE_I32: int = wire_py.WIRE_I32
+PACKABLE: int = wire_py.PACKABLE
 
 FrameDecoder = _active["frames"].FrameDecoder
 encode_frame = _active["frames"].encode_frame
@@ -122,3 +135,4 @@ chain = _active["prefix"].chain
 extend = _active["prefix"].extend
 common_prefix = _active["prefix"].common_prefix
 is_strict_prefix = _active["prefix"].is_strict_prefix
+holds_unknown = _active["wire"].holds_unknown

@@ -11,18 +11,23 @@ never fail on them, so a wire enum's name and a oneof's member are read only thr
   (a stream or control message) or fails only the one item it answers (a tool result), never the
   run.
 
-`unknown_fields` reports fields of a client message this build does not know. Each kind of
-unknown (an enum value, a oneof, a field) is logged once at INFO, so an operator learns that the
-IDE is newer than the server without a line per message.
+`unknown_fields` reports fields of a client message this build does not know. Given the client
+message's wire bytes it first asks the compiled wire scan (`hotpath.holds_unknown`, ~1 µs: it
+skips the text a message carries) and walks the message only when they may hold such a field.
+Each kind of unknown (an enum value, a oneof, a field) is logged once at INFO, so an operator
+learns that the IDE is newer than the server without a line per message.
 """
 from __future__ import annotations
 
 import logging
 
-from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
+
+from .. import hotpath
+from .pb import agent_v1_pb2
 
 __all__ = ["enum_name", "which", "unknown_fields"]
 
@@ -60,10 +65,13 @@ def which(message: Message, oneof: str) -> str | None:
     return member
 
 
-def unknown_fields(message: Message, depth: int = 3) -> list[str]:
+def unknown_fields(message: Message, depth: int = 3, *, wire: bytes | None = None) -> list[str]:
     """Fields newer than our schema in `message` and the messages set in it, `depth` levels down
-    (repeated ones by their first element): `<message type>#<field number>` each."""
+    (repeated ones by their first element): `<message type>#<field number>` each. `wire`: the
+    serialized AgentClientMessage that `message` is or is in, when the caller holds it."""
     found: list[str] = []
+    if wire is not None and _WIRE_SCAN_COMPILED and not hotpath.holds_unknown(wire, CLIENT_MESSAGE_SCHEMA):
+        return found
     if _holds_unknown(message):
         _collect(message, depth, found)
     for kind in found:
@@ -128,6 +136,52 @@ def _message_fields(descriptor: Descriptor) -> tuple[tuple[str, frozenset[str] |
                 plan.append((oneof.name, frozenset(m.name for m in oneof.fields if m.message_type is not None), False))
         fields = _message_fields_of[descriptor] = tuple(plan)
     return fields
+
+
+class WireSchema:
+    """The field numbers and wire types of a message type and of every type it holds, as the
+    plain tables `hotpath.holds_unknown` reads (see `hotpath.wire_py`). A type's table is built
+    when a scan first enters one of its messages: the client message reaches some 750 types, a
+    run start a few dozen."""
+
+    def __init__(self, root: Descriptor) -> None:
+        self._descriptors: list[Descriptor] = [root]
+        self._index: dict[str, int] = {root.full_name: 0}
+        self.tables: list[dict[int, int] | None] = [None]
+
+    def build(self, index: int) -> dict[int, int]:
+        table = {f.number: self._entry(f) for f in self._descriptors[index].fields}
+        self.tables[index] = table
+        return table
+
+    def _entry(self, field: FieldDescriptor) -> int:
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            return (self._index_of(field.message_type) + 1) << 4 | hotpath.WIRE_LEN
+        wire = _WIRE_OF_TYPE.get(field.type, _NEVER)  # a group: never matched, so always "unsure"
+        packable = field.is_repeated and wire != hotpath.WIRE_LEN
+        return wire | (hotpath.PACKABLE if packable else 0)
+
+    def _index_of(self, descriptor: Descriptor) -> int:
+        index = self._index.get(descriptor.full_name)
+        if index is None:
+            index = self._index[descriptor.full_name] = len(self._descriptors)
+            self._descriptors.append(descriptor)
+            self.tables.append(None)
+        return index
+
+
+_NEVER = 7  # no wire type: a field of a kind the scan does not follow
+_WIRE_OF_TYPE = {
+    **dict.fromkeys((FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_UINT64,
+                     FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_ENUM),
+                    hotpath.WIRE_VARINT),
+    **dict.fromkeys((FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64, FieldDescriptor.TYPE_DOUBLE), hotpath.WIRE_I64),
+    **dict.fromkeys((FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32, FieldDescriptor.TYPE_FLOAT), hotpath.WIRE_I32),
+    **dict.fromkeys((FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES), hotpath.WIRE_LEN),
+}
+CLIENT_MESSAGE_SCHEMA = WireSchema(agent_v1_pb2.AgentClientMessage.DESCRIPTOR)
+# The pure twin walks the wire in Python: slower than `_holds_unknown`'s copy, so only the compiled scan is asked.
+_WIRE_SCAN_COMPILED = hotpath.compiled["wire"] is not None
 
 
 def _unknown_numbers(message: Message) -> list[int]:

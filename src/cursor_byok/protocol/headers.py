@@ -20,6 +20,7 @@ _WANTED = frozenset(
         "x-parent-request-id",
         "x-parent-agent-tool-call-id",
         "x-cursor-streaming",
+        "content-length",
     }
 )
 _ENCODINGS = frozenset({"identity", "gzip"})
@@ -43,6 +44,7 @@ class RequestHeaders(msgspec.Struct, frozen=True):
     parent_request_id: str | None = None
     parent_tool_call_id: str | None = None
     streaming: bool = False
+    content_length: int | None = None  # absent, or not plain digits (the HTTP server checks it)
 
 
 HeaderSource = Mapping[str, str] | Iterable[tuple[bytes, bytes]]
@@ -108,4 +110,9 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
         parent_request_id=parent_request_id,
         parent_tool_call_id=parent_tool_call_id,
         streaming=found.get("x-cursor-streaming", "").lower() == "true",
+        content_length=_length(found.get("content-length")),
     )
+
+
+def _length(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isascii() and value.isdigit() else None

@@ -5,6 +5,7 @@ conversation id belongs. Each docstring below is the identity's meaning.
 """
 from __future__ import annotations
 
+import os
 import uuid
 from typing import TYPE_CHECKING, NewType
 
@@ -73,8 +74,10 @@ TraceId.__doc__ = """Server-unique id of one observed request chain (logs, trace
 
 
 def new_trace_id() -> TraceId:
-    """A fresh trace id: 32 lowercase hex digits (uuid4; the W3C trace-id shape)."""
-    return TraceId(uuid.uuid4().hex)
+    """A fresh trace id: 32 lowercase hex digits of 128 random bits (the W3C trace-id shape).
+    Straight from the OS's random source: every run start makes one, and a uuid4 object built only
+    for its hex costs four times as much."""
+    return TraceId(os.urandom(16).hex())
 
 
 def new_internal_run_id() -> RunId:
