@@ -9,7 +9,7 @@ stream has ended, so nothing here outlives the streams in use.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message, which
@@ -50,11 +50,12 @@ class BlobSync:
         fut.add_done_callback(lambda done: self._waiters.pop(key) if self._waiters.get(key) is done else None)
         return kv_id, fut
 
-    def held_by_client(self, request_id: str, blob_ids: Iterable[bytes]) -> None:
-        """Blob ids the client's own checkpoint names: it stores those (it needs them to resume), so
-        they are not pushed again. Without this every turn, on its new request id, would push the
-        whole history once more."""
-        self._acked.setdefault(request_id, set()).update(blob_ids)
+    def held_by_client(self, request_id: str, state: pb.ConversationStateStructure) -> None:
+        """The client's own checkpoint for this request id: it stores the blobs that names (it needs
+        them to resume), so they are not pushed again. Without this every turn, on its new request
+        id, would push the whole history once more."""
+        plan = [state.plan] if state.HasField("plan") else []
+        self._acked.setdefault(request_id, set()).update([*state.root_prompt_messages_json, *state.turns, *state.todos, *plan])
 
     def held(self, request_id: str) -> set[bytes]:
         """Blob ids the client holds for this request id (acked, or named by its checkpoint)."""
