@@ -102,6 +102,10 @@ async def prepare(server: Server, provider_port: int) -> None:
 async def measure(servers: list[Server], provider_port: int) -> None:
     for server in servers:
         await prepare(server, provider_port)
+    for server in servers:  # the server closes a connection idle past its header timeout: new ones
+        for client in server.clients:
+            client.close()
+            await client.open()
     for round_ in range(ROUNDS):
         for server in servers[:: 1 if round_ % 2 == 0 else -1]:  # alternating which goes first
             # Bounded: a start that never reaches the provider fails the run instead of hanging it.
