@@ -46,7 +46,11 @@ def estimate_tokens(messages: Sequence[Message], extra_chars: int = 0) -> int:
         c, i = _message_size(message)
         chars += c
         images += i
-    return chars // CHARS_PER_TOKEN + images * IMAGE_TOKENS + len(messages) * MESSAGE_OVERHEAD_TOKENS
+    return _tokens(chars, images, len(messages))
+
+
+def _tokens(chars: int, images: int, messages: int) -> int:
+    return chars // CHARS_PER_TOKEN + images * IMAGE_TOKENS + messages * MESSAGE_OVERHEAD_TOKENS
 
 
 class ContextEstimator:
@@ -85,10 +89,9 @@ class ContextEstimator:
         self._extend(messages)
         anchor = self._anchor
         if anchor is None or anchor[4:] != (self._base_chars, self._tokenizer):
-            return (self._base_chars + self._chars) // CHARS_PER_TOKEN + self._images * IMAGE_TOKENS + self._count * MESSAGE_OVERHEAD_TOKENS
+            return _tokens(self._base_chars + self._chars, self._images, self._count)
         tokens, count, chars, images = anchor[:4]
-        return (tokens + (self._chars - chars) // CHARS_PER_TOKEN + (self._images - images) * IMAGE_TOKENS
-                + (self._count - count) * MESSAGE_OVERHEAD_TOKENS)
+        return tokens + _tokens(self._chars - chars, self._images - images, self._count - count)
 
     def anchor(self, input_tokens: int, messages: Sequence[Message]) -> None:
         """The provider counted `input_tokens` for a request carrying these messages."""
