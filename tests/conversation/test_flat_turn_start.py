@@ -42,7 +42,7 @@ class Conversation:
         """Messages the conversation's context estimate has sized so far."""
         runtime = self.rig.runtime(self.id)
         assert runtime is not None
-        return runtime.data.history.context.sized
+        return runtime.data.history.context_size.sized
 
 
 async def test_a_follow_up_sizes_only_its_new_messages_however_long_the_conversation(rig: Rig, provider: FakeProviderServer) -> None:

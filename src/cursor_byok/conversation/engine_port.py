@@ -59,7 +59,7 @@ class RunPorts:
         return self.owner.data.history.project()
 
     def estimator(self) -> ContextEstimator:
-        return self.owner.data.history.context
+        return self.owner.data.history.context_size
 
     def stored(self) -> asyncio.Future[Any] | None:
         run = self.run

@@ -213,7 +213,7 @@ class ConversationHistory:
         self._projected: Window | None = None  # the last projection's entries
         self._unchecked: Window | None = None  # a projection whose check waits for the loop's next pass
         self.text_bytes = 0  # what its messages' text holds: most of what a history keeps in memory
-        self.context = ContextEstimator()  # its projection's size, summed as it grows (see the run engine)
+        self.context_size = ContextEstimator()  # its projection's size, summed as it grows (see the run engine)
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
@@ -283,7 +283,7 @@ class ConversationHistory:
             self._base = len(self) - 1
             self._base_context = self._latest_context  # kept across the reset
             self._chain, self._projected = b"", None  # an explicit prefix reset
-            self.context.reset()
+            self.context_size.reset()
 
     # -- request context: append-only, compared by content ----------------------------------------
     def latest_context_text(self) -> str | None:
