@@ -29,9 +29,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.test_gateway import ROOT, wait_healthy
-from benchmarks.test_turn_start import HOST, MODEL, Client, cpu_per_start, spawn, stop, warm_provider_pool
+from benchmarks.test_scale import write_config
+from benchmarks.test_turn_start import HOST, Client, cpu_per_start, spawn, stop, warm_provider_pool
 from cursor_byok.protocol import agent_pb2 as pb
-from tests.harness.server import ModelSpec, ServerConfig, free_port
+from tests.harness.server import free_port
 from tests.harness.synthetic_history import conversation_id
 
 LENGTHS = [int(n) for n in os.environ.get("BENCH_FLAT_TURNS", "5,50,200").split(",")]
@@ -76,14 +77,7 @@ def start_server(tree: str, src: str, turns: int, provider_port: int, tmp_path: 
     subprocess.run([sys.executable, "-m", "tests.harness.synthetic_history", str(data_dir / "state.db"), str(CONVERSATIONS),
                     str(turns), str(EVENTS)], env=env, cwd=ROOT, check=True, capture_output=True)
     port = free_port()
-    config = ServerConfig(
-        data_dir=data_dir,
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
-        continuation_window_seconds=0.02,
-    )
-    config_path = data_dir / "bench-config.toml"
-    # Retention off: the synthetic turns are up to a year old.
-    config_path.write_text(config.toml(port) + "\n[retention]\nruns_days = 0\ntraces_days = 0\nusage_days = 0\n")
+    config_path = write_config(data_dir, port, provider_port, src)
     exe = Path(sys.executable).with_name("cursor-byok")
     proc, _ = spawn([str(exe), "serve", "--config", str(config_path)], env, port, "/__byok-api__/healthz", data_dir / "server.log")
     return Server(tree, turns, port, proc)
