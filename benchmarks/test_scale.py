@@ -173,24 +173,29 @@ def healthy(port: int) -> bool:
         return False
 
 
-def _has_retention() -> bool:
+def _has_retention(src: str) -> bool:
     """The server under test has a [retention] table (a module, or a package since)."""
-    package = Path(SRC) / "cursor_byok"
+    package = Path(src) / "cursor_byok"
     return any("RetentionConfig" in p.read_text() for p in (package / "config.py", *(package / "config").glob("*.py")) if p.exists())
 
 
-def serve(data_dir: Path, provider_port: int, log: Path) -> tuple[subprocess.Popen[bytes], int, float]:
-    port = free_port()
+def write_config(data_dir: Path, port: int, provider_port: int, src: str = SRC) -> Path:
+    """A benchmark server's config in `data_dir`, with retention off where the server has it: a
+    pass would start deleting a synthetic history's older runs a minute in."""
     config = ServerConfig(
         data_dir=data_dir,
         models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
         continuation_window_seconds=0.02,
     )
     config_path = data_dir / "bench-config.toml"
-    # Retention off (where the server has it): a pass would start deleting the big database's
-    # older runs a minute in.
     retention = "\n[retention]\nruns_days = 0\ntraces_days = 0\nusage_days = 0\n"
-    config_path.write_text(config.toml(port) + (retention if _has_retention() else ""))
+    config_path.write_text(config.toml(port) + (retention if _has_retention(src) else ""))
+    return config_path
+
+
+def serve(data_dir: Path, provider_port: int, log: Path) -> tuple[subprocess.Popen[bytes], int, float]:
+    port = free_port()
+    config_path = write_config(data_dir, port, provider_port)
     exe = Path(sys.executable).with_name("cursor-byok")
     started = time.monotonic()
     proc = subprocess.Popen([str(exe), "serve", "--config", str(config_path)], env=src_env(), cwd=ROOT,

@@ -158,11 +158,18 @@ class Client:
         self.appender.close()
         self.streamer.close()
 
+    def run_message(self) -> pb.AgentClientMessage:
+        """The turn's run request (a subclass may carry more, as the IDE's do)."""
+        return run_request(TEXT, model=MODEL, conversation_id=self.conversation_id)
+
+    def seen(self, msg: pb.AgentServerMessage) -> None:
+        """A message the turn's stream delivered (a subclass may keep what it needs of it)."""
+
     async def start(self) -> Callable[[], Awaitable[tuple[int, int]]]:
         """Open RunSSE and send the turn's run request; returns `finish`, which reads the turn to its
         end and gives (append → provider, append → first token) in ns."""
         rid = uuid.uuid4().hex
-        body = append_body(rid, 0, run_request(TEXT, model=MODEL, conversation_id=self.conversation_id))
+        body = append_body(rid, 0, self.run_message())
         await self.lock.acquire()
         self.streamer.send(RUN_SSE, envelope(pb.BidiRequestId(request_id=rid).SerializeToString()))
         sent = time.monotonic_ns()
@@ -181,6 +188,7 @@ class Client:
                         ended = True
                         continue
                     msg = pb.AgentServerMessage.FromString(payload)
+                    self.seen(msg)
                     if msg.WhichOneof("message") == "kv_server_message":
                         reply = pb.AgentClientMessage()
                         reply.kv_client_message.id = msg.kv_server_message.id

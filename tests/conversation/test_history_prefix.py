@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from cursor_byok.conversation.history import ConversationHistory, EntryKind, HistoryEntry
-from cursor_byok.conversation.history.log import PrefixViolation
+from cursor_byok.conversation.history.log import Appended, PrefixViolation
 from cursor_byok.run import Message, TextPart
 
 VIOLATION = "provider history is not an extension of the previous one"
@@ -20,12 +20,13 @@ def user(text: str) -> Message:
 
 
 def rewritten(strict: bool) -> ConversationHistory:
-    """A history whose first entry is changed after it was projected (what the check is there for)."""
+    """A history whose projection no longer starts with what it was after it was projected (what
+    the check is there for): its first entry rewritten, as a bug that rebuilt the history might."""
     history = ConversationHistory("c1", strict_prefix=strict)
     history.append(EntryKind.USER, "user:1", user("first"), "r1")
     history.project()
     first = history.entries[0]
-    history.entries.added[0] = HistoryEntry(first.seq, first.event_id, first.kind, first.run_id, user("first, edited"))
+    history._added = Appended([HistoryEntry(first.seq, first.event_id, first.kind, first.run_id, user("first, edited"))])
     history.append(EntryKind.USER, "user:2", user("second"), "r2")
     return history
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 from cursor_byok.conversation.history import ConversationHistory, EntryKind, HistoryEntry, StoredEntries, Window, encode_entry
+from cursor_byok.conversation.history.log import Appended
 from cursor_byok.run import KeyedMessages, Message, TextPart
 
 
@@ -42,15 +43,17 @@ def test_a_window_reads_slices_and_keys_like_the_list_of_its_entries() -> None:
 
 
 def test_windows_of_one_history_share_their_very_same_leading_entries() -> None:
-    log, more = stored(6), added(3)
+    log, more = stored(6), Appended(added(3))
     whole = Window(more, log)
     assert whole.common(None) == 0
-    assert whole.common(Window(more[:2], log)) == 8  # an appended entry later
-    assert whole.common(Window(list(more), log)) == 9  # a copy of the list, the same entries
-    assert whole.common(Window(added(3), log)) == 6  # other entry objects
+    assert whole.common(Window(more, log, added_stop=2)) == 8  # an appended entry later
+    assert whole.common(Window(added(3), log)) == 6  # other appended entries
     assert whole.common(Window(more, log, 2)) == 0  # another start (a compaction)
+    assert whole.common(Window(more, log, 6, added_first=1)) == 0  # another start among the appended entries
     assert whole.common(Window(more, stored(6))) == 0  # another history's stored entries
     assert whole.common(Window(more, log, 0, 4)) == 4
+    more.append(added(4)[3])
+    assert whole.common(Window(more, log)) == 9 and len(whole) == 9  # a window keeps its range as the history grows
 
 
 def test_a_history_read_again_answers_as_the_one_that_wrote_it() -> None:

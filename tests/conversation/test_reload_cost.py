@@ -7,9 +7,9 @@ Counted, not timed: the most memory blocks the process holds at once during the 
 every call and return), above what it held before the turn, at two history lengths. A stored entry
 is no object of its own any more (the history is a few buffers, its digests and blob ids one bytes
 object each, the adapter's kept encodings one per conversation): what still grows with the history
-is per message and transient (~2 blocks: the blob ids the client's checkpoint names, the fake
-provider reading the request in this process), not its decoded message, its provider encoding and
-its checkpoint blob; the two tests at the end count what a reload and the kept encodings hold.
+is per message and transient (~2 blocks until the checkpoint's root ids were one bytes object
+instead of an object each: ~0 since), not its decoded message, its provider encoding and its
+checkpoint blob; the two tests at the end count what a reload and the kept encodings hold.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedReque
 from tests.harness.ide import StreamLog, run_request
 from tests.harness.inprocess import MODEL, InProcessIDE, Rig
 
-BLOCKS_PER_ENTRY = 4  # what one stored entry may hold at a reloaded turn's peak (~2.2 measured; 6.5 before the buffers)
+BLOCKS_PER_ENTRY = 1  # what one stored entry may hold at a reloaded turn's peak (~0 measured; 2.2 with a root id object each, 6.5 before the buffers)
 
 
 def answer(request: RecordedRequest) -> Reply:

@@ -5,7 +5,7 @@ import hashlib
 import json
 import tracemalloc
 
-from cursor_byok.conversation.history import EntryKind, HistoryEntry, Projection, RootBlobs, encode_entry
+from cursor_byok.conversation.history import EntryKind, HistoryEntry, Projection, RootBlobs, Window, encode_entry, root_ids
 from cursor_byok.run import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
 KINDS = {"user": EntryKind.USER, "assistant": EntryKind.ASSISTANT, "tool": EntryKind.TOOL_RESULTS}
@@ -29,7 +29,7 @@ def history(n: int, *, stored: bool = False) -> Projection:
 
 
 def build_blobs(blobs: RootBlobs, system: str, messages: Projection, model: str) -> list[tuple[bytes, bytes]]:
-    return [(bid, blobs.blob(i).data()) for i, bid in enumerate(blobs.build(system, messages, model))]
+    return [(bid, blobs.blob(i).data()) for i, bid in enumerate(root_ids(blobs.build(system, messages, model)))]
 
 
 def test_blobs_match_a_fresh_build_and_ids_are_their_sha256() -> None:
@@ -47,12 +47,15 @@ def test_an_appended_history_reuses_every_earlier_blob() -> None:
     blobs = RootBlobs()
     messages = history(2)
     first = blobs.build("sys", messages, "m")
-    grown = Projection("c", [*messages.entries, HistoryEntry(9, "more", EntryKind.USER, "r", Message("user", [TextPart("more")]))])
-    fresh = RootBlobs().build("sys", grown, "m")
+    appended = messages.entries.added  # the history's entries, one more appended to them
+    appended.append(HistoryEntry(9, "more", EntryKind.USER, "r", Message("user", [TextPart("more")])))
+    grown = Projection("c", Window(appended))
+    fresh = RootBlobs().build("sys", Projection("c", list(grown.entries)), "m")
     for entry in messages.entries:  # read again, the earlier entries would give other blobs now
         entry._message = Message("user", [TextPart("not what was built")])
     second = blobs.build("sys", grown, "m")
-    assert second[: len(first)] == first and len(second) == len(first) + 1  # the same blobs: not rebuilt
+    assert second.startswith(first) and len(root_ids(second)) == len(root_ids(first)) + 1  # the same blobs: not rebuilt
+    assert blobs.kept == len(root_ids(first)) - 1  # every message's
     assert second == fresh
 
 

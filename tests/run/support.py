@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from cursor_byok.run import Message, ProviderCall, RunEvent, TextPart, ToolCallRequest, ToolOutcome, Usage
+from cursor_byok.run import ContextEstimator, Message, ProviderCall, RunEvent, TextPart, ToolCallRequest, ToolOutcome, Usage
 
 
 def user(text: str) -> Message:
@@ -18,9 +18,13 @@ class MemoryHistory:
         self.log: list[tuple[str, object]] = []
         self.summaries: list[str] = []
         self.answers: list[bool] = []  # per assistant commit: was it marked as the run's answer
+        self.context_size = ContextEstimator()
 
     def messages(self) -> list[Message]:
         return list(self.items)
+
+    def estimator(self) -> ContextEstimator:
+        return self.context_size
 
     def stored(self) -> Awaitable[object] | None:
         return None  # memory only: nothing to wait for
@@ -47,6 +51,7 @@ class MemoryHistory:
         # current turn is the last user message.
         current = next(m for m in reversed(self.items) if m.role == "user")
         self.items = [user(f"Summary of the conversation so far:\n{summary}"), current]
+        self.context_size.reset()
         self.summaries.append(summary)
         self.log.append(("compact", summary))
 

@@ -9,7 +9,6 @@ from cursor_byok.prompting import compaction_prompt
 from cursor_byok.run import (
     CompactionFinished,
     CompactionStarted,
-    ContextEstimator,
     ContextLengthError,
     Message,
     ModelCycleFinished,
@@ -19,7 +18,6 @@ from cursor_byok.run import (
     TextPart,
     ToolOutcome,
     ToolSchema,
-    estimate_tokens,
     make_provider,
 )
 from tests.fakes import ANTHROPIC, DIALECTS, CallSpec, Dialect, UsageSpec, fake_model
@@ -149,13 +147,3 @@ async def test_interrupt_during_compaction_leaves_history_unchanged(fake_server,
     assert history.summaries == []
     assert [m.role for m in history.items] == ["user", "user", "assistant"]
     assert result.stop_reason == "end_turn"
-
-
-def test_estimator_anchors_on_reported_input_tokens() -> None:
-    messages = [user("a" * 400), Message("assistant", [TextPart("b" * 400)])]
-    estimator = ContextEstimator(base_chars=4000)
-    assert estimator.estimate(messages) == estimate_tokens(messages, 4000) == 1000 + 100 + 100 + 8
-    estimator.anchor(5000, 1)  # the provider counted 5,000 tokens for the first message
-    assert estimator.estimate(messages) == 5000 + 100 + 4
-    estimator.reset()
-    assert estimator.estimate(messages) == 1208

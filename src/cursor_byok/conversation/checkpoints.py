@@ -19,6 +19,8 @@ from ..run import Message
 from . import updates
 from .active_run import ActiveRun, now_ms
 from .history import (
+    ID_FIELD,
+    ROOT_SIZE,
     Blob,
     ConversationHistory,
     EntryKind,
@@ -27,6 +29,7 @@ from .history import (
     blob_id,
     message_from_json,
     pending_json,
+    root_ids,
     summary_blobs,
     todo_blobs,
 )
@@ -60,30 +63,45 @@ class Checkpoints:
         self.records = records
         self.ack_timeout = ack_timeout
         self.root_blobs = RootBlobs()
+        self._base: tuple[str, pb.ConversationStateStructure] | None = None  # (run id, its request's state without roots)
+        self._held_roots = ("", 0)  # (request id, leading messages' roots its client holds)
         self.todos: Callable[[], list[pb.TodoItem] | None] = lambda: None  # None: the state's own list stands
 
     def root_ids(self, run: ActiveRun) -> tuple[bytes, ...]:
         """The root message ids of the history as it is now (before a compaction changes it)."""
-        return tuple(self._roots(run, self.history.project()))
+        return tuple(root_ids(self._roots(run, self.history.project())))
 
-    def _roots(self, run: ActiveRun, messages: Projection) -> list[bytes]:
+    def _roots(self, run: ActiveRun, messages: Projection) -> bytes:
         model_name = run.model.id if run.model else ""
-        return self.root_blobs.build(run.spec.system if run.spec else None, messages, model_name)
+        roots = self.root_blobs.build(run.spec.system if run.spec else None, messages, model_name)
+        request_id, held = self._held_roots
+        self._held_roots = (request_id, min(held, self.root_blobs.kept))  # what is held is what stayed the same
+        return roots
+
+    def _start(self, run: ActiveRun) -> pb.ConversationStateStructure:
+        """A new state holding what the run request's carried, but for its roots and the round that
+        was in flight (which the history gives): copied once per run without them, then from that."""
+        if self._base is None or self._base[0] != run.run_id:
+            base = pb.ConversationStateStructure()
+            if run.run_request.HasField("conversation_state"):
+                base.CopyFrom(run.run_request.conversation_state)
+                del base.root_prompt_messages_json[:]
+                del base.pending_tool_calls[:]
+            self._base = (run.run_id, base)
+        state = pb.ConversationStateStructure()
+        state.CopyFrom(self._base[1])
+        return state
 
     async def build(self, run: ActiveRun, pending: PendingRound | None = None) -> tuple[pb.ConversationStateStructure, bool]:
         """The run's checkpoint, and whether the client acked every blob it names in time."""
-        state = pb.ConversationStateStructure()
-        if run.run_request.HasField("conversation_state"):
-            state.CopyFrom(run.run_request.conversation_state)
+        state = self._start(run)
         base_turns = list(state.turns)
-        del state.root_prompt_messages_json[:]
-        del state.pending_tool_calls[:]
         messages = self.history.project()
         if pending is not None and messages and messages[-1] is pending.message:
             messages = messages[:-1]  # the round in flight goes in pending_tool_calls, not the roots
             state.pending_tool_calls.append(pending_json(pending.message, run.model.id if run.model else "", pending.started_ms))
         roots = self._roots(run, messages)
-        state.root_prompt_messages_json.extend(roots)
+        state.MergeFromString(roots)  # parsed by the protobuf runtime: no object per id
         blobs = self._compactions(run, state)
         last_turn = await self._last_turn(run, base_turns) if run.turns.continues() else None
         turn_ids, turn_blobs = run.turns.build(base_turns, last_turn)
@@ -104,7 +122,7 @@ class Checkpoints:
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window
             state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
-        return state, await self._push(run, blobs, roots)
+        return state, await self._push(run, blobs, roots, run.spec is not None)
 
     def _compactions(self, run: ActiveRun, state: pb.ConversationStateStructure) -> list[Blob]:
         """Summary and archive blobs of this run's compactions (each archive names the root ids the
@@ -137,12 +155,34 @@ class Checkpoints:
         run.known_blobs[bid] = data
         return data
 
-    async def _push(self, run: ActiveRun, blobs: list[Blob], roots: list[bytes]) -> bool:
+    def _lacking_roots(self, request_id: str, roots: bytes, system: bool) -> list[int]:
+        """The indexes of the roots the client may lack on this request id. The messages' roots
+        the client holds are nearly all of them, and they lead: those its checkpoint named (while
+        the history extends the one it was built from) and those acked since are kept as a count
+        and not looked at again, so a checkpoint looks at the new messages' roots, not the whole
+        history's. The system prompt's (first, when `system`) is looked at each time: a new mode
+        changes it."""
+        held = self.blobs.held(request_id)
+        first = int(system)  # the messages' roots start here
+        if self._held_roots[0] == request_id:
+            known = self._held_roots[1]
+        else:
+            client = self.blobs.client_roots(request_id)
+            known = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :])
+            if system and client[:ROOT_SIZE] == roots[:ROOT_SIZE]:
+                held.add(_root_id(roots, 0))
+        count = len(roots) // ROOT_SIZE
+        lacking = [0] if system and _root_id(roots, 0) not in held else []
+        lacking += (i for i in range(first + known, count) if _root_id(roots, i) not in held)
+        unacked = next((i for i in lacking if i >= first), count)
+        self._held_roots = (request_id, unacked - first)
+        return lacking
+
+    async def _push(self, run: ActiveRun, blobs: list[Blob], roots: bytes, system: bool) -> bool:
         """Push every blob the client may lack (root blobs encoded again only then); True when all
         were acked within the timeout."""
-        held = self.blobs.held(run.request_id)
         # A root blob is encoded from the history's own entry: a replay of the stream encodes it again.
-        lacking = [self.root_blobs.blob(i) for i, bid in enumerate(roots) if bid not in held]
+        lacking = [self.root_blobs.blob(i) for i in self._lacking_roots(run.request_id, roots, system)]
         pushes = [(root.id, root.data(), root.data) for root in lacking] + [(bid, data, None) for bid, data in blobs]
         waiters = [self.blobs.set_blob(run.output, run.request_id, bid, data, again) for bid, data, again in pushes]  # None: held
         pending = [w for w in waiters if w is not None]
@@ -236,3 +276,21 @@ class Checkpoints:
             if role == "assistant" and message is not None:
                 out.append((EntryKind.ASSISTANT, f"hydrated-pending:{blob_id(data).hex()}", message))
         return out
+
+
+def _root_id(roots: bytes, index: int) -> bytes:
+    return roots[index * ROOT_SIZE + len(ID_FIELD) : (index + 1) * ROOT_SIZE]
+
+
+def _common_roots(theirs: bytes, ours: bytes) -> int:
+    """How many leading roots two encoded root lists share."""
+    if ours.startswith(theirs):
+        return len(theirs) // ROOT_SIZE
+    low, high = 0, min(len(theirs), len(ours)) // ROOT_SIZE
+    while low < high:  # a compaction or another history since: where they part, in a few compares
+        middle = (low + high + 1) // 2
+        if theirs[: middle * ROOT_SIZE] == ours[: middle * ROOT_SIZE]:
+            low = middle
+        else:
+            high = middle - 1
+    return low

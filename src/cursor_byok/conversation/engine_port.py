@@ -10,7 +10,7 @@ import asyncio
 import collections
 from typing import Any, Protocol
 
-from ..run import Message, ProviderCall, ToolCallRequest, ToolOutcome, Usage
+from ..run import ContextEstimator, Message, ProviderCall, ToolCallRequest, ToolOutcome, Usage
 from .active_run import ActiveRun
 from .checkpoints import Compaction
 from .commands import Command, InjectionsTaken, StartRun, ToolBatch
@@ -57,6 +57,9 @@ class RunPorts:
     # -- HistoryPort ------------------------------------------------------------------------------------
     def messages(self) -> Projection:
         return self.owner.data.history.project()
+
+    def estimator(self) -> ContextEstimator:
+        return self.owner.data.history.context_size
 
     def stored(self) -> asyncio.Future[Any] | None:
         run = self.run

@@ -47,11 +47,6 @@ def prefetched_blobs(rr: pb.AgentRunRequest) -> dict[bytes, bytes]:
     return {b.id: b.value for b in rr.pre_fetched_blobs if hashlib.sha256(b.value).digest() == b.id}
 
 
-def held_blob_ids(state: pb.ConversationStateStructure) -> list[bytes]:
-    """Blob ids a client's checkpoint names: it stores those, so they are never pushed again."""
-    return [*state.root_prompt_messages_json, *state.turns, *state.todos, *([state.plan] if state.HasField("plan") else [])]
-
-
 def request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:
     action = rr.action
     kind = which(action, "action")

@@ -40,7 +40,7 @@ from .engine_port import RunPorts
 from .inbox import CommandInbox
 from .output import OutputStream
 from .run_errors import run_error
-from .run_setup import cursor_run_id, held_blob_ids
+from .run_setup import cursor_run_id
 from .state import Outcome, Phase, check_transition
 from .tool_calls import TOOL_RESULT_KINDS
 from .turn_input import stored_as
@@ -157,7 +157,7 @@ class ConversationRuntime(CommandInbox):
     def _begin(self, cmd: StartRun) -> None:
         run = begin_run(self.conversation_id, cmd.request_id, cmd.output, cmd.run_request, follow_up=cmd.follow_up, resumed=cmd.resumed)
         self.s.observer.run_started(run.observed)
-        self.data.blobs.held_by_client(cmd.request_id, held_blob_ids(cmd.run_request.conversation_state))
+        self.data.blobs.held_by_client(cmd.request_id, cmd.run_request.conversation_state)
         self.run = run
         self._transition(Phase.PREPARING)
         if cmd.resumed:  # before any input is taken; it waits for its IDE, not forever

@@ -9,7 +9,7 @@ stream has ended, so nothing here outlives the streams in use.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message, which
@@ -39,6 +39,8 @@ class BlobSync:
         self._next_id: dict[str, int] = {}
         self._acked: dict[str, set[bytes]] = {}
         self._waiters: dict[tuple[str, int], asyncio.Future[pb.KvClientMessage]] = {}
+        self._named: dict[str, pb.ConversationStateStructure] = {}  # the client's checkpoint, not read yet
+        self._roots: dict[str, bytes] = {}  # the root ids it names, encoded (see `client_roots`)
 
     def _request(self, request_id: str) -> tuple[int, asyncio.Future[pb.KvClientMessage]]:
         kv_id = self._next_id.get(request_id, 0) + 1
@@ -50,15 +52,32 @@ class BlobSync:
         fut.add_done_callback(lambda done: self._waiters.pop(key) if self._waiters.get(key) is done else None)
         return kv_id, fut
 
-    def held_by_client(self, request_id: str, blob_ids: Iterable[bytes]) -> None:
-        """Blob ids the client's own checkpoint names: it stores those (it needs them to resume), so
-        they are not pushed again. Without this every turn, on its new request id, would push the
-        whole history once more."""
-        self._acked.setdefault(request_id, set()).update(blob_ids)
+    def held_by_client(self, request_id: str, state: pb.ConversationStateStructure) -> None:
+        """The client's own checkpoint for this request id: it stores the blobs that names (it needs
+        them to resume), so they are not pushed again. Without this every turn, on its new request
+        id, would push the whole history once more. Read when a push asks (`held`, `client_roots`),
+        not as the run starts: a root id per message of the history."""
+        if state.ListFields():
+            self._named[request_id] = state
 
     def held(self, request_id: str) -> set[bytes]:
-        """Blob ids the client holds for this request id (acked, or named by its checkpoint)."""
-        return self._acked.setdefault(request_id, set())
+        """Blob ids the client holds for this request id: acked, or named by its checkpoint besides
+        its roots (which `client_roots` gives)."""
+        acked = self._acked.setdefault(request_id, set())
+        state = self._named.pop(request_id, None)
+        if state is not None:
+            acked.update(state.turns)
+            acked.update(state.todos)
+            if state.HasField("plan"):
+                acked.add(state.plan)
+            self._roots[request_id] = _roots_of(state)
+        return acked
+
+    def client_roots(self, request_id: str) -> bytes:
+        """The root ids the client's checkpoint names, encoded as the state holds them (see
+        `RootBlobs.build`): a run's roots start with them while its history extends the client's."""
+        self.held(request_id)
+        return self._roots.get(request_id, b"")
 
     def set_blob(
         self, output: OutputStream, request_id: str, bid: bytes, data: bytes, rebuild: Callable[[], bytes] | None = None
@@ -104,7 +123,20 @@ class BlobSync:
             self._waiters.pop(key).cancel()
         self._next_id.pop(request_id, None)
         self._acked.pop(request_id, None)
+        self._named.pop(request_id, None)
+        self._roots.pop(request_id, None)
 
     def request_ids(self) -> set[str]:
         """Request ids with any state here (for tests and benchmarks)."""
-        return {*self._next_id, *self._acked, *(rid for rid, _ in self._waiters)}
+        return {*self._next_id, *self._acked, *self._named, *self._roots, *(rid for rid, _ in self._waiters)}
+
+
+def _roots_of(state: pb.ConversationStateStructure) -> bytes:
+    """The state's root ids as its encoding holds them: a copy with its other fields cleared,
+    serialized (copied whole by the protobuf runtime, not an object per id)."""
+    roots = pb.ConversationStateStructure()
+    roots.CopyFrom(state)
+    for field, _ in roots.ListFields():
+        if field.name != "root_prompt_messages_json":
+            roots.ClearField(field.name)
+    return roots.SerializeToString()

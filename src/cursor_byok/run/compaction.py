@@ -1,10 +1,11 @@
 """Context-size estimation and the tool-less summary request used for automatic compaction."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from ..providers import (
     ImagePart,
+    KeyedMessages,
     Message,
     TextPart,
     ThinkingPart,
@@ -45,30 +46,83 @@ def estimate_tokens(messages: Sequence[Message], extra_chars: int = 0) -> int:
         c, i = _message_size(message)
         chars += c
         images += i
-    return chars // CHARS_PER_TOKEN + images * IMAGE_TOKENS + len(messages) * MESSAGE_OVERHEAD_TOKENS
+    return _tokens(chars, images, len(messages))
+
+
+def _tokens(chars: int, images: int, messages: int) -> int:
+    return chars // CHARS_PER_TOKEN + images * IMAGE_TOKENS + messages * MESSAGE_OVERHEAD_TOKENS
 
 
 class ContextEstimator:
-    """Estimated prompt size: the provider's last reported input tokens for the messages that request
-    carried, plus chars/4 for the messages added since. Without an anchor, chars/4 of everything."""
+    """Estimated prompt size of a history's messages plus a run's system prompt and tool schemas:
+    the provider's last reported input tokens for the messages that request carried, plus chars/4
+    for the messages added since; without such a count, chars/4 of everything.
 
-    def __init__(self, base_chars: int) -> None:
-        self._base_chars = base_chars  # system prompt and tool schemas
-        self._anchor_tokens: int | None = None
-        self._anchor_count = 0
+    Kept with the history across its runs: the sizes of the messages it has seen stay summed while
+    the history extends them (append-only between compactions, which reset it), so a run's first
+    estimate sizes only the messages added since the previous one, not the whole conversation. A
+    count is only used for the model (tokenizer) and the system prompt and tools it was taken with."""
 
-    def anchor(self, input_tokens: int, message_count: int) -> None:
-        self._anchor_tokens = input_tokens
-        self._anchor_count = message_count
+    __slots__ = ("_base_chars", "_tokenizer", "_count", "_chars", "_images", "_last", "_anchor", "sized")
+
+    def __init__(self) -> None:
+        self._base_chars = 0  # system prompt and tool schemas of the current run
+        self._tokenizer: Hashable = None
+        self._count = 0  # the first `_count` messages are summed: their characters and images
+        self._chars = 0
+        self._images = 0
+        self._last: object = None  # what names the last of them (see `_mark`)
+        # The provider's count: (input tokens, messages, their chars, their images, base chars, tokenizer).
+        self._anchor: tuple[int, int, int, int, int, Hashable] | None = None
+        self.sized = 0  # messages sized, over every run: each once while the history only grows
+
+    def for_run(self, base_chars: int, tokenizer: Hashable) -> None:
+        """A run starts: its system prompt and tool schemas' size, and what tokenizes them."""
+        self._base_chars, self._tokenizer = base_chars, tokenizer
 
     def reset(self) -> None:
-        self._anchor_tokens = None
-        self._anchor_count = 0
+        """The history's messages no longer start with those seen (a compaction restarted them)."""
+        self._count = self._chars = self._images = 0
+        self._last = self._anchor = None
 
     def estimate(self, messages: Sequence[Message]) -> int:
-        if self._anchor_tokens is None or self._anchor_count > len(messages):
-            return estimate_tokens(messages, self._base_chars)
-        return self._anchor_tokens + estimate_tokens(messages[self._anchor_count:])
+        self._extend(messages)
+        anchor = self._anchor
+        if anchor is None or anchor[4:] != (self._base_chars, self._tokenizer):
+            return _tokens(self._base_chars + self._chars, self._images, self._count)
+        tokens, count, chars, images = anchor[:4]
+        return tokens + _tokens(self._chars - chars, self._images - images, self._count - count)
+
+    def anchor(self, input_tokens: int, messages: Sequence[Message]) -> None:
+        """The provider counted `input_tokens` for a request carrying these messages."""
+        self._extend(messages)
+        self._anchor = (input_tokens, self._count, self._chars, self._images, self._base_chars, self._tokenizer)
+
+    def _extend(self, messages: Sequence[Message]) -> None:
+        """Sum the messages past those summed; all of them again when these do not extend those."""
+        count = self._count
+        if count and (len(messages) < count or not _same(self._last, _mark(messages, count - 1))):
+            self.reset()
+            count = 0
+        if count == len(messages):
+            return
+        for index in range(count, len(messages)):
+            chars, images = _message_size(messages[index])
+            self._chars += chars
+            self._images += images
+        self.sized += len(messages) - count
+        self._count = len(messages)
+        self._last = _mark(messages, self._count - 1)
+
+
+def _mark(messages: Sequence[Message], index: int) -> object:
+    """What names the index-th message: its key when the messages are keyed (a history's are, and
+    a stored message is decoded afresh for each reader), else the message object itself."""
+    return messages.key(index) if isinstance(messages, KeyedMessages) else messages[index]
+
+
+def _same(mark: object, other: object) -> bool:
+    return mark == other if isinstance(mark, str) else mark is other
 
 
 # ---- summary transcript --------------------------------------------------------------------------

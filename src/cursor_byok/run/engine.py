@@ -30,7 +30,7 @@ from ..providers import (
     Usage,
     add_usage,
 )
-from .compaction import CHARS_PER_TOKEN, ContextEstimator, fallback_summary, summary_transcript
+from .compaction import CHARS_PER_TOKEN, fallback_summary, summary_transcript
 from .cycle import Cycle, Summary, batch_outcomes, tool_call_request, tool_results_message
 from .eager import start_now
 from .events import CompactionFinished, CompactionStarted, ModelCycleFinished, ToolBatchFinished, ToolBatchStarted
@@ -118,7 +118,8 @@ class RunEngine:
         model = spec.model
         threshold = int(model.context_window * spec.compaction_threshold)
         schema_chars = len(msgspec.json.encode(spec.tools)) if spec.tools_chars is None else spec.tools_chars
-        estimator = ContextEstimator(len(spec.system) + schema_chars)
+        estimator = history.estimator()  # the history's, kept across its runs: sizes only what is new
+        estimator.for_run(len(spec.system) + schema_chars, (model.provider, model.model))
         usage_total: Usage | None = None
         cycles = 0
         finished: RunStop | None = None  # the model stopped; injections may still continue the run
@@ -188,7 +189,7 @@ class RunEngine:
                 continue
 
             if cycle.usage is not None and cycle.usage.input_tokens is not None:
-                estimator.anchor(cycle.usage.input_tokens, len(messages))
+                estimator.anchor(cycle.usage.input_tokens, messages)
             message = cycle.message()
             calls = cycle.tool_calls()
             if message.parts:

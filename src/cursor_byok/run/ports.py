@@ -5,6 +5,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from ..providers import Message, ProviderCall, Usage
+from .compaction import ContextEstimator
 from .events import RunEvent
 from .types import ToolCallRequest, ToolOutcome
 
@@ -32,6 +33,12 @@ class HistoryPort(Protocol):
     def messages(self) -> Sequence[Message]:
         """Provider-neutral projection of the history, ending with the current turn (keyed, so an
         adapter keeps each message's encoding across requests, see `KeyedMessages`)."""
+        ...
+
+    def estimator(self) -> ContextEstimator:
+        """The estimate of this history's context size, kept with the history across its runs (so a
+        run sizes only the messages added since the last one looked); reset when a compaction
+        restarts the messages."""
         ...
 
     def stored(self) -> Awaitable[object] | None:

@@ -144,6 +144,15 @@ def _message_id(message: Message, index: int) -> str:
     return "1" if message.role == "assistant" else f"m{index}"
 
 
+ID_FIELD = b"\n "  # a root id as the state's `root_prompt_messages_json` (field 1) holds it: tag, length 32
+ROOT_SIZE = len(ID_FIELD) + ID_SIZE
+
+
+def root_ids(roots: bytes) -> list[bytes]:
+    """The ids of encoded roots (see `RootBlobs.build`), one by one."""
+    return [roots[i + len(ID_FIELD) : i + ROOT_SIZE] for i in range(0, len(roots), ROOT_SIZE)]
+
+
 class RootBlobs:
     """The root-prompt blobs of a conversation's checkpoints: the system prompt, then every
     projected message, each encoded and hashed once.
@@ -152,34 +161,35 @@ class RootBlobs:
     ~15 ms per 300 messages (2.7 MB) of event-loop time, O(history²) over a session. Entries are
     immutable and the projection is append-only between compactions, so an entry that is the very
     same at the same position as last time keeps its blob. Only ids are kept, end to end in one bytes
-    object (not an object per message): the bytes would be a second copy of the history for as long
-    as the conversation lives, and the client holds the blobs it was sent (one it lacks is encoded
-    again); a message is decoded for its blob one at a time and not kept."""
+    object (not an object per message), encoded as the checkpoint's field holds them, so a build
+    extends them by the new messages' and the state takes them in one parse: the bytes would be a
+    second copy of the history for as long as the conversation lives, and the client holds the
+    blobs it was sent (one it lacks is encoded again); a message is decoded for its blob one at a
+    time and not kept."""
 
     def __init__(self) -> None:
         self._entries: Window | None = None  # the entries of the last build
-        self._ids = b""  # their blob ids end to end (32 bytes each), in the same order
+        self._ids = b""  # their blob ids, encoded as roots (`ROOT_SIZE` bytes each), in the same order
         self._model = ""
         self._system: RootBlob | None = None
+        self.kept = 0  # leading messages' roots the last build kept from the one before
 
-    def build(self, system_prompt: str | None, messages: Projection, model_name: str) -> list[bytes]:
-        """The root blob ids, the system prompt's first (when given); `blob(i)` gives the i-th."""
-        out: list[bytes] = []
+    def build(self, system_prompt: str | None, messages: Projection, model_name: str) -> bytes:
+        """The root blob ids, the system prompt's first (when given), encoded as the state's
+        `root_prompt_messages_json` (`root_ids` reads them; `blob(i)` gives the i-th blob)."""
         if system_prompt is not None:
             if self._system is None or self._system.source != system_prompt:
                 self._system = RootBlob(blob_id(system_json(system_prompt)), system_prompt)
-            out.append(self._system.id)
         else:
             self._system = None
         entries = messages.entries
         same = entries.common(self._entries) if model_name == self._model else 0
-        ids = bytearray(self._ids[: same * ID_SIZE])
+        ids = bytearray(self._ids[: same * ROOT_SIZE])
         for i in range(same, len(entries)):
             message = entries.message(i)
-            ids += blob_id(message_json(message, _message_id(message, i), model_name))
-        self._entries, self._ids, self._model = entries, bytes(ids), model_name
-        out += (self._ids[i : i + ID_SIZE] for i in range(0, len(ids), ID_SIZE))
-        return out
+            ids += ID_FIELD + blob_id(message_json(message, _message_id(message, i), model_name))
+        self._entries, self._ids, self._model, self.kept = entries, bytes(ids), model_name, same
+        return self._ids if self._system is None else ID_FIELD + self._system.id + self._ids
 
     def blob(self, index: int) -> RootBlob:
         """The `index`-th root blob of the last build (as `build` returned its id)."""
@@ -196,4 +206,4 @@ class RootBlobs:
         return None if index is None else self._id(index)
 
     def _id(self, index: int) -> bytes:
-        return self._ids[index * ID_SIZE : (index + 1) * ID_SIZE]
+        return self._ids[index * ROOT_SIZE + len(ID_FIELD) : (index + 1) * ROOT_SIZE]

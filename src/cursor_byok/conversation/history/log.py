@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
 from ... import hotpath
-from ...run import KeyedMessages, Message, TextPart, ToolCallPart
+from ...run import ContextEstimator, KeyedMessages, Message, TextPart, ToolCallPart
 from .entry import EntryKind, HistoryEntry
 from .stored import EMPTY, StoredEntries
 
@@ -30,22 +31,52 @@ class PrefixViolation(AssertionError):
     """The new provider history does not extend the previous one (without a compaction)."""
 
 
-class Window(Sequence[HistoryEntry]):
-    """Entries of a history in order: a request context a compaction kept (if any), a run of stored
-    entries, then entries appended since the history was read. Two windows of one history share
-    their leading entries when they have the same context, the same stored run and the very same
-    appended entries (`common`), without an object per stored entry."""
+class Appended:
+    """The entries appended to a history since it was read, in order. Only ever appended to, so a
+    window holds a range of it rather than a copy, two windows over the same range hold the very
+    same entries, and their event ids are kept end to end in one buffer as `keys` hands them out."""
 
-    __slots__ = ("context", "stored", "first", "stop", "added")
+    __slots__ = ("_entries", "_keys", "_key_starts")
 
-    def __init__(self, added: list[HistoryEntry], stored: StoredEntries = EMPTY, first: int = 0, stop: int | None = None,
-                 context: HistoryEntry | None = None) -> None:
-        self.context = context
-        self.stored, self.first, self.stop = stored, first, len(stored) if stop is None else stop
-        self.added = added
+    def __init__(self, entries: Iterable[HistoryEntry] = ()) -> None:
+        self._entries: list[HistoryEntry] = []
+        self._keys = bytearray()  # every entry's event id, length-prefixed (see `KeyedMessages.keys`)
+        self._key_starts = array("q", [0])
+        for entry in entries:
+            self.append(entry)
 
     def __len__(self) -> int:
-        return (self.context is not None) + self.stop - self.first + len(self.added)
+        return len(self._entries)
+
+    def __getitem__(self, index: int) -> HistoryEntry:
+        return self._entries[index]
+
+    def append(self, entry: HistoryEntry) -> None:
+        self._entries.append(entry)
+        self._keys += KeyedMessages.prefixed(entry.event_id)
+        self._key_starts.append(len(self._keys))
+
+    def keys(self, start: int, stop: int) -> bytes:
+        return bytes(self._keys[self._key_starts[start] : self._key_starts[stop]])
+
+
+class Window(Sequence[HistoryEntry]):
+    """Entries of a history in order: a request context a compaction kept (if any), a run of stored
+    entries, then a run of the entries appended since the history was read. Two windows of one
+    history share their leading entries when they have the same context, the same stored run and
+    the same start in the appended entries (`common`), without an object or a step per entry."""
+
+    __slots__ = ("context", "stored", "first", "stop", "added", "added_first", "added_stop")
+
+    def __init__(self, added: Appended | list[HistoryEntry], stored: StoredEntries = EMPTY, first: int = 0, stop: int | None = None,
+                 context: HistoryEntry | None = None, added_first: int = 0, added_stop: int | None = None) -> None:
+        self.context = context
+        self.stored, self.first, self.stop = stored, first, len(stored) if stop is None else stop
+        self.added = added if isinstance(added, Appended) else Appended(added)
+        self.added_first, self.added_stop = added_first, len(self.added) if added_stop is None else added_stop
+
+    def __len__(self) -> int:
+        return (self.context is not None) + self.stop - self.first + self.added_stop - self.added_first
 
     def _locate(self, index: int) -> tuple[HistoryEntry | None, int]:
         """(the entry, if it is an object) or (None, its index in the stored entries)."""
@@ -57,9 +88,10 @@ class Window(Sequence[HistoryEntry]):
             index -= 1
         if 0 <= index < self.stop - self.first:
             return None, self.first + index
-        if index < 0:
+        index -= self.stop - self.first
+        if not 0 <= index < self.added_stop - self.added_first:
             raise IndexError(index)
-        return self.added[index - self.stop + self.first], 0
+        return self.added[self.added_first + index], 0
 
     @overload
     def __getitem__(self, index: int) -> HistoryEntry: ...
@@ -80,8 +112,8 @@ class Window(Sequence[HistoryEntry]):
         offset = self.context is not None
         start, stop = max(start - offset, 0), max(stop - offset, 0)
         count = self.stop - self.first
-        return Window(self.added[max(start - count, 0) : max(stop - count, 0)], self.stored,
-                      self.first + min(start, count), self.first + min(stop, count), context)
+        return Window(self.added, self.stored, self.first + min(start, count), self.first + min(stop, count), context,
+                      self.added_first + max(start - count, 0), self.added_first + max(stop - count, 0))
 
     def message(self, index: int) -> Message:
         """The index-th message: an object's, or a stored one decoded afresh and not kept."""
@@ -103,8 +135,7 @@ class Window(Sequence[HistoryEntry]):
     def keys(self) -> bytes:
         """Every entry's event id, length-prefixed (see `KeyedMessages.keys`)."""
         parts = [KeyedMessages.prefixed(self.context.event_id)] if self.context is not None else []
-        parts.append(self.stored.keys(self.first, self.stop))
-        parts += (KeyedMessages.prefixed(entry.event_id) for entry in self.added)
+        parts += (self.stored.keys(self.first, self.stop), self.added.keys(self.added_first, self.added_stop))
         return b"".join(parts)
 
     def common(self, other: Window | None) -> int:
@@ -119,18 +150,16 @@ class Window(Sequence[HistoryEntry]):
             if mine != theirs:
                 return same + min(mine, theirs)
         same += mine
-        limit = min(len(self.added), len(other.added))
-        index = 0
-        while index < limit and self.added[index] is other.added[index]:
-            index += 1
-        return same + index
+        if other.added is not self.added or other.added_first != self.added_first:
+            return same
+        return same + min(self.added_stop, other.added_stop) - self.added_first
 
     def holding(self, message: Message) -> int | None:
         """The index of the entry whose decoded message is this very object (only an object's can be)."""
         if self.context is not None and self.context.holds(message):
             return 0
         offset = (self.context is not None) + self.stop - self.first
-        return next((offset + i for i, entry in enumerate(self.added) if entry.holds(message)), None)
+        return next((offset + i - self.added_first for i in range(self.added_first, self.added_stop) if self.added[i].holds(message)), None)
 
 
 class Projection(KeyedMessages):
@@ -175,7 +204,7 @@ class ConversationHistory:
     def __init__(self, conversation_id: str, *, strict_prefix: bool | None = None) -> None:
         self.conversation_id = conversation_id
         self._stored = EMPTY  # the entries read from the store, in one buffer (see stored.py)
-        self._added: list[HistoryEntry] = []  # the entries appended since
+        self._added = Appended()  # the entries appended since
         self._positions: dict[str, int] = {}  # event_id → index, of the appended entries
         self._base = 0  # index of the latest compaction entry (the projection starts there)
         self._latest_context: HistoryEntry | None = None
@@ -184,6 +213,7 @@ class ConversationHistory:
         self._projected: Window | None = None  # the last projection's entries
         self._unchecked: Window | None = None  # a projection whose check waits for the loop's next pass
         self.text_bytes = 0  # what its messages' text holds: most of what a history keeps in memory
+        self.context_size = ContextEstimator()  # its projection's size, summed as it grows (see the run engine)
         self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
@@ -253,6 +283,7 @@ class ConversationHistory:
             self._base = len(self) - 1
             self._base_context = self._latest_context  # kept across the reset
             self._chain, self._projected = b"", None  # an explicit prefix reset
+            self.context_size.reset()
 
     # -- request context: append-only, compared by content ----------------------------------------
     def latest_context_text(self) -> str | None:
@@ -275,7 +306,7 @@ class ConversationHistory:
         """Provider-neutral messages: everything since the latest compaction (which brings along the
         latest request context that preceded it)."""
         stored, base = len(self._stored), self._base
-        window = Window(self._added[max(base - stored, 0) :], self._stored, min(base, stored))
+        window = Window(self._added, self._stored, min(base, stored), added_first=max(base - stored, 0))
         if window and window.kind(0) is EntryKind.COMPACTION and self._base_context is not None:
             window.context = self._base_context
         self._check_pending()
