@@ -89,7 +89,7 @@ def test_cold_start_vs_floor(benchmark, tmp_path: Path) -> None:
     load = os.getloadavg()[0]
     benchmark.pedantic(rounds, rounds=1, iterations=1)
 
-    print(f"\nserve: spawn → first answered /healthz → ready; (another start) → first token; (a third) two turns")
+    print("\nserve: spawn → first answered /healthz → ready; (another start) → first token; (a third) two turns")
     print(f"0.5 s after ready, append → first token; {ROUNDS} rounds,")
     print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; median (min–max), ms")
     columns = {

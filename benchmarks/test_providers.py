@@ -11,7 +11,6 @@ it: the adapter's HTTP client is a stand-in that answers every request with the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest

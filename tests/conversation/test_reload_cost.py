@@ -216,7 +216,7 @@ async def test_a_history_read_again_holds_a_few_objects_whatever_its_length(tmp_
             gc.collect()
             held[count] = sys.getallocatedblocks() - before  # give or take tens of blocks other tests left to free
             histories.append(history)
-            assert len(history) == count and history.has(f"assistant:run-0:1") and history.next_seq == count + 1
+            assert len(history) == count and history.has("assistant:run-0:1") and history.next_seq == count + 1
         per_entry = (held[500] - held[50]) / 450
         assert per_entry < 0.5, f"a history read again holds {held[50]} blocks with 50 entries, {held[500]} with 500"
     finally:
