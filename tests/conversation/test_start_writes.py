@@ -1,6 +1,8 @@
 """What a turn start writes before the model is called, counted with a trace callback on the real
 store: one transaction holding the append's journal row and the turn's input (the input's only
-durable write before the model sees it), for a new conversation as for a follow-up."""
+durable write before the model sees it), for a new conversation as for a follow-up. The run's
+records (its run row, its request's binding, the conversation's row when it exists already) are not
+in it: they commit after the request has gone, and are stored when the turn is over."""
 from __future__ import annotations
 
 import uuid
@@ -79,3 +81,30 @@ async def test_a_start_is_one_transaction_before_the_model_is_called(
     before_model = await before_the_model(traced[0], provider, traced[1], follow_up)
     assert len(before_model) == 1, before_model
     assert {"INSERT INTO inbound_appends", "INSERT INTO history_events"} <= set(before_model[0])
+
+
+@pytest.mark.parametrize("follow_up", [False, True], ids=["new conversation", "follow-up"])
+async def test_the_run_records_are_not_written_before_the_model_is_called(
+    traced: tuple[Rig, list[str]], provider: FakeProviderServer, follow_up: bool
+) -> None:
+    written = {sql for transaction in await before_the_model(traced[0], provider, traced[1], follow_up) for sql in transaction}
+    assert not {"INSERT INTO runs", "INSERT INTO request_bindings"} & written, written
+    # A new conversation's row is: its input refers to it. A follow-up's update is not needed.
+    assert ("INSERT INTO conversations" in written) is not follow_up
+
+
+async def test_the_run_records_are_stored_when_the_turn_is_over(
+    traced: tuple[Rig, list[str]], provider: FakeProviderServer
+) -> None:
+    rig, statements = traced
+    assert rig.store is not None
+    conv = uuid.uuid4().hex
+    await start(rig, provider, statements, conv)
+    await start(rig, provider, statements, conv)
+    await rig.store.flush()
+    runs = await rig.store.list_runs(conv)
+    assert [r.outcome for r in runs] == ["succeeded", "succeeded"]
+    for run in runs:
+        assert run.request_id is not None and await rig.store.lookup_conversation(run.request_id) == conv
+    record = await rig.store.get_conversation(conv)
+    assert record is not None and record.last_cursor_run_id == runs[-1].cursor_run_id
