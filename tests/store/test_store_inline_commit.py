@@ -8,7 +8,9 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from cursor_byok.store import EventKind, NewEvent, RunRecord, Store
+import pytest
+
+from cursor_byok.store import EventKind, NewEvent, RunRecord, Store, WriteFailedError
 
 
 def _event(event_id: str, payload: bytes = b"p") -> NewEvent:
@@ -115,3 +117,40 @@ async def test_while_a_store_thread_is_busy_the_write_goes_to_the_writer_thread(
     handed = store.upsert_conversation(conversation("d"))  # on the writer thread now
     assert await store.lookup_conversation("r-fresh") is None  # answered by the reader thread
     await handed
+
+
+async def test_a_loop_commit_changes_no_lock_wait_setting(db_path: Path, conversation) -> None:
+    """The loop never waits for another process's lock: not because the connection's busy timeout
+    is switched to 0 and back around each of its commits (two more statements on the start's path),
+    but because the connection never waits; the writer thread waits for a lock itself."""
+    statements: list[str] = []
+    store = await Store.open(db_path, trace=statements.append)
+    try:
+        store.upsert_conversation(conversation("c"))
+        await store.flush()
+        del statements[:]
+        stored = store.append_events("c", [_event("user-1")])
+        store.hand_over_now()
+        assert stored.done()
+    finally:
+        await store.close()
+    assert not [sql for sql in statements if "busy_timeout" in sql]
+
+
+async def test_the_writer_thread_gives_up_on_a_lock_held_past_its_busy_timeout(db_path: Path, conversation) -> None:
+    store = await Store.open(db_path, busy_timeout_ms=300)
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    try:
+        store.upsert_conversation(conversation("c"))
+        await store.flush()
+        holder.execute("BEGIN IMMEDIATE")
+        started = asyncio.get_running_loop().time()
+        stored = store.append_events("c", [_event("user-1")])
+        with pytest.raises(WriteFailedError, match="locked"):
+            await asyncio.wait_for(stored, 10)
+        assert asyncio.get_running_loop().time() - started >= 0.3  # it waited its busy timeout first
+        holder.execute("ROLLBACK")
+        assert (await store.append_events("c", [_event("user-2")])).results[0].seq == 1
+    finally:
+        holder.close()
+        await store.close()

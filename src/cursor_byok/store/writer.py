@@ -11,7 +11,9 @@ If a batch's transaction fails, it is replayed one write per transaction so a ba
 alone. Futures are resolved on the loop, after the commit, by whoever receives the outcome.
 
 The loop may commit a small batch itself (`try_commit`) when nothing it handed over is still
-uncommitted: the connection's lock keeps the thread and the loop off it at the same time. SQLite's
+uncommitted: the connection's lock keeps the thread and the loop off it at the same time. The
+connection never waits for another process's write lock (busy timeout 0): the loop's attempt gives
+up at once, and the thread retries its BEGIN until the store's busy timeout has passed. SQLite's
 automatic WAL checkpoint (at 1,000 WAL pages, inside a COMMIT) is off for the loop's commits only:
 the thread's next commit checkpoints for them as before, and after `LOOP_COMMITS_PER_CHECKPOINT`
 loop commits with none of the thread's between, the thread is woken to run one itself.
@@ -24,6 +26,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +81,8 @@ class WriterThread:
         self._inbox: queue.SimpleQueue[list[WriteOp] | None] = queue.SimpleQueue()
         self._seq_cache: dict[str, tuple[int, int]] = {}  # used under _conn_lock
         self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
-        self._busy_timeout_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        self._busy_timeout_s = int(conn.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
+        conn.execute("PRAGMA busy_timeout = 0")  # waits are the thread's own (`_begin`)
         self._autocheckpoint_pages = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
         self._loop_commits = 0  # since the thread's last commit or checkpoint
         threading.Thread(target=self._run, name=name, daemon=True).start()
@@ -95,19 +99,17 @@ class WriterThread:
             return None  # the thread is checkpointing
         conn = self._conn
         try:
-            conn.execute("PRAGMA busy_timeout = 0")  # another process's lock: never wait on the loop
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # nor for a checkpoint in the COMMIT
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # never wait for a checkpoint in the COMMIT
             try:
                 outcome = BatchOutcome()
                 writes = [op for op in batch if not isinstance(op, Barrier)]
                 if writes:
-                    outcome.results = self._transaction(writes)
+                    outcome.results = self._transaction(writes, wait=False)
                     outcome.transactions = 1
                     self._loop_commits += 1
             except Exception:
                 return None
             finally:
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
                 conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint_pages}")
         finally:
             self._conn_lock.release()
@@ -205,11 +207,27 @@ class WriterThread:
                     outcome.results.append(Failed(WriteFailedError(op.describe(), single_exc)))
         return outcome
 
-    def _transaction(self, ops: list[WriteOp]) -> list[Any]:
+    def _begin(self, wait: bool) -> None:
+        """BEGIN IMMEDIATE; `wait`: while another connection holds the write lock, retry until the
+        busy timeout has passed (as SQLite's busy handler would, with the interpreter lock let go)."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        pause = 0.001
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if not wait or exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or left <= 0:
+                    raise
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.05)
+
+    def _transaction(self, ops: list[WriteOp], *, wait: bool = True) -> list[Any]:
         """Run `ops` in one transaction; returns each op's planned result (or Failed for an op that
         refused to plan). Raises, with everything rolled back, if the transaction fails."""
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin(wait)
         try:
             ctx, results, statements = self._plan(ops, self._probe(ops))
             for sql, rows in group_statements(statements):
