@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .bindings import DEFAULT_CAPACITY
+from .checkpointer import Checkpointer
 from .connection import check_sqlite_version, connect, open_writer
 from .errors import FlushError, StoreClosedError, WriteFailedError
 from .migrations import MIGRATIONS, Migration, stored_version
@@ -95,6 +96,7 @@ class StoreCore:
         writer: sqlite3.Connection | None,
         reader: sqlite3.Connection,
         loop_reader: sqlite3.Connection | None,
+        checkpoints: sqlite3.Connection | None,
         clock: Callable[[], int],
         max_batch_ops: int,
         schema_version: int,
@@ -120,6 +122,9 @@ class StoreCore:
             name=f"store-writer:{path}",
         )
         self._reader = ReaderThread(reader, name=f"store-reader:{path}")
+        self._checkpointer = None
+        if checkpoints is not None and self._writer is not None:
+            self._checkpointer = Checkpointer(checkpoints, self._writer, name=f"store-checkpoints:{path}")
         self._loop_reader = loop_reader  # used on the loop only
 
     # ----------------------------------------------------------------------------- lifecycle
@@ -156,11 +161,13 @@ class StoreCore:
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-        def open_all() -> tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None]:
+        Connections = tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None, sqlite3.Connection | None]
+
+        def open_all() -> Connections:
             if read_only:
                 reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
                 try:
-                    return None, stored_version(reader, migrations, path=str(path)), reader, None
+                    return None, stored_version(reader, migrations, path=str(path)), reader, None, None
                 except BaseException:
                     reader.close()
                     raise
@@ -170,20 +177,22 @@ class StoreCore:
                 opened.append(writer)
                 opened.append(connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True))
                 opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=True))
+                opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=False))  # checkpoints
             except BaseException:
                 for conn in opened:
                     conn.close()
                 raise
-            return writer, version, opened[1], opened[2]
+            return writer, version, opened[1], opened[2], opened[3]
 
-        writer, version, reader, loop_reader = await asyncio.to_thread(open_all)
+        writer, version, reader, loop_reader, checkpoints = await asyncio.to_thread(open_all)
         if trace is not None:
-            for conn in (writer, reader, loop_reader):
+            for conn in (writer, reader, loop_reader, checkpoints):
                 if conn is not None:
                     conn.set_trace_callback(trace)
         return cls(
-            path=path, writer=writer, reader=reader, loop_reader=loop_reader, clock=clock or now_ms,
-            max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync, binding_cache=binding_cache,
+            path=path, writer=writer, reader=reader, loop_reader=loop_reader, checkpoints=checkpoints,
+            clock=clock or now_ms, max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync,
+            binding_cache=binding_cache,
         )
 
     async def __aenter__(self: Self) -> Self:
@@ -223,6 +232,8 @@ class StoreCore:
             self._closed = True
             if self._loop_reader is not None:
                 self._loop_reader.close()
+            if self._checkpointer is not None:
+                await asyncio.to_thread(self._checkpointer.stop)
             await self._reader.close()
 
     # ---------------------------------------------------------------------------- internals
@@ -325,6 +336,8 @@ class StoreCore:
         self._in_flight -= len(batch)
         stats.batches += 1
         stats.transactions += outcome.transactions
+        if self._checkpointer is not None:
+            self._checkpointer.committed(outcome.transactions)
         stats.isolation_replays += outcome.replayed
         results = iter(outcome.results)
         for op in batch:
