@@ -12,7 +12,8 @@ power loss can drop the last few transactions. `synchronous=FULL` also fsyncs ea
 
 A write nobody waits for and nothing needs soon (a run's start records) may be queued `later`: it
 is handed over with the next write that is, or after `LATER_SECONDS` at most, so it shares that
-write's commit instead of adding one, or one ahead of a turn's input on the way to the model.
+write's commit instead of adding one; queued after a turn's input, it stays out of the commit the
+model request waits for.
 
 A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
 store's threads are idle (nothing handed over is uncommitted, no read outstanding) and the batch

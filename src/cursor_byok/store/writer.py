@@ -76,8 +76,8 @@ class WriterThread:
         self._stopped = stopped
         self._loop = asyncio.get_running_loop()
         self._inbox: queue.SimpleQueue[list[WriteOp] | None] = queue.SimpleQueue()
-        self._seq_cache: dict[str, tuple[int, int]] = {}  # used under conn_lock
-        self.conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop (or checkpoints)
+        self._seq_cache: dict[str, tuple[int, int]] = {}  # used under _conn_lock
+        self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
         self._busy_timeout_s = int(conn.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
         conn.execute("PRAGMA busy_timeout = 0")  # waits are the thread's own (`_begin`)
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints are the checkpointer's
@@ -92,8 +92,8 @@ class WriterThread:
         now, if the connection is free and the database's write lock can be had without waiting.
         None (nothing written): hand the batch to the thread, which waits for the lock and isolates
         a bad write."""
-        if not self.conn_lock.acquire(blocking=False):
-            return None  # the thread is committing
+        if not self._conn_lock.acquire(blocking=False):
+            return None  # the thread is checkpointing
         try:
             outcome = BatchOutcome()
             writes = [op for op in batch if not isinstance(op, Barrier)]
@@ -103,7 +103,7 @@ class WriterThread:
         except Exception:
             return None
         finally:
-            self.conn_lock.release()
+            self._conn_lock.release()
         return outcome
 
     def checkpoint_soon(self, run: Callable[[sqlite3.Connection], None]) -> None:
@@ -133,11 +133,11 @@ class WriterThread:
                     stopping = self._take(pending, item)
                 if self._checkpoint is not None:
                     run, self._checkpoint = self._checkpoint, None
-                    with self.conn_lock:
+                    with self._conn_lock:
                         run(self._conn)
                 if pending:
                     batch = [pending.popleft() for _ in range(min(len(pending), self._max_batch_ops))]
-                    with self.conn_lock:
+                    with self._conn_lock:
                         outcome = self._commit(batch)
                     self._post(self._deliver, batch, outcome)
                     batch = []
