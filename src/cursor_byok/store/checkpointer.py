@@ -81,17 +81,18 @@ class Checkpointer:
 
     def _on_writer(self, conn: sqlite3.Connection) -> None:
         """On the writer's thread, its connection held: no commit beside this checkpoint, so it
-        copies the whole WAL (what no reader still needs) and the next write starts it over."""
-        run_now(conn, self._running)
+        copies the whole WAL and, unless a reader still uses it, empties the file (TRUNCATE, which
+        waits for no one on this connection: its busy timeout is 0)."""
+        run_now(conn, self._running, "TRUNCATE")
         self._since_short = 0
         self._writer_asked = False
 
 
-def run_now(conn: sqlite3.Connection, running: threading.Lock) -> int:
-    """A PASSIVE checkpoint (copies what no reader still needs, waits for no writer); the WAL's pages."""
+def run_now(conn: sqlite3.Connection, running: threading.Lock, mode: str = "PASSIVE") -> int:
+    """A checkpoint (PASSIVE: copies what no reader still needs, waits for no writer); the WAL's pages."""
     with running:
         try:
-            return int(conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+            return int(conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()[1])
         except sqlite3.Error as exc:  # e.g. another process checkpointing: the next one catches up
             log.warning("WAL checkpoint skipped: %s", exc)
             return 0
