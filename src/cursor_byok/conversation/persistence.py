@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,8 @@ class ConversationRecords:
         self.store = store  # cursor_byok.store.Store, or None for a memory-only runtime
         self.stopping = False  # the server stops: streams ending now were cut, their input is kept
         self._last_append: asyncio.Future[Any] | None = None  # the newest history write not known durable
+        self._has_row = False  # the conversation's row is stored or queued (its history refers to it)
+        self._run_records: Callable[[], None] | None = None  # a started run's records, not yet queued
 
     async def load(self) -> StoredConversation:
         """Everything a runtime needs from the store; a failed read is `unavailable` (retry)."""
@@ -44,6 +47,7 @@ class ConversationRecords:
             rows = await store.load_conversation(self.conversation_id, StoredEntries)
         except (StoreError, sqlite3.Error, OSError) as exc:
             raise ConnectError("unavailable", f"could not read this conversation's history ({exc}); try again") from exc
+        self._has_row = rows.record is not None
         parent = None
         if rows.record is not None and rows.record.parent is not None:
             p = rows.record.parent
@@ -60,6 +64,7 @@ class ConversationRecords:
         stored = self._last_append = self.store.append_events(self.conversation_id, [_event(e) for e in entries])
         if awaited:
             self.store.hand_over_now()
+        self._queue_run_records()  # after the input: they are not on its way to the model
         return stored
 
     async def history_durable(self) -> None:
@@ -81,12 +86,14 @@ class ConversationRecords:
 
     async def put_checkpoint(self, run: ActiveRun, state: pb.ConversationStateStructure, kind: str) -> None:
         if self.store is not None:
+            self._queue_run_records()
             await self.store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind=kind, run_id=run.run_id)
 
     def put_tool_state(self, state: ToolState) -> asyncio.Future[Any] | None:
         """Queue the state (await the future for durability); None without a store."""
         if self.store is None:
             return None
+        self._queue_run_records()
         return self.store.put_tool_state(self.conversation_id, encode_tool_state(state))
 
     def inputs_applied(self, output: OutputStream) -> None:
@@ -100,37 +107,55 @@ class ConversationRecords:
             self.store.settle_appends(output.request_id, output.cursor_run_id, output.settled_seqno)
 
     def run_started(self, run: ActiveRun, parent: ParentConversationRef | None, phase: str) -> None:
+        """The run's records: the conversation's row, the request's binding, the run's row. Only a
+        new conversation's row is queued now (the input refers to it); the rest is queued after the
+        run's first write (its input), `later`: committed with the next commit, off the model's path.
+        A crash before then loses only these records: the journal resumes the run, which binds its
+        request again."""
         store = self.store
         if store is None:
             return
         rr = run.run_request
-        model_id = rr.requested_model.model_id or rr.model_details.model_id
         now = now_ms()
-        store.upsert_conversation(
-            ConversationRecord(
-                conversation_id=self.conversation_id,
-                created_at_ms=now,
-                updated_at_ms=now,
-                parent=ParentRef(parent.parent_conversation_id, parent.parent_run_id, parent.parent_tool_call_id) if parent else None,
-                model_id=model_id,
-                mode=enum_name(pb.AgentMode, run.mode),
-                last_cursor_run_id=run.cursor_run_id or None,
-            )
+        record = ConversationRecord(
+            conversation_id=self.conversation_id,
+            created_at_ms=now,
+            updated_at_ms=now,
+            parent=ParentRef(parent.parent_conversation_id, parent.parent_run_id, parent.parent_tool_call_id) if parent else None,
+            model_id=rr.requested_model.model_id or rr.model_details.model_id,
+            mode=enum_name(pb.AgentMode, run.mode),
+            last_cursor_run_id=run.cursor_run_id or None,
         )
-        store.bind_request(run.request_id, self.conversation_id, run.cursor_run_id or None)
-        store.start_run(
-            RunRecord(
-                run_id=run.run_id,
-                conversation_id=self.conversation_id,
-                phase=phase,
-                started_at_ms=run.started_ms,
-                cursor_run_id=run.cursor_run_id or None,
-                request_id=run.request_id,
-            )
+        started = RunRecord(
+            run_id=run.run_id,
+            conversation_id=self.conversation_id,
+            phase=phase,
+            started_at_ms=run.started_ms,
+            cursor_run_id=run.cursor_run_id or None,
+            request_id=run.request_id,
         )
+        later = self._has_row
+        if not later:
+            store.upsert_conversation(record)
+            self._has_row = True
+        self._queue_run_records()  # an earlier run's, if it wrote nothing
+
+        def queue() -> None:
+            if later:
+                store.upsert_conversation(record, later=True)
+            store.bind_request(run.request_id, self.conversation_id, run.cursor_run_id or None, later=True)
+            store.start_run(started, later=True)
+
+        self._run_records = queue
+
+    def _queue_run_records(self) -> None:
+        queue, self._run_records = self._run_records, None
+        if queue is not None:
+            queue()
 
     def run_finished(self, run: ActiveRun, outcome: Outcome, error: ConnectError | None) -> None:
         if self.store is not None:
+            self._queue_run_records()
             self.store.finish_run(
                 run.run_id,
                 outcome.value,

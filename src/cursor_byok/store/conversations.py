@@ -57,9 +57,9 @@ class ConversationRecords(StoreCore):
         self._bindings = BindingCache(binding_cache)
 
     # -- writes ------------------------------------------------------------------------------
-    def upsert_conversation(self, record: ConversationRecord) -> asyncio.Future[None]:
+    def upsert_conversation(self, record: ConversationRecord, *, later: bool = False) -> asyncio.Future[None]:
         """Insert or update a conversation. `created_at_ms` of an existing row is kept; its parent
-        ref is immutable (a different one fails the write)."""
+        ref is immutable (a different one fails the write). `later`: see `StoreCore._enqueue`."""
         parent = record.parent
         if parent is not None and not isinstance(parent, ParentRef):
             raise TypeError(f"parent must be a ParentRef or None, got {type(parent).__name__}")
@@ -77,7 +77,8 @@ class ConversationRecords(StoreCore):
         )
         return self._enqueue(
             RowWrite(f"upsert conversation {record.conversation_id}", Stage.CONVERSATIONS,
-                     UPSERT_CONVERSATION, row)
+                     UPSERT_CONVERSATION, row),
+            later=later,
         )
 
     def bind_request(
@@ -87,6 +88,7 @@ class ConversationRecords(StoreCore):
         cursor_run_id: str | None = None,
         *,
         created_at_ms: int | None = None,
+        later: bool = False,
     ) -> asyncio.Future[BindOutcome]:
         """Bind `request_id` to `conversation_id`.
 
@@ -94,7 +96,8 @@ class ConversationRecords(StoreCore):
         is known in memory to be bound, to another conversation; a stored binding memory no longer
         holds fails the write instead (WriteFailedError caused by BindingConflict). Binding it again
         to the same conversation is idempotent (a given cursor_run_id replaces the stored one) and
-        resolves to ALREADY_BOUND.
+        resolves to ALREADY_BOUND. `later`: see `StoreCore._enqueue` (memory knows the binding at
+        once either way).
         """
         self._check_writable()
         if not request_id or not conversation_id:
@@ -102,7 +105,7 @@ class ConversationRecords(StoreCore):
         self._bindings.reserve(request_id, conversation_id)
         row = (request_id, conversation_id, cursor_run_id,
                self._clock() if created_at_ms is None else created_at_ms)
-        return self._enqueue(BindRequest(self._bindings, row))
+        return self._enqueue(BindRequest(self._bindings, row), later=later)
 
     def bound_conversation(self, request_id: str) -> str | None:
         """The conversation a request_id is bound (or being bound) to, if memory holds it: the
@@ -141,12 +144,13 @@ class ConversationRecords(StoreCore):
             if found is not None or bindings.commits - commits < bindings.capacity:
                 return found
 
-    def start_run(self, record: RunRecord) -> asyncio.Future[None]:
+    def start_run(self, record: RunRecord, *, later: bool = False) -> asyncio.Future[None]:
+        """`later`: see `StoreCore._enqueue`."""
         if record.outcome is not None or record.ended_at_ms is not None:
             raise ValueError("start_run takes an active run (outcome and ended_at_ms None)")
         row = (record.run_id, record.conversation_id, record.cursor_run_id, record.request_id,
                record.phase, record.started_at_ms)
-        return self._enqueue(RowWrite(f"start run {record.run_id}", Stage.RUNS, INSERT_RUN, row))
+        return self._enqueue(RowWrite(f"start run {record.run_id}", Stage.RUNS, INSERT_RUN, row), later=later)
 
     def update_run_phase(self, run_id: str, phase: str) -> asyncio.Future[None]:
         """Record the phase of an active run; a no-op once the run has finished."""

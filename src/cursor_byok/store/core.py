@@ -10,6 +10,11 @@ Durability: with `synchronous=NORMAL` (default) a committed transaction is in th
 its future resolves, so it survives the process being killed (`kill -9`, OOM); only an OS crash or
 power loss can drop the last few transactions. `synchronous=FULL` also fsyncs each commit.
 
+A write nobody waits for and nothing needs soon (a run's start records) may be queued `later`: it
+is handed over with the next write that is, or after `LATER_SECONDS` at most, so it shares that
+write's commit instead of adding one; queued after a turn's input, it stays out of the commit the
+model request waits for.
+
 A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
 store's threads are idle (nothing handed over is uncommitted, no read outstanding) and the batch
 is small, at most once every `LOOP_COMMIT_SPACING_NS`: no hand-over to the thread and back, and
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .bindings import DEFAULT_CAPACITY
+from .checkpointer import Checkpointer
 from .connection import check_sqlite_version, connect, open_writer
 from .errors import FlushError, StoreClosedError, WriteFailedError
 from .migrations import MIGRATIONS, Migration, stored_version
@@ -53,6 +59,8 @@ T = TypeVar("T")
 LOOP_COMMIT_MAX_OPS = 64
 # At most one commit on the loop per 20 ms (~0.3 ms each): under 2 % of the loop's time.
 LOOP_COMMIT_SPACING_NS = 20_000_000
+# How long a write queued `later` may wait for another to share its commit.
+LATER_SECONDS = 0.2
 Self = TypeVar("Self", bound="StoreCore")
 
 
@@ -89,6 +97,7 @@ class StoreCore:
         writer: sqlite3.Connection | None,
         reader: sqlite3.Connection,
         loop_reader: sqlite3.Connection | None,
+        checkpoints: sqlite3.Connection | None,
         clock: Callable[[], int],
         max_batch_ops: int,
         schema_version: int,
@@ -100,7 +109,9 @@ class StoreCore:
         self.stats = StoreStats()
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._outbox: list[WriteOp] = []  # enqueued during this pass of the loop
+        self._outbox: list[WriteOp] = []  # enqueued, not yet handed over
+        self._due = False  # a hand-over is scheduled for this pass of the loop
+        self._later: asyncio.TimerHandle | None = None  # the hand-over of writes queued `later`
         self._in_flight = 0  # ops handed to the writer thread and not yet delivered back
         self._next_loop_commit_ns = 0  # monotonic: the loop may commit itself from then on
         self._unreported: list[WriteFailedError] = []
@@ -112,6 +123,9 @@ class StoreCore:
             name=f"store-writer:{path}",
         )
         self._reader = ReaderThread(reader, name=f"store-reader:{path}")
+        self._checkpointer = None
+        if checkpoints is not None and self._writer is not None:
+            self._checkpointer = Checkpointer(checkpoints, self._writer, name=f"store-checkpoints:{path}")
         self._loop_reader = loop_reader  # used on the loop only
 
     # ----------------------------------------------------------------------------- lifecycle
@@ -148,11 +162,13 @@ class StoreCore:
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-        def open_all() -> tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None]:
+        Connections = tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None, sqlite3.Connection | None]
+
+        def open_all() -> Connections:
             if read_only:
                 reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
                 try:
-                    return None, stored_version(reader, migrations, path=str(path)), reader, None
+                    return None, stored_version(reader, migrations, path=str(path)), reader, None, None
                 except BaseException:
                     reader.close()
                     raise
@@ -162,20 +178,22 @@ class StoreCore:
                 opened.append(writer)
                 opened.append(connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True))
                 opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=True))
+                opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=False))  # checkpoints
             except BaseException:
                 for conn in opened:
                     conn.close()
                 raise
-            return writer, version, opened[1], opened[2]
+            return writer, version, opened[1], opened[2], opened[3]
 
-        writer, version, reader, loop_reader = await asyncio.to_thread(open_all)
+        writer, version, reader, loop_reader, checkpoints = await asyncio.to_thread(open_all)
         if trace is not None:
-            for conn in (writer, reader, loop_reader):
+            for conn in (writer, reader, loop_reader, checkpoints):
                 if conn is not None:
                     conn.set_trace_callback(trace)
         return cls(
-            path=path, writer=writer, reader=reader, loop_reader=loop_reader, clock=clock or now_ms,
-            max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync, binding_cache=binding_cache,
+            path=path, writer=writer, reader=reader, loop_reader=loop_reader, checkpoints=checkpoints,
+            clock=clock or now_ms, max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync,
+            binding_cache=binding_cache,
         )
 
     async def __aenter__(self: Self) -> Self:
@@ -215,6 +233,8 @@ class StoreCore:
             self._closed = True
             if self._loop_reader is not None:
                 self._loop_reader.close()
+            if self._checkpointer is not None:
+                await asyncio.to_thread(self._checkpointer.stop)
             await self._reader.close()
 
     # ---------------------------------------------------------------------------- internals
@@ -254,14 +274,33 @@ class StoreCore:
         if self._writer is None:
             raise StoreClosedError(f"store {self.path} is open read-only")
 
-    def _enqueue(self, op: WriteOp) -> asyncio.Future[Any]:
+    def _enqueue(self, op: WriteOp, *, later: bool = False) -> asyncio.Future[Any]:
+        """Queue `op`; it is handed over at the end of this pass of the loop, or, `later`, with the
+        next write that is (at most `LATER_SECONDS` on)."""
         self._check_writable()
         future: asyncio.Future[Any] = self._loop.create_future()
         op.future = future
-        if not self._outbox:
-            self._loop.call_soon(self._hand_over)
         self._outbox.append(op)
+        if self._due:
+            return future  # it goes with this pass's hand-over
+        if not later:
+            self._due = True
+            self._loop.call_soon(self._hand_over_due)
+        elif self._later is None:
+            self._later = self._loop.call_later(LATER_SECONDS, self._hand_over)
         return future
+
+    def _hand_over_due(self) -> None:
+        if self._due:  # not taken already by hand_over_now
+            self._hand_over()
+
+    def _taken(self) -> None:
+        """The outbox has been handed over (or committed): nothing is scheduled for it any more."""
+        self._outbox = []
+        self._due = False
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
 
     def hand_over_now(self) -> None:
         """Hand what is queued to the writer now, not after the callbacks ahead of the usual hand-over:
@@ -276,7 +315,7 @@ class StoreCore:
         ):
             outcome = writer.try_commit(ops)
             if outcome is not None:
-                self._outbox = []
+                self._taken()
                 self._next_loop_commit_ns = now + LOOP_COMMIT_SPACING_NS
                 self.stats.loop_commits += outcome.transactions
                 self._in_flight += len(ops)
@@ -285,8 +324,9 @@ class StoreCore:
         self._hand_over()
 
     def _hand_over(self) -> None:
-        if self._outbox:
-            ops, self._outbox = self._outbox, []
+        ops = self._outbox
+        self._taken()
+        if ops:
             assert self._writer is not None  # only writable stores enqueue
             self._in_flight += len(ops)
             self._writer.submit(ops)
@@ -297,6 +337,8 @@ class StoreCore:
         self._in_flight -= len(batch)
         stats.batches += 1
         stats.transactions += outcome.transactions
+        if self._checkpointer is not None:
+            self._checkpointer.committed(outcome.transactions)
         stats.isolation_replays += outcome.replayed
         results = iter(outcome.results)
         for op in batch:
@@ -326,7 +368,7 @@ class StoreCore:
         # resolve.
         self._closing = True
         unprocessed += self._outbox
-        self._outbox = []
+        self._taken()
         reason = StoreClosedError(f"store writer stopped: {error!r}" if error else f"store {self.path} is closed")
         for op in unprocessed:
             if not op.future.done():

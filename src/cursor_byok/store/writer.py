@@ -11,10 +11,12 @@ If a batch's transaction fails, it is replayed one write per transaction so a ba
 alone. Futures are resolved on the loop, after the commit, by whoever receives the outcome.
 
 The loop may commit a small batch itself (`try_commit`) when nothing it handed over is still
-uncommitted: the connection's lock keeps the thread and the loop off it at the same time. SQLite's
-automatic WAL checkpoint (at 1,000 WAL pages, inside a COMMIT) is off for the loop's commits only:
-the thread's next commit checkpoints for them as before, and after `LOOP_COMMITS_PER_CHECKPOINT`
-loop commits with none of the thread's between, the thread is woken to run one itself.
+uncommitted: the connection's lock keeps the thread and the loop off it at the same time. The
+connection never waits for another process's write lock (busy timeout 0): the loop's attempt gives
+up at once, and the thread retries its BEGIN until the store's busy timeout has passed. Nor does
+it checkpoint in a COMMIT (SQLite's automatic checkpoint is off): checkpoints run on their own
+thread (checkpointer.py), which asks for one here between two transactions only when the WAL stays
+long (`checkpoint_soon`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +37,6 @@ from .errors import WriteFailedError
 from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
 
 log = logging.getLogger("cursor_byok.store")
-
-# A turn start's commit writes ~15 pages; SQLite's own checkpoint runs at 1,000.
-LOOP_COMMITS_PER_CHECKPOINT = 64
 
 # Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
 # indexed probe); bounded, so idle conversations hold nothing here.
@@ -78,9 +78,10 @@ class WriterThread:
         self._inbox: queue.SimpleQueue[list[WriteOp] | None] = queue.SimpleQueue()
         self._seq_cache: dict[str, tuple[int, int]] = {}  # used under _conn_lock
         self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
-        self._busy_timeout_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-        self._autocheckpoint_pages = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-        self._loop_commits = 0  # since the thread's last commit or checkpoint
+        self._busy_timeout_s = int(conn.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
+        conn.execute("PRAGMA busy_timeout = 0")  # waits are the thread's own (`_begin`)
+        conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints are the checkpointer's
+        self._checkpoint: Callable[[sqlite3.Connection], None] | None = None  # asked for by it
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def submit(self, ops: list[WriteOp]) -> None:
@@ -93,27 +94,22 @@ class WriterThread:
         a bad write."""
         if not self._conn_lock.acquire(blocking=False):
             return None  # the thread is checkpointing
-        conn = self._conn
         try:
-            conn.execute("PRAGMA busy_timeout = 0")  # another process's lock: never wait on the loop
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # nor for a checkpoint in the COMMIT
-            try:
-                outcome = BatchOutcome()
-                writes = [op for op in batch if not isinstance(op, Barrier)]
-                if writes:
-                    outcome.results = self._transaction(writes)
-                    outcome.transactions = 1
-                    self._loop_commits += 1
-            except Exception:
-                return None
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-                conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint_pages}")
+            outcome = BatchOutcome()
+            writes = [op for op in batch if not isinstance(op, Barrier)]
+            if writes:
+                outcome.results = self._transaction(writes, wait=False)
+                outcome.transactions = 1
+        except Exception:
+            return None
         finally:
             self._conn_lock.release()
-        if self._loop_commits >= LOOP_COMMITS_PER_CHECKPOINT:
-            self._inbox.put([])  # wakes the thread, which checkpoints
         return outcome
+
+    def checkpoint_soon(self, run: Callable[[sqlite3.Connection], None]) -> None:
+        """From any thread: `run(connection)` before the next batch, no commit beside it."""
+        self._checkpoint = run
+        self._inbox.put([])
 
     def stop(self) -> None:
         """Commit everything submitted before this call, then close the connection."""
@@ -135,13 +131,14 @@ class WriterThread:
                     except queue.Empty:
                         break
                     stopping = self._take(pending, item)
-                self._checkpoint_if_due()  # before what was queued after the wake-up
+                if self._checkpoint is not None:
+                    run, self._checkpoint = self._checkpoint, None
+                    with self._conn_lock:
+                        run(self._conn)
                 if pending:
                     batch = [pending.popleft() for _ in range(min(len(pending), self._max_batch_ops))]
                     with self._conn_lock:
                         outcome = self._commit(batch)
-                        if outcome.transactions:
-                            self._loop_commits = 0  # its COMMIT checkpointed if the WAL was due
                     self._post(self._deliver, batch, outcome)
                     batch = []
                 if stopping and not pending:
@@ -158,17 +155,6 @@ class WriterThread:
                 unprocessed.extend(item or ())
             self._conn.close()
             self._post(self._stopped, error, unprocessed)
-
-    def _checkpoint_if_due(self) -> None:
-        if self._loop_commits < LOOP_COMMITS_PER_CHECKPOINT:
-            return
-        with self._conn_lock:
-            self._loop_commits = 0
-            try:
-                # PASSIVE: copies what no reader still needs; never waits for readers or writers.
-                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except sqlite3.Error as exc:  # e.g. another process checkpointing: the next one catches up
-                log.warning("WAL checkpoint skipped: %s", exc)
 
     @staticmethod
     def _take(pending: collections.deque[WriteOp], item: list[WriteOp] | None) -> bool:
@@ -205,11 +191,27 @@ class WriterThread:
                     outcome.results.append(Failed(WriteFailedError(op.describe(), single_exc)))
         return outcome
 
-    def _transaction(self, ops: list[WriteOp]) -> list[Any]:
+    def _begin(self, wait: bool) -> None:
+        """BEGIN IMMEDIATE; `wait`: while another connection holds the write lock, retry until the
+        busy timeout has passed (as SQLite's busy handler would, with the interpreter lock let go)."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        pause = 0.001
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if not wait or exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or left <= 0:
+                    raise
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.05)
+
+    def _transaction(self, ops: list[WriteOp], *, wait: bool = True) -> list[Any]:
         """Run `ops` in one transaction; returns each op's planned result (or Failed for an op that
         refused to plan). Raises, with everything rolled back, if the transaction fails."""
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin(wait)
         try:
             ctx, results, statements = self._plan(ops, self._probe(ops))
             for sql, rows in group_statements(statements):

@@ -1,0 +1,98 @@
+"""WAL checkpoints on their own thread and connection, so that no commit ever runs one.
+
+SQLite's automatic checkpoint runs inside the COMMIT that takes the WAL past its threshold: copying
+some thousand pages into the database file and syncing it there (1–4 ms of CPU, more of wall time)
+held up every write queued behind that commit, a turn's input among them. A PASSIVE checkpoint on
+another connection runs beside the writer (it takes no write lock) and copies what no reader still
+needs; the writer's connection has the automatic one off.
+
+The WAL starts over from its beginning only when a write begins after a checkpoint has copied all of
+it, which one running beside a steady stream of commits may never have done: when the WAL is still
+long after one (or this thread lags behind the commits), the writer is asked to run one itself
+between two of its transactions (most of the WAL is copied by then, so the writes queued meanwhile
+wait briefly), and its next write starts the WAL over.
+"""
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+
+from .writer import WriterThread
+
+log = logging.getLogger("cursor_byok.store")
+
+# Commits between checkpoints: a turn start's commit writes ~13 pages, a journaled append's 2, so
+# the WAL holds a few hundred pages between two (SQLite's own threshold is 1,000).
+COMMITS_PER_CHECKPOINT = 48
+# WAL pages left after a checkpoint, or commits since the WAL was last short (this thread may lag
+# under load), beyond which the writer runs one itself.
+WAL_LIMIT_PAGES = 1000
+WAL_LIMIT_COMMITS = 2 * COMMITS_PER_CHECKPOINT
+
+
+class Checkpointer:
+    """`committed(n)` on the loop after each batch; `stop()` ends the thread, which closes the connection."""
+
+    def __init__(self, conn: sqlite3.Connection, writer: WriterThread, *, name: str) -> None:
+        self._conn = conn
+        self._writer = writer
+        self._running = threading.Lock()  # one checkpoint at a time: another would fail (busy)
+        self._wake = threading.Event()
+        self._stopping = False
+        self._commits = 0  # since the last wake-up
+        self._since_short = 0  # commits since a checkpoint left the WAL short
+        self._writer_asked = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def committed(self, transactions: int) -> None:
+        self._commits += transactions
+        self._since_short += transactions
+        if self._commits >= COMMITS_PER_CHECKPOINT:
+            self._commits = 0
+            self._wake.set()
+        if self._since_short >= WAL_LIMIT_COMMITS:
+            self._ask_writer()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                if run_now(self._conn, self._running) < WAL_LIMIT_PAGES:
+                    self._since_short = 0
+                else:
+                    self._ask_writer()
+        finally:
+            self._conn.close()
+
+    def _ask_writer(self) -> None:
+        if not self._writer_asked:
+            self._writer_asked = True
+            self._writer.checkpoint_soon(self._on_writer)
+
+    def _on_writer(self, conn: sqlite3.Connection) -> None:
+        """On the writer's thread, its connection held: no commit beside this checkpoint, so it
+        copies the whole WAL and, unless a reader still uses it, empties the file (TRUNCATE, which
+        waits for no one on this connection: its busy timeout is 0)."""
+        run_now(conn, self._running, "TRUNCATE")
+        self._since_short = 0
+        self._writer_asked = False
+
+
+def run_now(conn: sqlite3.Connection, running: threading.Lock, mode: str = "PASSIVE") -> int:
+    """A checkpoint (PASSIVE: copies what no reader still needs, waits for no writer); the WAL's pages."""
+    with running:
+        try:
+            return int(conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()[1])
+        except sqlite3.Error as exc:  # e.g. another process checkpointing: the next one catches up
+            log.warning("WAL checkpoint skipped: %s", exc)
+            return 0
