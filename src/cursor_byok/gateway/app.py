@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from typing import Any
 
 import httpx
 
-from .. import local_trust
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, ServerConfig, resolve_api_key
 from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
@@ -53,17 +51,14 @@ def sweep_seconds(server: ServerConfig) -> float:
 
 
 class Gateway:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, guard: RequestGuard | None = None) -> None:
+        """`guard`: the one already in front of the server while it loaded, if any."""
         self.config = config
         self.transports = Transports(
             config.server.max_transports, config.server.transport_idle_seconds, run_is_live=self._run_is_live
         )
         self.pending = Pending(config.server.max_pending_requests, config.server.max_pending_per_connection)
-        self.guard = RequestGuard(
-            config,
-            proxy_secret=os.environ.get(local_trust.PROXY_SECRET_ENV, ""),
-            auth_token=local_trust.auth_token(config),
-        )
+        self.guard = guard or RequestGuard.of_server(config)
         self.store: Any = None
         self.http: httpx.AsyncClient | None = None  # upstream passthrough
         self.provider_http: ProviderHttp | None = None
@@ -249,8 +244,8 @@ class Gateway:
 _AGENT_ROUTES = {BIDI_APPEND_PATH: handle_append, RUN_SSE_PATH: handle_run_sse, RUN_PATH: handle_run}
 
 
-def create_app(config: Config) -> Gateway:
-    return Gateway(config)
+def create_app(config: Config, guard: RequestGuard | None = None) -> Gateway:
+    return Gateway(config, guard)
 
 
 __all__ = ["Gateway", "create_app", "sweep_seconds"]

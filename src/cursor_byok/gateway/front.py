@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .. import local_trust
 from ..config import Config
 from ..lazy import warm_up
 from ..protocol import ConnectError
@@ -40,11 +38,7 @@ class LoadingFront:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._guard = RequestGuard(
-            config,
-            proxy_secret=os.environ.get(local_trust.PROXY_SECRET_ENV, ""),
-            auth_token=local_trust.auth_token(config),
-        )
+        self._guard = RequestGuard.of_server(config)  # the gateway's too, once it is up
         self._gateway: Gateway | None = None
         self._loaded: asyncio.Future[Gateway] = asyncio.get_running_loop().create_future()
         self.warmed: asyncio.Task[None] | None = None  # the warm-up, once the gateway is up
@@ -54,7 +48,7 @@ class LoadingFront:
         is raised here; requests waiting for the gateway are answered `unavailable`."""
         try:
             module = await asyncio.to_thread(importlib.import_module, ".app", __package__)
-            gateway: Gateway = module.create_app(self.config)
+            gateway: Gateway = module.create_app(self.config, self._guard)
             try:
                 await gateway.startup()
             except BaseException:
@@ -86,7 +80,7 @@ class LoadingFront:
         await gateway(scope, receive, send)
 
     async def _answered_health(self, scope: Scope, send: Send) -> bool:
-        """The health probe, before the gateway is up: the gateway's own guard and answer."""
+        """The health probe, before the gateway is up: the guard the gateway takes over, and its answer."""
         path = self._guard.route_path(dict(scope))  # a copy: the gateway routes the original again
         if path not in HEALTH_PATHS:
             return False

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import os
 from dataclasses import dataclass
 
 from .. import local_trust
@@ -81,6 +82,12 @@ def _authorities(host: str, port: int) -> set[bytes]:
 
 class RequestGuard:
     """See the module docstring. `check(scope, content_types)` → None (go on) or the Refusal."""
+
+    @classmethod
+    def of_server(cls, config: Config) -> RequestGuard:
+        """The guard of the server `config` runs: our own proxy's secret from the environment, the
+        configured auth token."""
+        return cls(config, proxy_secret=os.environ.get(local_trust.PROXY_SECRET_ENV, ""), auth_token=local_trust.auth_token(config))
 
     def __init__(self, config: Config, *, proxy_secret: str, auth_token: str) -> None:
         port = config.server.port
