@@ -19,7 +19,6 @@ from ..run import Message
 from . import updates
 from .active_run import ActiveRun, now_ms
 from .history import (
-    ID_FIELD,
     ROOT_SIZE,
     Blob,
     ConversationHistory,
@@ -29,6 +28,7 @@ from .history import (
     blob_id,
     message_from_json,
     pending_json,
+    root_id,
     root_ids,
     summary_blobs,
     todo_blobs,
@@ -170,10 +170,10 @@ class Checkpoints:
             client = self.blobs.client_roots(request_id)
             known = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :])
             if system and client[:ROOT_SIZE] == roots[:ROOT_SIZE]:
-                held.add(_root_id(roots, 0))
+                held.add(root_id(roots, 0))
         count = len(roots) // ROOT_SIZE
-        lacking = [0] if system and _root_id(roots, 0) not in held else []
-        lacking += (i for i in range(first + known, count) if _root_id(roots, i) not in held)
+        lacking = [0] if system and root_id(roots, 0) not in held else []
+        lacking += (i for i in range(first + known, count) if root_id(roots, i) not in held)
         unacked = next((i for i in lacking if i >= first), count)
         self._held_roots = (request_id, unacked - first)
         return lacking
@@ -276,10 +276,6 @@ class Checkpoints:
             if role == "assistant" and message is not None:
                 out.append((EntryKind.ASSISTANT, f"hydrated-pending:{blob_id(data).hex()}", message))
         return out
-
-
-def _root_id(roots: bytes, index: int) -> bytes:
-    return roots[index * ROOT_SIZE + len(ID_FIELD) : (index + 1) * ROOT_SIZE]
 
 
 def _common_roots(theirs: bytes, ours: bytes) -> int:

@@ -1,7 +1,7 @@
 """Canonical conversation history, its provider projection, and checkpoint message blobs."""
 from __future__ import annotations
 
-from .checkpoint import ID_FIELD, ROOT_SIZE, RootBlob, RootBlobs, blob_id, message_from_json, message_json, pending_json, root_ids, system_json
+from .checkpoint import ROOT_SIZE, RootBlob, RootBlobs, blob_id, message_from_json, message_json, pending_json, root_id, root_ids, system_json
 from .derived import DerivedState, summary_blobs, todo_blobs
 from .turns import Blob, StepLog, TurnLog, decode_turn
 from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
@@ -38,7 +38,7 @@ __all__ = [
     "RootBlob",
     "RootBlobs",
     "ROOT_SIZE",
-    "ID_FIELD",
+    "root_id",
     "root_ids",
     "system_json",
 ]

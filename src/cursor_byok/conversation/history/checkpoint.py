@@ -148,9 +148,14 @@ ID_FIELD = b"\n "  # a root id as the state's `root_prompt_messages_json` (field
 ROOT_SIZE = len(ID_FIELD) + ID_SIZE
 
 
+def root_id(roots: bytes, index: int) -> bytes:
+    """The `index`-th id of encoded roots (see `RootBlobs.build`)."""
+    return roots[index * ROOT_SIZE + len(ID_FIELD) : (index + 1) * ROOT_SIZE]
+
+
 def root_ids(roots: bytes) -> list[bytes]:
-    """The ids of encoded roots (see `RootBlobs.build`), one by one."""
-    return [roots[i + len(ID_FIELD) : i + ROOT_SIZE] for i in range(0, len(roots), ROOT_SIZE)]
+    """The ids of encoded roots, one by one."""
+    return [root_id(roots, index) for index in range(len(roots) // ROOT_SIZE)]
 
 
 class RootBlobs:
@@ -198,12 +203,9 @@ class RootBlobs:
                 return self._system
             index -= 1
         assert self._entries is not None
-        return RootBlob(self._id(index), self._entries[index], index, self._model)
+        return RootBlob(root_id(self._ids, index), self._entries[index], index, self._model)
 
     def id_of(self, message: Message) -> bytes | None:
         """The blob id built for this very message object in the last build, if any."""
         index = None if self._entries is None else self._entries.holding(message)
-        return None if index is None else self._id(index)
-
-    def _id(self, index: int) -> bytes:
-        return self._ids[index * ROOT_SIZE + len(ID_FIELD) : (index + 1) * ROOT_SIZE]
+        return None if index is None else root_id(self._ids, index)
