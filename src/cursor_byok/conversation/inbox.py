@@ -6,6 +6,7 @@ the runtime's (`_take`); nothing here changes a conversation's lifecycle.
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import collections
 import contextvars
@@ -14,7 +15,7 @@ from .commands import ClientInput, Command
 from .output import OutputStream
 
 
-class CommandInbox:
+class CommandInbox(abc.ABC):
     """The runtime's base: it defines `_take(cmd)` (True: the runtime ends), which sets `_taking`
     while it handles a command."""
 
@@ -29,8 +30,9 @@ class CommandInbox:
         # Input accepted for a stream and still in the queue: the stream stays open for it.
         self._unhandled: dict[OutputStream, int] = {}
 
+    @abc.abstractmethod
     def _take(self, cmd: Command) -> bool:
-        raise NotImplementedError
+        """Handle one command; True: the runtime ends."""
 
     def start(self) -> None:
         self._open = True
