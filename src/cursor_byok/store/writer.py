@@ -93,7 +93,7 @@ class WriterThread:
         None (nothing written): hand the batch to the thread, which waits for the lock and isolates
         a bad write."""
         if not self._conn_lock.acquire(blocking=False):
-            return None  # the thread is checkpointing
+            return None  # the thread is using the connection (a batch, or a checkpoint asked of it)
         try:
             outcome = BatchOutcome()
             writes = [op for op in batch if not isinstance(op, Barrier)]
