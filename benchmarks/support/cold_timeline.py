@@ -94,7 +94,8 @@ def _hook_app(app) -> None:  # type: ignore[no-untyped-def]
 
     _stamp("gateway modules imported")
     _after(store.Store, "open", "store opened (migrations checked)", before="gateway start begins")
-    _after(app, "verified_tls", "TLS context built")
+    if hasattr(app, "verified_tls"):  # before the trust store (its own stamp, below)
+        _after(app, "verified_tls", "TLS context built")
     _after(providers.ProviderPool, "start", "provider pool started")
     _after(conversation.ConversationService, "restore", "conversations restored")
     _after(app, "resume_journaled", "journal recovered")
@@ -140,6 +141,7 @@ def child(argv: list[str]) -> None:
 
     _on_import("cursor_byok.gateway.front", hook_front)
     _on_import("cursor_byok.gateway.app", _hook_app)
+    _on_import("cursor_byok.trust_store", lambda store: _after(store, "verified", "trust store built"))
     cli.main(argv)
 
 
