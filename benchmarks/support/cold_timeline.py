@@ -12,7 +12,8 @@ the provider pool, restore, journal recovery), ready. Each stamp: ms since spawn
 `time.monotonic()` before the spawn; CLOCK_MONOTONIC is the same clock in every process), the
 CPU ms of the thread that took it, and the process's CPU ms. The server stops itself once ready.
 
-`BENCH_SRC=<tree>/src` runs another source tree (a before/after pair).
+`BENCH_SRC=<tree>/src` runs another source tree (a before/after pair); `BENCH_IMPORTTIME=0` leaves
+out `-X importtime` (which slows every import down: the stamps are then closer to a plain start).
 """
 from __future__ import annotations
 
@@ -173,7 +174,8 @@ def one_start() -> tuple[list[dict[str, object]], dict[str, float]]:
         env = {**os.environ, "PYTHONPATH": path, "CURSOR_BYOK_TEST_KEY": "sk-bench"}
         prober = subprocess.Popen([sys.executable, "-c", _PROBE, str(port)], stdout=subprocess.PIPE, text=True)
         env[_SPAWNED] = repr(time.monotonic())
-        out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env, cwd=ROOT,
+        importtime = ["-X", "importtime"] if os.environ.get("BENCH_IMPORTTIME", "1") != "0" else []
+        out = subprocess.run([sys.executable, *importtime, "-c", code], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
         probe_ms = float(prober.communicate(timeout=10)[0] or "nan")
     stamps = [json.loads(line[len(STAMP):]) for line in out.stderr.splitlines() if line.startswith(STAMP)]
@@ -216,6 +218,8 @@ def main(starts: int) -> None:
         med = {key: statistics.median(s[key] for s in same) for key in ("wall", "thread_cpu", "cpu")}
         print(f"{stamp['step']:<46} {med['wall']:7.1f} {med['thread_cpu']:11.1f} {med['cpu']:12.1f}  {stamp['thread']}")
     packages = {p: statistics.median(run[1].get(p, 0.0) for run in runs) for p in set().union(*(run[1] for run in runs))}
+    if not packages:
+        return
     print("\nimport self-time by package (-X importtime, wall, median ms; all threads):")
     for package, ms in sorted(packages.items(), key=lambda kv: -kv[1])[:30]:
         print(f"  {package:<36} {ms:6.1f}")
