@@ -11,8 +11,9 @@ import sys
 import threading
 
 import certifi
+import pytest
 
-from cursor_byok.trust_store import default_cas_skipped, verified
+from cursor_byok.trust_store import TrustStoreError, default_cas_skipped, verified
 
 COUNT_CA_LOADS = """
 import json, ssl
@@ -59,3 +60,13 @@ def test_the_trust_store_follows_ssl_cert_file(monkeypatch, tmp_path) -> None:
     bundle.write_text(ssl.DER_cert_to_PEM_cert(one))
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     assert verified().get_ca_certs(binary_form=True) == [one]
+
+
+def test_a_bundle_that_is_not_pem_is_one_line_naming_it(monkeypatch, tmp_path) -> None:
+    bundle = tmp_path / "garbage.pem"
+    bundle.write_text("not a certificate\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    with pytest.raises(TrustStoreError) as caught:
+        verified()
+    message = str(caught.value)
+    assert message.startswith(f"the CA certificates in SSL_CERT_FILE={bundle}: ") and "\n" not in message, message

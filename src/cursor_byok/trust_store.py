@@ -16,16 +16,34 @@ not verify anyway.
 from __future__ import annotations
 
 import contextlib
+import os
 import ssl
 import threading
 from collections.abc import Iterator
 
 
+class TrustStoreError(Exception):
+    """The CA certificates could not be loaded; its text is one line naming where from and the fix."""
+
+
 def verified(*, trust_env: bool = True) -> ssl.SSLContext:
-    """A new verifying context with the trust store's CAs; build it once and share it."""
+    """A new verifying context with the trust store's CAs; build it once and share it.
+    TrustStoreError when the bundle cannot be loaded."""
     import httpx  # its rule for which CAs, so every client of ours trusts the same ones
 
-    return httpx.create_ssl_context(trust_env=trust_env)
+    try:
+        return httpx.create_ssl_context(trust_env=trust_env)
+    except OSError as exc:  # ssl.SSLError too: a file that is not a PEM bundle
+        raise TrustStoreError(_problem(exc, trust_env)) from None
+
+
+def _problem(exc: OSError, trust_env: bool) -> str:
+    reason = exc.strerror or str(exc)
+    for variable in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
+        value = os.environ.get(variable) if trust_env else None
+        if value:  # httpx's order: the file wins
+            return f"the CA certificates in {variable}={value}: {reason} (point it at a PEM bundle, or unset it)"
+    return f"certifi's CA certificates: {reason} (reinstall certifi, or name a bundle in SSL_CERT_FILE)"
 
 
 @contextlib.contextmanager
@@ -46,4 +64,4 @@ def default_cas_skipped() -> Iterator[None]:
         ssl.SSLContext.set_default_verify_paths = original  # type: ignore[method-assign]
 
 
-__all__ = ["default_cas_skipped", "verified"]
+__all__ = ["TrustStoreError", "default_cas_skipped", "verified"]

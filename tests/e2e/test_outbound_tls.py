@@ -80,3 +80,12 @@ async def test_a_certificate_the_trust_store_does_not_trust_is_refused(tmp_path:
     assert relayed.status_code == 502
     assert tls_fake.requests == []  # neither the provider nor the upstream saw a request
     assert "Traceback" not in server_log
+
+
+def test_a_ca_bundle_that_cannot_be_loaded_is_one_line_at_start(tmp_path: Path, tls_fake: FakeProviderServer) -> None:
+    config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=tls_fake.url + "/v1")])
+    missing = tmp_path / "no-such-bundle.pem"
+    result = ServerProcess(config, env={"SSL_CERT_FILE": str(missing)}).run_to_exit()
+    lines = [line for line in result.stderr.splitlines() if line.startswith("cursor-byok:")]
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"SSL_CERT_FILE={missing}" in lines[0] and "No such file" in lines[0] and "unset it" in lines[0], lines[0]
