@@ -50,7 +50,7 @@ def run_cli(*argv: str) -> str:
 def test_help_and_version_load_nothing_of_the_server() -> None:
     for argv in (("--help",), ("--version",), ("serve", "--help"), ("conversations", "--help")):
         loaded = loaded_after(run_cli(*argv))
-        assert among(loaded, SERVER_STACK + PROXY_STACK + ("asyncio",)) == [], argv
+        assert among(loaded, SERVER_STACK + PROXY_STACK + ("asyncio", "ssl")) == [], argv
 
 
 def test_doctor_loads_nothing_of_the_server(tmp_path: Path) -> None:

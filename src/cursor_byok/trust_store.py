@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import ssl
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # ssl is imported where it is used: the CLI's light commands import this module
+    import ssl
 
 
 class TrustStoreError(Exception):
@@ -50,6 +53,8 @@ def _problem(exc: OSError, trust_env: bool) -> str:
 def default_cas_skipped() -> Iterator[None]:
     """While inside, contexts made in this thread do not load the system's default CAs (see the
     module's note); other threads' contexts are untouched."""
+    import ssl
+
     original = ssl.SSLContext.set_default_verify_paths
     importing = threading.get_ident()
 
