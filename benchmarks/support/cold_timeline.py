@@ -64,9 +64,14 @@ def _after(owner: object, name: str, step: str, before: str | None = None) -> No
 
 
 def _on_import(module: str, hook) -> None:  # type: ignore[no-untyped-def]
-    """Run `hook(module)` right after `module` is first imported (in whichever thread imports it)."""
+    """Run `hook(module)` right after `module` is first imported (in whichever thread imports it),
+    or now if it already is."""
     import importlib.abc
     import importlib.util
+
+    if module in sys.modules:
+        hook(sys.modules[module])
+        return
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
