@@ -93,7 +93,7 @@ def test_cold_start_vs_floor(benchmark, tmp_path: Path) -> None:
     print(f"0.5 s after ready, append → first token; {ROUNDS} rounds,")
     print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; median (min–max), ms")
     columns = {
-        "health": "health", "ready": "ready", "health_cpu": "CPU to health", "first_token": "first token",
+        "health": "health", "ready": "ready", "health_cpu": "CPU to health", "ready_cpu": "CPU to ready", "first_token": "first token",
         "first_token_cpu": "CPU to token", "turn_after_ready": "1st turn, ready", "second_turn": "2nd turn, ready",
     }
     print(f"{'':>8} | " + " | ".join(f"{title:>18}" for title in columns.values()))

@@ -50,7 +50,7 @@ def run_cli(*argv: str) -> str:
 def test_help_and_version_load_nothing_of_the_server() -> None:
     for argv in (("--help",), ("--version",), ("serve", "--help"), ("conversations", "--help")):
         loaded = loaded_after(run_cli(*argv))
-        assert among(loaded, SERVER_STACK + PROXY_STACK + ("asyncio",)) == [], argv
+        assert among(loaded, SERVER_STACK + PROXY_STACK + ("asyncio", "ssl")) == [], argv
 
 
 def test_doctor_loads_nothing_of_the_server(tmp_path: Path) -> None:
@@ -74,9 +74,9 @@ def test_the_gateway_loads_no_proxy_stack_and_no_unused_provider_kind() -> None:
     assert among(loaded, ("cursor_byok.providers.anthropic", "cursor_byok.providers.openai_responses")) == []
 
 
-def test_serve_loads_no_http_client_and_no_gateway_before_it_listens() -> None:
+def test_serve_loads_no_http_client_no_protobuf_and_no_gateway_before_it_listens() -> None:
     """Its start checks and what answers the health probe: the gateway itself (the conversation
-    runtime, the store, the HTTP clients) is loaded behind the probe."""
+    runtime, the store, the HTTP clients, protobuf and the wire messages) is loaded behind the probe."""
     no_proxy = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     loaded = loaded_after(
         "import cursor_byok.cli, cursor_byok.gateway, granian.server.embed, uvloop\n"
@@ -86,7 +86,10 @@ def test_serve_loads_no_http_client_and_no_gateway_before_it_listens() -> None:
         env=no_proxy,
     )
     assert "cursor_byok.gateway.front" in loaded
-    heavy = ("aiohttp", "httpx", "cursor_byok.gateway.app", "cursor_byok.conversation", "cursor_byok.store", "cursor_byok.providers")
+    heavy = (
+        "aiohttp", "httpx", "google.protobuf", "cursor_byok.protocol.messages", "cursor_byok.protocol.compat",
+        "cursor_byok.gateway.app", "cursor_byok.conversation", "cursor_byok.store", "cursor_byok.providers",
+    )
     assert among(loaded, heavy + PROXY_STACK + NOT_AT_START) == []
 
 

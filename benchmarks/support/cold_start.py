@@ -94,6 +94,7 @@ class Start:
     health: float  # the first 204 from the health check
     health_cpu: float
     ready: float = math.nan  # the first 204 not marked as still starting (without a turn)
+    ready_cpu: float = math.nan
     first_token: float = math.nan  # the first text delta of a turn sent right after `health`
     first_token_cpu: float = math.nan
     turn_after_ready: float = math.nan  # append → first token of the first turn, sent once ready
@@ -135,6 +136,7 @@ def cold_start(which: str) -> Start:
     with spawned(which) as (proc, port, health, started):
         start = Start(wait_answered(proc, port, health, started), cpu_seconds(proc.pid))
         start.ready = wait_answered(proc, port, health, started, ready=True)
+        start.ready_cpu = cpu_seconds(proc.pid)
         return start
 
 

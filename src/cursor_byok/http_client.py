@@ -17,13 +17,16 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
-import httpx
-import httpx_aiohttp.transport
-from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
-from httpx_aiohttp.transport import map_aiohttp_exceptions
+from .trust_store import default_cas_skipped
 
-from .proxy_env import env_proxy
+with default_cas_skipped():  # aiohttp's own default contexts: never used here (trust_store.py)
+    import aiohttp
+import httpx  # noqa: E402
+import httpx_aiohttp.transport  # noqa: E402
+from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient  # noqa: E402
+from httpx_aiohttp.transport import map_aiohttp_exceptions  # noqa: E402
+
+from .proxy_env import env_proxy  # noqa: E402
 
 # httpx-aiohttp maps every aiohttp connection error, a refused connection or a dropped one included,
 # to httpx.ConnectTimeout; callers that tell a timeout (504) from an unreachable peer (502) need the
@@ -239,13 +242,6 @@ class ProviderHttp:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-
-def verified_tls(*, trust_env: bool = True) -> ssl.SSLContext:
-    """The TLS context clients verify servers with (certifi's CAs, or SSL_CERT_FILE / SSL_CERT_DIR
-    when `trust_env`). Loading the CAs takes tens of ms: a server loads them once and hands the
-    context to each of its clients (each would load its own)."""
-    return httpx.create_ssl_context(trust_env=trust_env)
 
 
 def streaming_client(*, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> ProviderHttp:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -72,8 +73,10 @@ class FakeProviderServer:
     closing each after its reply. HEAD requests (connection warm-ups) are answered 204 and recorded
     in `probes`, apart from `requests`."""
 
-    def __init__(self, *, keep_alive: bool = False) -> None:
+    def __init__(self, *, keep_alive: bool = False, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: serve HTTPS with this server context (its certificate is what clients verify)."""
         self.keep_alive = keep_alive
+        self.tls = tls
         self.requests: list[RecordedRequest] = []
         self.probes: list[RecordedRequest] = []
         self._replies: collections.deque[Reply] = collections.deque()
@@ -87,6 +90,8 @@ class FakeProviderServer:
             owner = server
 
         self._httpd = _ListeningServer(("127.0.0.1", 0), Handler)
+        if tls is not None:  # a client that refuses the certificate fails its handshake: no request
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, name="fake-provider", daemon=True
@@ -112,7 +117,7 @@ class FakeProviderServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     # ---- scripting -------------------------------------------------------------------------------
     def enqueue(self, *replies: Reply) -> None:

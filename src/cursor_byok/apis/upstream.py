@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .. import local_trust
+from .. import local_trust, trust_store
 from ..interceptor import HttpError, UpstreamDialer
 from .hosts import UnusableProxy, is_cursor_host, relay_proxy
 
@@ -90,11 +90,26 @@ def forward_headers(raw: Iterable[tuple[bytes, bytes]], content_length: int | No
     return out
 
 
+def _h2_context() -> ssl.SSLContext:
+    context = trust_store.verified()
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
 class Upstream:
     def __init__(self, base_url: str, client: httpx.AsyncClient, *, body_idle_seconds: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.client = client
         self.body_idle_seconds = body_idle_seconds  # a streamed-through request body may pause this long
+        self._relay_tls: asyncio.Future[ssl.SSLContext] | None = None
+
+    async def _relay_context(self) -> ssl.SSLContext:
+        """The Run relay's TLS context: the trust store's CAs, offering h2 alone (a context of its
+        own: the other clients offer HTTP/1.1). Built on the first relay, in a thread (its CAs take
+        ~40 ms to load), then kept."""
+        if self._relay_tls is None:
+            self._relay_tls = asyncio.ensure_future(asyncio.to_thread(_h2_context))
+        return await asyncio.shield(self._relay_tls)
 
     def target_url(self, scope: Scope) -> httpx.URL:
         """Where this request goes. The header may pick another Cursor host only while we point at
@@ -179,9 +194,7 @@ class Upstream:
         url = await self._target_or_refuse(scope, send)
         if url is None:
             return
-        tls = ssl.create_default_context() if url.scheme == "https" else None
-        if tls is not None:
-            tls.set_alpn_protocols(["h2"])
+        tls = await self._relay_context() if url.scheme == "https" else None
         try:
             # Through the proxy the environment names for this URL (as every other passthrough goes).
             dialer = UpstreamDialer(relay_proxy(url), connect_seconds=10.0)

@@ -15,6 +15,7 @@ from .. import local_trust
 from ..config import Config, ConfigError, config_path
 from ..datadir import secure_data_dir, use_private_umask
 from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, display_address
+from ..trust_store import TrustStoreError
 from . import startup
 from .chain import corporate_proxy
 from .common import CommandError, gateway_url, load_config, port_number, proxy_url, setup_logging
@@ -57,7 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             listener = bind_listener(cfg.server.host, cfg.server.port)
             secure_data_dir(cfg.data_path)  # ours now: tighten what an earlier run left open
             return _serve(cfg, listener, config_path(getattr(args, "config", None)))
-    except (DataDirError, PortUnavailable) as exc:
+    except (DataDirError, PortUnavailable, TrustStoreError) as exc:
         raise CommandError(str(exc)) from None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from typing import Any
 
 import httpx
@@ -15,11 +16,12 @@ import httpx
 from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, ServerConfig, resolve_api_key
 from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
-from ..http_client import ProviderHttp, passthrough_client, streaming_client, verified_tls
+from ..http_client import ProviderHttp, passthrough_client, streaming_client
 from ..observability import Dashboard, GatewayGauges, Metrics, Recorder
 from ..protocol import internal_error, new_error_id
 from ..providers import Provider, ProviderPool
 from ..run import RunEngine
+from ..trust_store import verified
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .journal import resume_journaled
@@ -51,9 +53,11 @@ def sweep_seconds(server: ServerConfig) -> float:
 
 
 class Gateway:
-    def __init__(self, config: Config, guard: RequestGuard | None = None) -> None:
-        """`guard`: the one already in front of the server while it loaded, if any."""
+    def __init__(self, config: Config, guard: RequestGuard | None = None, tls: ssl.SSLContext | None = None) -> None:
+        """`guard`: the one already in front of the server while it loaded, if any; `tls`: the trust
+        store's context, if it was built beside the gateway's import (else `startup` builds it)."""
         self.config = config
+        self._tls = tls
         self.transports = Transports(
             config.server.max_transports, config.server.transport_idle_seconds, run_is_live=self._run_is_live
         )
@@ -87,7 +91,7 @@ class Gateway:
         keep_large_blocks_out_of_the_heap()
         self._trimmer = Trimmer()
         self.store = await Store.open(self.config.database_path)
-        tls = verified_tls()
+        tls = self._tls or verified()  # every outbound client verifies with this one context
         self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0), verify=tls)
         self.provider_http = streaming_client(verify=tls)
         self.providers = ProviderPool(self.provider_http)
@@ -244,8 +248,8 @@ class Gateway:
 _AGENT_ROUTES = {BIDI_APPEND_PATH: handle_append, RUN_SSE_PATH: handle_run_sse, RUN_PATH: handle_run}
 
 
-def create_app(config: Config, guard: RequestGuard | None = None) -> Gateway:
-    return Gateway(config, guard)
+def create_app(config: Config, guard: RequestGuard | None = None, tls: ssl.SSLContext | None = None) -> Gateway:
+    return Gateway(config, guard, tls)
 
 
 __all__ = ["Gateway", "create_app", "sweep_seconds"]

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from .. import trust_store
 from ..config import Config
 from ..lazy import warm_up
 from ..protocol import ConnectError
@@ -47,8 +48,11 @@ class LoadingFront:
         """Import the gateway (in a thread), make it and start it; the started gateway. A failure
         is raised here; requests waiting for the gateway are answered `unavailable`."""
         try:
-            module = await asyncio.to_thread(importlib.import_module, ".app", __package__)
-            gateway: Gateway = module.create_app(self.config, self._guard)
+            # The trust store's CAs load with the interpreter lock let go: beside the import, not after it.
+            module, tls = await asyncio.gather(
+                asyncio.to_thread(importlib.import_module, ".app", __package__), asyncio.to_thread(trust_store.verified)
+            )
+            gateway: Gateway = module.create_app(self.config, self._guard, tls)
             try:
                 await gateway.startup()
             except BaseException:

@@ -1,9 +1,14 @@
 """Local vs upstream: the seqno-0 run request's model decides (local models and their variant ids)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..config import Config
-from ..protocol import ConnectError, agent_pb2 as pb, which
+from ..protocol import ConnectError
 from .transport import Route
+
+if TYPE_CHECKING:  # protobuf: not loaded before the server listens (the probe's answer needs these paths)
+    from ..protocol import agent_pb2 as pb
 
 RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
 RUN_PATH = "/agent.v1.AgentService/Run"  # the same agent stream as one HTTP/2 bidi call
@@ -21,6 +26,8 @@ def requested_model_id(run_request: pb.AgentRunRequest) -> str:
 
 def route_for(message: pb.AgentClientMessage, config: Config) -> Route:
     """Route of a transport from its seqno-0 message; ConnectError if it does not select a model."""
+    from ..protocol import which
+
     if which(message, "message") != "run_request":
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
     model_id = requested_model_id(message.run_request)

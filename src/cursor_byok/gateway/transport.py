@@ -17,9 +17,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import hotpath
-from ..protocol import BidiAppend, ConnectError
+from ..protocol import ConnectError
+
+if TYPE_CHECKING:
+    from ..protocol import BidiAppend
 
 log = logging.getLogger("cursor_byok.gateway.transport")
 

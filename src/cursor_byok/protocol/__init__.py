@@ -7,23 +7,13 @@ delegated to `cursor_byok.hotpath` (compiled, or its pure twin).
 """
 from __future__ import annotations
 
-from .bidi import BidiAppend, client_message, decode_bidi_append
-from .codec import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    SERVER_HEARTBEAT_FRAME,
-    DecodedStream,
-    StreamDecoder,
-    decode_message,
-    decode_stream,
-    decode_unary,
-    encode_server_message,
-    encode_server_messages,
-    encode_unary,
-    end_stream_error,
-    end_stream_ok,
-    parse_end_stream,
-)
-from .compat import enum_name, unknown_fields, which
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
+
+# Eager: what the health probe and the guard's refusals answer with, which needs no protobuf. The
+# rest (protobuf and the generated modules, ~40 ms to import) on first use: the server listens,
+# and answers the probe, before it has loaded them (gateway/front.py).
 from .errors import (
     CONNECT_CODES,
     ERROR_DETAILS_TYPE,
@@ -39,27 +29,64 @@ from .errors import (
     new_error_id,
     provider_error,
 )
-from .headers import RequestHeaders, parse_request_headers
-from .ids import (
-    MAX_ID_BYTES,
-    AgentSessionId,
-    ConversationId,
-    CursorRunId,
-    ExecId,
-    InjectionId,
-    MessageId,
-    RequestId,
-    RunId,
-    ToolCallId,
-    TraceId,
-    check_client_message_ids,
-    check_id,
-    new_internal_run_id,
-    new_trace_id,
+
+if TYPE_CHECKING:
+    from .bidi import BidiAppend, client_message, decode_bidi_append
+    from .codec import (
+        DEFAULT_MAX_MESSAGE_SIZE,
+        SERVER_HEARTBEAT_FRAME,
+        DecodedStream,
+        StreamDecoder,
+        decode_message,
+        decode_stream,
+        decode_unary,
+        encode_server_message,
+        encode_server_messages,
+        encode_unary,
+        end_stream_error,
+        end_stream_ok,
+        parse_end_stream,
+    )
+    from .compat import enum_name, unknown_fields, which
+    from .headers import RequestHeaders, parse_request_headers
+    from .ids import (
+        MAX_ID_BYTES,
+        AgentSessionId,
+        ConversationId,
+        CursorRunId,
+        ExecId,
+        InjectionId,
+        MessageId,
+        RequestId,
+        RunId,
+        ToolCallId,
+        TraceId,
+        check_client_message_ids,
+        check_id,
+        new_internal_run_id,
+        new_trace_id,
+    )
+    from .messages import agent_pb2, aiserver_pb2, side_pb2
+
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "bidi": ("BidiAppend", "client_message", "decode_bidi_append"),
+        "codec": (
+            "DEFAULT_MAX_MESSAGE_SIZE", "SERVER_HEARTBEAT_FRAME", "DecodedStream", "StreamDecoder", "decode_message",
+            "decode_stream", "decode_unary", "encode_server_message", "encode_server_messages", "encode_unary",
+            "end_stream_error", "end_stream_ok", "parse_end_stream",
+        ),
+        "compat": ("enum_name", "unknown_fields", "which"),
+        "headers": ("RequestHeaders", "parse_request_headers"),
+        "ids": (
+            "MAX_ID_BYTES", "AgentSessionId", "ConversationId", "CursorRunId", "ExecId", "InjectionId", "MessageId",
+            "RequestId", "RunId", "ToolCallId", "TraceId", "check_client_message_ids", "check_id", "new_internal_run_id",
+            "new_trace_id",
+        ),
+        "messages": ("agent_pb2", "aiserver_pb2", "side_pb2"),
+    },
 )
-from .pb import agent_v1_pb2 as agent_pb2
-from .pb import aiserver_v1_pb2 as aiserver_pb2
-from .pb import aiserver_side_v1_pb2 as side_pb2
 
 __all__ = [
     "CONNECT_CODES",

@@ -12,14 +12,17 @@ import binascii
 import json
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from google.protobuf.message import DecodeError
 
 from cursor_byok.hotpath import HotPathError
 
-from .pb import aiserver_v1_pb2
+if TYPE_CHECKING:
+    from .pb import aiserver_v1_pb2
+
+# The protobuf modules are imported where a function needs them, not here: the health probe and the
+# guard's refusals answer with these errors before the server has loaded protobuf (gateway/front.py).
 
 __all__ = [
     "CONNECT_CODES",
@@ -59,9 +62,6 @@ _HTTP_STATUS: dict[str, int] = {
     "unauthenticated": 401,
 }
 CONNECT_CODES = frozenset(_HTTP_STATUS)
-
-_Error = aiserver_v1_pb2.ErrorDetails.Error
-
 
 class ErrorDetailsSpec(msgspec.Struct, frozen=True):
     """The fields of an `aiserver.v1.ErrorDetails` that we set; None leaves an optional unset.
@@ -176,7 +176,9 @@ class ConnectError(Exception):
 
 def error_details_message(spec: ErrorDetailsSpec) -> aiserver_v1_pb2.ErrorDetails:
     """Build the `aiserver.v1.ErrorDetails` protobuf for a spec."""
-    msg = aiserver_v1_pb2.ErrorDetails(error=spec.error)
+    from .pb.aiserver_v1_pb2 import ErrorDetails
+
+    msg = ErrorDetails(error=spec.error)
     d = msg.details
     d.title = spec.title
     d.detail = spec.detail
@@ -224,8 +226,12 @@ def _parse_detail(obj: object) -> ErrorDetail:
     except (binascii.Error, ValueError):
         return RawErrorDetail(type_name, value_text.encode("utf-8", "replace"))
     if type_name == ERROR_DETAILS_TYPE:
+        from google.protobuf.message import DecodeError
+
+        from .pb.aiserver_v1_pb2 import ErrorDetails
+
         try:
-            return ErrorDetailsSpec.from_proto(aiserver_v1_pb2.ErrorDetails.FromString(value))
+            return ErrorDetailsSpec.from_proto(ErrorDetails.FromString(value))
         except DecodeError:
             pass
     return RawErrorDetail(type_name, value)
@@ -253,6 +259,8 @@ def connect_error_from(exc: BaseException) -> ConnectError:
     code = getattr(exc, "code", None)
     if isinstance(exc, HotPathError) and isinstance(code, str) and code in CONNECT_CODES and code != "internal":
         return ConnectError(code, str(exc))
+    from google.protobuf.message import DecodeError
+
     if isinstance(exc, DecodeError):
         return ConnectError("invalid_argument", f"protobuf decode error: {exc}")
     return internal_error(new_error_id())
@@ -272,8 +280,10 @@ def internal_error(error_id: str) -> ConnectError:
 def provider_error(message: str, *, retryable: bool = True) -> ConnectError:
     """A model-provider / upstream HTTP failure as Cursor shows it (PROTOCOL.md 2.7):
     `unavailable` with one ERROR_PROVIDER_ERROR detail titled "Provider Error"."""
+    from .pb.aiserver_v1_pb2 import ErrorDetails
+
     spec = ErrorDetailsSpec(
-        error=_Error.ERROR_PROVIDER_ERROR,
+        error=ErrorDetails.Error.ERROR_PROVIDER_ERROR,
         title="Provider Error",
         detail=message,
         is_retryable=retryable,
@@ -287,8 +297,10 @@ def provider_error(message: str, *, retryable: bool = True) -> ConnectError:
 
 def model_not_found_error(model_id: str) -> ConnectError:
     """What api2.cursor.sh answers for an unknown model (fixtures/model_not_found_*)."""
+    from .pb.aiserver_v1_pb2 import ErrorDetails
+
     spec = ErrorDetailsSpec(
-        error=_Error.ERROR_BAD_MODEL_NAME,
+        error=ErrorDetails.Error.ERROR_BAD_MODEL_NAME,
         title="AI Model Not Found",
         detail=f"Unknown model ID: {model_id}",
         is_retryable=False,
