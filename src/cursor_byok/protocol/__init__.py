@@ -54,7 +54,6 @@ from .ids import (
     TraceId,
     check_client_message_ids,
     check_id,
-    new_internal_run_id,
     new_trace_id,
 )
 from .pb import agent_v1_pb2 as agent_pb2
@@ -106,7 +105,6 @@ __all__ = [
     "internal_error",
     "model_not_found_error",
     "new_error_id",
-    "new_internal_run_id",
     "new_trace_id",
     "parse_end_stream",
     "parse_request_headers",
