@@ -123,3 +123,19 @@ async def test_turn_ended_waits_for_the_acks_of_the_final_blobs(ide: ScriptedIDE
     await asyncio.wait_for(reader, 15)
     assert log.terminals == 1 and log.terminal is None
     assert turn_end(log) == SUCCESS_END
+
+
+@both_transports
+async def test_a_blob_goes_out_once_per_stream_however_many_checkpoints_name_it(ide: ScriptedIDE, provider: FakeProviderServer, workspace: Path) -> None:
+    """A tool round's checkpoint at its start and the step checkpoint before it (and the final one
+    after the last step) name the same new blobs while their acks are on the way: each is pushed
+    once, and every checkpoint waits for that one ack."""
+    (workspace / "notes.txt").write_text("the notes\n")
+    read = [json.dumps({"path": str(workspace / "notes.txt")})]
+    provider.enqueue(*(OPENAI_CHAT.tool_calls([CallSpec(f"call_{i}", "Read", read)]) for i in range(3)), OPENAI_CHAT.text(["read thrice"]))
+    log = await ide.turn(run_request("read the notes three times", model=MODEL, conversation_id=uuid.uuid4().hex))
+    assert log.terminals == 1 and log.terminal is None and log.text == "read thrice"
+    pushed = [kv.set_blob_args.blob_id for kv in ide.kv_log if kv.WhichOneof("message") == "set_blob_args"]
+    assert len(pushed) == len(set(pushed))
+    assert turn_end(log) == SUCCESS_END
+    assert_staged_then_settled(log, "read thrice")
