@@ -22,6 +22,7 @@ import pytest
 
 from benchmarks.support.rawhttp import Connection
 from benchmarks.test_gateway import ROOT, wait_healthy
+from benchmarks.test_run_stream import cpu_seconds
 from benchmarks.test_tool_roundtrip import blob_ack, pct
 from cursor_byok import hotpath
 from cursor_byok.protocol import agent_pb2 as pb
@@ -86,12 +87,6 @@ async def turns(port: int) -> list[tuple[int, int, list[int]]]:
     return [await one_turn(port, conversation, i, state) for i in range(TURNS)]
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """The server process's CPU so far (user + system), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.mark.timeout(1800)
 @pytest.mark.benchmark(group="turn-end")
 def test_turn_end_latency(benchmark, tmp_path: Path) -> None:
@@ -108,13 +103,13 @@ def test_turn_end_latency(benchmark, tmp_path: Path) -> None:
     try:
         ours.start()
         wait_healthy(f"{ours.base_url}/healthz")
-        cpu_before = process_cpu_seconds(ours.proc.pid)
+        cpu_before = cpu_seconds(ours.proc.pid)
 
         def run() -> None:
             results.extend(asyncio.run(turns(ours.port)))
 
         benchmark.pedantic(run, rounds=1, iterations=1)
-        cpu = process_cpu_seconds(ours.proc.pid) - cpu_before
+        cpu = cpu_seconds(ours.proc.pid) - cpu_before
     finally:
         ours.stop()
         provider.terminate()
