@@ -2,9 +2,10 @@
 
 Each request id has its own KvServerMessage id counter (from 1, shared by set and get); a blob
 already acked on a request id, or named by the checkpoint the client sent with that request, is
-not sent again, and one on its way there is not sent twice: a second push waits for its ack. Replies arrive as client input and are matched by id. Only data moves here: the
-runtime decides what a failed or missing reply means, and calls `forget` once the request id's
-stream has ended, so nothing here outlives the streams in use.
+not sent again, and one on its way there is not sent twice: a second push waits for its ack.
+Replies arrive as client input and are matched by id. Only data moves here: the runtime decides
+what a failed or missing reply means, and calls `forget` once the request id's stream has ended,
+so nothing here outlives the streams in use.
 """
 from __future__ import annotations
 
