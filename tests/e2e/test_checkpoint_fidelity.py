@@ -18,6 +18,7 @@ from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, one_mod
 
 from .conftest import MODEL, both_transports
 from .test_crash_recovery import resume_request
+from .test_turn_end import SUCCESS_END, assert_staged_then_settled, final_checkpoints, frame_name, turn_end
 
 
 def checkpoints(log: StreamLog) -> list[pb.ConversationStateStructure]:
@@ -250,6 +251,9 @@ async def test_a_follow_up_on_the_same_stream_keeps_what_the_ides_state_carried(
 
 
 async def test_a_compaction_checkpoint_carries_its_summary_and_archive(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """A turn that compacts the history first: summary_started and summary_completed around the
+    summary call, then the turn ends as any other (PROTOCOL.md 2.7), its checkpoints carrying the
+    summary and the archive of what it replaced."""
     config = ServerConfig(
         data_dir=tmp_path / "data",
         models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1", context_window=8000, max_output_tokens=1024)],
@@ -263,6 +267,12 @@ async def test_a_compaction_checkpoint_carries_its_summary_and_archive(tmp_path:
             await ide.close()
     assert log.terminal is None and log.text == "answered after compaction"
     assert provider.requests[0].json().get("tools") in (None, [])  # the summary call came first
+    names = [frame_name(m) for m in log.messages]
+    assert names.count("summary_started") == names.count("summary_completed") == 1
+    assert names.index("summary_started") < names.index("summary_completed") < names.index("text_delta")
+    assert turn_end(log) == SUCCESS_END
+    assert_staged_then_settled(log, "answered after compaction")
+    assert all(state.self_summary_count == 1 for state in final_checkpoints(log))
     state = checkpoints(log)[-1]
     assert state.self_summary_count == 1
     assert pb.ConversationSummary.FromString(ide.blobs[state.summary]).summary == "a durable summary"

@@ -152,12 +152,12 @@ async def test_kill_during_checkpointing_then_new_turn(config: ServerConfig, pro
     try:
         await first_turn(ide, provider, conv)
         provider.enqueue(OPENAI_CHAT.text(["delta answer"]))
-        ide.hold_kv = True  # the final checkpoint waits for blob acks that never come
+        ide.hold_kv = True  # the turn's end waits for the acks of its final blobs, which never come
         _, log, reader = await start_second_turn(ide, conv)
-        await wait_until(lambda: "turn_ended" in log.kinds())
+        await wait_until(lambda: "step_completed" in log.kinds() and bool(ide.held_kv))  # its answer is saved by then
         server.kill()
         await asyncio.wait_for(reader, 10)
-        assert "conversation_checkpoint_update" not in log.kinds()
+        assert "turn_ended" not in log.kinds() and "conversation_checkpoint_update" not in log.kinds()
     finally:
         await ide.close()
     follow = run_request("echo question", model=MODEL, conversation_id=conv, message_id="m3")

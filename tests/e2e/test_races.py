@@ -40,16 +40,6 @@ def injection_states(log: StreamLog) -> list[tuple[str, str]]:
     return [(u.injection_id, u.state.WhichOneof("state")) for u in log.updates("context_injection_state")]  # type: ignore[attr-defined]
 
 
-async def ack_held_blobs(ide: ScriptedIDE, rid: str) -> None:
-    ide.hold_kv = False
-    for kv in list(ide.kv_log):
-        if kv.WhichOneof("message") == "set_blob_args":
-            ack = pb.AgentClientMessage()
-            ack.kv_client_message.id = kv.id
-            ack.kv_client_message.set_blob_result.SetInParent()
-            await ide.append(rid, ack)
-
-
 def user_turns_sent(provider: FakeProviderServer, index: int, needle: str) -> int:
     return sum(needle in str(m.get("content")) for m in provider.requests[index].json()["messages"] if m["role"] == "user")
 
@@ -66,18 +56,18 @@ async def test_a_follow_up_during_the_final_checkpoint_becomes_the_next_run(ide:
         "background_completion": lambda: background_completion(conv),
     }[kind]()
     needle = "Indexed 42 files." if kind == "background_completion" else "and one more thing"
-    ide.hold_kv = True  # the final checkpoint waits for the IDE's blob acks: CHECKPOINTING
+    ide.hold_kv = True  # the turn's end waits for the IDE's acks of the final checkpoint's blobs: CHECKPOINTING
 
     async def during(rid: str, log: StreamLog) -> None:
-        await wait_until(lambda: "turn_ended" in log.kinds() and bool(ide.kv_log))
+        await wait_until(lambda: "step_completed" in log.kinds() and bool(ide.held_kv))
         assert (await ide.append(rid, follow_up)).status_code == 200
         await asyncio.sleep(0.1)
-        await ack_held_blobs(ide, rid)
+        await ide.release_kv()
 
     log = await ide.turn(first, during=during)
     assert log.terminals == 1 and log.terminal is None
     assert log.text == "first answersecond answer"
-    assert log.kinds().count("turn_ended") == 2 and log.kinds().count("conversation_checkpoint_update") == 2
+    assert log.kinds().count("turn_ended") == 2 and log.kinds().count("conversation_checkpoint_update") == 6  # 3 a turn
     assert len(provider.requests) == 2 and user_turns_sent(provider, 1, needle) == 1
     assert "queued" not in [state for _, state in injection_states(log)]  # never "queued" into a finished run
     if kind == "inject_context":  # the IDE follows its injection: queued for the next turn, then delivered
@@ -106,7 +96,7 @@ async def test_injected_context_in_the_continuation_window_becomes_the_next_run(
         try:
 
             async def follow_up(rid: str, log: StreamLog) -> None:
-                await wait_until(lambda: log.kinds().count("conversation_checkpoint_update") == 1)
+                await wait_until(lambda: log.kinds().count("conversation_checkpoint_update") == 3)  # the turn's last
                 stale = inject_user_context("from another run", "inj-stale", "some-other-run")
                 assert (await ide.append(rid, stale)).status_code == 200
                 fresh = inject_user_context("and one more thing", "inj-2", first.run_request.run_id)

@@ -151,6 +151,7 @@ class ScriptedIDE:
         self.auto_exec = True
         self.hold_execs = False  # when True, exec requests are recorded but not answered
         self.hold_kv = False  # when True, set_blob requests are recorded but not acked
+        self.held_kv: list[tuple[str, int]] = []  # (request id, kv id) of the set_blobs not acked
         self.kv_log: list[pb.KvServerMessage] = []
         self.blobs: dict[bytes, bytes] = {}  # what the IDE stores for the server (KV set_blob)
         self.corrupt_blobs = False  # answer get_blob with bytes that do not hash to the id
@@ -280,11 +281,11 @@ class ScriptedIDE:
                 if data is not None:
                     reply.kv_client_message.get_blob_result.blob_data = data + (b" " if self.corrupt_blobs else b"")
                 await self.append(request_id, reply)
-        if kind == "kv_server_message" and msg.kv_server_message.WhichOneof("message") == "set_blob_args" and not self.hold_kv:
-            reply = pb.AgentClientMessage()
-            reply.kv_client_message.id = msg.kv_server_message.id
-            reply.kv_client_message.set_blob_result.SetInParent()
-            await self.append(request_id, reply)
+        if kind == "kv_server_message" and msg.kv_server_message.WhichOneof("message") == "set_blob_args":
+            if self.hold_kv:
+                self.held_kv.append((request_id, msg.kv_server_message.id))
+            else:
+                await self._ack_blob(request_id, msg.kv_server_message.id)
         elif kind == "exec_server_message":
             self.exec_log.append(msg.exec_server_message)
             if self.hold_execs:
@@ -320,6 +321,19 @@ class ScriptedIDE:
             await during(request_id, log)
         await asyncio.wait_for(reader, timeout)
         return log
+
+    async def _ack_blob(self, request_id: str, kv_id: int) -> None:
+        reply = pb.AgentClientMessage()
+        reply.kv_client_message.id = kv_id
+        reply.kv_client_message.set_blob_result.SetInParent()
+        await self.append(request_id, reply)
+
+    async def release_kv(self) -> None:
+        """Ack the set_blobs held so far (and those that come after: `hold_kv` is cleared)."""
+        self.hold_kv = False
+        held, self.held_kv = self.held_kv, []
+        for request_id, kv_id in held:
+            await self._ack_blob(request_id, kv_id)
 
     async def release_held(self) -> None:
         held, self.held = self.held, []

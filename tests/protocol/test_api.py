@@ -4,7 +4,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import uuid
 
 import pytest
 
@@ -28,7 +27,6 @@ from cursor_byok.protocol import (
     end_stream_ok,
     error_body,
     http_status_for,
-    new_internal_run_id,
     new_trace_id,
     parse_end_stream,
     parse_request_headers,
@@ -173,8 +171,6 @@ def test_ids() -> None:
     trace = new_trace_id()
     assert re.fullmatch(r"[0-9a-f]{32}", trace)
     assert len({new_trace_id() for _ in range(1000)}) == 1000
-    run = new_internal_run_id()
-    assert uuid.UUID(run).version == 4 and str(uuid.UUID(run)) == run
     for name in ("RequestId", "CursorRunId", "RunId", "ConversationId", "AgentSessionId", "MessageId",
                  "InjectionId", "ToolCallId", "ExecId", "TraceId"):
         new_type = getattr(ids, name)

@@ -37,9 +37,10 @@ async def test_fresh_database_gets_every_migration_in_order(db_path: Path) -> No
     assert [n for _, n, _ in versions] == [m.name for m in MIGRATIONS]
     assert store.schema_version == SCHEMA_VERSION
     assert {
-        "conversations", "request_bindings", "runs", "history_events", "checkpoints", "blobs",
+        "conversations", "request_bindings", "runs", "history_events", "checkpoints",
         "traces", "usage", "background_deliveries", "schema_version",
     } <= _tables(db_path)
+    assert "blobs" not in _tables(db_path)  # checkpoint states and history are stored inline
 
 
 async def test_reopen_is_a_no_op(db_path: Path) -> None:
@@ -82,6 +83,27 @@ async def test_older_database_is_upgraded_keeping_its_data(db_path: Path, conver
     finally:
         await new.close()
     assert [v for v, _, _ in _versions(db_path)] == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_an_old_database_loses_its_unused_blobs_table_and_keeps_working(db_path: Path, conversation) -> None:
+    """Version 9 drops the content-addressed `blobs` table nothing wrote (a database of an older
+    release may hold rows in it): everything else stays, and the store goes on as before."""
+    old = await Store.open(db_path, migrations=[m for m in MIGRATIONS if m.version < 9])
+    await old.upsert_conversation(conversation("c1"))
+    await old.put_checkpoint("c1", b"the state", kind="final")
+    await old.close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("INSERT INTO blobs (blob_id, data, created_at_ms) VALUES (?, ?, 0)", (bytes(32), b"old"))
+    new = await Store.open(db_path)
+    try:
+        assert new.schema_version == SCHEMA_VERSION >= 9
+        assert "blobs" not in _tables(db_path)
+        assert await new.get_conversation("c1") == conversation("c1")
+        assert (await new.latest_checkpoint("c1")).state == b"the state"
+        await new.put_checkpoint("c1", b"the next state", kind="final")
+        assert (await new.latest_checkpoint("c1")).state == b"the next state"
+    finally:
+        await new.close()
 
 
 async def test_failing_migration_rolls_back_entirely(db_path: Path) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import sqlite3
 from pathlib import Path
 
@@ -77,8 +76,8 @@ async def test_one_failing_write_does_not_fail_its_neighbours(store: Store, conv
     missing_conv = store.append_events("nope", [_event("x")])  # foreign key violation
     duplicate_run = store.start_run(RunRecord("run-1", "c", "modeling", started_at_ms=2))
     ok_after = store.append_events("c", [_event("e2")])
-    blob = store.put_blob(b"blob")
-    results = await asyncio.gather(ok_before, missing_conv, duplicate_run, ok_after, blob,
+    checkpoint = store.put_checkpoint("c", b"state", kind="final")
+    results = await asyncio.gather(ok_before, missing_conv, duplicate_run, ok_after, checkpoint,
                                    return_exceptions=True)
 
     assert results[0].results[0].seq == 1
@@ -86,7 +85,7 @@ async def test_one_failing_write_does_not_fail_its_neighbours(store: Store, conv
     assert isinstance(results[1].__cause__, sqlite3.IntegrityError)
     assert isinstance(results[2], WriteFailedError)
     assert results[3].results[0].seq == 2  # no gap left by the failed append
-    assert results[4] == hashlib.sha256(b"blob").digest()
+    assert results[4].state == b"state" and results[4].through_event_seq == 2
     assert store.stats.isolation_replays == 1
     assert [e.event_id for e in await store.load_events("c")] == ["e1", "e2"]
     assert await store.load_events("nope") == []
@@ -151,7 +150,7 @@ async def test_invalid_arguments_are_rejected_before_queueing(store: Store) -> N
     with pytest.raises(ValueError):
         store.put_checkpoint("c", b"", kind="weekly")
     with pytest.raises(TypeError):
-        store.put_blob("text")  # type: ignore[arg-type]
+        store.put_checkpoint("c", "text", kind="final")  # type: ignore[arg-type]
     assert store.stats.batches == 0
 
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..protocol import agent_pb2 as pb
+from ..protocol import agent_pb2 as pb, encode_server_message
 from ..run import Message
 from . import updates
 from .active_run import ActiveRun, now_ms
@@ -231,23 +231,39 @@ class Checkpoints:
             run.send(updates.checkpoint(state))
 
     async def final(self, run: ActiveRun, still_current: Callable[[], bool]) -> None:
-        """The end of the turn, told once its history is saved (a kill after the IDE heard it must
-        not lose the answer), then the run's last checkpoint, persisted before it is sent. A client
-        that never acks blobs must not lose its turn: the checkpoint is persisted, but one naming
+        """The end of the turn, in the order of PROTOCOL.md 2.7, once its history is saved (a kill
+        after the IDE heard of it must not lose the answer): the blobs of the run's last checkpoint
+        pushed and acked, `turn_ended`, then that checkpoint staged (the answer still in flight),
+        settled, and settled once more. It is persisted before it is sent. A client that never acks
+        must not lose its turn: after the ack timeout the turn still ends, but a checkpoint naming
         blobs the client may not hold is not sent."""
         await self.records.history_durable()
-        if still_current():
-            run.send(updates.turn_ended(run.presenter.usage_total()))
         run.checkpoint_seq += 1
         run.checkpoint_sent = run.checkpoint_stored = run.checkpoint_seq  # no step checkpoint may follow the final one
         run.turns.close()
         state, acked = await self.build(run)
+        if still_current():
+            run.send(updates.turn_ended(run.presenter.usage_total()))
         await self.records.put_checkpoint(run, state, kind="final")
         if not acked:
             log.warning("checkpoint blobs were not acked in time; checkpoint not sent", extra={"conversation_id": self.history.conversation_id})
-        elif still_current():
-            run.send(updates.checkpoint(state))
+        elif still_current() and not run.output.closed:
+            settled = encode_server_message(updates.checkpoint(state))
+            run.output.write(encode_server_message(updates.checkpoint(self._staged(run, state))) + settled + settled)
             run.final_state = state
+
+    def _staged(self, run: ActiveRun, settled: pb.ConversationStateStructure) -> pb.ConversationStateStructure:
+        """The settled checkpoint with the turn's answer as the message in flight
+        (`pending_tool_calls`) instead of its last root, as Cursor's server stages it first."""
+        messages = self.history.project()
+        entries = self.history.entries
+        if not (messages and entries and entries[-1].kind is EntryKind.ASSISTANT and messages[-1] is entries[-1].message):
+            return settled  # the turn ends on no answer of its own (nothing was said): nothing to stage
+        staged = pb.ConversationStateStructure()
+        staged.CopyFrom(settled)
+        del staged.root_prompt_messages_json[-1]
+        staged.pending_tool_calls.append(pending_json(messages[-1], run.model.id if run.model else "", now_ms()))
+        return staged
 
     async def hydrate(self, run: ActiveRun) -> list[tuple[EntryKind, str, Message]]:
         """The history the client's checkpoint names, when our database has none (a new machine, a

@@ -10,6 +10,8 @@ from typing import Any
 from .. import tools
 from ..protocol import agent_pb2 as pb
 from ..run import (
+    CompactionFinished,
+    CompactionStarted,
     ModelCycleFinished,
     ModelCycleStarted,
     TextDelta,
@@ -80,6 +82,10 @@ class RunPresenter:
                 self.end_thinking()
                 self.turns.steps.close()
                 self._write(updates.step_completed(event.step, 0))
+            case CompactionStarted():
+                self._write(updates.summary_started())
+            case CompactionFinished():
+                self._write(updates.summary_completed())  # applied or not: the IDE stops showing it
         return False
 
     def end_thinking(self) -> None:

@@ -2,9 +2,10 @@
 
 Each request id has its own KvServerMessage id counter (from 1, shared by set and get); a blob
 already acked on a request id, or named by the checkpoint the client sent with that request, is
-not sent again. Replies arrive as client input and are matched by id. Only data moves here: the
-runtime decides what a failed or missing reply means, and calls `forget` once the request id's
-stream has ended, so nothing here outlives the streams in use.
+not sent again, and one on its way there is not sent twice: a second push waits for its ack.
+Replies arrive as client input and are matched by id. Only data moves here: the runtime decides
+what a failed or missing reply means, and calls `forget` once the request id's stream has ended,
+so nothing here outlives the streams in use.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class BlobSync:
     def __init__(self) -> None:
         self._next_id: dict[str, int] = {}
         self._acked: dict[str, set[bytes]] = {}
+        self._pushing: dict[str, dict[bytes, asyncio.Future[pb.KvClientMessage]]] = {}  # sent, ack awaited
         self._waiters: dict[tuple[str, int], asyncio.Future[pb.KvClientMessage]] = {}
         self._named: dict[str, pb.ConversationStateStructure] = {}  # the client's checkpoint, not read yet
         self._roots: dict[str, bytes] = {}  # the root ids it names, encoded (see `client_roots`)
@@ -88,8 +90,20 @@ class BlobSync:
         acked = self._acked.setdefault(request_id, set())
         if bid in acked:
             return None
+        pushing = self._pushing.setdefault(request_id, {})
+        sent = pushing.get(bid)
+        if sent is not None:
+            return sent  # a checkpoint before this one pushed it: its ack is this one's too
         kv_id, fut = self._request(request_id)
-        fut.add_done_callback(lambda f: acked.add(bid) if not f.cancelled() and f.exception() is None else None)
+        pushing[bid] = fut
+
+        def settled(f: asyncio.Future[pb.KvClientMessage]) -> None:
+            if pushing.get(bid) is f:
+                del pushing[bid]  # acked, or to be pushed again by the next checkpoint naming it
+            if not f.cancelled() and f.exception() is None:
+                acked.add(bid)
+
+        fut.add_done_callback(settled)
         frame = encode_server_message(updates.set_blob(kv_id, bid, data))
         output.write(frame, None if rebuild is None else _SetBlobFrame(kv_id, bid, rebuild, len(frame)))
         return fut
@@ -123,12 +137,13 @@ class BlobSync:
             self._waiters.pop(key).cancel()
         self._next_id.pop(request_id, None)
         self._acked.pop(request_id, None)
+        self._pushing.pop(request_id, None)
         self._named.pop(request_id, None)
         self._roots.pop(request_id, None)
 
     def request_ids(self) -> set[str]:
         """Request ids with any state here (for tests and benchmarks)."""
-        return {*self._next_id, *self._acked, *self._named, *self._roots, *(rid for rid, _ in self._waiters)}
+        return {*self._next_id, *self._acked, *self._pushing, *self._named, *self._roots, *(rid for rid, _ in self._waiters)}
 
 
 def _roots_of(state: pb.ConversationStateStructure) -> bytes:

@@ -57,6 +57,18 @@ def turn_ended(usage: Usage | None) -> pb.AgentServerMessage:
     return m
 
 
+def summary_started() -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.summary_started.SetInParent()
+    return m
+
+
+def summary_completed() -> pb.AgentServerMessage:
+    m = pb.AgentServerMessage()
+    m.interaction_update.summary_completed.SetInParent()
+    return m
+
+
 def user_message_appended(user_message: pb.UserMessage) -> pb.AgentServerMessage:
     m = pb.AgentServerMessage()
     m.interaction_update.user_message_appended.user_message.CopyFrom(user_message)

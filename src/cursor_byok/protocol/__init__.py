@@ -63,7 +63,6 @@ if TYPE_CHECKING:
         TraceId,
         check_client_message_ids,
         check_id,
-        new_internal_run_id,
         new_trace_id,
     )
     from .messages import agent_pb2, aiserver_pb2, side_pb2
@@ -81,8 +80,7 @@ __getattr__ = lazy_names(
         "headers": ("RequestHeaders", "parse_request_headers"),
         "ids": (
             "MAX_ID_BYTES", "AgentSessionId", "ConversationId", "CursorRunId", "ExecId", "InjectionId", "MessageId",
-            "RequestId", "RunId", "ToolCallId", "TraceId", "check_client_message_ids", "check_id", "new_internal_run_id",
-            "new_trace_id",
+            "RequestId", "RunId", "ToolCallId", "TraceId", "check_client_message_ids", "check_id", "new_trace_id",
         ),
         "messages": ("agent_pb2", "aiserver_pb2", "side_pb2"),
     },
@@ -133,7 +131,6 @@ __all__ = [
     "internal_error",
     "model_not_found_error",
     "new_error_id",
-    "new_internal_run_id",
     "new_trace_id",
     "parse_end_stream",
     "parse_request_headers",

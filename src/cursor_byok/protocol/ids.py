@@ -6,7 +6,6 @@ conversation id belongs. Each docstring below is the identity's meaning.
 from __future__ import annotations
 
 import os
-import uuid
 from typing import TYPE_CHECKING, NewType
 
 from .compat import which
@@ -29,7 +28,6 @@ __all__ = [
     "TraceId",
     "check_client_message_ids",
     "check_id",
-    "new_internal_run_id",
     "new_trace_id",
 ]
 
@@ -43,8 +41,9 @@ CursorRunId.__doc__ = """Cursor's wire run id, `AgentRunRequest.run_id`: wire co
 `InjectContextAction.expected_run_id` is compared with this one."""
 
 RunId = NewType("RunId", str)
-RunId.__doc__ = """Internal run id: one server-side run of the engine, globally unique, minted by
-`new_internal_run_id()`; never derived from a request id or a Cursor run id."""
+RunId.__doc__ = """Internal run id: one server-side run of the engine, globally unique ("run-" and
+32 random hex digits), minted by `conversation.new_run_id()`; never derived from a request id or a
+Cursor run id."""
 
 ConversationId = NewType("ConversationId", str)
 ConversationId.__doc__ = """The one core identity of a persisted conversation (root or sub-task);
@@ -78,11 +77,6 @@ def new_trace_id() -> TraceId:
     Straight from the OS's random source: every run start makes one, and a uuid4 object built only
     for its hex costs four times as much."""
     return TraceId(os.urandom(16).hex())
-
-
-def new_internal_run_id() -> RunId:
-    """A fresh internal run id (uuid4, canonical dashed form)."""
-    return RunId(str(uuid.uuid4()))
 
 
 # Identifiers a client chooses are keys of our maps and rows: bounded, printable, one line.

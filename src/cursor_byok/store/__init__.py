@@ -11,7 +11,6 @@ from __future__ import annotations
 from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
 from .errors import (
     BindingConflict,
-    BlobCorruptError,
     FlushError,
     MigrationError,
     SchemaTooNewError,
@@ -46,7 +45,7 @@ from .records import (
     UsageTotals,
 )
 from .retention import Retained, keep_retention
-from .store import Store, StoreStats, blob_id_of
+from .store import Store, StoreStats
 from .upkeep import DatabaseStats, backup_database, database_stats, vacuum_database
 
 __all__ = [
@@ -60,7 +59,6 @@ __all__ = [
     "BindOutcome",
     "BindingConflict",
     "BindingRecord",
-    "BlobCorruptError",
     "CheckpointKind",
     "CheckpointRecord",
     "DatabaseStats",
@@ -94,7 +92,6 @@ __all__ = [
     "UsageTotals",
     "WriteFailedError",
     "backup_database",
-    "blob_id_of",
     "database_stats",
     "delete_conversations",
     "keep_retention",

@@ -5,7 +5,6 @@ from collections.abc import Sequence
 
 __all__ = [
     "BindingConflict",
-    "BlobCorruptError",
     "FlushError",
     "MigrationError",
     "SchemaTooNewError",
@@ -56,14 +55,6 @@ class BindingConflict(StoreError):
         self.request_id = request_id
         self.bound_conversation_id = bound_conversation_id
         self.requested_conversation_id = requested_conversation_id
-
-
-class BlobCorruptError(StoreError):
-    """A stored blob's bytes no longer hash to its id."""
-
-    def __init__(self, blob_id: bytes) -> None:
-        super().__init__(f"blob {blob_id.hex()} is corrupt: its data does not hash to its id")
-        self.blob_id = blob_id
 
 
 class WriteFailedError(StoreError):

@@ -1,6 +1,5 @@
-"""A conversation's history: events (append-only, gap-free seqs per conversation), its newest
-checkpoint (a serialized state, numbered per conversation) and the content-addressed blobs they
-refer to.
+"""A conversation's history: events (append-only, gap-free seqs per conversation) and its newest
+checkpoint (a serialized state, numbered per conversation).
 
 Only the newest checkpoint is kept: each one is the conversation's whole state, so keeping every
 one would store the conversation again per turn (its size growing with the square of its turns).
@@ -9,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import hashlib
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -18,16 +16,10 @@ from typing import Any
 import msgspec
 
 from .core import StoreCore
-from .errors import BlobCorruptError
-from .ops import BatchContext, RowWrite, Stage, Statement, WriteOp, require_bytes
+from .ops import BatchContext, Stage, Statement, WriteOp, require_bytes
 from .records import AppendResult, CheckpointKind, CheckpointRecord, EventAppend, EventRecord, NewEvent
 
 _EVENT_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
-
-
-def blob_id_of(data: bytes) -> bytes:
-    """The content address of `data`: its raw 32-byte SHA-256."""
-    return hashlib.sha256(data).digest()
 
 
 INSERT_EVENT = """
@@ -43,12 +35,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 
 # Runs after the insert of checkpoint `seq` (the gap-free trigger reads the highest seq, which stays).
 DROP_SUPERSEDED_CHECKPOINTS = "DELETE FROM checkpoints WHERE conversation_id = ? AND seq < ?"
-
-# Idempotent; a stored copy whose bytes differ (corruption) is repaired by the new put.
-PUT_BLOB = """
-INSERT INTO blobs (blob_id, data, created_at_ms) VALUES (?, ?, ?)
-ON CONFLICT (blob_id) DO UPDATE SET data = excluded.data WHERE data IS NOT excluded.data
-"""
 
 
 class AppendEvents(WriteOp):
@@ -150,7 +136,7 @@ class PutCheckpoint(WriteOp):
 
 
 class HistoryRecords(StoreCore):
-    """History events, checkpoints and blobs (a mixin of `Store`)."""
+    """History events and checkpoints (a mixin of `Store`)."""
 
     # -- writes ------------------------------------------------------------------------------
     def append_events(
@@ -202,16 +188,6 @@ class HistoryRecords(StoreCore):
         )
         return self._enqueue(op)
 
-    def put_blob(self, data: bytes) -> asyncio.Future[bytes]:
-        """Store `data` under its SHA-256; idempotent. Resolves to the blob id (also available
-        synchronously from `blob_id_of(data)`)."""
-        data = require_bytes("blob data", data)
-        blob_id = blob_id_of(data)
-        return self._enqueue(
-            RowWrite(f"put blob {blob_id.hex()[:16]}", Stage.BLOBS, PUT_BLOB,
-                     (blob_id, data, self._clock()), result=blob_id)
-        )
-
     # -- reads -------------------------------------------------------------------------------
     async def load_events(
         self, conversation_id: str, after_seq: int = 0, limit: int | None = None
@@ -231,20 +207,6 @@ class HistoryRecords(StoreCore):
             (conversation_id,),
         )
         return _checkpoint(rows[0]) if rows else None
-
-    async def get_blob(self, blob_id: bytes) -> bytes | None:
-        """The blob's bytes, None if absent; BlobCorruptError if they do not hash to `blob_id`."""
-        rows = await self._read("SELECT data FROM blobs WHERE blob_id = ?", (bytes(blob_id),))
-        if not rows:
-            return None
-        data = bytes(rows[0][0])
-        if blob_id_of(data) != blob_id:
-            raise BlobCorruptError(bytes(blob_id))
-        return data
-
-    async def has_blob(self, blob_id: bytes) -> bool:
-        rows = await self._read("SELECT 1 FROM blobs WHERE blob_id = ?", (bytes(blob_id),))
-        return bool(rows)
 
 
 _EVENT_SELECT = (

@@ -7,7 +7,7 @@ commits. It runs on its own short-lived connection, so it never interleaves with
 writes, and it leaves alone a conversation whose run is still in progress. Usage rows and provider
 call records stay for the usage figures (they have no foreign keys on purpose), but the request and
 response bodies a call record keeps in detailed mode are the conversation's words and files: they are
-erased in the same transaction. (The content-addressed `blobs` table is not written by the server.)
+erased in the same transaction.
 """
 from __future__ import annotations
 

@@ -25,12 +25,11 @@ class Stage(enum.IntEnum):
     EVENTS = 3
     CHECKPOINTS = 4
     DELIVERIES = 5
-    BLOBS = 6
-    TRACES = 7
-    USAGE = 8
-    CALLS = 9
-    INBOUND = 10
-    RETENTION = 11
+    TRACES = 6
+    USAGE = 7
+    CALLS = 8
+    INBOUND = 9
+    RETENTION = 10
 
 
 STAGES = len(Stage)  # iterating an enum class is slow enough to show in every batch

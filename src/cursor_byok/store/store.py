@@ -14,12 +14,12 @@ from .calls import CallRecords
 from .conversations import ConversationRecords, select_bindings, select_conversation, select_runs, select_tool_state
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
-from .history import HistoryRecords, blob_id_of, select_checkpoints, select_events
+from .history import HistoryRecords, select_checkpoints, select_events
 from .inbound import InboundRecords
 from .records import ConversationRows
 from .retention import RetentionRecords
 
-__all__ = ["EventReader", "Store", "StoreStats", "blob_id_of"]
+__all__ = ["EventReader", "Store", "StoreStats"]
 
 EventReader = Callable[[Iterator[tuple[int, str, str, "str | None", bytes]]], Any]
 """What reads a conversation's events from their rows (seq, event_id, kind, run_id, payload), as

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Tables counted by `database_stats`, in the order they are shown.
-COUNTED = ("conversations", "request_bindings", "runs", "history_events", "checkpoints", "blobs", "usage", "traces")
+COUNTED = ("conversations", "request_bindings", "runs", "history_events", "checkpoints", "usage", "traces")
 
 
 @dataclass(slots=True)
