@@ -41,6 +41,9 @@ log = logging.getLogger("cursor_byok.store")
 # Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
 # indexed probe); bounded, so idle conversations hold nothing here.
 SEQ_CACHE_LIMIT = 1024
+# When the WAL starts over, its file is cut back to this (what ~50 turn starts write), not to nothing:
+# commits write into its blocks again rather than grow the file.
+WAL_KEEP_BYTES = 4 * 1024 * 1024
 
 
 class Failed:
@@ -81,6 +84,7 @@ class WriterThread:
         self._busy_timeout_s = int(conn.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
         conn.execute("PRAGMA busy_timeout = 0")  # waits are the thread's own (`_begin`)
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints are the checkpointer's
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
         self._checkpoint: Callable[[sqlite3.Connection], None] | None = None  # asked for by it
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
