@@ -40,3 +40,15 @@ async def test_a_checkpoint_that_copied_the_whole_wal_leaves_the_writer_alone(db
 
 def _checkpoints(statements: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(thread.split(":")[0], sql) for thread, sql in statements if "wal_checkpoint" in sql]
+
+
+async def test_the_stores_threads_carry_their_names_for_the_os(store: Store) -> None:
+    """`top -H`, `ps -L` and a per-thread CPU account tell the store's threads apart (a thread left
+    unnamed carries its process's name)."""
+    wanted = {"store-writer", "store-reader", "store-checkpts"}
+    for _ in range(200):  # each names itself once it runs
+        names = {(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()}
+        if wanted <= names:
+            break
+        await asyncio.sleep(0.01)
+    assert wanted <= names

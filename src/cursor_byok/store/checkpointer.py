@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from .writer import WriterThread
+from .thread_names import name_this_thread
 
 log = logging.getLogger("cursor_byok.store")
 
@@ -69,6 +70,7 @@ class Checkpointer:
         self._thread.join()
 
     def _run(self) -> None:
+        name_this_thread("store-checkpts")
         try:
             while True:
                 self._wake.wait()

@@ -35,6 +35,7 @@ import msgspec
 
 from .errors import WriteFailedError
 from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
+from .thread_names import name_this_thread
 
 log = logging.getLogger("cursor_byok.store")
 
@@ -121,6 +122,7 @@ class WriterThread:
 
     # -- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
+        name_this_thread("store-writer")
         pending: collections.deque[WriteOp] = collections.deque()
         batch: list[WriteOp] = []
         error: BaseException | None = None
