@@ -215,11 +215,23 @@ class WriterThread:
 
     def _transaction(self, ops: list[WriteOp], *, wait: bool = True) -> list[Any]:
         """Run `ops` in one transaction; returns each op's planned result (or Failed for an op that
-        refused to plan). Raises, with everything rolled back, if the transaction fails."""
+        refused to plan). Raises, with everything rolled back, if the transaction fails.
+
+        The events' ids are not looked up first: a new event's insert is its own check (an id is
+        unique in its conversation), and events are new but for a replay. Only a transaction whose
+        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate)."""
+        try:
+            return self._attempt(ops, wait, look_up_events=False)
+        except sqlite3.IntegrityError:
+            if not any(op.event_keys() for op in ops):
+                raise
+        return self._attempt(ops, wait, look_up_events=True)
+
+    def _attempt(self, ops: list[WriteOp], wait: bool, *, look_up_events: bool) -> list[Any]:
         conn = self._conn
         self._begin(wait)
         try:
-            ctx, results, statements = self._plan(ops, self._probe(ops))
+            ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
             for sql, rows in group_statements(statements):
                 conn.executemany(sql, rows)
             conn.execute("COMMIT")
@@ -240,13 +252,14 @@ class WriterThread:
             del cache[next(iter(cache))]  # the least recently written
         return results
 
-    def _probe(self, ops: list[WriteOp]) -> Probe:
+    def _probe(self, ops: list[WriteOp], look_up_events: bool) -> Probe:
         conversations: set[str] = set()
         keys: list[tuple[str, str]] = []
         request_ids: list[str] = []
         for op in ops:
             conversations.update(op.seq_conversations())
-            keys.extend(op.event_keys())
+            if look_up_events:
+                keys.extend(op.event_keys())
             request_ids.extend(op.binding_keys())
         missing = [c for c in conversations if c not in self._seq_cache]
         seqs: dict[str, tuple[int, int]] = {}
