@@ -23,8 +23,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from .writer import WriterThread
 from .thread_names import name_this_thread
+from .writer import WriterThread
 
 log = logging.getLogger("cursor_byok.store")
 
