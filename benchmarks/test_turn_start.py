@@ -37,7 +37,11 @@ BENCH_PROFILE=/tmp/prefix records py-spy profiles of the servers over the CPU-pe
 disturbance), summed up by `benchmarks/support/profile_summary.py`; BENCH_CPROFILE=/tmp/prefix records
 cProfile on the servers' event loop threads with a thread-CPU clock over the same stretches
 (`<prefix>-<ours|floor>-<n>.prof`, n = 1 new conversations, 2 follow-ups; read with `pstats`; the CPU
-figures of such a run include the profiler's own cost), via `benchmarks/support/cprofile_site`.
+figures of such a run include the profiler's own cost), and on their other Python threads
+(`<prefix>-<ours|floor>-<n>-<thread>-<tid>.prof`: the store's writer among them), via
+`benchmarks/support/cprofile_site`, which is always on the servers' path: it gives every Python
+thread its name as its OS name, so the CPU per start is also broken down by thread (their names in
+/proc/PID/task/TID/comm; "event loop" is the loop's thread; granian's own threads carry its names).
 """
 from __future__ import annotations
 
@@ -112,6 +116,38 @@ def loop_thread_seconds(pid: int) -> float:
         return int(Path(f"/proc/{p}/task/{p}/schedstat").read_text().split()[0]) / 1e9
     except OSError:
         return 0.0
+
+
+def thread_seconds(pid: int) -> dict[tuple[int, int], tuple[str, float]]:
+    """On-CPU time of every thread of a process and its children, by (pid, tid): its name and seconds.
+    The event loop's thread is "event loop"; a thread that never named itself (it carries its
+    process's name: granian's own, in ours) "unnamed"; another process's threads are prefixed with it."""
+    tree = _tree(pid)
+    out: dict[tuple[int, int], tuple[str, float]] = {}
+    for p in tree:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+            process_name = Path(f"/proc/{p}/comm").read_text().strip()
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                seconds = int(Path(f"/proc/{p}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+                comm = Path(f"/proc/{p}/task/{tid}/comm").read_text().strip()
+            except OSError:
+                continue  # it ended meanwhile
+            name = "event loop" if tid == p == tree[-1] else "main" if tid == p else "unnamed" if comm == process_name else comm
+            out[(p, tid)] = (name if p == tree[-1] else f"{'parent' if p == tree[0] else p}: {name}", seconds)
+    return out
+
+
+def thread_cpu_by_name(before: dict[tuple[int, int], tuple[str, float]], after: dict[tuple[int, int], tuple[str, float]]) -> dict[str, float]:
+    """Seconds each thread name spent between two `thread_seconds` (threads of one name summed; a thread
+    started meanwhile counts from zero, one that ended meanwhile is missing)."""
+    spent: dict[str, float] = {}
+    for key, (name, seconds) in after.items():
+        spent[name] = spent.get(name, 0.0) + seconds - before.get(key, (name, 0.0))[1]
+    return spent
 
 
 def pss_kib(pid: int) -> int:
@@ -297,11 +333,20 @@ async def provider_control(port: int, what: str) -> str:
         conn.close()
 
 
-async def idle_cpu_rate(pid: int, seconds: float = 1.0) -> tuple[float, float]:
-    """CPU per second of an idle server: the whole process's, and its loop thread's."""
-    before, loop_before = cpu_seconds(pid), loop_thread_seconds(pid)
+@dataclass
+class CpuRates:
+    process: float
+    loop: float
+    threads: dict[str, float]  # by thread name
+
+
+async def idle_cpu_rate(pid: int, seconds: float = 1.0) -> CpuRates:
+    """CPU per second of an idle server: the whole process's, its loop thread's, each thread name's."""
+    before, loop_before, threads_before = cpu_seconds(pid), loop_thread_seconds(pid), thread_seconds(pid)
     await asyncio.sleep(seconds)
-    return (cpu_seconds(pid) - before) / seconds, (loop_thread_seconds(pid) - loop_before) / seconds
+    threads = thread_cpu_by_name(threads_before, thread_seconds(pid))
+    return CpuRates((cpu_seconds(pid) - before) / seconds, (loop_thread_seconds(pid) - loop_before) / seconds,
+                    {name: spent / seconds for name, spent in threads.items()})
 
 
 async def held_turns(provider_port: int, clients: list[Client], *, one_by_one: bool) -> Callable[[], Awaitable[None]]:
@@ -333,11 +378,18 @@ async def warm_provider_pool(port: int, provider_port: int, connections: int) ->
         c.close()
 
 
-async def cpu_per_start(provider_port: int, pid: int, clients: list[Client], profile: Path | None = None) -> float:
+async def cpu_per_start(provider_port: int, pid: int, clients: list[Client]) -> tuple[float, float]:
+    """Server CPU (µs) per run start, the process's and its loop thread's (see `cpu_per_start_by_thread`)."""
+    rates = await cpu_per_start_by_thread(provider_port, pid, clients)
+    return rates.process, rates.loop
+
+
+async def cpu_per_start_by_thread(provider_port: int, pid: int, clients: list[Client], profile: Path | None = None) -> CpuRates:
     """Server CPU (µs) per run start: each client starts a turn, one after another, while the
-    provider holds its answers; the next starts once the provider has the previous request.
+    provider holds its answers; the next starts once the provider has the previous request. The
+    process's, the loop thread's and each thread name's (idle rates taken off each).
     `profile`: py-spy samples the server over the starts into that file (raw collapsed stacks)."""
-    idle, loop_idle = await idle_cpu_rate(pid)
+    idle = await idle_cpu_rate(pid)
     spy = None
     if profile is not None:
         spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--rate", "1000",
@@ -347,18 +399,22 @@ async def cpu_per_start(provider_port: int, pid: int, clients: list[Client], pro
         os.kill(_tree(pid)[-1], signal.SIGUSR1)  # cprofile_site starts profiling the loop thread
         await asyncio.sleep(0.2)
     started = time.monotonic()
-    before, loop_before = cpu_seconds(pid), loop_thread_seconds(pid)
+    before, loop_before, threads_before = cpu_seconds(pid), loop_thread_seconds(pid), thread_seconds(pid)
     release = await held_turns(provider_port, clients, one_by_one=True)
     await asyncio.sleep(SETTLE_SECONDS)
     if CPROFILE:
         os.kill(_tree(pid)[-1], signal.SIGUSR2)  # … and writes its file
-    spent = cpu_seconds(pid) - before - idle * (time.monotonic() - started)
-    loop_spent = loop_thread_seconds(pid) - loop_before - loop_idle * (time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    spent = cpu_seconds(pid) - before - idle.process * elapsed
+    loop_spent = loop_thread_seconds(pid) - loop_before - idle.loop * elapsed
+    threads = thread_cpu_by_name(threads_before, thread_seconds(pid))
     if spy is not None:
         spy.send_signal(2)  # py-spy writes its file on SIGINT
         spy.wait(30)
     await release()
-    return spent * 1e6 / len(clients), loop_spent * 1e6 / len(clients)
+    per_start = 1e6 / len(clients)
+    return CpuRates(spent * per_start, loop_spent * per_start,
+                    {name: (seconds - idle.threads.get(name, 0.0) * elapsed) * per_start for name, seconds in threads.items()})
 
 
 # ---- processes ----------------------------------------------------------------------------------
@@ -410,6 +466,7 @@ class Target:
     latency: dict[str, Samples] = field(default_factory=dict)
     cpu_us: dict[str, float] = field(default_factory=dict)
     loop_cpu_us: dict[str, float] = field(default_factory=dict)  # of that, the event loop's thread
+    thread_cpu_us: dict[str, dict[str, float]] = field(default_factory=dict)  # … and each thread name's
 
 
 async def measure(target: Target, provider_port: int, spawned_at: float, ours: bool) -> None:
@@ -435,7 +492,8 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
     profile = {kind: Path(f"{PROFILE}-{target.name}-{kind.split()[0]}.txt") if PROFILE else None for kind in ("new conversation", "follow-up turn")}
     kinds = ("new conversation", "follow-up turn") if ours else ("new conversation",)  # the floor has no history
     for kind in kinds:
-        target.cpu_us[kind], target.loop_cpu_us[kind] = await cpu_per_start(provider_port, pid, clients, profile[kind])
+        rates = await cpu_per_start_by_thread(provider_port, pid, clients, profile[kind])
+        target.cpu_us[kind], target.loop_cpu_us[kind], target.thread_cpu_us[kind] = rates.process, rates.loop, rates.threads
     for c in clients:
         c.close()
 
@@ -469,7 +527,9 @@ def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
              floor_port, "/healthz"),
         ):
             spawned_at = time.monotonic()
-            proc_env = env if not CPROFILE else {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}", "BENCH_CPROFILE_OUT": f"{CPROFILE}-{name}"}
+            proc_env = {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}"}  # names the server's threads
+            if CPROFILE:
+                proc_env["BENCH_CPROFILE_OUT"] = f"{CPROFILE}-{name}"
             proc, up = spawn(cmd, proc_env, port, health, tmp_path / f"{name}.log")
             procs.append(proc)
             target = Target(name, port, proc, up)
@@ -522,6 +582,11 @@ def report(benchmark, ours: Target, floor: Target, direct: dict[str, Samples]) -
         info[f"loop_cpu_us_per_start_{kind}"] = round(ours.loop_cpu_us[kind])
         info[f"cpu_us_per_start_{kind}"] = round(us)
     info["floor_cpu_us_per_start"] = round(floor.cpu_us["new conversation"])
+    for t in (ours, floor):
+        for kind, threads in t.thread_cpu_us.items():
+            shown = sorted(((us, name) for name, us in threads.items() if abs(us) >= 1), reverse=True)
+            print(f"{t.name} CPU per start by thread ({kind}), µs: " + ", ".join(f"{name} {us:.0f}" for us, name in shown))
+            info.update({f"{t.name}_thread_cpu_us_{kind}_{name}": round(us) for us, name in shown})
     for t in (ours, floor):
         print(f"{t.name}: spawn → ready {t.up_seconds * 1000:.0f} ms, → first token {t.first_token_seconds * 1000:.0f} ms;"
               f" over {RSS_CONVERSATIONS} conversations peak RSS {t.peak_rss_kib / 1024:.1f} MiB, PSS {t.peak_pss_kib / 1024:.1f} MiB")

@@ -94,3 +94,22 @@ async def test_history_is_append_only(store: Store, conversation, raw_db) -> Non
             assert "append-only" in str(exc) or "seq" in str(exc)
         else:
             raise AssertionError(f"{sql!r} was accepted")
+
+
+async def test_new_events_are_inserted_without_looking_their_ids_up_first(db_path: Path, conversation) -> None:
+    """A new event's insert is its own check (its id is unique in its conversation): an append of new
+    events runs no lookup of their ids; a repeat still comes back a duplicate, with its stored seq."""
+    statements: list[str] = []
+    store = await Store.open(db_path, trace=statements.append)
+    try:
+        store.upsert_conversation(conversation("c"))
+        await store.append_events("c", [_ev("m1")])
+        del statements[:]
+        fresh = await store.append_events("c", [_ev("m2"), _ev("m3")])
+        assert [(r.seq, r.duplicate) for r in fresh.results] == [(2, False), (3, False)]
+        assert [s for s in statements if "JOIN history_events" in s] == []
+        again = await store.append_events("c", [_ev("m3"), _ev("m4")])
+        assert [(r.seq, r.duplicate) for r in again.results] == [(3, True), (4, False)]
+        assert [(e.seq, e.event_id) for e in await store.load_events("c")] == [(1, "m1"), (2, "m2"), (3, "m3"), (4, "m4")]
+    finally:
+        await store.close()

@@ -125,7 +125,9 @@ class StoreCore:
         self._reader = ReaderThread(reader, name=f"store-reader:{path}")
         self._checkpointer = None
         if checkpoints is not None and self._writer is not None:
-            self._checkpointer = Checkpointer(checkpoints, self._writer, name=f"store-checkpoints:{path}")
+            self._checkpointer = Checkpointer(
+                checkpoints, self._writer, wal=path.with_name(path.name + "-wal"), name=f"store-checkpoints:{path}"
+            )
         self._loop_reader = loop_reader  # used on the loop only
 
     # ----------------------------------------------------------------------------- lifecycle

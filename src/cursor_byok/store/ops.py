@@ -3,7 +3,8 @@
 Every public write method of `Store` builds one `WriteOp` (the record families define theirs next
 to their SQL). The writer thread takes a batch of ops,
 probes the little database state the batch depends on (the last seq of each touched conversation,
-which event ids already exist, the stored bindings of the request ids it binds), lets each op `plan` its rows against a batch-local view of that
+the stored bindings of the request ids it binds, and, only when an insert found an event id stored
+already, which of its event ids exist), lets each op `plan` its rows against a batch-local view of that
 state, and executes the rows grouped by table. Tables are visited in foreign-key order (parents
 first) and rows for one table keep their queue order, so grouping changes nothing a caller can see:
 the whole batch commits or none of it does.

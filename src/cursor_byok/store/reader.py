@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .thread_names import name_this_thread
+
 T = TypeVar("T")
 Job = Callable[[sqlite3.Connection], Any]
 
@@ -41,6 +43,7 @@ class ReaderThread:
         await self._stopped
 
     def _run(self) -> None:
+        name_this_thread("store-reader")
         try:
             while (item := self._inbox.get()) is not None:
                 future, job = item

@@ -35,12 +35,16 @@ import msgspec
 
 from .errors import WriteFailedError
 from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
+from .thread_names import name_this_thread
 
 log = logging.getLogger("cursor_byok.store")
 
 # Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
 # indexed probe); bounded, so idle conversations hold nothing here.
 SEQ_CACHE_LIMIT = 1024
+# When the WAL starts over, its file is cut back to this (what ~50 turn starts write), not to nothing:
+# commits write into its blocks again rather than grow the file.
+WAL_KEEP_BYTES = 4 * 1024 * 1024
 
 
 class Failed:
@@ -81,6 +85,7 @@ class WriterThread:
         self._busy_timeout_s = int(conn.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
         conn.execute("PRAGMA busy_timeout = 0")  # waits are the thread's own (`_begin`)
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints are the checkpointer's
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
         self._checkpoint: Callable[[sqlite3.Connection], None] | None = None  # asked for by it
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
@@ -117,6 +122,7 @@ class WriterThread:
 
     # -- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
+        name_this_thread("store-writer")
         pending: collections.deque[WriteOp] = collections.deque()
         batch: list[WriteOp] = []
         error: BaseException | None = None
@@ -209,11 +215,23 @@ class WriterThread:
 
     def _transaction(self, ops: list[WriteOp], *, wait: bool = True) -> list[Any]:
         """Run `ops` in one transaction; returns each op's planned result (or Failed for an op that
-        refused to plan). Raises, with everything rolled back, if the transaction fails."""
+        refused to plan). Raises, with everything rolled back, if the transaction fails.
+
+        The events' ids are not looked up first: a new event's insert is its own check (an id is
+        unique in its conversation), and events are new but for a replay. Only a transaction whose
+        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate)."""
+        try:
+            return self._attempt(ops, wait, look_up_events=False)
+        except sqlite3.IntegrityError:
+            if not any(op.event_keys() for op in ops):
+                raise
+        return self._attempt(ops, wait, look_up_events=True)
+
+    def _attempt(self, ops: list[WriteOp], wait: bool, *, look_up_events: bool) -> list[Any]:
         conn = self._conn
         self._begin(wait)
         try:
-            ctx, results, statements = self._plan(ops, self._probe(ops))
+            ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
             for sql, rows in group_statements(statements):
                 conn.executemany(sql, rows)
             conn.execute("COMMIT")
@@ -234,13 +252,14 @@ class WriterThread:
             del cache[next(iter(cache))]  # the least recently written
         return results
 
-    def _probe(self, ops: list[WriteOp]) -> Probe:
+    def _probe(self, ops: list[WriteOp], look_up_events: bool) -> Probe:
         conversations: set[str] = set()
         keys: list[tuple[str, str]] = []
         request_ids: list[str] = []
         for op in ops:
             conversations.update(op.seq_conversations())
-            keys.extend(op.event_keys())
+            if look_up_events:
+                keys.extend(op.event_keys())
             request_ids.extend(op.binding_keys())
         missing = [c for c in conversations if c not in self._seq_cache]
         seqs: dict[str, tuple[int, int]] = {}
