@@ -15,8 +15,9 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import hotpath
 from ..protocol import BidiAppend, ConnectError
@@ -70,6 +71,17 @@ class Transport:
         self.cursor_run_id = cursor_run_id
 
 
+@dataclass(eq=False, slots=True)
+class EarlyAppend:
+    """A later append waiting for its seqno 0. A locally served seqno 0 takes it along: journaled
+    and into the reorder buffer in its own step, so it is handed over with the run request (a
+    cancel that came first is seen before the model is called)."""
+
+    append: BidiAppend
+    durable: asyncio.Future[Any] | None = None  # its journal row, once taken along
+    error: Exception | None = None  # why it could not be taken along (its own answer)
+
+
 class Transports:
     def __init__(
         self, max_transports: int, idle_seconds: float, window: int = 64, *, run_is_live: Callable[[str], bool] = lambda _: False
@@ -82,6 +94,7 @@ class Transports:
         self.run_is_live = run_is_live
         self._by_request: dict[str, Transport] = {}  # least recently seen first
         self._waiting: dict[str, dict[Waiter, list[asyncio.Future[Transport]]]] = {}
+        self._early: dict[str, list[EarlyAppend]] = {}  # appends waiting for their seqno 0, by request id
 
     def get(self, request_id: str) -> Transport | None:
         t = self._by_request.pop(request_id, None)
@@ -112,6 +125,26 @@ class Transports:
         """A transport rebuilt from the journal after a restart (a later generation replaces it)."""
         self._by_request.pop(transport.request_id, None)
         self._by_request[transport.request_id] = transport
+
+    def park(self, append: BidiAppend) -> EarlyAppend:
+        """Park a later append while it waits for its seqno 0 (`unpark` when the wait ends)."""
+        early = EarlyAppend(append)
+        self._early.setdefault(append.request_id, []).append(early)
+        return early
+
+    def unpark(self, early: EarlyAppend) -> None:
+        parked = self._early.get(early.append.request_id)
+        if parked is not None and early in parked:
+            parked.remove(early)
+            if not parked:
+                del self._early[early.append.request_id]
+
+    def parked(self) -> int:
+        return sum(len(parked) for parked in self._early.values())
+
+    def take_early(self, request_id: str) -> Sequence[EarlyAppend]:
+        """The appends parked for the request id, taken along by its seqno 0."""
+        return self._early.pop(request_id, ())
 
     async def wait_for(self, request_id: str, kind: Waiter) -> Transport:
         """The transport once its seqno 0 arrives; the caller bounds the wait (a Pending slot)."""
