@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
-from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, cancel_message, run_request
+from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, appends_waiting, cancel_message, run_request
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
 
 from .conftest import MODEL
@@ -61,17 +61,6 @@ async def run_and_cancel(ide: ScriptedIDE, conv: str, delivery: str) -> StreamLo
     ide.seqnos[rid] = 2
     await asyncio.wait_for(reader, 15)
     return log
-
-
-async def appends_waiting(client: httpx.AsyncClient, count: int) -> None:
-    """Until the server has `count` appends waiting for their seqno 0 (its /metrics gauge)."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while True:
-        page = (await client.get("/metrics")).text
-        if f"cursor_byok_appends_waiting {float(count)}" in page:
-            return
-        assert asyncio.get_running_loop().time() < deadline, page
-        await asyncio.sleep(0.01)
 
 
 def assert_cancelled(log: StreamLog, delivery: str) -> None:

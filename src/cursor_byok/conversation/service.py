@@ -105,14 +105,20 @@ class ConversationService:
         if kind is BindKind.SAME and existing is not None:
             return OpenedRun(conversation_id, existing, kind)
         output = self.hub.open(request_id, cursor_run_id)
-        self._hand(self.registry.ensure_runtime(conversation_id), StartRun(request_id, output, run_request, parent, resumed=resumed))
+        runtime = self.registry.ensure_runtime(conversation_id)
+        if self._holding is not None:
+            self._hold(runtime)
+        runtime.take_now(StartRun(request_id, output, run_request, parent, resumed=resumed))
         return OpenedRun(conversation_id, output, kind)
 
     @contextlib.contextmanager
     def together(self) -> Iterator[None]:
         """Input handed over in the block reaches each runtime all at once, taken in order as the
         block ends: a cancel that came with its run request is queued before the run prepares, so
-        the run never calls the model."""
+        the run never calls the model. Inside another such block it adds to that one."""
+        if self._holding is not None:
+            yield
+            return
         held = self._holding = []
         try:
             yield
@@ -121,12 +127,11 @@ class ConversationService:
             for runtime in held:
                 runtime.release()
 
-    def _hand(self, runtime: ConversationRuntime, command: StartRun | ClientInput) -> None:
-        holding = self._holding
-        if holding is not None and not runtime.held:
+    def _hold(self, runtime: ConversationRuntime) -> None:
+        """Inside `together`: the runtime takes nothing before the block ends."""
+        if not runtime.held:
             runtime.hold()
-            holding.append(runtime)
-        runtime.take_now(command)
+            self._holding.append(runtime)  # type: ignore[union-attr]
 
     async def resume(self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]]) -> None:
         """Resume a stream cut by a restart: its run again, then the appends journaled after its
@@ -160,7 +165,10 @@ class ConversationService:
         if kind == "conversation_action" and (output is None or output.closed):
             action = which(message.conversation_action, "action") or "conversation action"
             raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
-        self._hand(self.registry.ensure_runtime(binding.conversation_id), ClientInput(request_id, message, output, seqno, replayed))
+        runtime = self.registry.ensure_runtime(binding.conversation_id)
+        if self._holding is not None:
+            self._hold(runtime)
+        runtime.take_now(ClientInput(request_id, message, output, seqno, replayed))
 
     def heartbeat(self, request_id: str) -> None:
         binding = self.registry.binding(request_id)

@@ -129,7 +129,8 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
     durable = journal(gw, transport, append)
     if append.variant == "client_heartbeat":
         service.heartbeat(append.request_id)
-    early = gw.transports.take_early(append.request_id) if append.append_seqno == 0 else ()
+    parked = gw.transports.early  # later appends waiting for their seqno 0: it takes them along
+    early = parked.pop(append.request_id, ()) if parked and append.append_seqno == 0 else ()
     ready = transport.buffer.push(append.append_seqno, append)
     if len(ready) == 1 and not early:
         hand_over(service, ready[0], parent)
@@ -139,8 +140,8 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
         with service.together():
             for item in ready:
                 hand_over(service, item, parent)
-            for parked in early:
-                _take_along(gw, transport, parked)
+            for waiting in early:
+                _take_along(gw, transport, waiting)
     return durable
 
 

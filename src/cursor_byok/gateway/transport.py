@@ -15,7 +15,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +94,7 @@ class Transports:
         self.run_is_live = run_is_live
         self._by_request: dict[str, Transport] = {}  # least recently seen first
         self._waiting: dict[str, dict[Waiter, list[asyncio.Future[Transport]]]] = {}
-        self._early: dict[str, list[EarlyAppend]] = {}  # appends waiting for their seqno 0, by request id
+        self.early: dict[str, list[EarlyAppend]] = {}  # appends waiting for their seqno 0, by request id
 
     def get(self, request_id: str) -> Transport | None:
         t = self._by_request.pop(request_id, None)
@@ -129,22 +129,18 @@ class Transports:
     def park(self, append: BidiAppend) -> EarlyAppend:
         """Park a later append while it waits for its seqno 0 (`unpark` when the wait ends)."""
         early = EarlyAppend(append)
-        self._early.setdefault(append.request_id, []).append(early)
+        self.early.setdefault(append.request_id, []).append(early)
         return early
 
     def unpark(self, early: EarlyAppend) -> None:
-        parked = self._early.get(early.append.request_id)
+        parked = self.early.get(early.append.request_id)
         if parked is not None and early in parked:
             parked.remove(early)
             if not parked:
-                del self._early[early.append.request_id]
+                del self.early[early.append.request_id]
 
     def parked(self) -> int:
-        return sum(len(parked) for parked in self._early.values())
-
-    def take_early(self, request_id: str) -> Sequence[EarlyAppend]:
-        """The appends parked for the request id, taken along by its seqno 0."""
-        return self._early.pop(request_id, ())
+        return sum(len(parked) for parked in self.early.values())
 
     async def wait_for(self, request_id: str, kind: Waiter) -> Transport:
         """The transport once its seqno 0 arrives; the caller bounds the wait (a Pending slot)."""
