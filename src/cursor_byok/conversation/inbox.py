@@ -69,7 +69,12 @@ class CommandInbox(abc.ABC):
     def release(self) -> None:
         """Take what came while held, in order, in this step."""
         self.held = False
-        if self._queue and not self._taking and self.running:
+        self.take_queued()
+
+    def take_queued(self, *_: object) -> None:
+        """Take what is queued now, in order, rather than when this runtime's task wakes (nothing
+        when a command is being handled: its loop takes them next). Usable as a callback."""
+        if self._queue and not self._taking and not self.held and self.running:
             self._context.run(self._take_all, self._dequeued(self._queue.popleft()))
 
     def _take_all(self, cmd: Command) -> None:

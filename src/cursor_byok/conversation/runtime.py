@@ -357,6 +357,16 @@ class ConversationRuntime(CommandInbox):
         final = partial(self.data.checkpoints.final, run, lambda: self.is_current(run.run_id))
         self._start(run, final, lambda error, _: CheckpointDone(run.run_id, error))
 
+    def before_request(self, stored: asyncio.Future[Any] | None) -> None:
+        """A model request of the current run is about to be built, to leave once `stored` (its
+        input's commit, None: done) is: commands already delivered and still queued are taken just
+        before it may leave, ahead of the provider call's step (no pass of the loop added). A cancel
+        among them ends the run, so the request never leaves; with nothing queued, nothing is done."""
+        if stored is None or stored.done():
+            asyncio.get_running_loop().call_soon(self.take_queued)  # before the call's first step, made after this
+        else:
+            stored.add_done_callback(self.take_queued)  # before the call, which waits on `stored` after this
+
     def step_committed(self, run: ActiveRun) -> None:
         """A step of the run is committed (the engine began the next): checkpoint it meanwhile."""
         self.data.checkpoints.start_step(run, lambda: self.is_current(run.run_id) and self.phase in MID_RUN)
