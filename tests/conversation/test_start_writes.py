@@ -1,8 +1,8 @@
 """What a turn start writes before the model is called, counted with a trace callback on the real
-store: for a follow-up, one transaction holding the append's journal row and the turn's input (the
-input's only durable write before the model sees it). The run's records (its run row, its request's binding, the conversation's row when it exists
-already) are in neither: they commit after the request has gone, and are stored when the turn is
-over."""
+store: one transaction holding the append's journal row and the turn's input (the input's only
+durable write before the model sees it), for a new conversation as for a follow-up. The run's
+records (its run row, its request's binding, the conversation's row when it exists already) are not
+in it: they commit after the request has gone, and are stored when the turn is over."""
 from __future__ import annotations
 
 import uuid
@@ -74,10 +74,11 @@ async def before_the_model(rig: Rig, provider: FakeProviderServer, statements: l
     return await start(rig, provider, statements, conv)
 
 
-async def test_a_follow_up_start_is_one_transaction_before_the_model_is_called(
-    traced: tuple[Rig, list[str]], provider: FakeProviderServer
+@pytest.mark.parametrize("follow_up", [False, True], ids=["new conversation", "follow-up"])
+async def test_a_start_is_one_transaction_before_the_model_is_called(
+    traced: tuple[Rig, list[str]], provider: FakeProviderServer, follow_up: bool
 ) -> None:
-    before_model = await before_the_model(traced[0], provider, traced[1], True)
+    before_model = await before_the_model(traced[0], provider, traced[1], follow_up)
     assert len(before_model) == 1, before_model
     assert {"INSERT INTO inbound_appends", "INSERT INTO history_events"} <= set(before_model[0])
 

@@ -10,7 +10,7 @@ import httpx
 
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
-from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, cancel_message, run_request
+from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, appends_waiting, cancel_message, run_request
 
 from .conftest import MODEL, both_transports, direct_transports
 
@@ -57,11 +57,11 @@ async def test_cancel_in_prepare_phase(ide: ScriptedIDE, provider: FakeProviderS
     rid, conv = uuid.uuid4().hex, uuid.uuid4().hex
     log = StreamLog()
     reader = asyncio.create_task(ide.stream(rid, log))
-    # seqno 1 (cancel) first: it is held until seqno 0 arrives, then both reach the runtime
-    # back to back, so the cancel lands while the run is still preparing.
+    # seqno 1 (cancel) first: it waits for seqno 0, which takes it along, so both reach the
+    # runtime together and the cancel lands while the run is still preparing.
     async with httpx.AsyncClient(base_url=ide.base_url, headers={"content-type": "application/proto"}) as client:
         early = asyncio.create_task(client.post(BIDI_APPEND, content=append_body(rid, 1, cancel_message())))
-        await asyncio.sleep(0.2)  # seqno 1 waits (bounded) for the route that seqno 0 sets
+        await appends_waiting(client, 1)  # seqno 1 waits (bounded) for the route that seqno 0 sets
         msg = run_request("never modelled", model=MODEL, conversation_id=conv)
         assert (await client.post(BIDI_APPEND, content=append_body(rid, 0, msg))).status_code == 200
         assert (await early).status_code == 200

@@ -88,6 +88,18 @@ def heartbeat_message() -> pb.AgentClientMessage:
     return msg
 
 
+async def appends_waiting(client: httpx.AsyncClient, count: int, timeout: float = 10.0) -> None:
+    """Return once the server (`client`'s base URL) has `count` appends waiting for their seqno 0
+    (its /metrics gauge): a later append sent first is in, its seqno 0 may follow."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        page = (await client.get("/metrics")).text
+        if f"cursor_byok_appends_waiting {float(count)}" in page:
+            return
+        assert asyncio.get_running_loop().time() < deadline, page
+        await asyncio.sleep(0.01)
+
+
 @dataclass
 class StreamLog:
     """Everything one RunSSE stream delivered."""

@@ -117,8 +117,11 @@ class RunStreams:
             if not channel.queue:
                 assert channel.first is not None
                 channel.queue.append(channel.first)
-            while channel.queue:  # appends made meanwhile join the queue: order is kept
-                await stream.send(envelope(channel.queue.pop(0).SerializeToString()))
+            # What is queued goes in one write, as a client sends what it has at once; appends made
+            # meanwhile join the queue and go next: order is kept.
+            while channel.queue:
+                queued, channel.queue = channel.queue, []
+                await stream.send(b"".join(envelope(m.SerializeToString()) for m in queued))
             channel.stream = stream
             status, _ = await stream.response()
             assert status == 200, status

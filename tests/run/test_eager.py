@@ -78,6 +78,26 @@ async def test_cancelling_the_task_reaches_the_coroutine_where_it_waits() -> Non
     assert seen == ["cancelled", "cleaned up"] and gate.cancelled()
 
 
+async def test_cancelled_before_its_first_step_what_it_waits_on_is_cancelled_too() -> None:
+    """As with any task: an inner task it awaits (a provider call) is cancelled with it, and so
+    never runs, rather than going on alone after the outer one ended."""
+    ran: list[str] = []
+
+    async def inner() -> None:
+        ran.append("inner ran")
+
+    async def work() -> None:
+        await asyncio.ensure_future(inner())
+
+    task = start_now(work())
+    task.cancel()  # before the task took its first step
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert ran == []
+
+
 async def test_a_coroutine_may_handle_its_cancellation_and_go_on() -> None:
     first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 

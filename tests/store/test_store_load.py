@@ -1,7 +1,9 @@
 """What a conversation's runtime loads when it starts: record, events and tool state in one read."""
 from __future__ import annotations
 
-from cursor_byok.store import ConversationRows, NewEvent, ParentRef, Store
+import asyncio
+
+from cursor_byok.store import ConversationRows, EventKind, NewEvent, ParentRef, Store
 
 
 async def test_a_conversation_loads_with_its_record_events_and_tool_state(db_path, conversation) -> None:
@@ -24,3 +26,19 @@ async def test_a_conversation_loads_with_its_record_events_and_tool_state(db_pat
         assert made.record == record and made.tool_state == b"state"
     finally:
         await store.close()
+
+
+async def test_a_conversation_stored_nowhere_is_told_at_once(store: Store, conversation) -> None:
+    """A new conversation's start need not wait for the reader thread to learn it has no history;
+    one with a committed row, or asked while a write is being committed, is read as before."""
+    assert store.holds_nothing_of("new")
+    store.upsert_conversation(conversation("old"))
+    store.hand_over_now()  # committed on the loop: nothing in flight after it
+    store.append_events("old", [NewEvent("e1", EventKind.USER, b"{}")])
+    await asyncio.sleep(0)  # handed to the writer thread, not yet delivered back
+    assert not store.holds_nothing_of("new")  # cannot tell without waiting
+    await store.flush()
+    assert not store.holds_nothing_of("old")
+    assert store.holds_nothing_of("new")
+    rows = await store.load_conversation("new")
+    assert rows.record is None and rows.events == [] and rows.tool_state is None

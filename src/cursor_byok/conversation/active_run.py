@@ -70,6 +70,7 @@ class ActiveRun:
     checkpoint_sent: int = 0  # the newest one written to the stream
     checkpoint_stored: int = 0  # the newest one given to the store (each replaces the one before)
     call_model: bool = True  # False: the input was answered already; finish without the model
+    cancelled: bool = False  # cancelled while preparing: it ends once prepared, before the model
     input_stored: asyncio.Future[Any] | None = None  # the turn's input being written: the model waits for it
     tool_ctx: tools.ToolContext | None = None
     turns: TurnLog = field(init=False)  # the turns this run adds, with their steps

@@ -24,7 +24,7 @@ from .history import ConversationHistory, EntryKind, HistoryEntry, prompt_mode
 from .identity import ParentConversationRef
 from .observation import NO_OBSERVER, RunObserver
 from .output import OutputStream
-from .persistence import ConversationRecords
+from .persistence import ConversationRecords, StoredConversation
 from .run_setup import requested_model_id, run_spec, tool_context
 from .state import Phase
 from .sync import BlobSync
@@ -72,6 +72,10 @@ class ConversationData:
         if self.loaded:
             return
         if self._loading is None:
+            stored = self.records.load_now()
+            if stored is not None:  # nothing to wait for: the start goes on in this step
+                self._restore(stored)
+                return
             self._loading = asyncio.get_running_loop().create_task(self._load())
             self._loading.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
         # Shielded: a Stop during the read cancels the run, not the read, which still completes.
@@ -82,6 +86,9 @@ class ConversationData:
             stored = await self.records.load()
         finally:
             self._loading = None
+        self._restore(stored)
+
+    def _restore(self, stored: StoredConversation) -> None:
         self.history.restore(stored.entries)
         if stored.parent is not None and self.parent is None:
             self.parent = stored.parent

@@ -31,6 +31,8 @@ class RunOwner(Protocol):
 
     def step_committed(self, run: ActiveRun) -> None: ...
 
+    def before_request(self, stored: asyncio.Future[Any] | None) -> None: ...
+
 
 class RunPorts:
     def __init__(self, owner: RunOwner, run: ActiveRun) -> None:
@@ -64,6 +66,7 @@ class RunPorts:
     def stored(self) -> asyncio.Future[Any] | None:
         run = self.run
         stored, run.input_stored = run.input_stored, None
+        self.owner.before_request(stored)
         return stored
 
     def commit_assistant(self, message: Message, usage: Usage | None = None, *, answer: bool = False) -> None:

@@ -26,6 +26,7 @@ class CommandInbox(abc.ABC):
         self._wake: asyncio.Future[None] | None = None  # what the task waits on while the queue is empty
         self._open = False  # started and not stopped: commands are taken
         self._taking = False  # a command is being handled (one at a time: a take_now then queues)
+        self.held = False  # input that came together is being handed over: taken once all of it is in
         self._context = contextvars.copy_context()
         # Input accepted for a stream and still in the queue: the stream stays open for it.
         self._unhandled: dict[OutputStream, int] = {}
@@ -46,7 +47,7 @@ class CommandInbox(abc.ABC):
                 self._wake.set_result(None)
         # No task while a command is being handled: the loop handling it takes this one next. Its
         # context (the run's log ids) is also the one take_now takes commands in.
-        elif self._task is None and self._open and not self._taking:
+        elif self._task is None and self._open and not self._taking and not self.held:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name=self._name, context=self._context)
 
     def take_now(self, cmd: Command) -> None:
@@ -55,10 +56,26 @@ class CommandInbox(abc.ABC):
         request (no queue hop and task switch before the model request), its RunSSE coming for
         the stream, the client's input, the end of its steps and its finalize window (no wake-up
         of this runtime's task for them)."""
-        if self._taking or self._queue or not self.running:
+        if self._taking or self.held or self._queue or not self.running:
             self.post(cmd)
             return
         self._context.run(self._take_all, cmd)
+
+    def hold(self) -> None:
+        """Commands that come now wait until `release`: input that came together (a run request and
+        the cancel right behind it) is all queued before the first of it is handled."""
+        self.held = True
+
+    def release(self) -> None:
+        """Take what came while held, in order, in this step."""
+        self.held = False
+        self.take_queued()
+
+    def take_queued(self, *_: object) -> None:
+        """Take what is queued now, in order, rather than when this runtime's task wakes (nothing
+        when a command is being handled: its loop takes them next). Usable as a callback."""
+        if self._queue and not self._taking and not self.held and self.running:
+            self._context.run(self._take_all, self._dequeued(self._queue.popleft()))
 
     def _take_all(self, cmd: Command) -> None:
         """Handle `cmd`, then what is queued behind it (what handling it posted); in order."""

@@ -28,6 +28,9 @@ class StoredConversation:
     tool_state: ToolState | None
 
 
+_NOTHING_STORED = StoredConversation(StoredEntries(), None, None)
+
+
 class ConversationRecords:
     def __init__(self, conversation_id: str, store: Any) -> None:
         self.conversation_id = conversation_id
@@ -41,7 +44,7 @@ class ConversationRecords:
         """Everything a runtime needs from the store; a failed read is `unavailable` (retry)."""
         store = self.store
         if store is None:
-            return StoredConversation(StoredEntries(), None, None)
+            return _NOTHING_STORED
         try:
             # Read into one buffer as the rows come (see StoredEntries), not an object per entry.
             rows = await store.load_conversation(self.conversation_id, StoredEntries)
@@ -54,6 +57,14 @@ class ConversationRecords:
             parent = ParentConversationRef(p.parent_conversation_id, p.parent_run_id, p.parent_tool_call_id)
         tool_state = decode_tool_state(rows.tool_state) if rows.tool_state is not None else None
         return StoredConversation(rows.events, parent, tool_state)
+
+    def load_now(self) -> StoredConversation | None:
+        """What `load` would return, when that is known at once (no store, or a conversation the
+        store holds nothing of); None: `load` it."""
+        store = self.store
+        if store is None or store.holds_nothing_of(self.conversation_id):
+            return _NOTHING_STORED
+        return None
 
     def append(self, entries: list[HistoryEntry], *, awaited: bool = False) -> asyncio.Future[Any] | None:
         """Queue the entries (await the future for durability); None when there is nothing to do.

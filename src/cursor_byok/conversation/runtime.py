@@ -187,6 +187,9 @@ class ConversationRuntime(CommandInbox):
             return
         run = self.run
         assert run is not None
+        if run.cancelled:  # its input is in the history now, as a turn cancelled later keeps it
+            self._end_run(Outcome.CANCELED, END_STREAM_CANCELED)
+            return
         if cmd.error is not None:
             self._fail(run_error(cmd.error))
             return
@@ -261,6 +264,8 @@ class ConversationRuntime(CommandInbox):
         decision = actions.decide(self._situation(), stream, action)
         run = self.run
         match decision:
+            case actions.CancelRun() if run is not None and self.phase is Phase.PREPARING:
+                self._cancel_preparing(run)
             case actions.CancelRun():
                 self._end_run(Outcome.CANCELED, END_STREAM_CANCELED)
             case actions.EndStream():
@@ -317,6 +322,14 @@ class ConversationRuntime(CommandInbox):
             output.write(encode_server_message(updates.injection_queued_for_next_turn(decision.injection_id)))
         self._on_start_run(StartRun(output.request_id, output, rr, follow_up=True))
 
+    def _cancel_preparing(self, run: ActiveRun) -> None:
+        """A cancel before the model was called: the run never calls it, and ends (cancelled) once
+        its preparation is done, so what the user typed is in the history, as it is for a turn
+        cancelled later. The calls a resumed run still owed results for end now (their execs
+        aborted), so its preparation does not wait for them."""
+        run.cancelled = True
+        self.data.tool_rounds.abort_pending(run, CANCELED_TOOL_TEXT)
+
     def _cancel_queued(self, stream: actions.StreamKey) -> None:
         for q in [q for q in self.queued if (q.request_id, q.output.generation) == stream]:
             self.queued.remove(q)
@@ -343,6 +356,16 @@ class ConversationRuntime(CommandInbox):
         self._transition(Phase.CHECKPOINTING)
         final = partial(self.data.checkpoints.final, run, lambda: self.is_current(run.run_id))
         self._start(run, final, lambda error, _: CheckpointDone(run.run_id, error))
+
+    def before_request(self, stored: asyncio.Future[Any] | None) -> None:
+        """A model request of the current run is about to be built, to leave once `stored` (its
+        input's commit, None: done) is: commands already delivered and still queued are taken just
+        before it may leave, ahead of the provider call's step (no pass of the loop added). A cancel
+        among them ends the run, so the request never leaves; with nothing queued, nothing is done."""
+        if stored is None or stored.done():
+            asyncio.get_running_loop().call_soon(self.take_queued)  # before the call's first step, made after this
+        else:
+            stored.add_done_callback(self.take_queued)  # before the call, which waits on `stored` after this
 
     def step_committed(self, run: ActiveRun) -> None:
         """A step of the run is committed (the engine began the next): checkpoint it meanwhile."""

@@ -10,8 +10,10 @@ followed are delivered again, in order, marked replayed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..protocol import ConnectError, agent_pb2 as pb, unknown_fields, which
@@ -43,6 +45,7 @@ class ConversationService:
         self.hub = hub
         self.registry: Registry[ConversationRuntime] = Registry(self._make_runtime, services.store)
         hub.on_forget = self.registry.forget  # the registry keeps a binding while the hub keeps its stream
+        self._holding: list[ConversationRuntime] | None = None  # runtimes held by `together`
 
     def _make_runtime(self, conversation_id: str) -> ConversationRuntime:
         rt = ConversationRuntime(conversation_id, self.services)
@@ -103,8 +106,32 @@ class ConversationService:
             return OpenedRun(conversation_id, existing, kind)
         output = self.hub.open(request_id, cursor_run_id)
         runtime = self.registry.ensure_runtime(conversation_id)
+        if self._holding is not None:
+            self._hold(runtime)
         runtime.take_now(StartRun(request_id, output, run_request, parent, resumed=resumed))
         return OpenedRun(conversation_id, output, kind)
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """Input handed over in the block reaches each runtime all at once, taken in order as the
+        block ends: a cancel that came with its run request is queued before the run prepares, so
+        the run never calls the model. Inside another such block it adds to that one."""
+        if self._holding is not None:
+            yield
+            return
+        held = self._holding = []
+        try:
+            yield
+        finally:
+            self._holding = None
+            for runtime in held:
+                runtime.release()
+
+    def _hold(self, runtime: ConversationRuntime) -> None:
+        """Inside `together`: the runtime takes nothing before the block ends."""
+        if not runtime.held:
+            runtime.hold()
+            self._holding.append(runtime)  # type: ignore[union-attr]
 
     async def resume(self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]]) -> None:
         """Resume a stream cut by a restart: its run again, then the appends journaled after its
@@ -139,6 +166,8 @@ class ConversationService:
             action = which(message.conversation_action, "action") or "conversation action"
             raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
         runtime = self.registry.ensure_runtime(binding.conversation_id)
+        if self._holding is not None:
+            self._hold(runtime)
         runtime.take_now(ClientInput(request_id, message, output, seqno, replayed))
 
     def heartbeat(self, request_id: str) -> None:

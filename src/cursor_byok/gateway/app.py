@@ -118,6 +118,7 @@ class Gateway:
             active_conversations=lambda: sum(rt.phase is not Phase.IDLE or bool(rt.queued) for rt in self.conversations.registry.runtimes()),
             open_streams=lambda: sum(stream.readers for stream in hub.streams()),
             appends=lambda: self.appends,
+            appends_waiting=self.transports.parked,
             edge_errors=lambda: ERROR_REPLIES,
         )
         self.metrics.attach(gauges)

@@ -12,14 +12,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..conversation import ParentConversationRef
+from ..conversation import ConversationService, ParentConversationRef
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
 from ..store import StoreError
 from .asgi import Receive, Scope, Send, reply_error, reply_proto
 from .journal import journal, unjournaled
 from .routing import route_for
-from .transport import Route, Transport, Waiter, fingerprint
+from .transport import EarlyAppend, Route, Transport, Waiter, fingerprint
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -34,18 +34,21 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
         # From each resolve to the hand-over below nothing awaits: the checks see the binding it found.
+        durable: asyncio.Future[Any] | None = None  # its journal row, when its seqno 0 took it along
         if append.append_seqno == 0:
             await gw.conversations.resolve(append.request_id)
             transport = _seqno0_transport(gw, append)
         else:
-            transport = gw.transports.get(append.request_id) or await _later_before_seqno0(gw, scope, append.request_id)
-            if transport.route is Route.LOCAL:
+            transport = gw.transports.get(append.request_id)
+            if transport is None:
+                transport, durable = await _later_before_seqno0(gw, scope, append)
+            if durable is None and transport.route is Route.LOCAL:
                 await gw.conversations.resolve(append.request_id)
         if transport.route is Route.UPSTREAM:
             await gw.upstream.forward(scope, receive, send, body=body)
             return
-        parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
-        durable = deliver_local(gw, transport, append, parent)
+        if durable is None:
+            durable = deliver_local(gw, transport, append, _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id))
         try:
             await durable
         except StoreError as exc:  # taken, but not durable: not acknowledged (a resend is a duplicate)
@@ -78,10 +81,13 @@ def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     return transport if transport is not None else gw.transports.create(append.request_id, route)
 
 
-async def _later_before_seqno0(gw: Gateway, scope: Scope, request_id: str) -> Transport:
+async def _later_before_seqno0(gw: Gateway, scope: Scope, append: BidiAppend) -> tuple[Transport, asyncio.Future[Any] | None]:
     """The transport for a later append that found none: its seqno 0 may be on its way (wait for
     it), unless the request id is bound to a stream that has ended (before a restart, or since its
-    transport went): then no seqno 0 will come, and the IDE is told at once."""
+    transport went): then no seqno 0 will come, and the IDE is told at once. While it waits the
+    append is parked: a local seqno 0 takes it along, and its journal row comes back with the
+    transport (None: it goes on as any append)."""
+    request_id = append.request_id
     await gw.conversations.resolve(request_id)
     if gw.conversations.stream_ended(request_id):
         raise ConnectError("not_found", f"the run for request {request_id} has ended; nothing more can be appended to it")
@@ -90,8 +96,15 @@ async def _later_before_seqno0(gw: Gateway, scope: Scope, request_id: str) -> Tr
     def never_came() -> ConnectError:
         return ConnectError("invalid_argument", "first BidiAppend message must select a model (seqno 0 never came)")
 
-    async with gw.pending.slot(scope, wait, never_came):
-        return await gw.transports.wait_for(request_id, Waiter.APPEND)
+    early = gw.transports.park(append)
+    try:
+        async with gw.pending.slot(scope, wait, never_came):
+            transport = await gw.transports.wait_for(request_id, Waiter.APPEND)
+    finally:
+        gw.transports.unpark(early)
+    if early.error is not None:
+        raise early.error
+    return transport, early.durable
 
 
 def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> asyncio.Future[Any]:
@@ -116,12 +129,39 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
     durable = journal(gw, transport, append)
     if append.variant == "client_heartbeat":
         service.heartbeat(append.request_id)
-    for item in transport.buffer.push(append.append_seqno, append):
-        if item.append_seqno == 0 and item.variant == "run_request":
-            service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw)
-        elif item.variant != "client_heartbeat":
-            service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
+    parked = gw.transports.early  # later appends waiting for their seqno 0: it takes them along
+    early = parked.pop(append.request_id, ()) if parked and append.append_seqno == 0 else ()
+    ready = transport.buffer.push(append.append_seqno, append)
+    if len(ready) == 1 and not early:
+        hand_over(service, ready[0], parent)
+    elif ready:
+        # Appends that waited for this one reach the runtime with it: a cancel among them is
+        # seen before the model is called.
+        with service.together():
+            for item in ready:
+                hand_over(service, item, parent)
+            for waiting in early:
+                _take_along(gw, transport, waiting)
     return durable
+
+
+def _take_along(gw: Gateway, transport: Transport, early: EarlyAppend) -> None:
+    """A parked later append, journaled and handed over after its seqno 0 (in order); what goes
+    wrong with it is its own request's answer."""
+    try:
+        early.durable = journal(gw, transport, early.append)
+        for item in transport.buffer.push(early.append.append_seqno, early.append):
+            hand_over(gw.conversations, item, None)
+    except (ConnectError, HotPathError) as exc:
+        early.error = exc
+
+
+def hand_over(service: ConversationService, item: BidiAppend, parent: ParentConversationRef | None) -> None:
+    """One append, in order, to the conversation domain."""
+    if item.append_seqno == 0 and item.variant == "run_request":
+        service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw)
+    elif item.variant != "client_heartbeat":
+        service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
 
 
 def _parent_ref(gw: Gateway, parent_request_id: str | None, tool_call_id: str | None) -> ParentConversationRef | None:

@@ -68,6 +68,12 @@ class RequestFrames:
                 raise connect_error_from(exc) from None
         return self._ready.popleft()
 
+    def received(self) -> list[bytes]:
+        """The messages already received and not yet taken (none of them waited for)."""
+        ready = list(self._ready)
+        self._ready.clear()
+        return ready
+
     async def wait_disconnect(self) -> None:
         """After the client finished sending: return once it goes away."""
         while (await self._receive())["type"] != "http.disconnect":
@@ -99,7 +105,16 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
             await gw.upstream.relay_stream(scope, send, raw, frames.next)
             return
         parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
-        _journaled(deliver_local(gw, transport, first, parent), request_id)
+        # What came with the first message is handed over with it: a cancel right behind the run
+        # request is seen before the model is called. One it cannot take ends the stream (below).
+        failure: list[ConnectError] = []
+        with gw.conversations.together():
+            _journaled(deliver_local(gw, transport, first, parent), request_id)
+            try:
+                for raw in frames.received():
+                    _deliver_next(gw, transport, request_id, raw)
+            except (ConnectError, HotPathError) as exc:
+                failure.append(_refused(exc, request_id))
     except _Disconnected:
         return
     except (ConnectError, HotPathError) as exc:
@@ -112,7 +127,6 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
     await send({"type": "http.response.start", "status": 200, "headers": RUN_HEADERS})
     me = asyncio.current_task()
     assert me is not None
-    failure: list[ConnectError] = []
     inbound = asyncio.get_running_loop().create_task(_inbound(gw, transport, frames, request_id, me, failure))
     try:
         await relay(stream, send)
@@ -134,20 +148,30 @@ async def _inbound(
     gw: Gateway, transport: Transport, frames: RequestFrames, request_id: str, relay_task: asyncio.Task[None],
     failure: list[ConnectError],
 ) -> None:
-    """Deliver each later message as the next append; a disconnect (or a message we cannot take)
-    stops the relay. The client finishing its side changes nothing: output goes on."""
+    """Deliver each later message as the next append; a disconnect (or a message we cannot take,
+    here or with the first) stops the relay. The client finishing its side changes nothing: output
+    goes on."""
     try:
-        while (raw := await frames.next()) is not None:
-            _journaled(deliver_local(gw, transport, client_message(request_id, transport.buffer.next_seqno, raw), None), request_id)
-        await frames.wait_disconnect()
+        while not failure and (raw := await frames.next()) is not None:
+            _deliver_next(gw, transport, request_id, raw)
+        if not failure:
+            await frames.wait_disconnect()
     except _Disconnected:
         pass
-    except ConnectError as err:
-        log.info("Run stream input refused: %s", err.message, extra={"request_id": request_id})
-        failure.append(err)
-    except HotPathError as exc:
-        failure.append(connect_error_from(exc))
+    except (ConnectError, HotPathError) as exc:
+        failure.append(_refused(exc, request_id))
     relay_task.cancel()
+
+
+def _refused(exc: ConnectError | HotPathError, request_id: str) -> ConnectError:
+    err = exc if isinstance(exc, ConnectError) else connect_error_from(exc)
+    log.info("Run stream input refused: %s", err.message, extra={"request_id": request_id})
+    return err
+
+
+def _deliver_next(gw: Gateway, transport: Transport, request_id: str, raw: bytes) -> None:
+    """A later message of the stream, as the next append."""
+    _journaled(deliver_local(gw, transport, client_message(request_id, transport.buffer.next_seqno, raw), None), request_id)
 
 
 def _journaled(durable: asyncio.Future[Any], request_id: str) -> None:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import hotpath
 from ..protocol import ConnectError
@@ -74,6 +74,17 @@ class Transport:
         self.cursor_run_id = cursor_run_id
 
 
+@dataclass(eq=False, slots=True)
+class EarlyAppend:
+    """A later append waiting for its seqno 0. A locally served seqno 0 takes it along: journaled
+    and into the reorder buffer in its own step, so it is handed over with the run request (a
+    cancel that came first is seen before the model is called)."""
+
+    append: BidiAppend
+    durable: asyncio.Future[Any] | None = None  # its journal row, once taken along
+    error: Exception | None = None  # why it could not be taken along (its own answer)
+
+
 class Transports:
     def __init__(
         self, max_transports: int, idle_seconds: float, window: int = 64, *, run_is_live: Callable[[str], bool] = lambda _: False
@@ -86,6 +97,7 @@ class Transports:
         self.run_is_live = run_is_live
         self._by_request: dict[str, Transport] = {}  # least recently seen first
         self._waiting: dict[str, dict[Waiter, list[asyncio.Future[Transport]]]] = {}
+        self.early: dict[str, list[EarlyAppend]] = {}  # appends waiting for their seqno 0, by request id
 
     def get(self, request_id: str) -> Transport | None:
         t = self._by_request.pop(request_id, None)
@@ -116,6 +128,22 @@ class Transports:
         """A transport rebuilt from the journal after a restart (a later generation replaces it)."""
         self._by_request.pop(transport.request_id, None)
         self._by_request[transport.request_id] = transport
+
+    def park(self, append: BidiAppend) -> EarlyAppend:
+        """Park a later append while it waits for its seqno 0 (`unpark` when the wait ends)."""
+        early = EarlyAppend(append)
+        self.early.setdefault(append.request_id, []).append(early)
+        return early
+
+    def unpark(self, early: EarlyAppend) -> None:
+        parked = self.early.get(early.append.request_id)
+        if parked is not None and early in parked:
+            parked.remove(early)
+            if not parked:
+                del self.early[early.append.request_id]
+
+    def parked(self) -> int:
+        return sum(len(parked) for parked in self.early.values())
 
     async def wait_for(self, request_id: str, kind: Waiter) -> Transport:
         """The transport once its seqno 0 arrives; the caller bounds the wait (a Pending slot)."""

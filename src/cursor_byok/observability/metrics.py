@@ -34,6 +34,7 @@ class GatewayGauges:
     active_conversations: Callable[[], int]
     open_streams: Callable[[], int]
     appends: Callable[[], int]
+    appends_waiting: Callable[[], int]  # later appends waiting for their seqno 0
     edge_errors: Callable[[], Mapping[str, int]]  # Connect code → replies and stream terminals
 
 
@@ -107,6 +108,9 @@ class _GatewayCollector:
             )
             yield GaugeMetricFamily("cursor_byok_runsse_streams_open", "RunSSE responses streaming now.", value=gauges.open_streams())
             yield CounterMetricFamily("cursor_byok_appends", "BidiAppend requests accepted.", value=gauges.appends())
+            yield GaugeMetricFamily(
+                "cursor_byok_appends_waiting", "BidiAppends waiting for their request's first append.", value=gauges.appends_waiting()
+            )
         family = CounterMetricFamily("cursor_byok_errors", "Errors sent to clients, by Connect code.", labels=["code"])
         for code, count in sorted(errors.items()):
             family.add_metric([code], count)

@@ -36,7 +36,19 @@ def start_now(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         failed = loop.create_future()
         failed.set_exception(exc)
         return failed
-    return loop.create_task(_Continuation(coro, waiting_on))
+    return _StartedTask(_Continuation(coro, waiting_on), loop=loop)
+
+
+class _StartedTask(asyncio.Task[T]):
+    """The task of a started coroutine. Until its first step it does not wait on what the coroutine
+    waits on; cancelled then, it cancels that as a waiting task would (an inner task the coroutine
+    awaits, say a provider call, would otherwise go on alone after the outer one ended)."""
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        coro = self.get_coro()
+        if isinstance(coro, _Continuation):
+            coro.cancel_waited(msg)
+        return super().cancel(msg)
 
 
 class _Continuation(Coroutine[Any, Any, Any]):
@@ -57,6 +69,11 @@ class _Continuation(Coroutine[Any, Any, Any]):
         self._handed = True
         waiting_on, self._waiting_on = self._waiting_on, None
         return waiting_on
+
+    def cancel_waited(self, msg: Any | None) -> None:
+        """Before the first step: cancel what the coroutine waits on (when it is a future)."""
+        if not self._handed and isinstance(self._waiting_on, asyncio.Future):
+            self._waiting_on.cancel(msg)
 
     def throw(self, *exc: Any) -> Any:  # type: ignore[override]
         self._handed = True

@@ -43,7 +43,9 @@ class HistoryPort(Protocol):
 
     def stored(self) -> Awaitable[object] | None:
         """What the model must not be called before: the history it sees being stored durably (None
-        once it is). The engine builds the request meanwhile and sends it once this is done."""
+        once it is). The engine builds the request meanwhile and sends it once this is done. Asked
+        right before each provider call is made: the host may take what it has pending (a cancel)
+        before the request can leave."""
         ...
 
     def commit_assistant(self, message: Message, usage: Usage | None, *, answer: bool = False) -> None:

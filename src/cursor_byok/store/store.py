@@ -37,6 +37,13 @@ class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecord
         self._check_open()
         return await self._read_job(lambda conn: _load(conn, conversation_id, events))
 
+    def holds_nothing_of(self, conversation_id: str) -> bool:
+        """True: nothing of this conversation is committed (a new one: `load_conversation` would
+        find nothing), answered on the loop at once. False: it may have something, or that cannot
+        be told without waiting (then read it). Exact: its events and tool state cannot outlive its
+        row (foreign keys), and it is asked only while no write is being committed."""
+        return self._read_now(_HAS_CONVERSATION, (conversation_id,)) == []
+
     async def export_conversation(
         self, conversation_id: str, *, events_after: int = 0, events_limit: int | None = None
     ) -> dict[str, Any] | None:
@@ -74,6 +81,7 @@ class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecord
             conn.execute("COMMIT")
 
 
+_HAS_CONVERSATION = "SELECT 1 FROM conversations WHERE conversation_id = ?"
 _LOAD_EVENTS = "SELECT seq, event_id, kind, run_id, payload FROM history_events WHERE conversation_id = ? ORDER BY seq"
 
 

@@ -1,0 +1,54 @@
+"""A cancel the runtime holds in its queue (behind another command, its task not yet woken) when a
+run's model request is about to leave is taken first: the request never leaves. In this process,
+where the test decides that both reach the runtime in the run request's own step."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import OPENAI_CHAT, FakeProviderServer
+from tests.harness.ide import StreamLog, cancel_message, run_request
+from tests.harness.inprocess import MODEL, Rig
+
+
+@pytest.fixture
+async def warm(tmp_path: Path) -> AsyncIterator[tuple[Rig, FakeProviderServer]]:
+    """A provider that keeps its connections open, as real ones do: a request can leave at once."""
+    with FakeProviderServer(keep_alive=True) as provider:
+        rig = await Rig(tmp_path, provider).start()
+        try:
+            yield rig, provider
+        finally:
+            await rig.close()
+
+
+async def test_a_cancel_queued_behind_another_command_is_taken_before_the_model_request_leaves(warm: tuple[Rig, FakeProviderServer]) -> None:
+    rig, provider = warm
+    conv = uuid.uuid4().hex
+    provider.enqueue(OPENAI_CHAT.text(["first answer"]))
+    first = await rig.ide().turn(run_request("the first question", model=MODEL, conversation_id=conv))
+    assert first.terminal is None  # the conversation is in memory: its next start prepares in one step
+    rid, log = uuid.uuid4().hex, StreamLog()
+    reader = asyncio.create_task(rig.ide().stream(rid, log))
+    service, store = rig.service, rig.store
+    assert store is not None
+    await service.resolve(rid)
+    await store.flush()
+    await asyncio.sleep(0.05)  # past the spacing of the loop's own commits: the store is idle
+    committed_on_the_loop = store.stats.loop_commits
+    service.open_run(rid, run_request("cancelled at once", model=MODEL, conversation_id=conv).run_request)
+    # Its input is stored in this step, so the model request would leave in the loop's next pass.
+    assert store.stats.loop_commits == committed_on_the_loop + 1
+    service.heartbeat(rid)  # posted: the runtime's queue is not empty, its task wakes a pass later
+    service.deliver(rid, cancel_message(), seqno=1)  # so this waits in the queue behind it
+    await asyncio.wait_for(reader, 10)
+    assert log.terminal is not None and log.terminal.code == "canceled"
+    provider.enqueue(OPENAI_CHAT.text(["after"]))
+    after = await rig.ide().turn(run_request("the next question", model=MODEL, conversation_id=conv))
+    assert after.terminal is None and after.text == "after"
+    assert len(provider.requests) == 2  # the first turn's and the next turn's: the cancelled one never left
+    assert "cancelled at once" in provider.requests[-1].body.decode()  # its input is kept
