@@ -66,10 +66,6 @@ class StoredEntries:
     def event_id(self, index: int) -> str:
         return self._keys[self._key_starts[index] + 4 : self._key_starts[index + 1]].decode()
 
-    def keys(self, start: int, stop: int) -> bytes:
-        """The event ids of entries `start` to `stop`, each length-prefixed (see `KeyedMessages`)."""
-        return self._keys[self._key_starts[start] : self._key_starts[stop]]
-
     @property
     def payload_bytes(self) -> int:
         return len(self._payloads)
