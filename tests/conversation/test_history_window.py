@@ -4,6 +4,9 @@ objects they replace."""
 from __future__ import annotations
 
 import itertools
+import sys
+from types import FrameType
+from typing import Any
 
 from cursor_byok.config import ModelConfig, ProviderKind
 from cursor_byok.conversation.history import ConversationHistory, EntryKind, HistoryEntry, StoredEntries, Window, encode_entry
@@ -105,3 +108,44 @@ def test_a_provider_splices_its_kept_messages_only_into_projections_that_start_w
     check(reread.project())
     reread.append(EntryKind.USER, "u4", Message("user", [TextPart("question 4")]), "r")
     check(reread.project())
+
+
+class Lines:
+    """Lines of Python run while installed (`sys.settrace`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
+        return self._line
+
+    def _line(self, frame: FrameType, event: str, arg: Any) -> Any:
+        self.count += int(event == "line")
+        return self._line
+
+
+def lookup_lines(stored_ids: list[str], wanted: list[str]) -> tuple[list[int | None], int]:
+    """What a history read from these ids answers for each wanted id, and the lines that took."""
+    entries = StoredEntries((i + 1, event_id, EntryKind.USER.value, "r", encode_entry(EntryKind.USER, Message("user", [TextPart("m")])))
+                            for i, event_id in enumerate(stored_ids))
+    counter = Lines()
+    sys.settrace(counter)
+    try:
+        found = [entries.find(event_id) for event_id in wanted]
+    finally:
+        sys.settrace(None)
+    return found, counter.count
+
+
+def test_an_idempotency_lookup_does_not_walk_the_stored_ids() -> None:
+    """Whether an event id is stored (4 lookups a turn, most of them for ids that are not) is told
+    from a lookup table, not a scan of every stored id. A scan's cost shows as lines where stored ids
+    hold the wanted one (a user message's id is the client's: any text): it must go on past each."""
+    lines = {}
+    for count in (10, 2_000):
+        inside = [f"{i}\x06\x00\x00\x00user:1" for i in range(count)]  # "user:1" and its length, as a scan would see it
+        stored_ids = [*inside, "user:1", "user:10", *(f"user:1{i}0" for i in range(count))]
+        wanted = ["user:1", "user:10", "user:2", inside[-1], "", "user:"]
+        found, lines[count] = lookup_lines(stored_ids, wanted)
+        assert found == [count, count + 1, None, count - 1, None, None]
+    assert lines[2_000] == lines[10], lines

@@ -85,12 +85,6 @@ class KeyedMessages(Sequence[Message]):
     @abstractmethod
     def key(self, index: int) -> str: ...
 
-    @staticmethod
-    def prefixed(key: str) -> bytes:
-        """One key as `keys()` holds it."""
-        name = key.encode()
-        return len(name).to_bytes(4, "little") + name
-
 
 class ToolSchema(msgspec.Struct, frozen=True):
     name: str

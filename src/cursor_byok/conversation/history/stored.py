@@ -4,17 +4,19 @@ A conversation whose runtime was let go reads its whole history again at its nex
 one object per entry (the entry, its event id, its stored bytes, its seq), a long history was
 thousands of small objects living as long as the runtime, interleaved in the allocator's arenas with
 whatever long-lived objects came meanwhile, so the room a reload took stayed. Here the stored
-payloads are one bytes object with their offsets, the event ids one more (length-prefixed, the form
-an adapter checks its kept encodings against), the run ids one more, kinds, seqs and runs an array
-each; an entry is materialised only when a caller asks for it (most turns ask for the last few).
+payloads are one bytes object with their offsets, the event ids one more, the run ids one more,
+kinds, seqs and runs an array each; an entry is materialised only when a caller asks for it (most
+turns ask for the last few). Whether an event id is stored (the idempotency check, a few times a
+turn) is looked up in a table of the ids' hashes, sorted, built with the buffers (on the store's
+reader thread): a lookup reads a few slots and one id, not every id.
 """
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable
 
-from ...run import KeyedMessages, Message
+from ...run import Message
 from .entry import EntryKind, HistoryEntry, decode_entry, stored_canonical
 
 KINDS = list(EntryKind)
@@ -26,19 +28,21 @@ Row = tuple[int, str, str, "str | None", bytes]  # (seq, event_id, kind, run_id,
 class StoredEntries:
     """Immutable: the stored part of a history never changes (new entries are appended beside it)."""
 
-    __slots__ = ("_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_starts", "_run_of")
+    __slots__ = ("_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_starts", "_run_of", "_lookup")
 
     def __init__(self, rows: Iterable[Row] = ()) -> None:
         payloads: list[bytes] = []  # joined once at the end: one allocation of the final size
         keys, kinds, runs = bytearray(), bytearray(), bytearray()
         payload_starts, key_starts, run_starts = array("q", [0]), array("q", [0]), array("q", [0])
         seqs, run_of = array("q"), array("l")
+        lookup: list[int] = []
         size, last_run = 0, None
         for seq, event_id, kind, run_id, payload in rows:
             payloads.append(payload)
             size += len(payload)
             payload_starts.append(size)
-            keys += KeyedMessages.prefixed(event_id)
+            lookup.append(_slot(event_id, len(key_starts) - 1))
+            keys += event_id.encode()
             key_starts.append(len(keys))
             kinds.append(_KIND_CODES[kind])
             seqs.append(seq)
@@ -50,6 +54,8 @@ class StoredEntries:
         self._payloads, self._keys, self._kinds, self._runs = b"".join(payloads), bytes(keys), bytes(kinds), bytes(runs)
         self._payload_starts, self._key_starts, self._run_starts = payload_starts, key_starts, run_starts
         self._seqs, self._run_of = seqs, run_of
+        lookup.sort()
+        self._lookup = array("Q", lookup)
 
     def __len__(self) -> int:
         return len(self._kinds)
@@ -64,7 +70,7 @@ class StoredEntries:
         return self._payloads[self._payload_starts[index] : self._payload_starts[index + 1]]
 
     def event_id(self, index: int) -> str:
-        return self._keys[self._key_starts[index] + 4 : self._key_starts[index + 1]].decode()
+        return self._keys[self._key_starts[index] : self._key_starts[index + 1]].decode()
 
     @property
     def payload_bytes(self) -> int:
@@ -85,19 +91,28 @@ class StoredEntries:
 
     def find(self, event_id: str) -> int | None:
         """The index of the entry stored under `event_id`, if any."""
-        needle = KeyedMessages.prefixed(event_id)
-        at = self._keys.find(needle)
-        while at >= 0:
-            index = bisect_right(self._key_starts, at) - 1
-            if self._key_starts[index] == at:  # at an entry's start, not inside another's id
+        lookup, first = self._lookup, _slot(event_id, 0)
+        at = bisect_left(lookup, first)
+        while at < len(lookup) and lookup[at] >> _INDEX_BITS == first >> _INDEX_BITS:  # the same hash: one id read each
+            index = lookup[at] & _INDEX_MASK
+            if self.event_id(index) == event_id:
                 return index
-            at = self._keys.find(needle, at + 1)
+            at += 1
         return None
 
     def last_of(self, kind: EntryKind, stop: int | None = None) -> int | None:
         """The index of the last entry of `kind` before `stop` (default: all), if any."""
         at = self._kinds.rfind(bytes((KINDS.index(kind),)), 0, len(self) if stop is None else stop)
         return None if at < 0 else at
+
+
+_INDEX_BITS = 32
+_INDEX_MASK = (1 << _INDEX_BITS) - 1
+
+
+def _slot(event_id: str, index: int) -> int:
+    """A lookup table slot: the id's hash (this process's, as the table lives here) above its index."""
+    return (hash(event_id) & _INDEX_MASK) << _INDEX_BITS | index
 
 
 EMPTY = StoredEntries()
