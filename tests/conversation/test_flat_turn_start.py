@@ -77,6 +77,23 @@ async def test_a_follow_up_pushes_the_new_messages_roots_and_a_new_system_prompt
         assert all(root in ide.blobs for root in roots)
 
 
+async def test_a_client_that_returns_no_checkpoint_is_sent_each_root_once(rig: Rig, provider: FakeProviderServer) -> None:
+    """A client that does not send its checkpoint back holds what it acked on the conversation's
+    earlier streams all the same (its blob store keeps them): a turn pushes its own messages' roots
+    and its turn blobs, as many at turn 30 as at turn 3, not the whole history again each turn."""
+    provider.respond_with(lambda _: OPENAI_CHAT.text(["an answer"]))
+    ide = rig.ide()
+    conversation = Conversation(rig, ide, uuid.uuid4().hex)
+    pushed: dict[int, int] = {}
+    for turn in range(30):
+        conversation.state = None  # never sent back
+        ide.kv_log.clear()
+        await conversation.turn(f"question {turn}")
+        pushed[turn] = sum(kv.WhichOneof("message") == "set_blob_args" for kv in ide.kv_log)
+        assert conversation.state is not None and all(root in ide.blobs for root in conversation.state.root_prompt_messages_json)
+    assert pushed[29] == pushed[2], pushed
+
+
 async def test_a_reloaded_conversation_is_sized_once(tmp_path: Path, provider: FakeProviderServer) -> None:
     await asyncio.to_thread(build, tmp_path / "state.db", 1, 200, 6)  # 1,200 stored messages
     provider.respond_with(lambda _: OPENAI_CHAT.text(["an answer"], UsageSpec(input=2_000)))

@@ -64,7 +64,12 @@ class Checkpoints:
         self.ack_timeout = ack_timeout
         self.root_blobs = RootBlobs()
         self._base: tuple[str, pb.ConversationStateStructure] | None = None  # (run id, its request's state without roots)
-        self._held_roots = ("", 0)  # (request id, leading messages' roots its client holds)
+        # (request id, leading messages' roots its client holds): carried to the next request id
+        # when its client sends no checkpoint (see `_lacking_roots`), with the system prompt's root
+        # it holds.
+        self._held_roots = ("", 0)
+        self._held_system = b""
+        self._latest: tuple[bytes, bool] = (b"", False)  # the last build's roots, and whether the system prompt's leads
         self.todos: Callable[[], list[pb.TodoItem] | None] = lambda: None  # None: the state's own list stands
 
     def root_ids(self, run: ActiveRun) -> tuple[bytes, ...]:
@@ -76,6 +81,7 @@ class Checkpoints:
         roots = self.root_blobs.build(run.spec.system if run.spec else None, messages, model_name)
         request_id, held = self._held_roots
         self._held_roots = (request_id, min(held, self.root_blobs.kept))  # what is held is what stayed the same
+        self._latest = (roots, run.spec is not None)
         return roots
 
     def _start(self, run: ActiveRun) -> pb.ConversationStateStructure:
@@ -160,15 +166,20 @@ class Checkpoints:
         the client holds are nearly all of them, and they lead: those its checkpoint named (while
         the history extends the one it was built from) and those acked since are kept as a count
         and not looked at again, so a checkpoint looks at the new messages' roots, not the whole
-        history's. The system prompt's (first, when `system`) is looked at each time: a new mode
-        changes it."""
+        history's. A client that sent no checkpoint with the request holds what it acked on the
+        conversation's earlier streams (its blob store keeps them; it gives no other view of it),
+        so the count carries over. The system prompt's (first, when `system`) is looked at each
+        time: a new mode changes it."""
         held = self.blobs.held(request_id)
         first = int(system)  # the messages' roots start here
         if self._held_roots[0] == request_id:
             known = self._held_roots[1]
         else:
             client = self.blobs.client_roots(request_id)
-            known = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :])
+            if client is None:
+                known, client = self._held_roots[1], self._held_system
+            else:
+                known = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :])
             if system and client[:ROOT_SIZE] == roots[:ROOT_SIZE]:
                 held.add(root_id(roots, 0))
         count = len(roots) // ROOT_SIZE
@@ -195,7 +206,24 @@ class Checkpoints:
         done, late = await asyncio.wait(pending, timeout=self.ack_timeout, return_when=asyncio.FIRST_EXCEPTION)
         for waiter in done:
             waiter.result()  # the client failed to store a blob (or the wait ended with the stream)
+        self._acked_roots(run.request_id)
         return not late
+
+    def _acked_roots(self, request_id: str) -> None:
+        """The client acked blobs on this request id: the count of leading roots it holds goes past
+        those of the latest build it now holds (a blob id names its bytes, whichever build pushed
+        it), so the next request id's count starts there."""
+        roots, system = self._latest
+        request, known = self._held_roots
+        if request != request_id:
+            return
+        held, first = self.blobs.held(request_id), int(system)
+        if system and root_id(roots, 0) in held:
+            self._held_system = roots[:ROOT_SIZE]  # encoded, as a client's checkpoint names it
+        count = len(roots) // ROOT_SIZE - first
+        while known < count and root_id(roots, first + known) in held:
+            known += 1
+        self._held_roots = (request_id, known)
 
     def start_step(self, run: ActiveRun, still_running: Callable[[], bool], pending: PendingRound | None = None) -> None:
         """Checkpoint a committed step (or a tool round starting) while the run goes on (cancelled

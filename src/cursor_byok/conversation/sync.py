@@ -73,11 +73,12 @@ class BlobSync:
             self._roots[request_id] = _roots_of(state)
         return acked
 
-    def client_roots(self, request_id: str) -> bytes:
+    def client_roots(self, request_id: str) -> bytes | None:
         """The root ids the client's checkpoint names, encoded as the state holds them (see
-        `RootBlobs.build`): a run's roots start with them while its history extends the client's."""
+        `RootBlobs.build`): a run's roots start with them while its history extends the client's.
+        None: the client sent no checkpoint with this request id."""
         self.held(request_id)
-        return self._roots.get(request_id, b"")
+        return self._roots.get(request_id)
 
     def set_blob(
         self, output: OutputStream, request_id: str, bid: bytes, data: bytes, rebuild: Callable[[], bytes] | None = None
