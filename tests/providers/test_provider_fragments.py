@@ -212,3 +212,24 @@ def test_a_follow_up_request_reads_as_many_keys_at_1_000_messages_as_at_10(kind:
         assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain))
         read[length] = follow_up.keys_read
     assert read[1_000] == read[10] <= 4, read
+
+
+@pytest.mark.parametrize("kind", list(ProviderKind))
+def test_a_follow_up_request_copies_its_history_s_bytes_once(kind: ProviderKind) -> None:
+    """The kept prefix and the new messages go into the request's bytes in one copy: a long
+    history's request body is not first joined as its messages' array and then copied again into
+    the body around it (each copy a fresh buffer of the history's size, the kernel's pages to fill)."""
+    model = ModelConfig(id="m", provider=kind, model="x", base_url="http://127.0.0.1:9/v1")
+    adapter = make_provider(model, "", OFFLINE)
+    plain = [Message("user" if i % 2 else "assistant", [TextPart(f"message {i} " * 40)]) for i in range(2_002)]
+    adapter.encode_request(ModelRequest(model="x", system="s", messages=Counted(plain[:2_000]), tools=TOOLS))
+    follow_up = ModelRequest(model="x", system="s", messages=Counted(plain), tools=TOOLS)
+    tracemalloc.start()
+    try:
+        body = adapter.encode_request(follow_up)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(body) > 500_000
+    assert peak < 1.3 * len(body), f"{peak / len(body):.2f} bodies allocated at once for one request"
+    assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain, tools=TOOLS))

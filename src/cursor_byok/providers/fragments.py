@@ -5,12 +5,12 @@ hands out the same objects for a mode and model) and the same history messages p
 ones. Each is encoded once, when first sent; later requests splice the stored bytes
 (`msgspec.Raw`) and encode only what is new, within a byte budget: the most recently sent stay.
 Messages that come with keys (`KeyedMessages`, a conversation's history) are kept per source as
-the last request's messages, one bytes object with the first and last of their keys: the next
-request of that conversation that starts with those messages (two keys compared, however long the
-history) is those bytes plus the new messages, encoded alone;
-a conversation read again after its runtime was let go finds its bytes without decoding a message,
-and what is kept does not grow by an object per message. Other messages are kept while the very
-message object lives.
+the last request's messages, a view of that request's bytes, with the first and last of their keys:
+the next request of that conversation that starts with those messages (two keys compared, however
+long the history) is those bytes plus the new messages, encoded alone, copied into the request's
+bytes once (`encode`); a conversation read again after its runtime was let go finds its bytes
+without decoding a message, and what is kept does not grow by an object per message. Other
+messages are kept while the very message object lives.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ map's slot)."""
 
 class _Prefix:
     """One source's messages as last sent: `body` holds the first `count` messages' items,
-    comma-joined (a view of the array last returned, not a copy); `first` and `last` are the keys
+    comma-joined (a view of the last request's bytes, `size` of them, not a copy); `first` and `last` are the keys
     of the first and the count-th message: a later request of the source whose keys there are the
     same starts with those very messages (see `KeyedMessages`)."""
 
@@ -64,6 +64,20 @@ class _Prefix:
 
     def cost(self) -> int:
         return self.size + PREFIX_BYTES
+
+
+class Array:
+    """A keyed messages' JSON array as a request body holds it until `Fragments.encode` copies it
+    into the request's bytes: its pieces (the lead, the kept prefix's view, the new messages' items)
+    are copied there once, and the source's next prefix is a view of those bytes."""
+
+    __slots__ = ("messages", "pieces")
+
+    def __init__(self, messages: KeyedMessages, pieces: list[bytes | memoryview]) -> None:
+        self.messages, self.pieces = messages, pieces
+
+
+_MARK = b"\x00"  # where an array goes: JSON text holds no NUL byte (a string escapes it)
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
@@ -100,9 +114,10 @@ class Fragments:
 
     def messages(
         self, messages: Sequence[Message], items: Callable[[Message], list[dict[str, Any]]], lead: bytes = b""
-    ) -> msgspec.Raw:
+    ) -> msgspec.Raw | Array:
         """The JSON array of the encoded item `lead` (if any) followed by every message's wire items.
-        Keyed messages: the source's kept prefix and the rest encoded. Others: a message's bytes stay
+        Keyed messages: the source's kept prefix and the rest encoded, as an `Array` that `encode`
+        copies into the request's bytes (an adapter puts it at its body's top level). Others: a message's bytes stay
         while they are among the most recently sent within the budget and the message lives
         (history messages are immutable)."""
         if isinstance(messages, KeyedMessages):
@@ -121,9 +136,8 @@ class Fragments:
                 parts.append(data)
         return msgspec.Raw(b"[" + b",".join(parts) + b"]")
 
-    def _keyed(self, messages: KeyedMessages, items: Callable[[Message], list[dict[str, Any]]], lead: bytes) -> msgspec.Raw:
-        source = messages.source()
-        kept = self._prefixes.pop(source, None)
+    def _keyed(self, messages: KeyedMessages, items: Callable[[Message], list[dict[str, Any]]], lead: bytes) -> Array:
+        kept = self._prefixes.pop(messages.source(), None)
         start = 0
         parts: list[bytes | memoryview] = []
         if kept is not None:
@@ -136,20 +150,30 @@ class Fragments:
             data = _items_json(messages[index], items)
             if data:
                 parts.append(data)
-        head = b"".join((b"[", lead, b"," if lead and parts else b""))
-        pieces: list[bytes | memoryview] = [head]
-        for part in parts:  # comma-joined in the same pass: the array is copied once, the body kept is a view of it
+        pieces: list[bytes | memoryview] = [b"[", lead, b"," if lead and parts else b""]
+        for part in parts:
             pieces += (part, b",")
         if parts:
             pieces.pop()
         pieces.append(b"]")
-        raw = b"".join(pieces)
-        prefix = _Prefix(messages, memoryview(raw)[len(head) : len(raw) - 1], len(raw))
+        return Array(messages, pieces)
+
+    def encode(self, body: dict[str, Any]) -> bytes:
+        """The request body's JSON, a keyed messages' array in it (at its top level) copied in once
+        with the rest; that source's next prefix is a view of the bytes returned."""
+        key = next((k for k, v in body.items() if isinstance(v, Array)), None)
+        if key is None:
+            return encode(body)
+        array: Array = body[key]
+        before, after = encode({**body, key: msgspec.Raw(_MARK)}).split(_MARK)
+        data = b"".join((before, *array.pieces, after))
+        start = len(before) + sum(map(len, array.pieces[:3]))  # past "[", the lead and its comma
+        prefix = _Prefix(array.messages, memoryview(data)[start : len(data) - len(after) - 1], len(data))
         if prefix.cost() <= self.budget:
-            self._prefixes[source] = prefix
+            self._prefixes[array.messages.source()] = prefix
             self._bytes += prefix.cost()
             self._shrink()
-        return msgspec.Raw(raw)
+        return data
 
     def _store(self, key: int, message: Message, data: bytes) -> bytes:
         """Keep `data` under `key` while `message` lives (and the budget allows)."""
