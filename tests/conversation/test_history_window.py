@@ -148,4 +148,6 @@ def test_an_idempotency_lookup_does_not_walk_the_stored_ids() -> None:
         wanted = ["user:1", "user:10", "user:2", inside[-1], "", "user:"]
         found, lines[count] = lookup_lines(stored_ids, wanted)
         assert found == [count, count + 1, None, count - 1, None, None]
-    assert lines[2_000] == lines[10], lines
+    # A few lines a lookup whatever the count (a probe or two of the table, how many depends on the
+    # process's hash seed), where walking the ids ran ~8,000 at 4,002 ids.
+    assert max(lines.values()) <= 150, lines

@@ -7,13 +7,13 @@ whatever long-lived objects came meanwhile, so the room a reload took stayed. He
 payloads are one bytes object with their offsets, the event ids one more, the run ids one more,
 kinds, seqs and runs an array each; an entry is materialised only when a caller asks for it (most
 turns ask for the last few). Whether an event id is stored (the idempotency check, a few times a
-turn) is looked up in a table of the ids' hashes, sorted, built with the buffers (on the store's
-reader thread): a lookup reads a few slots and one id, not every id.
+turn) is looked up in an open-addressed table of entry indexes by the ids' hashes (4 bytes a slot,
+twice as many slots as entries), built with the buffers on the store's reader thread without an
+object per entry: a lookup reads a slot or two and compares an id or two, not every id.
 """
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
 from collections.abc import Iterable
 
 from ...run import Message
@@ -34,14 +34,13 @@ class StoredEntries:
         payloads: list[bytes] = []  # joined once at the end: one allocation of the final size
         keys, kinds, runs = bytearray(), bytearray(), bytearray()
         payload_starts, key_starts, run_starts = array("q", [0]), array("q", [0]), array("q", [0])
-        seqs, run_of = array("q"), array("l")
-        lookup: list[int] = []
+        seqs, run_of, hashes = array("q"), array("l"), array("q")
         size, last_run = 0, None
         for seq, event_id, kind, run_id, payload in rows:
             payloads.append(payload)
             size += len(payload)
             payload_starts.append(size)
-            lookup.append(_slot(event_id, len(key_starts) - 1))
+            hashes.append(hash(event_id))
             keys += event_id.encode()
             key_starts.append(len(keys))
             kinds.append(_KIND_CODES[kind])
@@ -54,8 +53,7 @@ class StoredEntries:
         self._payloads, self._keys, self._kinds, self._runs = b"".join(payloads), bytes(keys), bytes(kinds), bytes(runs)
         self._payload_starts, self._key_starts, self._run_starts = payload_starts, key_starts, run_starts
         self._seqs, self._run_of = seqs, run_of
-        lookup.sort()
-        self._lookup = array("Q", lookup)
+        self._lookup = _table(hashes)
 
     def __len__(self) -> int:
         return len(self._kinds)
@@ -91,13 +89,13 @@ class StoredEntries:
 
     def find(self, event_id: str) -> int | None:
         """The index of the entry stored under `event_id`, if any."""
-        lookup, first = self._lookup, _slot(event_id, 0)
-        at = bisect_left(lookup, first)
-        while at < len(lookup) and lookup[at] >> _INDEX_BITS == first >> _INDEX_BITS:  # the same hash: one id read each
-            index = lookup[at] & _INDEX_MASK
-            if self.event_id(index) == event_id:
-                return index
-            at += 1
+        table, starts, needle = self._lookup, self._key_starts, event_id.encode()
+        mask = len(table) - 1
+        at = hash(event_id) & mask
+        while slot := table[at]:  # 0: an empty slot, the end of the probe
+            if self._keys[starts[slot - 1] : starts[slot]] == needle:
+                return slot - 1
+            at = (at + 1) & mask
         return None
 
     def last_of(self, kind: EntryKind, stop: int | None = None) -> int | None:
@@ -106,13 +104,19 @@ class StoredEntries:
         return None if at < 0 else at
 
 
-_INDEX_BITS = 32
-_INDEX_MASK = (1 << _INDEX_BITS) - 1
-
-
-def _slot(event_id: str, index: int) -> int:
-    """A lookup table slot: the id's hash (this process's, as the table lives here) above its index."""
-    return (hash(event_id) & _INDEX_MASK) << _INDEX_BITS | index
+def _table(hashes: array[int]) -> array[int]:
+    """Entry index + 1 by the id's hash (this process's: the table lives here), probing linearly
+    past taken slots; a power of two at least twice the entries, so a probe ends within a slot or two."""
+    size = 1
+    while size < 2 * len(hashes) or size < 2:
+        size *= 2
+    table, mask = array("I", bytes(4 * size)), size - 1
+    for index, value in enumerate(hashes):
+        at = value & mask
+        while table[at]:
+            at = (at + 1) & mask
+        table[at] = index + 1
+    return table
 
 
 EMPTY = StoredEntries()
