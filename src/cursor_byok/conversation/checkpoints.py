@@ -14,12 +14,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from ..protocol import agent_pb2 as pb
 from ..run import Message
 from . import updates
 from .active_run import ActiveRun, now_ms
 from .history import (
     ROOT_SIZE,
+    SEED_FIELD,
     Blob,
     ConversationHistory,
     EntryKind,
@@ -30,11 +34,13 @@ from .history import (
     pending_json,
     root_id,
     root_ids,
+    seed_field,
+    seed_of,
     summary_blobs,
     todo_blobs,
 )
 from .persistence import ConversationRecords
-from .sync import BlobSync
+from .sync import BlobSync, roots_of
 
 log = logging.getLogger("cursor_byok.runtime")
 
@@ -70,6 +76,7 @@ class Checkpoints:
         self._held_roots = ("", 0)
         self._held_system = b""
         self._latest: tuple[bytes, bool] = (b"", False)  # the last build's roots, and whether the system prompt's leads
+        self._seed_read = False  # the last stored checkpoint's roots, read for the first build (see `_read_seed`)
         self.todos: Callable[[], list[pb.TodoItem] | None] = lambda: None  # None: the state's own list stands
 
     def root_ids(self, run: ActiveRun) -> tuple[bytes, ...]:
@@ -98,8 +105,10 @@ class Checkpoints:
         state.CopyFrom(self._base[1])
         return state
 
-    async def build(self, run: ActiveRun, pending: PendingRound | None = None) -> tuple[pb.ConversationStateStructure, bool]:
-        """The run's checkpoint, and whether the client acked every blob it names in time."""
+    async def build(self, run: ActiveRun, pending: PendingRound | None = None) -> tuple[pb.ConversationStateStructure, bool, bytes]:
+        """The run's checkpoint, whether the client acked every blob it names in time, and what to
+        store ahead of it (its roots' `RootSeed`)."""
+        await self._read_seed()
         state = self._start(run)
         base_turns = list(state.turns)
         messages = self.history.project()
@@ -107,6 +116,7 @@ class Checkpoints:
             messages = messages[:-1]  # the round in flight goes in pending_tool_calls, not the roots
             state.pending_tool_calls.append(pending_json(pending.message, run.model.id if run.model else "", pending.started_ms))
         roots = self._roots(run, messages)
+        seed = seed_field(self.root_blobs.last_seed())
         state.MergeFromString(roots)  # parsed by the protobuf runtime: no object per id
         blobs = self._compactions(run, state)
         last_turn = await self._last_turn(run, base_turns) if run.turns.continues() else None
@@ -128,7 +138,28 @@ class Checkpoints:
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window
             state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
-        return state, await self._push(run, blobs, roots, run.spec is not None)
+        return state, await self._push(run, blobs, roots, run.spec is not None), seed
+
+    async def _read_seed(self) -> None:
+        """Once per runtime, before the first build over a history read from the store: the roots
+        the server's own last stored checkpoint names, and what they were built from, so that build
+        encodes and hashes only the messages since (not every message again). The server's own,
+        not the client's: the client may send an older checkpoint, and appends journaled after its
+        last one are in the history."""
+        if self._seed_read:
+            return
+        self._seed_read = True
+        stored = await self.records.last_checkpoint() if self.history.stored_count else None
+        if stored is None:
+            return
+        try:
+            state = pb.ConversationStateStructure.FromString(stored)
+        except DecodeError:
+            return
+        field = next((f for f in UnknownFieldSet(state) if f.field_number == SEED_FIELD and f.wire_type == 2), None)
+        seed = None if field is None else seed_of(field.data)
+        if seed is not None:
+            self.root_blobs.seed(seed, roots_of(state))
 
     def _compactions(self, run: ActiveRun, state: pb.ConversationStateStructure) -> list[Blob]:
         """Summary and archive blobs of this run's compactions (each archive names the root ids the
@@ -244,11 +275,11 @@ class Checkpoints:
         """A failure is logged, never fatal, and a step checkpoint never overtakes a newer one (or
         the final one), on the stream or in the store (where the newest replaces the others)."""
         try:
-            state, acked = await self.build(run, pending)
+            state, acked, seed = await self.build(run, pending)
             if seq < run.checkpoint_stored:
                 return  # a newer one is stored (or the final one is coming): this would replace it
             run.checkpoint_stored = seq
-            await self.records.put_checkpoint(run, state, kind="step")
+            await self.records.put_checkpoint(run, state, kind="step", seed=seed)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -269,8 +300,8 @@ class Checkpoints:
         run.checkpoint_seq += 1
         run.checkpoint_sent = run.checkpoint_stored = run.checkpoint_seq  # no step checkpoint may follow the final one
         run.turns.close()
-        state, acked = await self.build(run)
-        await self.records.put_checkpoint(run, state, kind="final")
+        state, acked, seed = await self.build(run)
+        await self.records.put_checkpoint(run, state, kind="final", seed=seed)
         if not acked:
             log.warning("checkpoint blobs were not acked in time; checkpoint not sent", extra={"conversation_id": self.history.conversation_id})
         elif still_current():

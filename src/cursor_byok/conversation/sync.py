@@ -70,7 +70,7 @@ class BlobSync:
             acked.update(state.todos)
             if state.HasField("plan"):
                 acked.add(state.plan)
-            self._roots[request_id] = _roots_of(state)
+            self._roots[request_id] = roots_of(state)
         return acked
 
     def client_roots(self, request_id: str) -> bytes | None:
@@ -132,7 +132,7 @@ class BlobSync:
         return {*self._next_id, *self._acked, *self._named, *self._roots, *(rid for rid, _ in self._waiters)}
 
 
-def _roots_of(state: pb.ConversationStateStructure) -> bytes:
+def roots_of(state: pb.ConversationStateStructure) -> bytes:
     """The state's root ids as its encoding holds them: a copy with its other fields cleared,
     serialized (copied whole by the protobuf runtime, not an object per id)."""
     roots = pb.ConversationStateStructure()
@@ -140,4 +140,5 @@ def _roots_of(state: pb.ConversationStateStructure) -> bytes:
     for field, _ in roots.ListFields():
         if field.name != "root_prompt_messages_json":
             roots.ClearField(field.name)
+    roots.DiscardUnknownFields()
     return roots.SerializeToString()

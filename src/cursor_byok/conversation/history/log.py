@@ -201,6 +201,11 @@ class ConversationHistory:
         return len(self._stored) + len(self._added)
 
     @property
+    def stored_count(self) -> int:
+        """How many entries were read from the store (the rest were appended since)."""
+        return len(self._stored)
+
+    @property
     def entries(self) -> Window:
         """Every entry in order (a stored one is made when asked for)."""
         return Window(self._added, self._stored)
