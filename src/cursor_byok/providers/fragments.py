@@ -47,13 +47,14 @@ map's slot)."""
 
 class _Prefix:
     """One source's messages as last sent: `body` holds the first `count` messages' items,
-    comma-joined (a view of the last request's bytes, `size` of them, not a copy); `first` and `last` are the keys
-    of the first and the count-th message: a later request of the source whose keys there are the
-    same starts with those very messages (see `KeyedMessages`)."""
+    comma-joined: a view of the last request's bytes (`size` of them) where the array is most of
+    them, else a copy; `first` and `last` are the keys of the first and the count-th message: a
+    later request of the source whose keys there are the same starts with those very messages (see
+    `KeyedMessages`)."""
 
     __slots__ = ("first", "last", "body", "count", "size")
 
-    def __init__(self, messages: KeyedMessages, body: memoryview, size: int) -> None:
+    def __init__(self, messages: KeyedMessages, body: bytes | memoryview, size: int) -> None:
         self.count = len(messages)
         self.first, self.last = (messages.key(0), messages.key(self.count - 1)) if self.count else ("", "")
         self.body, self.size = body, size
@@ -168,7 +169,11 @@ class Fragments:
         before, after = encode({**body, key: msgspec.Raw(_MARK)}).split(_MARK)
         data = b"".join((before, *array.pieces, after))
         start = len(before) + sum(map(len, array.pieces[:3]))  # past "[", the lead and its comma
-        prefix = _Prefix(array.messages, memoryview(data)[start : len(data) - len(after) - 1], len(data))
+        view = memoryview(data)[start : len(data) - len(after) - 1]
+        if 4 * (len(data) - len(view)) > len(view):  # the rest (tools, system prompt) would outweigh a quarter of the array: the array alone, copied
+            prefix = _Prefix(array.messages, bytes(view), len(view))
+        else:
+            prefix = _Prefix(array.messages, view, len(data))
         if prefix.cost() <= self.budget:
             self._prefixes[array.messages.source()] = prefix
             self._bytes += prefix.cost()
