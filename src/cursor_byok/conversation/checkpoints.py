@@ -75,7 +75,6 @@ class Checkpoints:
         # it holds.
         self._held_roots = ("", 0)
         self._held_system = b""
-        self._latest: tuple[bytes, bool] = (b"", False)  # the last build's roots, and whether the system prompt's leads
         self._seed_read = False  # the last stored checkpoint's roots, read for the first build (see `_read_seed`)
         self.todos: Callable[[], list[pb.TodoItem] | None] = lambda: None  # None: the state's own list stands
 
@@ -88,7 +87,6 @@ class Checkpoints:
         roots = self.root_blobs.build(run.spec.system if run.spec else None, messages, model_name)
         request_id, held = self._held_roots
         self._held_roots = (request_id, min(held, self.root_blobs.kept))  # what is held is what stayed the same
-        self._latest = (roots, run.spec is not None)
         return roots
 
     def _start(self, run: ActiveRun) -> pb.ConversationStateStructure:
@@ -208,11 +206,11 @@ class Checkpoints:
         else:
             client = self.blobs.client_roots(request_id)
             if client is None:
-                known, client = self._held_roots[1], self._held_system
+                known, client_system = self._held_roots[1], self._held_system
             else:
-                known = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :])
-            if system and client[:ROOT_SIZE] == roots[:ROOT_SIZE]:
-                held.add(root_id(roots, 0))
+                known, client_system = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :]), root_id(client, 0)
+            if system and client_system == root_id(roots, 0):
+                held.add(client_system)
         count = len(roots) // ROOT_SIZE
         lacking = [0] if system and root_id(roots, 0) not in held else []
         lacking += (i for i in range(first + known, count) if root_id(roots, i) not in held)
@@ -244,15 +242,14 @@ class Checkpoints:
         """The client acked blobs on this request id: the count of leading roots it holds goes past
         those of the latest build it now holds (a blob id names its bytes, whichever build pushed
         it), so the next request id's count starts there."""
-        roots, system = self._latest
         request, known = self._held_roots
         if request != request_id:
             return
-        held, first = self.blobs.held(request_id), int(system)
-        if system and root_id(roots, 0) in held:
-            self._held_system = roots[:ROOT_SIZE]  # encoded, as a client's checkpoint names it
-        count = len(roots) // ROOT_SIZE - first
-        while known < count and root_id(roots, first + known) in held:
+        held, system, roots = self.blobs.held(request_id), self.root_blobs.system_id(), self.root_blobs.message_roots()
+        if system and system in held:
+            self._held_system = system
+        count = len(roots) // ROOT_SIZE
+        while known < count and root_id(roots, known) in held:
             known += 1
         self._held_roots = (request_id, known)
 

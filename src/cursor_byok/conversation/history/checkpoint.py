@@ -250,6 +250,14 @@ class RootBlobs:
         self._entries, self._ids, self._model, self.kept = entries, bytes(ids), model_name, same
         return self._ids if self._system is None else ID_FIELD + self._system.id + self._ids
 
+    def message_roots(self) -> bytes:
+        """The last build's messages' roots (the system prompt's not among them), encoded."""
+        return self._ids
+
+    def system_id(self) -> bytes:
+        """The last build's system prompt's root id (empty: none)."""
+        return b"" if self._system is None else self._system.id
+
     def seed(self, seed: RootSeed, roots: bytes) -> None:
         """The roots a stored checkpoint names (encoded, the system prompt's first when `seed.system`)
         and what they were built from: the first build takes those of the messages it still starts
