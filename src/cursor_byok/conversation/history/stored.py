@@ -31,15 +31,13 @@ class StoredEntries:
     __slots__ = ("_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_starts", "_run_of", "_lookup")
 
     def __init__(self, rows: Iterable[Row] = ()) -> None:
-        payloads: list[bytes] = []  # joined once at the end: one allocation of the final size
-        keys, kinds, runs = bytearray(), bytearray(), bytearray()
+        payloads, keys, kinds, runs = bytearray(), bytearray(), bytearray(), bytearray()  # no object per row held meanwhile
         payload_starts, key_starts, run_starts = array("q", [0]), array("q", [0]), array("q", [0])
         seqs, run_of, hashes = array("q"), array("l"), array("q")
-        size, last_run = 0, None
+        last_run = None
         for seq, event_id, kind, run_id, payload in rows:
-            payloads.append(payload)
-            size += len(payload)
-            payload_starts.append(size)
+            payloads += payload
+            payload_starts.append(len(payloads))
             hashes.append(hash(event_id))
             keys += event_id.encode()
             key_starts.append(len(keys))
@@ -50,7 +48,7 @@ class StoredEntries:
                 run_starts.append(len(runs))
                 last_run = run_id
             run_of.append(len(run_starts) - 2)
-        self._payloads, self._keys, self._kinds, self._runs = b"".join(payloads), bytes(keys), bytes(kinds), bytes(runs)
+        self._payloads, self._keys, self._kinds, self._runs = bytes(payloads), bytes(keys), bytes(kinds), bytes(runs)
         self._payload_starts, self._key_starts, self._run_starts = payload_starts, key_starts, run_starts
         self._seqs, self._run_of = seqs, run_of
         self._lookup = _table(hashes)
