@@ -321,9 +321,10 @@ class ConversationHistory:
         the canonical bytes a stored entry holds (not decoded for it). The digests are kept end to
         end in one bytes object: the chain extends the previous one when it starts with it."""
         previous = self._chain
-        kept = previous[: entries.common(self._projected) * DIGEST]
-        digests = hotpath.extend([kept[-DIGEST:]] if kept else [], (entries.canonical(i) for i in range(len(kept) // DIGEST, len(entries))))
-        chain = kept + b"".join(digests[1:] if kept else digests)
+        chain = previous[: entries.common(self._projected) * DIGEST]
+        for start in range(len(chain) // DIGEST, len(entries), _CHAIN_STEP):  # a reloaded history: a step at a time, not a digest object per entry at once
+            digests = hotpath.extend([chain[-DIGEST:]] if chain else [], (entries.canonical(i) for i in range(start, min(start + _CHAIN_STEP, len(entries)))))
+            chain += b"".join(digests[1:] if chain else digests)
         if not chain.startswith(previous):
             at = hotpath.common_prefix(_digests(previous), _digests(chain))
             log.error(
@@ -333,6 +334,9 @@ class ConversationHistory:
             if self.strict_prefix:
                 raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
         self._chain, self._projected = chain, entries
+
+
+_CHAIN_STEP = 32
 
 
 def _digests(chain: bytes) -> list[bytes]:
