@@ -15,6 +15,8 @@ one after another, and the server's CPU per start is taken as the turn-start ben
 (`cpu_per_start`: the whole process, and the event loop thread's own). With BENCH_SRC, the same
 runs from that tree too, in one run: a server of each beside each other on the same history,
 rounds alternating between them. Printed: µs per start per length, and 200 turns / 5 turns.
+BENCH_CPROFILE=<prefix> profiles each round's starts on the servers' loop threads (thread-CPU
+clock) into `<prefix>-<tree>-<turns>-<round>.prof`.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import pytest
 
 from benchmarks.test_gateway import ROOT, wait_healthy
 from benchmarks.test_scale import write_config
-from benchmarks.test_turn_start import HOST, Client, cpu_per_start, spawn, stop, warm_provider_pool
+from benchmarks.test_turn_start import CPROFILE, CPROFILE_SITE, HOST, Client, cpu_per_start, spawn, stop, warm_provider_pool
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.harness.server import free_port
 from tests.harness.synthetic_history import conversation_id
@@ -74,6 +76,8 @@ def start_server(tree: str, src: str, turns: int, provider_port: int, tmp_path: 
     data_dir = tmp_path / f"{tree}-{turns}"
     data_dir.mkdir()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{src}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
+    if CPROFILE:  # each round's starts profiled on the loop thread: <BENCH_CPROFILE>-<tree>-<turns>-<round>.prof
+        env = {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}", "BENCH_CPROFILE_OUT": f"{CPROFILE}-{tree}-{turns}"}
     subprocess.run([sys.executable, "-m", "tests.harness.synthetic_history", str(data_dir / "state.db"), str(CONVERSATIONS),
                     str(turns), str(EVENTS)], env=env, cwd=ROOT, check=True, capture_output=True)
     port = free_port()

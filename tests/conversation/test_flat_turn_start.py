@@ -14,6 +14,7 @@ from typing import Any
 
 import cursor_byok
 
+from cursor_byok.conversation.history import RootBlobs, message_json, root_ids
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply, UsageSpec
 from tests.harness.ide import ScriptedIDE, run_request
@@ -77,6 +78,23 @@ async def test_a_follow_up_pushes_the_new_messages_roots_and_a_new_system_prompt
         assert all(root in ide.blobs for root in roots)
 
 
+async def test_a_client_that_returns_no_checkpoint_is_sent_each_root_once(rig: Rig, provider: FakeProviderServer) -> None:
+    """A client that does not send its checkpoint back holds what it acked on the conversation's
+    earlier streams all the same (its blob store keeps them): a turn pushes its own messages' roots
+    and its turn blobs, as many at turn 30 as at turn 3, not the whole history again each turn."""
+    provider.respond_with(lambda _: OPENAI_CHAT.text(["an answer"]))
+    ide = rig.ide()
+    conversation = Conversation(rig, ide, uuid.uuid4().hex)
+    pushed: dict[int, int] = {}
+    for turn in range(30):
+        conversation.state = None  # never sent back
+        ide.kv_log.clear()
+        await conversation.turn(f"question {turn}")
+        pushed[turn] = sum(kv.WhichOneof("message") == "set_blob_args" for kv in ide.kv_log)
+        assert conversation.state is not None and all(root in ide.blobs for root in conversation.state.root_prompt_messages_json)
+    assert pushed[29] == pushed[2], pushed
+
+
 async def test_a_reloaded_conversation_is_sized_once(tmp_path: Path, provider: FakeProviderServer) -> None:
     await asyncio.to_thread(build, tmp_path / "state.db", 1, 200, 6)  # 1,200 stored messages
     provider.respond_with(lambda _: OPENAI_CHAT.text(["an answer"], UsageSpec(input=2_000)))
@@ -87,6 +105,49 @@ async def test_a_reloaded_conversation_is_sized_once(tmp_path: Path, provider: F
         assert conversation.sized() == 1_200 + 1  # read again: every message sized once
         await conversation.turn("a follow-up")
         assert conversation.sized() == 1_200 + 1 + 2
+    finally:
+        await rig.close()
+
+
+class Calls:
+    """Calls of one of our functions while installed (`sys.setprofile`, this thread)."""
+
+    def __init__(self, function: Any) -> None:
+        self.code, self.count = function.__code__, 0
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is self.code:
+            self.count += 1
+
+
+async def test_a_reloaded_conversation_encodes_only_its_new_messages_root_blobs(tmp_path: Path, provider: FakeProviderServer) -> None:
+    """After a restart, the first checkpoint's root blob ids come from the server's own last stored
+    checkpoint (the roots it names, with what they were built from: the model, the first and last
+    message's keys, how many), not from every message encoded and hashed again; the ids are those
+    a build from scratch gives."""
+    provider.respond_with(lambda _: OPENAI_CHAT.text(["an answer"]))
+    rig = await Rig(tmp_path, provider).start()
+    try:
+        encoded: dict[int, int] = {}
+        for turns in (5, 40):
+            conversation = Conversation(rig, rig.ide(), uuid.uuid4().hex)
+            for turn in range(turns):
+                await conversation.turn(f"question {turn}")
+            await rig.restart()
+            conversation.ide = rig.ide()
+            counter = Calls(message_json)
+            sys.setprofile(counter)
+            try:
+                await conversation.turn("the first question since the restart")
+            finally:
+                sys.setprofile(None)
+            encoded[turns] = counter.count
+            assert conversation.state is not None
+            runtime = rig.runtime(conversation.id)
+            assert runtime is not None
+            fresh = RootBlobs().build(runtime.data.checkpoints.root_blobs.blob(0).source, runtime.data.history.project(), MODEL)  # type: ignore[arg-type]
+            assert list(conversation.state.root_prompt_messages_json) == root_ids(fresh)
+        assert encoded[40] == encoded[5] <= 6, encoded  # the question and the answer: for their ids, and for the push
     finally:
         await rig.close()
 

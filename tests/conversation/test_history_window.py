@@ -4,10 +4,16 @@ objects they replace."""
 from __future__ import annotations
 
 import itertools
+import sys
+from types import FrameType
+from typing import Any
 
+from cursor_byok.config import ModelConfig, ProviderKind
 from cursor_byok.conversation.history import ConversationHistory, EntryKind, HistoryEntry, StoredEntries, Window, encode_entry
 from cursor_byok.conversation.history.log import Appended
-from cursor_byok.run import KeyedMessages, Message, TextPart
+from cursor_byok.http_client import streaming_client
+from cursor_byok.providers import ModelRequest, make_provider
+from cursor_byok.run import Message, TextPart
 
 
 def stored(count: int) -> StoredEntries:
@@ -34,7 +40,7 @@ def test_a_window_reads_slices_and_keys_like_the_list_of_its_entries() -> None:
         window = Window(added(n_added), log, min(first, n_stored), context=context if with_context else None)
         plain = list(window)
         assert len(plain) == len(window) == with_context + max(n_stored - first, 0) + n_added
-        assert window.keys() == b"".join(KeyedMessages.prefixed(e.event_id) for e in plain)
+        assert [window.key(i) for i in range(len(window))] == ids(plain)
         for i in range(-len(plain), len(plain)):
             assert window[i].event_id == plain[i].event_id and window.kind(i) is plain[i].kind
             assert window.message(i) == plain[i].view() and window.canonical(i) == plain[i].canonical()
@@ -68,3 +74,80 @@ def test_a_history_read_again_answers_as_the_one_that_wrote_it() -> None:
     assert entry is not None and entry.seq == 10 and history.append(EntryKind.USER, "stored-0-é", Message("user", []), "r") is None
     assert [m.parts[0].text for m in history.project()] == ["stored 5", "stored 7", "stored 8", "new"]  # type: ignore[union-attr]
     assert history.entries[-1] is entry and history.entries[2].run_id == "run-0" and history.entries[0].run_id == ""
+
+
+def test_a_provider_splices_its_kept_messages_only_into_projections_that_start_with_them() -> None:
+    """An adapter tells a projection that starts with the messages it kept from two keys (see
+    `KeyedMessages`): over a history's projections (growing, compacted with its kept context, the
+    in-flight round cut off, read again from the store) its bodies are those built from scratch."""
+    client = streaming_client()
+    model = ModelConfig(id="m", provider=ProviderKind.OPENAI_CHAT, model="x", base_url="http://127.0.0.1:9/v1")
+    adapter = make_provider(model, "", client)
+
+    def check(messages: object) -> None:
+        request = ModelRequest(model="x", system="s", messages=messages)  # type: ignore[arg-type]
+        fresh = ModelRequest(model="x", system="s", messages=list(messages))  # type: ignore[call-overload]
+        assert adapter.encode_request(request) == make_provider(model, "", client).encode_request(fresh)
+
+    history = ConversationHistory("c", strict_prefix=True)
+    history.add_request_context("context A", "ctx-a", "r")
+    for i in range(3):
+        history.append(EntryKind.USER, f"u{i}", Message("user", [TextPart(f"question {i}")]), "r")
+        check(history.project())
+    check(history.project()[:-1])  # shorter: not served by the kept four
+    check(history.project())
+    history.compact("the summary", "compaction-1", "r")  # the projection restarts: the kept context, then the summary
+    check(history.project())
+    history.append(EntryKind.USER, "u3", Message("user", [TextPart("question 3")]), "r")
+    check(history.project())
+    history.add_request_context("context B", "ctx-b", "r")
+    history.compact("another summary", "compaction-2", "r")
+    check(history.project())
+    reread = ConversationHistory("c")
+    reread.restore(StoredEntries((e.seq, e.event_id, e.kind.value, e.run_id, encode_entry(e.kind, e.message)) for e in history.entries))
+    check(reread.project())
+    reread.append(EntryKind.USER, "u4", Message("user", [TextPart("question 4")]), "r")
+    check(reread.project())
+
+
+class Lines:
+    """Lines of Python run while installed (`sys.settrace`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
+        return self._line
+
+    def _line(self, frame: FrameType, event: str, arg: Any) -> Any:
+        self.count += int(event == "line")
+        return self._line
+
+
+def lookup_lines(stored_ids: list[str], wanted: list[str]) -> tuple[list[int | None], int]:
+    """What a history read from these ids answers for each wanted id, and the lines that took."""
+    entries = StoredEntries((i + 1, event_id, EntryKind.USER.value, "r", encode_entry(EntryKind.USER, Message("user", [TextPart("m")])))
+                            for i, event_id in enumerate(stored_ids))
+    counter = Lines()
+    sys.settrace(counter)
+    try:
+        found = [entries.find(event_id) for event_id in wanted]
+    finally:
+        sys.settrace(None)
+    return found, counter.count
+
+
+def test_an_idempotency_lookup_does_not_walk_the_stored_ids() -> None:
+    """Whether an event id is stored (4 lookups a turn, most of them for ids that are not) is told
+    from a lookup table, not a scan of every stored id. A scan's cost shows as lines where stored ids
+    hold the wanted one (a user message's id is the client's: any text): it must go on past each."""
+    lines = {}
+    for count in (10, 2_000):
+        inside = [f"{i}\x06\x00\x00\x00user:1" for i in range(count)]  # "user:1" and its length, as a scan would see it
+        stored_ids = [*inside, "user:1", "user:10", *(f"user:1{i}0" for i in range(count))]
+        wanted = ["user:1", "user:10", "user:2", inside[-1], "", "user:"]
+        found, lines[count] = lookup_lines(stored_ids, wanted)
+        assert found == [count, count + 1, None, count - 1, None, None]
+    # A few lines a lookup whatever the count (a probe or two of the table, how many depends on the
+    # process's hash seed), where walking the ids ran ~8,000 at 4,002 ids.
+    assert max(lines.values()) <= 150, lines

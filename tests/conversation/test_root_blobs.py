@@ -5,7 +5,7 @@ import hashlib
 import json
 import tracemalloc
 
-from cursor_byok.conversation.history import EntryKind, HistoryEntry, Projection, RootBlobs, Window, encode_entry, root_ids
+from cursor_byok.conversation.history import ROOT_SIZE, EntryKind, HistoryEntry, Projection, RootBlobs, Window, encode_entry, root_ids
 from cursor_byok.run import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
 KINDS = {"user": EntryKind.USER, "assistant": EntryKind.ASSISTANT, "tool": EntryKind.TOOL_RESULTS}
@@ -84,3 +84,30 @@ def test_a_conversation_keeps_ids_not_a_second_copy_of_its_history() -> None:
     finally:
         tracemalloc.stop()
     assert held < history_bytes // 20, f"{held} bytes held for a history of {history_bytes}"
+
+
+def test_a_seeded_first_build_takes_the_stored_ids_only_for_the_messages_they_are_of() -> None:
+    """A stored checkpoint's roots and their `RootSeed` serve a reloaded history's first build for
+    the messages it still starts with, on the same model; otherwise every root is built afresh.
+    Either way the roots are a fresh build's."""
+    before = RootBlobs()
+    stored = before.build("sys", history(3), "m")
+    seed = before.last_seed()
+    assert (seed.count, seed.first, seed.last, seed.system) == (7, "e0", "e6", True)
+    poisoned = stored[:-ROOT_SIZE] + stored[-ROOT_SIZE:-1] + b"X"  # a seeded id is taken as stored, never rebuilt
+    compacted = Projection("c", [HistoryEntry(9, "summary", EntryKind.COMPACTION, "r", Message("user", [TextPart("summary")])), *history(3).entries[1:]])
+    cases = [  # (messages read again, model, how many roots the seed serves)
+        (history(5, stored=True), "m", 7), (history(3, stored=True), "m", 7),
+        (history(5, stored=True), "other model", 0), (history(2, stored=True), "m", 0), (compacted, "m", 0),
+    ]
+    for messages, model, served in cases:
+        seeded = RootBlobs()
+        seeded.seed(seed, poisoned)
+        roots = seeded.build("sys", messages, model)
+        fresh = RootBlobs().build("sys", messages, model)
+        assert seeded.kept == served
+        assert roots == (poisoned + fresh[len(poisoned):] if served else fresh), (model, served)
+    late = RootBlobs()
+    late.build("sys", history(3), "m")
+    late.seed(seed, poisoned)  # after a build: ignored (the build is the newer)
+    assert late.build("sys", history(4), "m") == RootBlobs().build("sys", history(4), "m")

@@ -182,3 +182,54 @@ def test_a_kept_prefix_serves_only_messages_whose_keys_start_with_its_own(kind: 
     body = adapter.encode_request(ModelRequest(model="x", system="s", messages=shorter))
     assert shorter.reads == 2
     assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain[:2]))
+
+
+class Counted(Reread):
+    """Counts the keys read (each key, or every key at once by `keys()`)."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        super().__init__(messages)
+        self.keys_read = 0
+
+    def key(self, index: int) -> str:
+        self.keys_read += 1
+        return super().key(index)
+
+
+@pytest.mark.parametrize("kind", list(ProviderKind))
+def test_a_follow_up_request_reads_as_many_keys_at_1_000_messages_as_at_10(kind: ProviderKind) -> None:
+    """Whether the kept prefix is a request's first messages is told from a few keys (the
+    messages' first and the kept last one's), not from every key of the history each request."""
+    model = ModelConfig(id="m", provider=kind, model="x", base_url="http://127.0.0.1:9/v1")
+    read = {}
+    for length in (10, 1_000):
+        adapter = make_provider(model, "", OFFLINE)
+        plain = [Message("user", [TextPart(f"message {i}")]) for i in range(length + 2)]
+        adapter.encode_request(ModelRequest(model="x", system="s", messages=Counted(plain[:length])))
+        follow_up = Counted(plain)
+        body = adapter.encode_request(ModelRequest(model="x", system="s", messages=follow_up))
+        assert follow_up.reads == 2  # the kept prefix served the rest
+        assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain))
+        read[length] = follow_up.keys_read
+    assert read[1_000] == read[10] <= 4, read
+
+
+@pytest.mark.parametrize("kind", list(ProviderKind))
+def test_a_follow_up_request_copies_its_history_s_bytes_once(kind: ProviderKind) -> None:
+    """The kept prefix and the new messages go into the request's bytes in one copy: a long
+    history's request body is not first joined as its messages' array and then copied again into
+    the body around it (each copy a fresh buffer of the history's size, the kernel's pages to fill)."""
+    model = ModelConfig(id="m", provider=kind, model="x", base_url="http://127.0.0.1:9/v1")
+    adapter = make_provider(model, "", OFFLINE)
+    plain = [Message("user" if i % 2 else "assistant", [TextPart(f"message {i} " * 40)]) for i in range(2_002)]
+    adapter.encode_request(ModelRequest(model="x", system="s", messages=Counted(plain[:2_000]), tools=TOOLS))
+    follow_up = ModelRequest(model="x", system="s", messages=Counted(plain), tools=TOOLS)
+    tracemalloc.start()
+    try:
+        body = adapter.encode_request(follow_up)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(body) > 500_000
+    assert peak < 1.3 * len(body), f"{peak / len(body):.2f} bodies allocated at once for one request"
+    assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain, tools=TOOLS))

@@ -14,12 +14,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from ..protocol import agent_pb2 as pb, encode_server_message
 from ..run import Message
 from . import updates
 from .active_run import ActiveRun, now_ms
 from .history import (
     ROOT_SIZE,
+    SEED_FIELD,
     Blob,
     ConversationHistory,
     EntryKind,
@@ -30,11 +34,13 @@ from .history import (
     pending_json,
     root_id,
     root_ids,
+    seed_field,
+    seed_of,
     summary_blobs,
     todo_blobs,
 )
 from .persistence import ConversationRecords
-from .sync import BlobSync
+from .sync import BlobSync, roots_of
 
 log = logging.getLogger("cursor_byok.runtime")
 
@@ -64,7 +70,12 @@ class Checkpoints:
         self.ack_timeout = ack_timeout
         self.root_blobs = RootBlobs()
         self._base: tuple[str, pb.ConversationStateStructure] | None = None  # (run id, its request's state without roots)
-        self._held_roots = ("", 0)  # (request id, leading messages' roots its client holds)
+        # (request id, leading messages' roots its client holds): carried to the next request id
+        # when its client sends no checkpoint (see `_lacking_roots`), with the system prompt's root
+        # it holds.
+        self._held_roots = ("", 0)
+        self._held_system = b""
+        self._seed_read = False  # the last stored checkpoint's roots, read for the first build (see `_read_seed`)
         self.todos: Callable[[], list[pb.TodoItem] | None] = lambda: None  # None: the state's own list stands
 
     def root_ids(self, run: ActiveRun) -> tuple[bytes, ...]:
@@ -92,8 +103,10 @@ class Checkpoints:
         state.CopyFrom(self._base[1])
         return state
 
-    async def build(self, run: ActiveRun, pending: PendingRound | None = None) -> tuple[pb.ConversationStateStructure, bool]:
-        """The run's checkpoint, and whether the client acked every blob it names in time."""
+    async def build(self, run: ActiveRun, pending: PendingRound | None = None) -> tuple[pb.ConversationStateStructure, bool, bytes]:
+        """The run's checkpoint, whether the client acked every blob it names in time, and what to
+        store ahead of it (its roots' `RootSeed`)."""
+        await self._read_seed()
         state = self._start(run)
         base_turns = list(state.turns)
         messages = self.history.project()
@@ -101,6 +114,7 @@ class Checkpoints:
             messages = messages[:-1]  # the round in flight goes in pending_tool_calls, not the roots
             state.pending_tool_calls.append(pending_json(pending.message, run.model.id if run.model else "", pending.started_ms))
         roots = self._roots(run, messages)
+        seed = seed_field(self.root_blobs.last_seed())
         state.MergeFromString(roots)  # parsed by the protobuf runtime: no object per id
         blobs = self._compactions(run, state)
         last_turn = await self._last_turn(run, base_turns) if run.turns.continues() else None
@@ -122,7 +136,28 @@ class Checkpoints:
         if run.model is not None:
             state.token_details.max_tokens = run.model.context_window
             state.token_details.used_tokens = min(run.presenter.usage.get("input_tokens", 0), 2**32 - 1)
-        return state, await self._push(run, blobs, roots, run.spec is not None)
+        return state, await self._push(run, blobs, roots, run.spec is not None), seed
+
+    async def _read_seed(self) -> None:
+        """Once per runtime, before the first build over a history read from the store: the roots
+        the server's own last stored checkpoint names, and what they were built from, so that build
+        encodes and hashes only the messages since (not every message again). The server's own,
+        not the client's: the client may send an older checkpoint, and appends journaled after its
+        last one are in the history."""
+        if self._seed_read:
+            return
+        self._seed_read = True
+        stored = await self.records.last_checkpoint() if self.history.stored_count else None
+        if stored is None:
+            return
+        try:
+            state = pb.ConversationStateStructure.FromString(stored)
+        except DecodeError:
+            return
+        field = next((f for f in UnknownFieldSet(state) if f.field_number == SEED_FIELD and f.wire_type == 2), None)
+        seed = None if field is None else seed_of(field.data)
+        if seed is not None:
+            self.root_blobs.seed(seed, roots_of(state))
 
     def _compactions(self, run: ActiveRun, state: pb.ConversationStateStructure) -> list[Blob]:
         """Summary and archive blobs of this run's compactions (each archive names the root ids the
@@ -160,17 +195,22 @@ class Checkpoints:
         the client holds are nearly all of them, and they lead: those its checkpoint named (while
         the history extends the one it was built from) and those acked since are kept as a count
         and not looked at again, so a checkpoint looks at the new messages' roots, not the whole
-        history's. The system prompt's (first, when `system`) is looked at each time: a new mode
-        changes it."""
+        history's. A client that sent no checkpoint with the request holds what it acked on the
+        conversation's earlier streams (its blob store keeps them; it gives no other view of it),
+        so the count carries over. The system prompt's (first, when `system`) is looked at each
+        time: a new mode changes it."""
         held = self.blobs.held(request_id)
         first = int(system)  # the messages' roots start here
         if self._held_roots[0] == request_id:
             known = self._held_roots[1]
         else:
             client = self.blobs.client_roots(request_id)
-            known = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :])
-            if system and client[:ROOT_SIZE] == roots[:ROOT_SIZE]:
-                held.add(root_id(roots, 0))
+            if client is None:
+                known, client_system = self._held_roots[1], self._held_system
+            else:
+                known, client_system = _common_roots(client[first * ROOT_SIZE :], roots[first * ROOT_SIZE :]), root_id(client, 0)
+            if system and client_system == root_id(roots, 0):
+                held.add(client_system)
         count = len(roots) // ROOT_SIZE
         lacking = [0] if system and root_id(roots, 0) not in held else []
         lacking += (i for i in range(first + known, count) if root_id(roots, i) not in held)
@@ -195,7 +235,23 @@ class Checkpoints:
         done, late = await asyncio.wait(pending, timeout=self.ack_timeout, return_when=asyncio.FIRST_EXCEPTION)
         for waiter in done:
             waiter.result()  # the client failed to store a blob (or the wait ended with the stream)
+        self._acked_roots(run.request_id)
         return not late
+
+    def _acked_roots(self, request_id: str) -> None:
+        """The client acked blobs on this request id: the count of leading roots it holds goes past
+        those of the latest build it now holds (a blob id names its bytes, whichever build pushed
+        it), so the next request id's count starts there."""
+        request, known = self._held_roots
+        if request != request_id:
+            return
+        held, system, roots = self.blobs.held(request_id), self.root_blobs.system_id(), self.root_blobs.message_roots()
+        if system and system in held:
+            self._held_system = system
+        count = len(roots) // ROOT_SIZE
+        while known < count and root_id(roots, known) in held:
+            known += 1
+        self._held_roots = (request_id, known)
 
     def start_step(self, run: ActiveRun, still_running: Callable[[], bool], pending: PendingRound | None = None) -> None:
         """Checkpoint a committed step (or a tool round starting) while the run goes on (cancelled
@@ -216,11 +272,11 @@ class Checkpoints:
         """A failure is logged, never fatal, and a step checkpoint never overtakes a newer one (or
         the final one), on the stream or in the store (where the newest replaces the others)."""
         try:
-            state, acked = await self.build(run, pending)
+            state, acked, seed = await self.build(run, pending)
             if seq < run.checkpoint_stored:
                 return  # a newer one is stored (or the final one is coming): this would replace it
             run.checkpoint_stored = seq
-            await self.records.put_checkpoint(run, state, kind="step")
+            await self.records.put_checkpoint(run, state, kind="step", seed=seed)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -241,10 +297,10 @@ class Checkpoints:
         run.checkpoint_seq += 1
         run.checkpoint_sent = run.checkpoint_stored = run.checkpoint_seq  # no step checkpoint may follow the final one
         run.turns.close()
-        state, acked = await self.build(run)
+        state, acked, seed = await self.build(run)
         if still_current():
             run.send(updates.turn_ended(run.presenter.usage_total()))
-        await self.records.put_checkpoint(run, state, kind="final")
+        await self.records.put_checkpoint(run, state, kind="final", seed=seed)
         if not acked:
             log.warning("checkpoint blobs were not acked in time; checkpoint not sent", extra={"conversation_id": self.history.conversation_id})
         elif still_current() and not run.output.closed:

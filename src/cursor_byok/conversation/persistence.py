@@ -95,10 +95,22 @@ class ConversationRecords:
         if future is not None:
             await future
 
-    async def put_checkpoint(self, run: ActiveRun, state: pb.ConversationStateStructure, kind: str) -> None:
+    async def put_checkpoint(self, run: ActiveRun, state: pb.ConversationStateStructure, kind: str, seed: bytes = b"") -> None:
+        """`seed`: fields of our own stored ahead of the state's (never sent: see `RootSeed`)."""
         if self.store is not None:
             self._queue_run_records()
-            await self.store.put_checkpoint(self.conversation_id, state.SerializeToString(), kind=kind, run_id=run.run_id)
+            await self.store.put_checkpoint(self.conversation_id, seed + state.SerializeToString(), kind=kind, run_id=run.run_id)
+
+    async def last_checkpoint(self) -> bytes | None:
+        """The last checkpoint stored (as `put_checkpoint` stored it); None when there is none or
+        it cannot be read now (what it serves is then built afresh)."""
+        if self.store is None:
+            return None
+        try:
+            record = await self.store.latest_checkpoint(self.conversation_id)
+        except (StoreError, sqlite3.Error, OSError):
+            return None
+        return None if record is None else record.state
 
     def put_tool_state(self, state: ToolState) -> asyncio.Future[Any] | None:
         """Queue the state (await the future for durability); None without a store."""

@@ -72,14 +72,15 @@ class BlobSync:
             acked.update(state.todos)
             if state.HasField("plan"):
                 acked.add(state.plan)
-            self._roots[request_id] = _roots_of(state)
+            self._roots[request_id] = roots_of(state)
         return acked
 
-    def client_roots(self, request_id: str) -> bytes:
+    def client_roots(self, request_id: str) -> bytes | None:
         """The root ids the client's checkpoint names, encoded as the state holds them (see
-        `RootBlobs.build`): a run's roots start with them while its history extends the client's."""
+        `RootBlobs.build`): a run's roots start with them while its history extends the client's.
+        None: the client sent no checkpoint with this request id."""
         self.held(request_id)
-        return self._roots.get(request_id, b"")
+        return self._roots.get(request_id)
 
     def set_blob(
         self, output: OutputStream, request_id: str, bid: bytes, data: bytes, rebuild: Callable[[], bytes] | None = None
@@ -146,7 +147,7 @@ class BlobSync:
         return {*self._next_id, *self._acked, *self._pushing, *self._named, *self._roots, *(rid for rid, _ in self._waiters)}
 
 
-def _roots_of(state: pb.ConversationStateStructure) -> bytes:
+def roots_of(state: pb.ConversationStateStructure) -> bytes:
     """The state's root ids as its encoding holds them: a copy with its other fields cleared,
     serialized (copied whole by the protobuf runtime, not an object per id)."""
     roots = pb.ConversationStateStructure()
@@ -154,4 +155,5 @@ def _roots_of(state: pb.ConversationStateStructure) -> bytes:
     for field, _ in roots.ListFields():
         if field.name != "root_prompt_messages_json":
             roots.ClearField(field.name)
+    roots.DiscardUnknownFields()
     return roots.SerializeToString()

@@ -5,15 +5,15 @@ hands out the same objects for a mode and model) and the same history messages p
 ones. Each is encoded once, when first sent; later requests splice the stored bytes
 (`msgspec.Raw`) and encode only what is new, within a byte budget: the most recently sent stay.
 Messages that come with keys (`KeyedMessages`, a conversation's history) are kept per source as
-the last request's messages, one bytes object with a digest of their keys: the next request of
-that conversation whose keys start with those is those bytes plus the new messages, encoded alone;
-a conversation read again after its runtime was let go finds its bytes without decoding a message,
-and what is kept does not grow by an object per message. Other messages are kept while the very
-message object lives.
+the last request's messages, a view of that request's bytes, with the first and last of their keys:
+the next request of that conversation that starts with those messages (two keys compared, however
+long the history) is those bytes plus the new messages, encoded alone, copied into the request's
+bytes once (`encode`); a conversation read again after its runtime was let go finds its bytes
+without decoding a message, and what is kept does not grow by an object per message. Other
+messages are kept while the very message object lives.
 """
 from __future__ import annotations
 
-import hashlib
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -41,30 +41,44 @@ most of it."""
 
 
 PREFIX_BYTES = 512
-"""What keeping one source's prefix costs beyond its messages' JSON (the record, its digest, the
+"""What keeping one source's prefix costs beyond its array's JSON (the record, its two keys, the
 map's slot)."""
 
 
 class _Prefix:
     """One source's messages as last sent: `body` holds the first `count` messages' items,
-    comma-joined; `digest` is the hash of their keys (`keys_size` bytes of `KeyedMessages.keys()`),
-    which a later request's keys must start with for the body to be its messages too."""
+    comma-joined: a view of the last request's bytes (`size` of them) where the array is most of
+    them, else a copy; `first` and `last` are the keys of the first and the count-th message: a
+    later request of the source whose keys there are the same starts with those very messages (see
+    `KeyedMessages`)."""
 
-    __slots__ = ("digest", "keys_size", "body", "count")
+    __slots__ = ("first", "last", "body", "count", "size")
 
-    def __init__(self, keys: bytes, body: bytes, count: int) -> None:
-        self.digest, self.keys_size = _digest(keys), len(keys)
-        self.body, self.count = body, count
+    def __init__(self, messages: KeyedMessages, body: bytes | memoryview, size: int) -> None:
+        self.count = len(messages)
+        self.first, self.last = (messages.key(0), messages.key(self.count - 1)) if self.count else ("", "")
+        self.body, self.size = body, size
 
-    def starts(self, keys: bytes) -> bool:
-        return len(keys) >= self.keys_size and _digest(memoryview(keys)[: self.keys_size]) == self.digest
+    def starts(self, messages: KeyedMessages) -> bool:
+        count = self.count
+        return len(messages) >= count and (not count or (messages.key(count - 1) == self.last and messages.key(0) == self.first))
 
     def cost(self) -> int:
-        return len(self.body) + PREFIX_BYTES
+        return self.size + PREFIX_BYTES
 
 
-def _digest(keys: bytes | memoryview) -> bytes:
-    return hashlib.blake2b(keys, digest_size=32).digest()
+class Array:
+    """A keyed messages' JSON array as a request body holds it until `Fragments.encode` copies it
+    into the request's bytes: its pieces (the lead, the kept prefix's view, the new messages' items)
+    are copied there once, and the source's next prefix is a view of those bytes."""
+
+    __slots__ = ("messages", "pieces")
+
+    def __init__(self, messages: KeyedMessages, pieces: list[bytes | memoryview]) -> None:
+        self.messages, self.pieces = messages, pieces
+
+
+_MARK = b"\x00"  # where an array goes: JSON text holds no NUL byte (a string escapes it)
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
@@ -101,9 +115,10 @@ class Fragments:
 
     def messages(
         self, messages: Sequence[Message], items: Callable[[Message], list[dict[str, Any]]], lead: bytes = b""
-    ) -> msgspec.Raw:
+    ) -> msgspec.Raw | Array:
         """The JSON array of the encoded item `lead` (if any) followed by every message's wire items.
-        Keyed messages: the source's kept prefix and the rest encoded. Others: a message's bytes stay
+        Keyed messages: the source's kept prefix and the rest encoded, as an `Array` that `encode`
+        copies into the request's bytes (an adapter puts it at its body's top level). Others: a message's bytes stay
         while they are among the most recently sent within the budget and the message lives
         (history messages are immutable)."""
         if isinstance(messages, KeyedMessages):
@@ -122,14 +137,13 @@ class Fragments:
                 parts.append(data)
         return msgspec.Raw(b"[" + b",".join(parts) + b"]")
 
-    def _keyed(self, messages: KeyedMessages, items: Callable[[Message], list[dict[str, Any]]], lead: bytes) -> msgspec.Raw:
-        source, keys = messages.source(), messages.keys()
-        parts: list[bytes] = []
-        kept = self._prefixes.pop(source, None)
+    def _keyed(self, messages: KeyedMessages, items: Callable[[Message], list[dict[str, Any]]], lead: bytes) -> Array:
+        kept = self._prefixes.pop(messages.source(), None)
         start = 0
+        parts: list[bytes | memoryview] = []
         if kept is not None:
             self._bytes -= kept.cost()
-            if kept.starts(keys):
+            if kept.starts(messages):
                 start = kept.count
                 if kept.body:
                     parts.append(kept.body)
@@ -137,13 +151,34 @@ class Fragments:
             data = _items_json(messages[index], items)
             if data:
                 parts.append(data)
-        body = parts[0] if len(parts) == 1 else b",".join(parts)
-        prefix = _Prefix(keys, body, len(messages))
+        pieces: list[bytes | memoryview] = [b"[", lead, b"," if lead and parts else b""]
+        for part in parts:
+            pieces += (part, b",")
+        if parts:
+            pieces.pop()
+        pieces.append(b"]")
+        return Array(messages, pieces)
+
+    def encode(self, body: dict[str, Any]) -> bytes:
+        """The request body's JSON, a keyed messages' array in it (at its top level) copied in once
+        with the rest; that source's next prefix is a view of the bytes returned."""
+        key = next((k for k, v in body.items() if isinstance(v, Array)), None)
+        if key is None:
+            return encode(body)
+        array: Array = body[key]
+        before, after = encode({**body, key: msgspec.Raw(_MARK)}).split(_MARK)
+        data = b"".join((before, *array.pieces, after))
+        start = len(before) + sum(map(len, array.pieces[:3]))  # past "[", the lead and its comma
+        view = memoryview(data)[start : len(data) - len(after) - 1]
+        if 4 * (len(data) - len(view)) > len(view):  # the rest (tools, system prompt) would outweigh a quarter of the array: the array alone, copied
+            prefix = _Prefix(array.messages, bytes(view), len(view))
+        else:
+            prefix = _Prefix(array.messages, view, len(data))
         if prefix.cost() <= self.budget:
-            self._prefixes[source] = prefix
+            self._prefixes[array.messages.source()] = prefix
             self._bytes += prefix.cost()
             self._shrink()
-        return msgspec.Raw(b"".join((b"[", lead, b"," if lead and body else b"", body, b"]")))  # one copy
+        return data
 
     def _store(self, key: int, message: Message, data: bytes) -> bytes:
         """Keep `data` under `key` while `message` lives (and the budget allows)."""

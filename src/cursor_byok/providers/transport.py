@@ -135,7 +135,7 @@ class HttpStreamProvider(abc.ABC):
 
     def encode_request(self, request: ModelRequest) -> bytes:
         body = merge_params(self.build_body(request), self.model.extra_params, request.extra_params)
-        return msgspec.json.encode(body)
+        return self._fragments.encode(body)
 
     async def stream(
         self, request: ModelRequest, call: ProviderCall | None = None, ready: Awaitable[object] | None = None

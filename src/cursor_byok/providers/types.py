@@ -69,7 +69,12 @@ class KeyedMessages(Sequence[Message]):
     """Messages of one source (a conversation's history) that each come with a key naming that very
     message for as long as the process runs (the same key, the same message), whatever object holds
     them: an adapter keeps one source's encoded messages as one prefix, and a history read again
-    whose keys start with the kept ones gets those bytes without being decoded."""
+    whose first messages are the kept ones gets those bytes without being decoded.
+
+    A source's keys are unique, and each sequence of it is one run of the source's append-only log,
+    after at most one earlier message of that log (a compaction's kept context): so a sequence's
+    first `n` messages are another's first `n` exactly when its first and its `n`-th keys are
+    those of the other's (two keys, whatever the length)."""
 
     __slots__ = ()
 
@@ -79,20 +84,6 @@ class KeyedMessages(Sequence[Message]):
 
     @abstractmethod
     def key(self, index: int) -> str: ...
-
-    def keys(self) -> bytes:
-        """Every message's key in order, each one length-prefixed: the first messages of two
-        sequences of one source are the same exactly when one's keys start with the other's."""
-        out = bytearray()
-        for index in range(len(self)):
-            out += self.prefixed(self.key(index))
-        return bytes(out)
-
-    @staticmethod
-    def prefixed(key: str) -> bytes:
-        """One key as `keys()` holds it."""
-        name = key.encode()
-        return len(name).to_bytes(4, "little") + name
 
 
 class ToolSchema(msgspec.Struct, frozen=True):

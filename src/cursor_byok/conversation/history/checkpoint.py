@@ -158,6 +158,55 @@ def root_ids(roots: bytes) -> list[bytes]:
     return [root_id(roots, index) for index in range(len(roots) // ROOT_SIZE)]
 
 
+class RootSeed(msgspec.Struct, frozen=True):
+    """What the roots of a build were built from: the model, and the projected messages (`count`,
+    the first one's key and the last one's) whose roots follow the system prompt's (if `system`).
+    Stored with the checkpoint that names them, so that the first build after a restart takes the
+    ids from there instead of encoding and hashing every message again: a projection that starts
+    with those messages (see `KeyedMessages`: two keys tell it) has those roots for them."""
+
+    model: str
+    count: int
+    first: str
+    last: str
+    system: bool
+
+    def covers(self, messages: Projection, model_name: str) -> int:
+        """How many of `messages`' roots are the seed's: all of its or none."""
+        count = self.count
+        if not count or model_name != self.model or len(messages) < count:
+            return 0
+        return count if messages.key(0) == self.first and messages.key(count - 1) == self.last else 0
+
+
+SEED_FIELD = 424_242
+"""The field a stored checkpoint's `RootSeed` is kept under, ahead of the state's own fields: not
+in the client's schema, so a reader of the state skips it as an unknown field (and it is never sent)."""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def seed_field(seed: RootSeed) -> bytes:
+    """`seed` as the stored state's field (wire type 2: length-delimited)."""
+    data = msgspec.json.encode(seed)
+    return _varint(SEED_FIELD << 3 | 2) + _varint(len(data)) + data
+
+
+def seed_of(data: bytes) -> RootSeed | None:
+    """The seed a `seed_field` holds (None when it is not one)."""
+    try:
+        return msgspec.json.decode(data, type=RootSeed)
+    except msgspec.DecodeError:
+        return None
+
+
 class RootBlobs:
     """The root-prompt blobs of a conversation's checkpoints: the system prompt, then every
     projected message, each encoded and hashed once.
@@ -177,6 +226,7 @@ class RootBlobs:
         self._ids = b""  # their blob ids, encoded as roots (`ROOT_SIZE` bytes each), in the same order
         self._model = ""
         self._system: RootBlob | None = None
+        self._seed: tuple[RootSeed, bytes] | None = None  # a stored checkpoint's, for the first build (see `seed`)
         self.kept = 0  # leading messages' roots the last build kept from the one before
 
     def build(self, system_prompt: str | None, messages: Projection, model_name: str) -> bytes:
@@ -188,13 +238,39 @@ class RootBlobs:
         else:
             self._system = None
         entries = messages.entries
-        same = entries.common(self._entries) if model_name == self._model else 0
-        ids = bytearray(self._ids[: same * ROOT_SIZE])
+        if self._seed is not None:  # the first build: the stored checkpoint's ids, for the messages they are of
+            seed, prior = self._seed
+            same, self._seed = seed.covers(messages, model_name), None
+        else:
+            same, prior = entries.common(self._entries) if model_name == self._model else 0, self._ids
+        ids = bytearray(prior[: same * ROOT_SIZE])
         for i in range(same, len(entries)):
             message = entries.message(i)
             ids += ID_FIELD + blob_id(message_json(message, _message_id(message, i), model_name))
         self._entries, self._ids, self._model, self.kept = entries, bytes(ids), model_name, same
         return self._ids if self._system is None else ID_FIELD + self._system.id + self._ids
+
+    def message_roots(self) -> bytes:
+        """The last build's messages' roots (the system prompt's not among them), encoded."""
+        return self._ids
+
+    def system_id(self) -> bytes:
+        """The last build's system prompt's root id (empty: none)."""
+        return b"" if self._system is None else self._system.id
+
+    def seed(self, seed: RootSeed, roots: bytes) -> None:
+        """The roots a stored checkpoint names (encoded, the system prompt's first when `seed.system`)
+        and what they were built from: the first build takes those of the messages it still starts
+        with. Ignored once a build was made (it is the newer)."""
+        if self._entries is None and len(roots) == (seed.count + seed.system) * ROOT_SIZE:
+            self._seed = (seed, roots[seed.system * ROOT_SIZE :])
+
+    def last_seed(self) -> RootSeed:
+        """What the last build's message roots were built from (see `RootSeed`)."""
+        entries = self._entries
+        count = 0 if entries is None else len(entries)
+        first, last = (entries.key(0), entries.key(count - 1)) if entries is not None and count else ("", "")
+        return RootSeed(self._model, count, first, last, self._system is not None)
 
     def blob(self, index: int) -> RootBlob:
         """The `index`-th root blob of the last build (as `build` returned its id)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
@@ -33,17 +32,13 @@ class PrefixViolation(AssertionError):
 
 class Appended:
     """The entries appended to a history since it was read, in order. Only ever appended to, so a
-    window holds a range of it rather than a copy, two windows over the same range hold the very
-    same entries, and their event ids are kept end to end in one buffer as `keys` hands them out."""
+    window holds a range of it rather than a copy, and two windows over the same range hold the very
+    same entries."""
 
-    __slots__ = ("_entries", "_keys", "_key_starts")
+    __slots__ = ("_entries",)
 
     def __init__(self, entries: Iterable[HistoryEntry] = ()) -> None:
-        self._entries: list[HistoryEntry] = []
-        self._keys = bytearray()  # every entry's event id, length-prefixed (see `KeyedMessages.keys`)
-        self._key_starts = array("q", [0])
-        for entry in entries:
-            self.append(entry)
+        self._entries: list[HistoryEntry] = list(entries)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -53,11 +48,6 @@ class Appended:
 
     def append(self, entry: HistoryEntry) -> None:
         self._entries.append(entry)
-        self._keys += KeyedMessages.prefixed(entry.event_id)
-        self._key_starts.append(len(self._keys))
-
-    def keys(self, start: int, stop: int) -> bytes:
-        return bytes(self._keys[self._key_starts[start] : self._key_starts[stop]])
 
 
 class Window(Sequence[HistoryEntry]):
@@ -132,12 +122,6 @@ class Window(Sequence[HistoryEntry]):
         entry, at = self._locate(index)
         return entry.event_id if entry is not None else self.stored.event_id(at)
 
-    def keys(self) -> bytes:
-        """Every entry's event id, length-prefixed (see `KeyedMessages.keys`)."""
-        parts = [KeyedMessages.prefixed(self.context.event_id)] if self.context is not None else []
-        parts += (self.stored.keys(self.first, self.stop), self.added.keys(self.added_first, self.added_stop))
-        return b"".join(parts)
-
     def common(self, other: Window | None) -> int:
         """How many leading entries are the very same in both windows (of one history)."""
         if other is None or self.context is not other.context:
@@ -196,9 +180,6 @@ class Projection(KeyedMessages):
     def key(self, index: int) -> str:
         return self.entries.key(index)
 
-    def keys(self) -> bytes:
-        return self.entries.keys()
-
 
 class ConversationHistory:
     def __init__(self, conversation_id: str, *, strict_prefix: bool | None = None) -> None:
@@ -218,6 +199,11 @@ class ConversationHistory:
 
     def __len__(self) -> int:
         return len(self._stored) + len(self._added)
+
+    @property
+    def stored_count(self) -> int:
+        """How many entries were read from the store (the rest were appended since)."""
+        return len(self._stored)
 
     @property
     def entries(self) -> Window:
@@ -335,9 +321,10 @@ class ConversationHistory:
         the canonical bytes a stored entry holds (not decoded for it). The digests are kept end to
         end in one bytes object: the chain extends the previous one when it starts with it."""
         previous = self._chain
-        kept = previous[: entries.common(self._projected) * DIGEST]
-        digests = hotpath.extend([kept[-DIGEST:]] if kept else [], (entries.canonical(i) for i in range(len(kept) // DIGEST, len(entries))))
-        chain = kept + b"".join(digests[1:] if kept else digests)
+        chain = previous[: entries.common(self._projected) * DIGEST]
+        for start in range(len(chain) // DIGEST, len(entries), _CHAIN_STEP):  # a reloaded history: a step at a time, not a digest object per entry at once
+            digests = hotpath.extend([chain[-DIGEST:]] if chain else [], (entries.canonical(i) for i in range(start, min(start + _CHAIN_STEP, len(entries)))))
+            chain += b"".join(digests[1:] if chain else digests)
         if not chain.startswith(previous):
             at = hotpath.common_prefix(_digests(previous), _digests(chain))
             log.error(
@@ -347,6 +334,9 @@ class ConversationHistory:
             if self.strict_prefix:
                 raise PrefixViolation(f"conversation {self.conversation_id}: history diverges at message {at}")
         self._chain, self._projected = chain, entries
+
+
+_CHAIN_STEP = 32
 
 
 def _digests(chain: bytes) -> list[bytes]:
