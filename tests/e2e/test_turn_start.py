@@ -79,7 +79,13 @@ async def test_the_input_is_stored_before_the_provider_has_the_request(tmp_path:
             await asyncio.sleep(0.3)  # time enough for a request that did not wait to arrive
             unsent = provider.requests == [] and not appended.done()
             lock.execute("ROLLBACK")
-            assert (await asyncio.wait_for(appended, 15)).status_code == 200
+            # The append's 200 and the model request follow the same commit, and the server dies the
+            # instant the provider has the request: the 200 may not have been written by then.
+            try:
+                answered: int | None = (await asyncio.wait_for(appended, 15)).status_code
+            except httpx.RemoteProtocolError:
+                answered = None
+            assert answered in (200, None)
             await asyncio.wait_for(reader, 15)
         finally:
             lock.close()
