@@ -321,10 +321,12 @@ class ConversationHistory:
         the canonical bytes a stored entry holds (not decoded for it). The digests are kept end to
         end in one bytes object: the chain extends the previous one when it starts with it."""
         previous = self._chain
-        chain = previous[: entries.common(self._projected) * DIGEST]
-        for start in range(len(chain) // DIGEST, len(entries), _CHAIN_STEP):  # a reloaded history: a step at a time, not a digest object per entry at once
-            digests = hotpath.extend([chain[-DIGEST:]] if chain else [], (entries.canonical(i) for i in range(start, min(start + _CHAIN_STEP, len(entries)))))
-            chain += b"".join(digests[1:] if chain else digests)
+        growing = bytearray(previous[: entries.common(self._projected) * DIGEST])  # extended in place: linear
+        for start in range(len(growing) // DIGEST, len(entries), _CHAIN_STEP):  # a reloaded history: a step at a time, not a digest object per entry at once
+            seed = [bytes(growing[-DIGEST:])] if growing else []
+            digests = hotpath.extend(seed, (entries.canonical(i) for i in range(start, min(start + _CHAIN_STEP, len(entries)))))
+            growing += b"".join(digests[1:] if seed else digests)
+        chain = bytes(growing)
         if not chain.startswith(previous):
             at = hotpath.common_prefix(_digests(previous), _digests(chain))
             log.error(
