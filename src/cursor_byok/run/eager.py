@@ -71,8 +71,9 @@ class _Continuation(Coroutine[Any, Any, Any]):
         return waiting_on
 
     def cancel_waited(self, msg: Any | None) -> None:
-        """Before the first step: cancel what the coroutine waits on (when it is a future)."""
-        if not self._handed and isinstance(self._waiting_on, asyncio.Future):
+        """Before the first step: cancel what the coroutine waits on when it is a task of its own
+        (say a provider call); a plain future may be shared (the input's commit) and is left alone."""
+        if not self._handed and isinstance(self._waiting_on, asyncio.Task):
             self._waiting_on.cancel(msg)
 
     def throw(self, *exc: Any) -> Any:  # type: ignore[override]
