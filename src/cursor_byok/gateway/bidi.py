@@ -100,6 +100,11 @@ async def _later_before_seqno0(gw: Gateway, scope: Scope, append: BidiAppend) ->
     try:
         async with gw.pending.slot(scope, wait, never_came):
             transport = await gw.transports.wait_for(request_id, Waiter.APPEND)
+    except ConnectError:
+        taken = gw.transports.get(request_id)
+        if taken is None or (early.durable is None and early.error is None):
+            raise
+        transport = taken  # its seqno 0 took it along before the wait was cut: answered as taken
     finally:
         gw.transports.unpark(early)
     if early.error is not None:
@@ -126,9 +131,7 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
         rr = append.message.run_request
         transport.seqno0 = fingerprint(append)
         transport.cursor_run_id = rr.run_id if rr.HasField("run_id") else ""
-    durable = journal(gw, transport, append)
-    if append.variant == "client_heartbeat":
-        service.heartbeat(append.request_id)
+    durable = _journaled(gw, transport, append)
     parked = gw.transports.early  # later appends waiting for their seqno 0: it takes them along
     early = parked.pop(append.request_id, ()) if parked and append.append_seqno == 0 else ()
     ready = transport.buffer.push(append.append_seqno, append)
@@ -149,11 +152,19 @@ def _take_along(gw: Gateway, transport: Transport, early: EarlyAppend) -> None:
     """A parked later append, journaled and handed over after its seqno 0 (in order); what goes
     wrong with it is its own request's answer."""
     try:
-        early.durable = journal(gw, transport, early.append)
+        early.durable = _journaled(gw, transport, early.append)
         for item in transport.buffer.push(early.append.append_seqno, early.append):
             hand_over(gw.conversations, item, None)
     except (ConnectError, HotPathError) as exc:
         early.error = exc
+
+
+def _journaled(gw: Gateway, transport: Transport, append: BidiAppend) -> asyncio.Future[Any]:
+    """The append journaled (its durable future); a heartbeat also counts as one."""
+    durable = journal(gw, transport, append)
+    if append.variant == "client_heartbeat":
+        gw.conversations.heartbeat(append.request_id)
+    return durable
 
 
 def hand_over(service: ConversationService, item: BidiAppend, parent: ParentConversationRef | None) -> None:
