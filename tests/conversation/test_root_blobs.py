@@ -5,6 +5,8 @@ import hashlib
 import json
 import tracemalloc
 
+import msgspec
+
 from cursor_byok.conversation.history import ROOT_SIZE, EntryKind, HistoryEntry, Projection, RootBlobs, Window, encode_entry, root_ids
 from cursor_byok.run import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
@@ -111,3 +113,15 @@ def test_a_seeded_first_build_takes_the_stored_ids_only_for_the_messages_they_ar
     late.build("sys", history(3), "m")
     late.seed(seed, poisoned)  # after a build: ignored (the build is the newer)
     assert late.build("sys", history(4), "m") == RootBlobs().build("sys", history(4), "m")
+
+
+def test_a_seed_from_another_root_encoding_is_not_taken() -> None:
+    """Roots stored by a build that encoded messages differently name other bytes: such a seed is
+    never taken, the roots are built afresh."""
+    before = RootBlobs()
+    stored = before.build("sys", history(3), "m")
+    older = msgspec.structs.replace(before.last_seed(), encoding=before.last_seed().encoding - 1)
+    seeded = RootBlobs()
+    seeded.seed(older, stored)
+    assert seeded.build("sys", history(4, stored=True), "m") == RootBlobs().build("sys", history(4, stored=True), "m")
+    assert seeded.kept == 0

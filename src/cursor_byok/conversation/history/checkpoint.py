@@ -158,6 +158,11 @@ def root_ids(roots: bytes) -> list[bytes]:
     return [root_id(roots, index) for index in range(len(roots) // ROOT_SIZE)]
 
 
+ROOT_ENCODING = 1
+"""Bump when a root blob's bytes or id for the same message change: seeds stored before are then
+not taken (their ids would name other bytes than the ones pushed under them)."""
+
+
 class RootSeed(msgspec.Struct, frozen=True):
     """What the roots of a build were built from: the model, and the projected messages (`count`,
     the first one's key and the last one's) whose roots follow the system prompt's (if `system`).
@@ -170,18 +175,20 @@ class RootSeed(msgspec.Struct, frozen=True):
     first: str
     last: str
     system: bool
+    encoding: int = ROOT_ENCODING
 
     def covers(self, messages: Projection, model_name: str) -> int:
         """How many of `messages`' roots are the seed's: all of its or none."""
         count = self.count
-        if not count or model_name != self.model or len(messages) < count:
+        if not count or self.encoding != ROOT_ENCODING or model_name != self.model or len(messages) < count:
             return 0
         return count if messages.key(0) == self.first and messages.key(count - 1) == self.last else 0
 
 
 SEED_FIELD = 424_242
 """The field a stored checkpoint's `RootSeed` is kept under, ahead of the state's own fields: not
-in the client's schema, so a reader of the state skips it as an unknown field (and it is never sent)."""
+in the client's schema. Protobuf keeps it as an unknown field of a state read back, so it is read
+only there (`roots_of` discards unknown fields) and states sent are built fresh: never sent."""
 
 
 def _varint(value: int) -> bytes:
