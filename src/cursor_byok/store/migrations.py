@@ -336,7 +336,7 @@ _INBOUND = Migration(
 
 # Nothing ever wrote the content-addressed blobs of version 1: checkpoint states and history are
 # stored inline, and the IDE keeps the KV blobs it is sent.
-_NO_BLOBS = Migration(9, "drop the unused blobs table", ("DROP TABLE blobs",))
+_NO_BLOBS = Migration(9, "drop the unused blobs table", ("DROP TABLE IF EXISTS blobs",))
 
 MIGRATIONS: tuple[Migration, ...] = (
     _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS, _INBOUND, _NO_BLOBS,
