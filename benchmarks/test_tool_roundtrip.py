@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,18 @@ def blob_ack(kv: pb.KvServerMessage) -> pb.AgentClientMessage:
     return ack
 
 
+async def agent_messages(streamer: Connection, rid: str) -> AsyncIterator[tuple[int, pb.AgentServerMessage]]:
+    """The RunSSE's server messages for `rid`, each with its chunk's arrival (perf_counter ns),
+    until its end-stream frame."""
+    decoder = hotpath.FrameDecoder()
+    async for chunk in streamer.stream(RUN_SSE, envelope(pb.BidiRequestId(request_id=rid).SerializeToString())):
+        arrived = time.perf_counter_ns()
+        for flags, payload in decoder.feed(chunk):
+            if flags & hotpath.FLAG_END_STREAM:
+                return
+            yield arrived, pb.AgentServerMessage.FromString(payload)
+
+
 async def rounds(port: int, model: str, echo: bool, time_acks: bool = True) -> list[int]:
     """Round-trip times over as many turns as it takes (the engine caps one run's model cycles).
     With `time_acks` a round starts at the client's last append, a blob ack included; without, at
@@ -64,7 +77,6 @@ async def one_stream(port: int, model: str, echo: bool, conversation: str, wante
     rid = uuid.uuid4().hex
     appender = await Connection.open("127.0.0.1", port)
     streamer = await Connection.open("127.0.0.1", port)
-    decoder = hotpath.FrameDecoder()
     seqno = 0
     sent_at: int | None = None
     times: list[int] = []
@@ -78,21 +90,16 @@ async def one_stream(port: int, model: str, echo: bool, conversation: str, wante
         assert status == 200
 
     async def read() -> None:
-        async for chunk in streamer.stream(RUN_SSE, envelope(pb.BidiRequestId(request_id=rid).SerializeToString())):
-            arrived = time.perf_counter_ns()
-            for flags, payload in decoder.feed(chunk):
-                if flags & hotpath.FLAG_END_STREAM:
-                    return
-                msg = pb.AgentServerMessage.FromString(payload)
-                kind = msg.WhichOneof("message")
-                if kind == "exec_server_message":
-                    if sent_at is not None:
-                        times.append(arrived - sent_at)
-                    if len(times) >= wanted:
-                        return  # enough: leave the rest of the run to the server
-                    await append(read_reply(msg.exec_server_message))
-                elif kind == "kv_server_message":
-                    await append(blob_ack(msg.kv_server_message), timed=time_acks)
+        async for arrived, msg in agent_messages(streamer, rid):
+            kind = msg.WhichOneof("message")
+            if kind == "exec_server_message":
+                if sent_at is not None:
+                    times.append(arrived - sent_at)
+                if len(times) >= wanted:
+                    return  # enough: leave the rest of the run to the server
+                await append(read_reply(msg.exec_server_message))
+            elif kind == "kv_server_message":
+                await append(blob_ack(msg.kv_server_message), timed=time_acks)
 
     reader = asyncio.create_task(read())
     if not echo:

@@ -23,10 +23,9 @@ import pytest
 from benchmarks.support.rawhttp import Connection
 from benchmarks.test_gateway import ROOT, wait_healthy
 from benchmarks.test_run_stream import cpu_seconds
-from benchmarks.test_tool_roundtrip import blob_ack, pct
-from cursor_byok import hotpath
+from benchmarks.test_tool_roundtrip import agent_messages, blob_ack, pct
 from cursor_byok.protocol import agent_pb2 as pb
-from tests.harness.ide import BIDI_APPEND, RUN_SSE, append_body, envelope, run_request
+from tests.harness.ide import BIDI_APPEND, append_body, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
 
 TURNS = int(os.environ.get("BENCH_TURNS", "200"))
@@ -40,7 +39,6 @@ async def one_turn(port: int, conversation: str, turn: int, state: pb.Conversati
     rid = uuid.uuid4().hex
     appender = await Connection.open("127.0.0.1", port)
     streamer = await Connection.open("127.0.0.1", port)
-    decoder = hotpath.FrameDecoder()
     seqno = 0
     marks: dict[str, int] = {}
     acks: list[int] = []
@@ -55,22 +53,17 @@ async def one_turn(port: int, conversation: str, turn: int, state: pb.Conversati
             acks.append(time.perf_counter_ns() - sent)
 
     async def read() -> None:
-        async for chunk in streamer.stream(RUN_SSE, envelope(pb.BidiRequestId(request_id=rid).SerializeToString())):
-            arrived = time.perf_counter_ns()
-            for flags, payload in decoder.feed(chunk):
-                if flags & hotpath.FLAG_END_STREAM:
-                    return
-                msg = pb.AgentServerMessage.FromString(payload)
-                kind = msg.WhichOneof("message")
-                if kind == "interaction_update":
-                    update = msg.interaction_update.WhichOneof("message")
-                    if update in ("step_completed", "turn_ended"):
-                        marks[update] = arrived
-                elif kind == "conversation_checkpoint_update":
-                    marks["checkpoint"] = arrived
-                    state.CopyFrom(msg.conversation_checkpoint_update)
-                elif kind == "kv_server_message":
-                    await append(blob_ack(msg.kv_server_message))
+        async for arrived, msg in agent_messages(streamer, rid):
+            kind = msg.WhichOneof("message")
+            if kind == "interaction_update":
+                update = msg.interaction_update.WhichOneof("message")
+                if update in ("step_completed", "turn_ended"):
+                    marks[update] = arrived
+            elif kind == "conversation_checkpoint_update":
+                marks["checkpoint"] = arrived
+                state.CopyFrom(msg.conversation_checkpoint_update)
+            elif kind == "kv_server_message":
+                await append(blob_ack(msg.kv_server_message))
 
     reader = asyncio.create_task(read())
     request = run_request(f"question {turn}", model="bench", conversation_id=conversation, message_id=f"m{turn}")
