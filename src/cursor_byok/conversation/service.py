@@ -20,7 +20,7 @@ from ..protocol import ConnectError, agent_pb2 as pb, unknown_fields, which
 from .identity import ParentConversationRef
 from .output import OutputHub, OutputStream
 from .registry import BindingConflict, BindKind, Registry
-from .commands import ClientInput, Heartbeat, Reader, Shutdown, StartRun
+from .commands import ClientInput, Command, Heartbeat, Reader, Shutdown, StartRun
 from .data import RuntimeServices
 from .runtime import ConversationRuntime
 
@@ -106,9 +106,7 @@ class ConversationService:
             return OpenedRun(conversation_id, existing, kind)
         output = self.hub.open(request_id, cursor_run_id)
         runtime = self.registry.ensure_runtime(conversation_id)
-        if self._holding is not None:
-            self._hold(runtime)
-        runtime.take_now(StartRun(request_id, output, run_request, parent, resumed=resumed))
+        self._hand(runtime, StartRun(request_id, output, run_request, parent, resumed=resumed))
         return OpenedRun(conversation_id, output, kind)
 
     @contextlib.contextmanager
@@ -127,11 +125,13 @@ class ConversationService:
             for runtime in held:
                 runtime.release()
 
-    def _hold(self, runtime: ConversationRuntime) -> None:
-        """Inside `together`: the runtime takes nothing before the block ends."""
-        if not runtime.held:
+    def _hand(self, runtime: ConversationRuntime, cmd: Command) -> None:
+        """`cmd` to the runtime at once; inside `together`, the runtime takes nothing before the block ends."""
+        held = self._holding
+        if held is not None and not runtime.held:
             runtime.hold()
-            self._holding.append(runtime)  # type: ignore[union-attr]
+            held.append(runtime)
+        runtime.take_now(cmd)
 
     async def resume(self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]]) -> None:
         """Resume a stream cut by a restart: its run again, then the appends journaled after its
@@ -166,9 +166,7 @@ class ConversationService:
             action = which(message.conversation_action, "action") or "conversation action"
             raise ConnectError("failed_precondition", f"the run on request id {request_id!r} has ended; its {action} was not applied")
         runtime = self.registry.ensure_runtime(binding.conversation_id)
-        if self._holding is not None:
-            self._hold(runtime)
-        runtime.take_now(ClientInput(request_id, message, output, seqno, replayed))
+        self._hand(runtime, ClientInput(request_id, message, output, seqno, replayed))
 
     def heartbeat(self, request_id: str) -> None:
         binding = self.registry.binding(request_id)
