@@ -124,9 +124,9 @@ def test_what_the_first_turn_imports_on_first_use_is_imported_once_the_server_is
         "from cursor_byok.gateway.front import LoadingFront\n"
         "async def main():\n"
         f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}))\n"
-        "    gateway = await front.load()\n"
+        "    server = await front.load()\n"
         "    await front.warmed\n"
-        "    await gateway.shutdown()\n"
+        "    await server.stop()\n"
         "asyncio.run(main())"
     )
     assert "cursor_byok.gateway.app" in loaded

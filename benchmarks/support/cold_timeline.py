@@ -93,18 +93,16 @@ def _on_import(module: str, hook) -> None:  # type: ignore[no-untyped-def]
     sys.meta_path.insert(0, Finder())
 
 
-def _hook_app(app) -> None:  # type: ignore[no-untyped-def]
+def _hook_root(root) -> None:  # type: ignore[no-untyped-def]
     import cursor_byok.conversation as conversation
     import cursor_byok.providers as providers
     import cursor_byok.store as store
 
     _stamp("gateway modules imported")
     _after(store.Store, "open", "store opened (migrations checked)", before="gateway start begins")
-    if hasattr(app, "verified_tls"):  # before the trust store (its own stamp, below)
-        _after(app, "verified_tls", "TLS context built")
-    _after(providers.ProviderPool, "start", "provider pool started")
+    _after(providers.ProviderPool, "track", "provider pool started")
     _after(conversation.ConversationService, "restore", "conversations restored")
-    _after(app, "resume_journaled", "journal recovered")
+    _after(root.Gateway, "resume_journaled", "journal recovered")
 
 
 def child(argv: list[str]) -> None:
@@ -146,7 +144,7 @@ def child(argv: list[str]) -> None:
         front.LoadingFront.load = loaded
 
     _on_import("cursor_byok.gateway.front", hook_front)
-    _on_import("cursor_byok.gateway.app", _hook_app)
+    _on_import("cursor_byok.server", _hook_root)
     _on_import("cursor_byok.trust_store", lambda store: _after(store, "verified", "trust store built"))
     cli.main(argv)
 

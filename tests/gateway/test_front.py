@@ -49,13 +49,13 @@ async def test_health_is_answered_before_the_gateway_is_loaded_and_the_rest_wait
     for _ in range(20):
         await asyncio.sleep(0)
     assert not waiting.done()  # nothing but the gateway answers it
-    gateway = await front.load()
+    server = await front.load()
     try:
         assert (await waiting)["status"] == 421  # refused by the gateway's own guard once it is up
         late = await ask(front, get("/__byok-api__/healthz"))
         assert late["status"] == 204 and STARTING_HEADER not in late["headers"]
     finally:
-        await gateway.shutdown()
+        await server.stop()
 
 
 async def test_a_gateway_that_fails_to_start_answers_the_waiting_unavailable(tmp_path: Path) -> None:

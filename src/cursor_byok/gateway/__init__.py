@@ -11,8 +11,8 @@ from .memory import Trimmer
 from .serve import serve
 
 if TYPE_CHECKING:
-    from .app import Gateway, create_app, sweep_seconds
+    from .app import Gateway, sweep_seconds
 
-__getattr__ = lazy_names(__name__, {"app": ("Gateway", "create_app", "sweep_seconds")})
+__getattr__ = lazy_names(__name__, {"app": ("Gateway", "sweep_seconds")})
 
-__all__ = ["Gateway", "Trimmer", "create_app", "serve", "sweep_seconds"]
+__all__ = ["Gateway", "Trimmer", "serve", "sweep_seconds"]

@@ -8,20 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from typing import Any
 
-import httpx
-
-from ..apis import LocalRpcs, Upstream, effort_for
-from ..config import Config, ModelConfig, ServerConfig, resolve_api_key
-from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
-from ..http_client import ProviderHttp, passthrough_client, streaming_client
-from ..observability import Dashboard, GatewayGauges, Metrics, Recorder
+from ..apis import LocalRpcs, Upstream
+from ..config import Config, ServerConfig
+from ..conversation import ConversationService, Phase
+from ..observability import Dashboard, GatewayGauges, Metrics
 from ..protocol import internal_error, new_error_id
-from ..providers import Provider, ProviderPool
-from ..run import RunEngine
-from ..trust_store import verified
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .journal import resume_journaled
@@ -38,9 +31,6 @@ log = logging.getLogger("cursor_byok.gateway")
 
 SWEEP_SECONDS = 5.0  # at most: see sweep_seconds
 SWEEP_FLOOR_SECONDS = 0.1
-# Retention (config [retention]) runs a while after start, off the start-up path, then hourly.
-RETENTION_FIRST_SECONDS = 60.0
-RETENTION_EVERY_SECONDS = 3600.0
 DRAIN_SECONDS = 1.5  # on a stop, how long open streams get to read their terminal frame
 
 
@@ -53,103 +43,61 @@ def sweep_seconds(server: ServerConfig) -> float:
 
 
 class Gateway:
-    def __init__(self, config: Config, guard: RequestGuard | None = None, tls: ssl.SSLContext | None = None) -> None:
-        """`guard`: the one already in front of the server while it loaded, if any; `tls`: the trust
-        store's context, if it was built beside the gateway's import (else `startup` builds it)."""
+    """The ASGI app over parts the composition root (`cursor_byok.server`) made and closes."""
+
+    def __init__(
+        self,
+        config: Config,
+        guard: RequestGuard | None,
+        *,
+        store: Any,
+        conversations: ConversationService,
+        upstream: Upstream,
+        local_rpcs: LocalRpcs,
+        metrics: Metrics,
+    ) -> None:
+        """`guard`: the one already in front of the server while it loaded, if any."""
         self.config = config
-        self._tls = tls
+        self.guard = guard or RequestGuard.of_server(config)
+        self.store = store
+        self.conversations = conversations
+        self.upstream = upstream
+        self.local_rpcs = local_rpcs
+        self.metrics = metrics
+        self.dashboard: Dashboard | None = None  # with observability on: set once the gauges exist
         self.transports = Transports(
             config.server.max_transports, config.server.transport_idle_seconds, run_is_live=self._run_is_live
         )
         self.pending = Pending(config.server.max_pending_requests, config.server.max_pending_per_connection)
-        self.guard = guard or RequestGuard.of_server(config)
-        self.store: Any = None
-        self.http: httpx.AsyncClient | None = None  # upstream passthrough
-        self.provider_http: ProviderHttp | None = None
-        self.providers: ProviderPool | None = None
-        self.upstream: Upstream
-        self.local_rpcs: LocalRpcs
-        self.conversations: ConversationService
-        self._background: list[asyncio.Task[None]] = []  # the sweeper and retention
-        self.metrics = Metrics()
-        self.recorder: Recorder | None = None
-        self.dashboard: Dashboard | None = None
+        keep_large_blocks_out_of_the_heap()
+        self._trimmer = Trimmer()
         self.appends = 0  # BidiAppends accepted (for /metrics)
-        self._started = False
         self.stopping = False
         self._cut = False
         self._requests: set[asyncio.Task[Any]] = set()  # every HTTP request being handled
         self.waiting_readers: set[asyncio.Task[Any]] = set()  # RunSSE requests still waiting for their stream
-
-    # -- lifecycle -------------------------------------------------------------------------------------
-    async def startup(self) -> None:
-        if self._started:
-            return
-        self._started = True
-        from ..store import Store, keep_retention
-
-        keep_large_blocks_out_of_the_heap()
-        self._trimmer = Trimmer()
-        self.store = await Store.open(self.config.database_path)
-        tls = self._tls or verified()  # every outbound client verifies with this one context
-        self.http = passthrough_client(timeout=httpx.Timeout(self.config.upstream.timeout_seconds, connect=10.0), verify=tls)
-        self.provider_http = streaming_client(verify=tls)
-        self.providers = ProviderPool(self.provider_http)
-        self.providers.start(self.config.models)
-        self.upstream = Upstream(
-            self.config.upstream.base_url, self.http, body_idle_seconds=self.config.server.body_read_timeout_seconds
-        )
-        self.local_rpcs = LocalRpcs(self.config, self.upstream)
-        if self.config.observability.enabled:
-            self.recorder = Recorder(self.config, self.store, self.metrics)
-        services = RuntimeServices(
-            config=self.config,
-            make_engine=self._make_engine,
-            store=self.store,
-            continuation_window=self.config.server.continuation_window_seconds,
-            blob_ack_timeout=self.config.server.blob_ack_timeout_seconds,
-            recovery_wait=self.config.server.recovery_wait_seconds,
-            resolve_effort=effort_for,
-            observer=self.recorder or NO_OBSERVER,
-        )
-        hub = OutputHub(self.config.server.output_retention_seconds)
-        self.conversations = ConversationService(services, hub)
-        gauges = GatewayGauges(
-            active_conversations=lambda: sum(rt.phase is not Phase.IDLE or bool(rt.queued) for rt in self.conversations.registry.runtimes()),
-            open_streams=lambda: sum(stream.readers for stream in hub.streams()),
+        self.gauges = GatewayGauges(
+            active_conversations=lambda: sum(rt.phase is not Phase.IDLE or bool(rt.queued) for rt in conversations.registry.runtimes()),
+            open_streams=lambda: sum(stream.readers for stream in conversations.hub.streams()),
             appends=lambda: self.appends,
             appends_waiting=self.transports.parked,
             edge_errors=lambda: ERROR_REPLIES,
         )
-        self.metrics.attach(gauges)
-        if self.recorder is not None:
-            self.dashboard = Dashboard(self.config, self.store, self.recorder, self._adapter, gauges)
-        await self.conversations.restore()
+        metrics.attach(self.gauges)
+
+    async def resume_journaled(self) -> None:
+        """At start: resume every stream the journal names."""
         await resume_journaled(self)
-        loop = asyncio.get_running_loop()
-        retention = keep_retention(
-            self.store, self.config.retention.ages_ms(), first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS
-        )
-        self._background = [loop.create_task(self._sweep()), loop.create_task(retention)]
 
-    async def shutdown(self) -> None:
-        if not self._started:
-            return
-        self._started = False
-        for task in self._background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if hasattr(self, "conversations"):  # absent when startup failed early
-            await self.conversations.shutdown("server shutting down")
-        if self.providers is not None:
-            await self.providers.aclose()
-        for client in (self.http, self.provider_http):
-            if client is not None:
-                await client.aclose()
-        if self.store is not None:
-            await self.store.close()
+    def sweep(self) -> None:
+        """Let go of finished output, idle transports and idle runtimes (every `sweep_seconds`)."""
+        self.conversations.hub.sweep()
+        self.transports.expire()
+        self.conversations.evict_idle(self.config.server.runtime_idle_seconds, self.config.server.idle_history_bytes)
+        if not any(not stream.closed for stream in self.conversations.hub.streams()):
+            self._trimmer.maybe_trim()  # only while no run streams: the trim stalls the loop for ms
 
+    # -- lifecycle -------------------------------------------------------------------------------------
     async def drain(self) -> None:
         """Graceful stop, before the HTTP server closes its connections: every open RunSSE gets its
         one terminal frame (unavailable) and a moment to read it."""
@@ -173,23 +121,6 @@ class Gateway:
     def _run_is_live(self, request_id: str) -> bool:
         stream = self.conversations.hub.get(request_id)
         return stream is not None and not stream.closed
-
-    def _adapter(self, model: ModelConfig) -> Provider:
-        assert self.providers is not None
-        return self.providers.adapter(model, resolve_api_key(self.config, model))
-
-    def _make_engine(self, model: ModelConfig) -> RunEngine:
-        return RunEngine(self._adapter(model), keep_bodies=self.config.observability.detailed)
-
-    async def _sweep(self) -> None:
-        period = sweep_seconds(self.config.server)
-        while True:
-            await asyncio.sleep(period)
-            self.conversations.hub.sweep()
-            self.transports.expire()
-            self.conversations.evict_idle(self.config.server.runtime_idle_seconds, self.config.server.idle_history_bytes)
-            if not any(not stream.closed for stream in self.conversations.hub.streams()):
-                self._trimmer.maybe_trim()  # only while no run streams: the trim stalls the loop for ms
 
     # -- ASGI --------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -249,8 +180,4 @@ class Gateway:
 _AGENT_ROUTES = {BIDI_APPEND_PATH: handle_append, RUN_SSE_PATH: handle_run_sse, RUN_PATH: handle_run}
 
 
-def create_app(config: Config, guard: RequestGuard | None = None, tls: ssl.SSLContext | None = None) -> Gateway:
-    return Gateway(config, guard, tls)
-
-
-__all__ = ["Gateway", "create_app", "sweep_seconds"]
+__all__ = ["DRAIN_SECONDS", "Gateway", "sweep_seconds"]

@@ -25,6 +25,7 @@ from .guard import RequestGuard
 from .routing import HEALTH_PATHS
 
 if TYPE_CHECKING:
+    from ..server import Server
     from .app import Gateway
 
 log = logging.getLogger("cursor_byok.gateway")
@@ -44,28 +45,24 @@ class LoadingFront:
         self._loaded: asyncio.Future[Gateway] = asyncio.get_running_loop().create_future()
         self.warmed: asyncio.Task[None] | None = None  # the warm-up, once the gateway is up
 
-    async def load(self) -> Gateway:
-        """Import the gateway (in a thread), make it and start it; the started gateway. A failure
-        is raised here; requests waiting for the gateway are answered `unavailable`."""
+    async def load(self) -> Server:
+        """Import the composition root (in a thread) and start the server it makes; the started
+        server. A failure is raised here; requests waiting for the gateway are answered `unavailable`."""
         try:
             # The trust store's CAs load with the interpreter lock let go: beside the import, not after it.
-            module, tls = await asyncio.gather(
-                asyncio.to_thread(importlib.import_module, ".app", __package__), asyncio.to_thread(trust_store.verified)
+            # The root is named, not imported: it is above the gateway, which it wires.
+            root, tls = await asyncio.gather(
+                asyncio.to_thread(importlib.import_module, "cursor_byok.server"), asyncio.to_thread(trust_store.verified)
             )
-            gateway: Gateway = module.create_app(self.config, self._guard, tls)
-            try:
-                await gateway.startup()
-            except BaseException:
-                await gateway.shutdown()
-                raise
+            server: Server = await root.start(self.config, self._guard, tls)
         except BaseException as exc:
             self._loaded.set_exception(exc)
             self._loaded.exception()  # the waiting requests answer for it; the caller gets it raised
             raise
-        self._gateway = gateway
-        self._loaded.set_result(gateway)
+        self._gateway = server.gateway
+        self._loaded.set_result(server.gateway)
         self.warmed = asyncio.create_task(_warm_up(), name="warm-up")
-        return gateway
+        return server
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Coroutine[Any, Any, None]:
         gateway = self._gateway

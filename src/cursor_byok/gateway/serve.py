@@ -67,7 +67,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     server = _embedded_server(front, listener)
     serving = asyncio.create_task(server.serve())
     try:
-        gateway = await front.load()
+        running = await front.load()
     except BaseException as exc:
         server.stop()
         await asyncio.wait((serving,), timeout=CUT_SECONDS)
@@ -78,6 +78,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
         raise
     from .app import DRAIN_SECONDS  # loaded by now
 
+    gateway = running.gateway
     freeze_startup_objects()
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
     stop_asked = asyncio.create_task(signals.received.wait())
@@ -99,7 +100,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     if not (await asyncio.wait((serving,), timeout=max(0.0, cut_at - loop.time())))[0]:
         gateway.cut_requests()
         await asyncio.wait((serving,), timeout=CUT_GRACE_SECONDS)
-    await gateway.shutdown()
+    await running.stop()
     return 1 if failed else 0
 
 

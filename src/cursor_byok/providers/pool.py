@@ -11,7 +11,6 @@ knock on its providers' doors all day.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -36,7 +35,7 @@ class _Origin:
 
 
 class ProviderPool:
-    """`adapter(model, key)` for every run; `start(models)` once the event loop runs; `aclose()`."""
+    """`adapter(model, key)` for every run; `track(models)` and `keep_warm()` keep their origins warm."""
 
     def __init__(
         self,
@@ -52,7 +51,6 @@ class ProviderPool:
         self._clock = clock
         self._adapters: dict[tuple[str, str], tuple[HttpStreamProvider, str]] = {}  # → (adapter, its origin)
         self._origins: dict[str, _Origin] = {}
-        self._task: asyncio.Task[None] | None = None
 
     def adapter(self, model: ModelConfig, api_key: str) -> HttpStreamProvider:
         """The adapter for `model` with `api_key`, built on first use (a key that changes, e.g. in
@@ -67,12 +65,6 @@ class ProviderPool:
         if origin is not None:
             origin.last_used = self._clock()
         return adapter
-
-    def start(self, models: Iterable[ModelConfig]) -> None:
-        """Open a connection to every model's provider now (in the background) and keep them warm."""
-        self.track(models)
-        if self._origins and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._keep_warm(), name="provider-warmth")
 
     def track(self, models: Iterable[ModelConfig]) -> None:
         """Keep the providers of `models` warm from now on (each is due for a warm-up at once)."""
@@ -90,14 +82,8 @@ class ProviderPool:
         await asyncio.gather(*(self._warm(o.url) for o in due))
         return len(due)
 
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _keep_warm(self) -> None:
+    async def keep_warm(self) -> None:
+        """Warm what is due, now and every few seconds, until cancelled (a background task)."""
         while True:
             await self.warm_due()
             await asyncio.sleep(min(5.0, self._rewarm_after / 2))

@@ -1,0 +1,134 @@
+"""The composition root of a running server: it opens the store, builds the outbound clients and the
+providers, wires the conversation service, observability and the gateway, supervises the background
+tasks, and closes all of it again. Nothing else in a server opens the store; another store backend
+plugs in at `_open_store`.
+
+`gateway.front` imports this module in a worker thread once the server listens (it is most of a
+cold start) and calls `start`; `gateway.serve` drains the gateway and calls `Server.stop`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any
+
+import httpx
+
+from .apis import LocalRpcs, Upstream, effort_for
+from .config import Config, ModelConfig, resolve_api_key
+from .conversation import NO_OBSERVER, ConversationService, OutputHub, RuntimeServices
+from .gateway import Gateway, sweep_seconds
+from .http_client import passthrough_client, streaming_client
+from .observability import Dashboard, Metrics, Recorder
+from .providers import Provider, ProviderPool
+from .run import RunEngine
+from .store import Store, keep_retention
+from .supervision import Supervisor
+from .trust_store import verified
+
+log = logging.getLogger("cursor_byok.server")
+
+# Retention (config [retention]) runs a while after start, off the start-up path, then hourly.
+RETENTION_FIRST_SECONDS = 60.0
+RETENTION_EVERY_SECONDS = 3600.0
+
+
+async def _open_store(config: Config) -> Any:
+    return await Store.open(config.database_path)
+
+
+class Server:
+    """Everything one `serve` runs: made by `start`, ended by `stop`."""
+
+    def __init__(self, config: Config, store: Any, guard: Any, tls: ssl.SSLContext) -> None:
+        """Wire the parts around an open store (nothing here does I/O; `start` resumes and runs)."""
+        self.config = config
+        self.store = store
+        self.http = passthrough_client(timeout=httpx.Timeout(config.upstream.timeout_seconds, connect=10.0), verify=tls)
+        self.provider_http = streaming_client(verify=tls)
+        self.providers = ProviderPool(self.provider_http)
+        self.providers.track(config.models)
+        metrics = Metrics()
+        recorder = Recorder(config, store, metrics) if config.observability.enabled else None
+        services = RuntimeServices(
+            config=config,
+            make_engine=lambda model: RunEngine(self.adapter(model), keep_bodies=config.observability.detailed),
+            store=store,
+            continuation_window=config.server.continuation_window_seconds,
+            blob_ack_timeout=config.server.blob_ack_timeout_seconds,
+            recovery_wait=config.server.recovery_wait_seconds,
+            resolve_effort=effort_for,
+            observer=recorder or NO_OBSERVER,
+        )
+        upstream = Upstream(config.upstream.base_url, self.http, body_idle_seconds=config.server.body_read_timeout_seconds)
+        self.gateway = Gateway(
+            config,
+            guard,
+            store=store,
+            conversations=ConversationService(services, OutputHub(config.server.output_retention_seconds)),
+            upstream=upstream,
+            local_rpcs=LocalRpcs(config, upstream),
+            metrics=metrics,
+        )
+        if recorder is not None:
+            self.gateway.dashboard = Dashboard(config, store, recorder, self.adapter, self.gateway.gauges)
+        self.supervisor = Supervisor()
+
+    def adapter(self, model: ModelConfig) -> Provider:
+        return self.providers.adapter(model, resolve_api_key(self.config, model))
+
+    async def stop(self) -> None:
+        """Close every resource, each in its own `try`: one that fails to close is logged and the
+        rest are closed all the same, so the database is always checkpointed and closed."""
+        await self.supervisor.stop()
+        await _closing("the conversations", self.gateway.conversations.shutdown("server shutting down"))
+        await _closing("the upstream client", self.http.aclose())
+        await _closing("the provider client", self.provider_http.aclose())
+        await _closing(f"the database {self.config.database_path}", self.store.close())
+
+    def _run_background(self) -> None:
+        gateway, config = self.gateway, self.config
+        period = sweep_seconds(config.server)
+        self.supervisor.start("sweeper", lambda: _every(period, gateway.sweep))
+        self.supervisor.start("provider-warmth", self.providers.keep_warm)
+        ages = config.retention.ages_ms()
+        self.supervisor.start(
+            "retention", lambda: keep_retention(self.store, ages, first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS)
+        )
+
+
+async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = None) -> Server:
+    """Open the store, wire everything, resume what the last run left and start the background
+    tasks; the running server. `guard`: the one already in front of the server while it loaded;
+    `tls`: the trust store's context, if it was built beside this module's import."""
+    store = await _open_store(config)
+    try:
+        server = Server(config, store, guard, tls or verified())  # every outbound client verifies with this one context
+    except BaseException:
+        await store.close()
+        raise
+    try:
+        await server.gateway.conversations.restore()
+        await server.gateway.resume_journaled()
+        server._run_background()
+    except BaseException:
+        await server.stop()
+        raise
+    return server
+
+
+async def _every(period: float, step: Any) -> None:
+    while True:
+        await asyncio.sleep(period)
+        step()
+
+
+async def _closing(what: str, closed: Any) -> None:
+    try:
+        await closed
+    except Exception as exc:  # noqa: BLE001 - the next resource is closed all the same
+        log.error("closing %s failed: %s", what, exc, exc_info=exc)
+
+
+__all__ = ["Server", "start"]
