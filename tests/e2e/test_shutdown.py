@@ -6,8 +6,10 @@ import signal
 import uuid
 from pathlib import Path
 
+import httpx
+
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
-from tests.harness.ide import ScriptedIDE, StreamLog, run_request
+from tests.harness.ide import ScriptedIDE, StreamLog, gauge_reaches, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 
@@ -63,18 +65,6 @@ async def test_stop_signal_ends_every_open_stream_with_one_terminal(
         assert log.terminal is not None and log.terminal.code == "unavailable"
 
 
-def requests_read(port: int) -> int:
-    """Connections to the server on `port` whose request bytes the server has read (its receive
-    queue is empty): it is handling them."""
-    count = 0
-    with open("/proc/net/tcp") as fh:
-        next(fh)
-        for line in fh:
-            local, _remote, state, queues = line.split()[1:5]
-            count += state == "01" and int(local.rsplit(":", 1)[1], 16) == port and queues.endswith(":00000000")
-    return count
-
-
 async def test_a_reader_still_waiting_for_its_first_append_also_gets_unavailable(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
     config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id="m", provider="openai-chat", base_url=provider.url + "/v1")], runsse_wait_seconds=60)
     server = ServerProcess(config).start()
@@ -82,8 +72,7 @@ async def test_a_reader_still_waiting_for_its_first_append_also_gets_unavailable
     try:
         log = StreamLog()
         reader = asyncio.create_task(ide.stream(uuid.uuid4().hex, log))  # its append never comes
-        while requests_read(server.port) < 1:
-            await asyncio.sleep(0.02)
+        await gauge_reaches(ide.client, "cursor_byok_runsse_waiting", 1)  # the server has read it
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(reader, 20)
@@ -99,17 +88,14 @@ async def test_a_request_that_never_ends_does_not_hold_the_stop(tmp_path: Path) 
     deadline instead of holding the server until the upstream timeout (300 s)."""
     import socket
 
-    import httpx
-
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         config = ServerConfig(data_dir=tmp_path / "data", upstream=f"http://127.0.0.1:{silent.getsockname()[1]}")
         server = ServerProcess(config).start()
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
-            hanging = asyncio.create_task(client.post("/aiserver.v1.AiService/Anything", content=b""))
-            while requests_read(server.port) < 1:
-                await asyncio.sleep(0.02)
+            hanging = asyncio.create_task(client.post("/aiserver.v1.AiService/Anything", content=b"", headers={"content-type": "application/proto"}))
+            await gauge_reaches(client, "cursor_byok_requests_in_flight", 2)  # it, and the scrape asking
             assert server.proc is not None
             server.proc.send_signal(signal.SIGTERM)
             assert server.proc.wait(20) == 0

@@ -88,16 +88,22 @@ def heartbeat_message() -> pb.AgentClientMessage:
     return msg
 
 
-async def appends_waiting(client: httpx.AsyncClient, count: int, timeout: float = 10.0) -> None:
-    """Return once the server (`client`'s base URL) has `count` appends waiting for their seqno 0
-    (its /metrics gauge): a later append sent first is in, its seqno 0 may follow."""
+async def gauge_reaches(client: httpx.AsyncClient, name: str, value: int, timeout: float = 10.0) -> None:
+    """Return once the server's (`client`'s base URL) /metrics gauge `name` reads `value`: the
+    server has seen what the gauge counts (not merely the kernel, which accepts a connection first)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         page = (await client.get("/metrics")).text
-        if f"cursor_byok_appends_waiting {float(count)}" in page:
+        if f"{name} {float(value)}" in page:
             return
         assert asyncio.get_running_loop().time() < deadline, page
         await asyncio.sleep(0.01)
+
+
+async def appends_waiting(client: httpx.AsyncClient, count: int, timeout: float = 10.0) -> None:
+    """Return once the server has `count` appends waiting for their seqno 0: a later append sent
+    first is in, its seqno 0 may follow."""
+    await gauge_reaches(client, "cursor_byok_appends_waiting", count, timeout)
 
 
 @dataclass

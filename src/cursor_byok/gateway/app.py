@@ -81,6 +81,8 @@ class Gateway:
             open_streams=lambda: sum(stream.readers for stream in conversations.hub.streams()),
             appends=lambda: self.appends,
             appends_waiting=self.transports.parked,
+            runsse_waiting=lambda: len(self.waiting_readers),
+            requests_in_flight=lambda: len(self._requests),
             edge_errors=lambda: ERROR_REPLIES,
         )
         metrics.attach(self.gauges)

@@ -35,6 +35,8 @@ class GatewayGauges:
     open_streams: Callable[[], int]
     appends: Callable[[], int]
     appends_waiting: Callable[[], int]  # later appends waiting for their seqno 0
+    runsse_waiting: Callable[[], int]  # RunSSE requests read, waiting for their request's first append
+    requests_in_flight: Callable[[], int]  # HTTP requests being handled
     edge_errors: Callable[[], Mapping[str, int]]  # Connect code → replies and stream terminals
 
 
@@ -110,6 +112,12 @@ class _GatewayCollector:
             yield CounterMetricFamily("cursor_byok_appends", "BidiAppend requests accepted.", value=gauges.appends())
             yield GaugeMetricFamily(
                 "cursor_byok_appends_waiting", "BidiAppends waiting for their request's first append.", value=gauges.appends_waiting()
+            )
+            yield GaugeMetricFamily(
+                "cursor_byok_runsse_waiting", "RunSSE requests waiting for their request's first append.", value=gauges.runsse_waiting()
+            )
+            yield GaugeMetricFamily(
+                "cursor_byok_requests_in_flight", "HTTP requests being handled (a scrape counts itself).", value=gauges.requests_in_flight()
             )
         family = CounterMetricFamily("cursor_byok_errors", "Errors sent to clients, by Connect code.", labels=["code"])
         for code, count in sorted(errors.items()):
