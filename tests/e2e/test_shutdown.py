@@ -101,3 +101,28 @@ async def test_a_request_that_never_ends_does_not_hold_the_stop(tmp_path: Path) 
             assert server.proc.wait(20) == 0
             await asyncio.gather(hanging, return_exceptions=True)
     assert "Traceback" not in server.log()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+async def test_a_failed_provider_warm_up_never_breaks_the_stop(sig: int, tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """A provider that answers the warm-up HEAD with a body (the client reads it as a broken
+    response): the stop still exits 0 and leaves the database checkpointed and closed."""
+    with FakeProviderServer(keep_alive=True, head_body=b"hello") as odd:
+        models = [ModelSpec(id="m", provider="openai-chat", base_url=provider.url + "/v1"), ModelSpec(id="odd", provider="openai-chat", base_url=odd.url + "/v1")]
+        config = ServerConfig(data_dir=tmp_path / "data", models=models)
+        server = ServerProcess(config).start()
+        await asyncio.to_thread(odd.wait_for_probes, 1)
+        provider.enqueue(OPENAI_CHAT.text(["done"]))
+        ide = ScriptedIDE(server.base_url, workspace)
+        try:  # a whole turn after the probe was answered: its answer has been read by then
+            log = await ide.turn(run_request("go", model="m", conversation_id=uuid.uuid4().hex))
+        finally:
+            await ide.close()
+        assert log.text == "done"
+        assert server.proc is not None
+        os.killpg(server.proc.pid, sig)
+        assert server.proc.wait(20) == 0, server.log()
+    assert "(a bug)" not in server.log()
+    database = config.data_dir / "state.db"
+    wal = database.with_name("state.db-wal")
+    assert not wal.exists() or wal.stat().st_size == 0, f"{wal.stat().st_size} bytes of WAL left beside {database.stat().st_size}"

@@ -73,9 +73,11 @@ class FakeProviderServer:
     closing each after its reply. HEAD requests (connection warm-ups) are answered 204 and recorded
     in `probes`, apart from `requests`."""
 
-    def __init__(self, *, keep_alive: bool = False, tls: ssl.SSLContext | None = None) -> None:
-        """`tls`: serve HTTPS with this server context (its certificate is what clients verify)."""
+    def __init__(self, *, keep_alive: bool = False, tls: ssl.SSLContext | None = None, head_body: bytes = b"") -> None:
+        """`tls`: serve HTTPS with this server context (its certificate is what clients verify);
+        `head_body`: answer HEAD 200 with this body, as some servers wrongly do."""
         self.keep_alive = keep_alive
+        self.head_body = head_body
         self.tls = tls
         self.requests: list[RecordedRequest] = []
         self.probes: list[RecordedRequest] = []
@@ -174,10 +176,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.owner._probed(self._recorded(b""))
         self.close_connection = not self.owner.keep_alive
-        self.send_response(204)
+        body = self.owner.head_body
+        self.send_response(200 if body else 204)
+        if body:
+            self.send_header("content-length", str(len(body)))
         if not self.owner.keep_alive:
             self.send_header("connection", "close")
         self.end_headers()
+        self.wfile.write(body)
 
     def do_POST(self) -> None:
         self._serve()
