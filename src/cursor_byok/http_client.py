@@ -219,7 +219,7 @@ class ProviderHttp:
         request.read()
         try:
             response = await route.transport.handle_async_request(request)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, aiohttp.ClientError) as exc:  # aiohttp's: what the transport does not map (a garbled response)
             raise HttpError(str(exc) or type(exc).__name__) from exc
         return ProviderResponse(response)
 
