@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 
 from .apis import LocalRpcs, Upstream, effort_for
-from .config import Config, ModelConfig, resolve_api_key
+from .config import Config, ConfigError, ModelConfig, load, resolve_api_key
 from .conversation import NO_OBSERVER, ConversationService, OutputHub, RuntimeServices
 from .gateway import Gateway, sweep_seconds
 from .http_client import passthrough_client, streaming_client
@@ -50,8 +52,8 @@ class Server:
         self.providers = ProviderPool(self.provider_http)
         self.providers.track(config.models)
         metrics = Metrics()
-        recorder = Recorder(config, store, metrics) if config.observability.enabled else None
-        services = RuntimeServices(
+        self.recorder = recorder = Recorder(config, store, metrics) if config.observability.enabled else None
+        self.services = services = RuntimeServices(
             config=config,
             make_engine=lambda model: RunEngine(self.adapter(model), keep_bodies=config.observability.detailed),
             store=store,
@@ -77,6 +79,34 @@ class Server:
 
     def adapter(self, model: ModelConfig) -> Provider:
         return self.providers.adapter(model, resolve_api_key(self.config, model))
+
+    def reload(self) -> None:
+        """SIGHUP: take the config file's models (their prices and limits), aliases, secrets file and
+        log level; the rest of the config needs a restart. A file with problems changes nothing:
+        each problem is logged, one line each. Runs already going keep the model they started with."""
+        source = self.config.source
+        if not Path(source).is_file():
+            log.warning("config not reloaded: the server was started without a config file (%s)", source)
+            return
+        try:
+            fresh = load(source, must_exist=True)
+        except ConfigError as exc:
+            for problem in exc.problems:
+                log.error("config not reloaded: %s", problem)
+            return
+        observability = msgspec.structs.replace(self.config.observability, log_level=fresh.observability.log_level)
+        config = msgspec.structs.replace(
+            self.config, models=fresh.models, aliases=fresh.aliases, secrets_file=fresh.secrets_file, observability=observability
+        )
+        self.config = self.gateway.config = self.services.config = config
+        for reader in (self.recorder, self.gateway.dashboard):
+            if reader is not None:
+                reader.config = config
+        self.gateway.local_rpcs.use_models(config.models)
+        self.providers.track(config.models)
+        if observability.log_level:
+            _use_log_level(observability.log_level)
+        log.info("config reloaded", extra={"config": source, "models": len(config.models), "aliases": len(config.aliases)})
 
     async def stop(self) -> None:
         """Close every resource, each in its own `try`: one that fails to close is logged and the
@@ -122,6 +152,12 @@ async def _every(period: float, step: Any) -> None:
     while True:
         await asyncio.sleep(period)
         step()
+
+
+def _use_log_level(level: str) -> None:
+    logging.getLogger().setLevel(level.upper())
+    for noisy in ("httpx", "httpcore"):  # as at start: their per-request lines only when debugging
+        logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
 
 
 async def _closing(what: str, closed: Any) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from ..config import Config
+from ..config import Config, ModelConfig
 from .models import ModelCatalog
 from .upstream import HOP_BY_HOP, ForbiddenUpstream, MalformedTarget, Upstream, forward_headers
 
@@ -108,10 +108,14 @@ class LocalRpcs:
         self, config: Config, upstream: Upstream, *, catalog_timeout: float = CATALOG_TIMEOUT_SECONDS
     ) -> None:
         self.upstream = upstream
-        self.catalog = ModelCatalog.of(config.models)
         self.catalog_timeout = catalog_timeout
         self.max_body_bytes = config.server.max_body_bytes
         self.body_timeout = config.server.body_read_timeout_seconds
+        self.use_models(config.models)
+
+    def use_models(self, models: list[ModelConfig]) -> None:
+        """Serve the catalog of `models` from now on (at start, and when the config is reloaded)."""
+        self.catalog = ModelCatalog.of(models)
         self._bodies: dict[Rpc, bytes] = {
             Rpc.AVAILABLE_MODELS: self.catalog.available_models,
             Rpc.USABLE_MODELS: self.catalog.usable_models,

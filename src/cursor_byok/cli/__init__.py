@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from ..config import CONFIG_ENV, ConfigError
+from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError
 from . import ca, config, conversations, cursor, db, doctor, models, serve, service, usage
 from .common import PROG, CommandError, echo, setup_logging
 
@@ -37,13 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
     common.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS)
-    common.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=argparse.SUPPRESS)
+    common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS)
 
     parser = argparse.ArgumentParser(prog=PROG, description="Cursor's agent backend, run locally on your own model keys.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--log-format", choices=("text", "json"), default=None, help="log line format (default: text, or the config's observability.log_format)")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None, help="(default: info, or the config's observability.log_level for serve)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
         group.register(sub, common)
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    setup_logging(args.log_format or "text", args.log_level)
+    setup_logging(args.log_format or "text", args.log_level or "info")
     try:
         return int(args.handler(args) or 0)
     except ConfigError as exc:

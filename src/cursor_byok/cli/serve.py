@@ -29,8 +29,10 @@ log = logging.getLogger("cursor_byok.cli")
 
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = load_config(args)
-    if args.log_format is None and cfg.observability.log_format == "json":
-        setup_logging("json", args.log_level)  # the config's format; --log-format would have won
+    obs = cfg.observability
+    if (args.log_format is None and obs.log_format == "json") or (args.log_level is None and obs.log_level):
+        # the config's format and level; --log-format and --log-level would have won
+        setup_logging(args.log_format or obs.log_format, args.log_level or obs.log_level or "info")
     server = cfg.server
     if args.host is not None:
         server = msgspec.structs.replace(server, host=args.host)

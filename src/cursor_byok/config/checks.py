@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from .schema import Config, ConfigError, ProviderKind, ServerConfig
+from .schema import LOG_LEVELS, Config, ConfigError, ProviderKind, ServerConfig
 
 
 _TOML_TYPES = {
@@ -148,6 +148,8 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
     obs = cfg.observability
     if obs.log_format not in ("text", "json"):
         yield f"observability.log_format: expected \"text\" or \"json\", got {obs.log_format!r}"
+    if obs.log_level not in ("", *LOG_LEVELS):
+        yield f"observability.log_level: expected one of {', '.join(LOG_LEVELS)}, got {obs.log_level!r}"
     if not 0 <= cfg.proxy.port < 65536:
         yield "proxy.port: must be between 0 and 65535"
     elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):

@@ -14,6 +14,7 @@ import platformdirs
 APP_NAME = "cursor-byok"
 CONFIG_ENV = "CURSOR_BYOK_CONFIG"
 DEFAULT_UPSTREAM = "https://api2.cursor.sh"
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class ConfigError(Exception):
@@ -142,6 +143,7 @@ class ObservabilityConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     # Keep each provider call's request and response bodies (redacted of the key; large, so off).
     detailed: bool = False
     log_format: str = "text"  # or "json" (--log-format wins)
+    log_level: str = ""  # debug | info | warning | error; empty: --log-level (default info). SIGHUP applies it
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

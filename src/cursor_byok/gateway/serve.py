@@ -43,17 +43,21 @@ def serve(config: Config, listener: socket.socket) -> int:
 
 
 class _StopSignals:
-    """The first SIGINT/SIGTERM asks for a graceful stop; another one calls `on_repeat`."""
+    """The first SIGINT/SIGTERM asks for a graceful stop; another one calls `on_repeat`. SIGHUP
+    calls `on_reload` (the config is read again), and never stops the server."""
 
     def __init__(self) -> None:
         self.received = asyncio.Event()
         self.on_repeat: Callable[[], object] = lambda: None
+        self.on_reload: Callable[[], object] = lambda: log.warning("config not reloaded: the server is still starting")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(sig, self._on_signal)
             except NotImplementedError:  # pragma: no cover - Windows event loops
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(self._on_signal))
+        if hasattr(signal, "SIGHUP"):  # pragma: no branch - Windows has none
+            loop.add_signal_handler(signal.SIGHUP, lambda: self.on_reload())
 
     def _on_signal(self) -> None:
         if self.received.is_set():
@@ -79,6 +83,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     from .app import DRAIN_SECONDS  # loaded by now
 
     gateway = running.gateway
+    signals.on_reload = running.reload
     freeze_startup_objects()
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
     stop_asked = asyncio.create_task(signals.received.wait())
