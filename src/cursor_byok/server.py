@@ -22,6 +22,7 @@ from .config import Config, ConfigError, ModelConfig, load, resolve_api_key
 from .conversation import NO_OBSERVER, ConversationService, OutputHub, RuntimeServices
 from .gateway import Gateway, sweep_seconds
 from .http_client import passthrough_client, streaming_client
+from .instance import database_problem
 from .observability import Dashboard, Metrics, Recorder
 from .providers import Provider, ProviderPool
 from .run import RunEngine
@@ -34,6 +35,7 @@ log = logging.getLogger("cursor_byok.server")
 # Retention (config [retention]) runs a while after start, off the start-up path, then hourly.
 RETENTION_FIRST_SECONDS = 60.0
 RETENTION_EVERY_SECONDS = 3600.0
+INTEGRITY_CHECK_SECONDS = 60.0  # a check not done by then (a huge file on a slow disk) is given up
 
 
 async def _open_store(config: Config) -> Any:
@@ -126,6 +128,15 @@ class Server:
         self.supervisor.start(
             "retention", lambda: keep_retention(self.store, ages, first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS)
         )
+        self.supervisor.start("integrity-check", self._check_integrity)
+
+    async def _check_integrity(self) -> None:
+        """SQLite's quick check of the whole file, once, right after start (in a thread, on its own
+        connection, bounded in time): damage is named in one line and by /healthz from then on."""
+        problem = await asyncio.to_thread(database_problem, self.config.database_path, within=INTEGRITY_CHECK_SECONDS)
+        if problem is not None:
+            log.error(problem)
+            self.gateway.damage = problem
 
 
 async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = None) -> Server:

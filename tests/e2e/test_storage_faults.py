@@ -65,10 +65,10 @@ async def test_a_damaged_database_is_one_line_at_start_and_doctor_explains(confi
         fh.write(b"this is not what SQLite wrote" * 4)  # over the header
     server = ServerProcess(config)
     line = one_line(server.run_to_exit())
-    assert str(database) in line and "is damaged" in line and "move it aside" in line, line
+    assert str(database) in line and "database damaged" in line and "cursor-byok db repair" in line, line
     doctor = server.run_to_exit("doctor")
     assert doctor.returncode == 1
-    assert doctor_line(doctor, "database").startswith("FAIL") and "is damaged" in doctor_line(doctor, "database")
+    assert doctor_line(doctor, "database").startswith("FAIL") and "database damaged" in doctor_line(doctor, "database")
 
 
 async def test_a_read_only_data_dir_is_one_line_at_start_and_doctor_explains(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:

@@ -22,7 +22,7 @@ def test_each_fault_names_its_fix(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     db.write_bytes(b"not a database" * 100)
     damaged = storage_problem(sqlite_error("SELECT * FROM sqlite_master", db), db)
-    assert damaged.startswith(f"the database {db} is damaged (file is not a database)") and "move it aside" in damaged
+    assert damaged.startswith(f"database damaged: the database {db} (file is not a database)") and "`cursor-byok db repair`" in damaged
     full = WriteFailedError("append 1 event", sqlite3.OperationalError("database or disk is full"))
     full.__cause__.sqlite_errorname = "SQLITE_FULL"  # type: ignore[union-attr]
     assert storage_problem(full) == "no space left for the database (database or disk is full): free disk space"
@@ -38,4 +38,4 @@ def test_doctor_check_of_a_database(tmp_path: Path) -> None:
     assert database_problem(db) is None
     db.write_bytes(b"x" * 4096)
     problem = database_problem(db)
-    assert problem is not None and "is damaged" in problem
+    assert problem is not None and problem.startswith("database damaged") and "\n" not in problem

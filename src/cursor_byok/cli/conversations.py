@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -29,9 +30,9 @@ def when(ms: int | None) -> str:
 async def with_store(cfg: Config, action: Callable[[Any], Any]) -> Any:
     """Run `action(store)`. A running server owns the database: then it is only read (no
     migrations, no writer); otherwise the data dir's lock is held meanwhile, so that no server
-    starts writing beside us."""
-    from ..instance import DataDirError, DataDirLock
-    from ..store import Store
+    starts writing beside us. A database that cannot be read is one line naming it and the way out."""
+    from ..instance import DataDirError, DataDirLock, storage_problem
+    from ..store import Store, StoreError
 
     try:
         lock: DataDirLock | None = DataDirLock.acquire(cfg.data_path, patience=0.0)
@@ -40,11 +41,14 @@ async def with_store(cfg: Config, action: Callable[[Any], Any]) -> Any:
     try:
         if lock is not None:
             lock.record(command="conversations")
-        store = await Store.open(cfg.database_path, read_only=lock is None)
         try:
-            return await action(store)
-        finally:
-            await store.close()
+            store = await Store.open(cfg.database_path, read_only=lock is None)
+            try:
+                return await action(store)
+            finally:
+                await store.close()
+        except (StoreError, sqlite3.Error) as exc:
+            raise CommandError(storage_problem(exc, cfg.database_path)) from None
     finally:
         if lock is not None:
             lock.release()

@@ -1,14 +1,16 @@
-"""`cursor-byok db stats|vacuum|backup`: the database file, while the server may be running.
+"""`cursor-byok db stats|vacuum|backup|repair`: the database file, while the server may be running.
 
 `stats` and `backup` only read (their own read-only connection), so they run beside a serving
-server; `vacuum` rewrites the file, so it takes the data dir's lock and refuses while a server holds it.
+server; `vacuum` and `repair` rewrite the file, so they take the data dir's lock and refuse while a server holds it.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..config import Config
@@ -95,34 +97,70 @@ def cmd_db_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_db_vacuum(args: argparse.Namespace) -> int:
-    from ..instance import DataDirBusy, DataDirError, DataDirLock
     from ..store import vacuum_database
 
     cfg = load_config(args)
     database = _database(cfg)
-    try:
-        lock = DataDirLock.acquire(cfg.data_path, patience=0.0)
-    except DataDirBusy as exc:
-        raise CommandError(
-            f"{exc.holder.describe()} is using {cfg.data_path}: stop it first to vacuum "
-            "(`cursor-byok db backup FILE --compact` writes a compacted copy while it serves)"
-        ) from None
-    except DataDirError as exc:
-        raise CommandError(str(exc)) from None
-    try:
-        lock.record(command="db vacuum")
+    advice = "(`cursor-byok db backup FILE --compact` writes a compacted copy while it serves)"
+    with _holding_data_dir(cfg, "db vacuum", f"to vacuum {advice}"):
         before = database.stat().st_size
         try:
             pruned = run_async(_apply_retention(cfg, database))
             vacuum_database(database)
         except (sqlite3.Error, OSError) as exc:
             raise _storage_error(exc, database) from None
-    finally:
-        lock.release()
     gone = ", ".join(f"{n:,} {kind}" for kind, n in pruned.items() if n)
     echo(f"retention: deleted {gone or 'nothing'}")
     echo(f"vacuumed {database}: {size(before)} → {size(database.stat().st_size)}")
     return 0
+
+
+def cmd_db_repair(args: argparse.Namespace) -> int:
+    """Salvage every readable row into a new file, which takes the database's place; the damaged
+    file (with its write-ahead log) is kept beside it under another name."""
+    from ..store import NothingToSalvage, salvage_database
+
+    cfg = load_config(args)
+    database = _database(cfg)
+    with _holding_data_dir(cfg, "db repair", "to repair the database"):
+        repaired = database.with_name(database.name + ".repairing")
+        kept = database.with_name(f"{database.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        repaired.unlink(missing_ok=True)  # a repair cut short before
+        try:
+            salvage = salvage_database(database, repaired)
+        except NothingToSalvage as exc:
+            repaired.unlink(missing_ok=True)
+            raise CommandError(f"cannot repair {database}: {exc}; restore a backup, or move it aside to start with an empty history") from None
+        except (sqlite3.Error, OSError) as exc:
+            repaired.unlink(missing_ok=True)
+            raise _storage_error(exc, database) from None
+        for suffix in ("", "-wal", "-shm"):  # the log goes with its file: it must never meet the repaired one
+            damaged = database.with_name(database.name + suffix)
+            if damaged.exists():
+                damaged.rename(kept.with_name(kept.name + suffix))
+        repaired.rename(database)
+    lost = f"; rows could not be read in: {', '.join(salvage.damaged)}" if salvage.damaged else "; every row was readable"
+    echo(f"repaired {database}: {sum(salvage.rows.values()):,} rows salvaged{lost}")
+    echo(f"the damaged file is kept at {kept}")
+    return 0
+
+
+@contextlib.contextmanager
+def _holding_data_dir(cfg: Config, command: str, why: str) -> Iterator[None]:
+    """The data dir's lock, held while `command` rewrites the database: no server beside it."""
+    from ..instance import DataDirBusy, DataDirError, DataDirLock
+
+    try:
+        lock = DataDirLock.acquire(cfg.data_path, patience=0.0)
+    except DataDirBusy as exc:
+        raise CommandError(f"{exc.holder.describe()} is using {cfg.data_path}: stop it first {why}") from None
+    except DataDirError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        lock.record(command=command)
+        yield
+    finally:
+        lock.release()
 
 
 async def _apply_retention(cfg: Config, database: Path) -> dict[str, int]:
@@ -151,6 +189,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(handler=cmd_db_backup)
     p = db_sub.add_parser("vacuum", parents=[common], help="apply the retention ages, then rebuild the file smaller (server stopped)")
     p.set_defaults(handler=cmd_db_vacuum)
+    p = db_sub.add_parser("repair", parents=[common], help="salvage every readable row of a damaged database into a new file (server stopped)")
+    p.set_defaults(handler=cmd_db_repair)
 
 
 __all__ = ["register"]

@@ -11,12 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..instance import is_damage
 from ..protocol import ConnectError, agent_pb2 as pb, enum_name
 from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreError
 from .active_run import ActiveRun, now_ms
 from .history import HistoryEntry, StoredEntries, encode_entry
 from .identity import ParentConversationRef
 from .output import OutputStream
+from .run_errors import storage_error
 from .state import Outcome
 from .tool_calls import ToolState, decode_tool_state, encode_tool_state
 
@@ -49,6 +51,8 @@ class ConversationRecords:
             # Read into one buffer as the rows come (see StoredEntries), not an object per entry.
             rows = await store.load_conversation(self.conversation_id, StoredEntries)
         except (StoreError, sqlite3.Error, OSError) as exc:
+            if is_damage(exc):  # retrying never helps
+                raise storage_error("could not read this conversation's history", exc, store.path) from exc
             raise ConnectError("unavailable", f"could not read this conversation's history ({exc}); try again") from exc
         self._has_row = rows.record is not None
         parent = None

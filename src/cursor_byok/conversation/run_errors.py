@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from pathlib import Path
 
 from ..config import ConfigError
-from ..instance import storage_problem
+from ..instance import is_damage, storage_problem
 from ..protocol import ConnectError, internal_error, new_error_id, provider_error
 from ..run import ErrorKind, ProviderError
 from ..store import StoreError
@@ -37,6 +38,13 @@ def connect_error_for(err: ProviderError) -> ConnectError:
     return ConnectError(_CONNECT_CODES.get(err.kind, "unavailable"), shown.message, shown.details)
 
 
+def storage_error(doing: str, exc: BaseException, database: Path | None = None) -> ConnectError:
+    """A store failure as a run's terminal: a damaged file is `data_loss` with the way out (retrying
+    never helps); anything else `unavailable`."""
+    code = "data_loss" if is_damage(exc) else "unavailable"
+    return ConnectError(code, f"{doing}: {storage_problem(exc, database)}")
+
+
 def run_error(exc: BaseException) -> ConnectError:
     """The terminal error of a run that ended with `exc`."""
     if isinstance(exc, ConnectError):
@@ -49,10 +57,10 @@ def run_error(exc: BaseException) -> ConnectError:
         return ConnectError("deadline_exceeded", "timed out waiting for the client")
     if isinstance(exc, (StoreError, sqlite3.Error)):  # disk full, read-only, damaged: this run fails, loudly
         log.error("run failed: its conversation could not be saved", exc_info=exc)
-        return ConnectError("unavailable", f"cannot save the conversation: {storage_problem(exc)}")
+        return storage_error("cannot save the conversation", exc)
     error_id = new_error_id()
     log.error("run failed with an unexpected error", exc_info=exc, extra={"error_id": error_id})
     return internal_error(error_id)  # the exception's text stays in the log
 
 
-__all__ = ["connect_error_for", "run_error"]
+__all__ = ["connect_error_for", "run_error", "storage_error"]

@@ -14,7 +14,7 @@ from ..apis import LocalRpcs, Upstream
 from ..config import Config, ServerConfig
 from ..conversation import ConversationService, Phase
 from ..observability import Dashboard, GatewayGauges, Metrics
-from ..protocol import internal_error, new_error_id
+from ..protocol import ConnectError, internal_error, new_error_id
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .journal import resume_journaled
@@ -65,6 +65,7 @@ class Gateway:
         self.local_rpcs = local_rpcs
         self.metrics = metrics
         self.dashboard: Dashboard | None = None  # with observability on: set once the gauges exist
+        self.damage: str | None = None  # the database's damage in one line, once found: /healthz says it
         self.transports = Transports(
             config.server.max_transports, config.server.transport_idle_seconds, run_is_live=self._run_is_live
         )
@@ -163,7 +164,10 @@ class Gateway:
             if local:
                 await _AGENT_ROUTES[path](self, scope, receive, send)
             elif path in HEALTH_PATHS:
-                await reply(send, 204, b"", [])
+                if self.damage is None:
+                    await reply(send, 204, b"", [])
+                else:
+                    await reply_error(send, ConnectError("data_loss", self.damage), 503)
             elif ui:  # the dashboard: never forwarded upstream
                 await handle_ui(self, scope, receive, send, path)
             elif metrics:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .listener import BACKLOG, PortUnavailable, bind_listener, display_address
 from .lock import LOCK_FILE_NAME, DataDirBusy, DataDirError, DataDirLock, Holder, lock_holder
-from .storage import database_problem, storage_problem
+from .storage import database_problem, is_damage, storage_problem
 
 __all__ = [
     "BACKLOG",
@@ -23,6 +23,7 @@ __all__ = [
     "bind_listener",
     "database_problem",
     "display_address",
+    "is_damage",
     "lock_holder",
     "storage_problem",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import sqlite3
+import time
 from pathlib import Path
 
 # Primary SQLite result code names (sqlite_errorname without its extension, e.g. IOERR of IOERR_WRITE).
@@ -26,12 +27,22 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+def _sqlite_kind(error: sqlite3.Error) -> str | None:
+    name = getattr(error, "sqlite_errorname", "") or ""
+    return _SQLITE_KINDS.get(name.split("_")[1] if "_" in name else "")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """The failure is the database file's damage (retrying never helps; `db repair` does)."""
+    cause = _root_cause(exc)
+    return isinstance(cause, sqlite3.Error) and _sqlite_kind(cause) == "damaged"
+
+
 def storage_problem(exc: BaseException, database: Path | None = None) -> str:
     """One line naming the database, the cause and the fix."""
     cause = _root_cause(exc)
     if isinstance(cause, sqlite3.Error):
-        name = getattr(cause, "sqlite_errorname", "") or ""
-        kind = _SQLITE_KINDS.get(name.split("_")[1] if "_" in name else "")
+        kind = _sqlite_kind(cause)
         detail = str(cause)
     elif isinstance(cause, OSError):
         kind, detail = _OS_KINDS.get(cause.errno or 0), cause.strerror or str(cause)
@@ -49,18 +60,31 @@ def storage_problem(exc: BaseException, database: Path | None = None) -> str:
     return f"{what}: {detail}"
 
 
-def database_problem(database: Path) -> str | None:
+def database_problem(database: Path, *, within: float | None = None) -> str | None:
     """Open the database read-only and run SQLite's quick integrity check: None when healthy (or
-    not created yet), else `storage_problem`'s line."""
+    not created yet, or, with `within` seconds, not checked to the end by then), else
+    `storage_problem`'s line."""
     if not database.exists():
         return None
     try:
         with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            if within is not None:
+                deadline = time.monotonic() + within
+                conn.set_progress_handler(lambda: time.monotonic() > deadline, 100_000)
             findings = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
     except sqlite3.Error as exc:
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
+            return None  # out of time: not known to be damaged
         return storage_problem(exc, database)
-    return None if findings == ["ok"] else _damaged(f"the database {database}", findings[0])
+    if findings == ["ok"]:
+        return None
+    # The first finding, in one line (a finding may come as a "*** in database main ***" heading and its lines).
+    lines = [line.strip() for finding in findings for line in finding.splitlines() if line.strip() and not line.startswith("***")]
+    return _damaged(f"the database {database}", lines[0] if lines else "integrity check failed")
 
 
 def _damaged(what: str, detail: str) -> str:
-    return f"{what} is damaged ({detail}): move it aside to start with an empty history, or restore a backup"
+    return (
+        f"database damaged: {what} ({detail}); stop the server and run `cursor-byok db repair` "
+        "(it salvages every readable row and keeps the damaged file beside the new one)"
+    )

@@ -45,6 +45,7 @@ from .records import (
     UsageTotals,
 )
 from .retention import Retained, keep_retention
+from .salvage import NothingToSalvage, Salvage, salvage_database
 from .store import Store, StoreStats
 from .upkeep import DatabaseStats, backup_database, database_stats, vacuum_database
 
@@ -76,11 +77,13 @@ __all__ = [
     "InboundStream",
     "Migration",
     "MigrationError",
+    "NothingToSalvage",
     "NewEvent",
     "ParentRef",
     "Retained",
     "RunOutcome",
     "RunRecord",
+    "Salvage",
     "SchemaTooNewError",
     "Store",
     "StoreClosedError",
@@ -95,6 +98,7 @@ __all__ = [
     "database_stats",
     "delete_conversations",
     "keep_retention",
+    "salvage_database",
     "prune_conversations",
     "vacuum_database",
 ]
