@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cursor_byok.gateway import sweep_seconds
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
-from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, run_request
+from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, gauge_reaches, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, one_model_config
 
 MODEL = "byok-crash"
@@ -41,6 +40,13 @@ async def wait_until(predicate, timeout: float = 10.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError("condition not met")
         await asyncio.sleep(0.02)
+
+
+def history_holds(config: ServerConfig, needle: bytes) -> bool:
+    """Some committed history event's payload holds `needle` (the database as it is now)."""
+    database = (config.state_dir or config.data_dir) / "state.db"
+    with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        return conn.execute("SELECT 1 FROM history_events WHERE instr(payload, ?) > 0 LIMIT 1", (needle,)).fetchone() is not None
 
 
 def texts(body: dict) -> list[str]:
@@ -129,7 +135,7 @@ async def test_kill_while_waiting_for_a_tool_then_resume(config: ServerConfig, p
         provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_k", "Read", [f'{{"path": "{workspace}/x.txt"}}'])]))
         _, log, reader = await start_second_turn(ide, conv)
         await wait_until(lambda: len(ide.held) == 1)
-        await asyncio.sleep(0.2)  # let the assistant message commit
+        await wait_until(lambda: history_holds(config, b"call_k"))  # the assistant message is committed
         server.kill()
         await asyncio.wait_for(reader, 10)
     finally:
@@ -355,7 +361,7 @@ async def test_a_late_result_from_an_earlier_stream_never_enters_a_new_run(tmp_p
 
             await ide.turn(run_request("first", model=MODEL, conversation_id=conv), during=cancel_while_held)
             old_request, old_exec = ide.held.pop()
-            await asyncio.sleep(sweep_seconds(server.settings().server) + 3 * RUNTIME_IDLE)  # the idle runtime is evicted
+            await gauge_reaches(ide.client, "cursor_byok_conversations_loaded", 0, timeout=20)  # the idle runtime is evicted
             provider.enqueue(
                 OPENAI_CHAT.tool_calls([CallSpec("call_new", "Read", [f'{{"path": "{workspace}/new.txt"}}'])]),
                 OPENAI_CHAT.text(["read the new one"]),

@@ -19,7 +19,7 @@ import pytest
 
 from cursor_byok.gateway import sweep_seconds
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
-from tests.harness.ide import ScriptedIDE, StreamLog, heartbeat_message, run_request
+from tests.harness.ide import ScriptedIDE, StreamLog, gauge_reaches, heartbeat_message, run_request
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
 
 MODEL = "byok-reread"
@@ -57,8 +57,8 @@ async def test_a_stream_read_again_while_its_ide_is_still_on_it_is_replayed_whol
                 assert (await ide.append(rid, heartbeat_message())).status_code == 200
                 await asyncio.sleep(RETENTION / 2)
             again = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
-            # Nothing more from the IDE: the retention time (and a sweep) passes.
-            await asyncio.sleep(RETENTION + 3 * period)
+            # Nothing more from the IDE: the retention time (and a sweep) passes, the stream is let go.
+            await gauge_reaches(ide.client, "cursor_byok_runsse_streams_retained", 0, timeout=10 + 3 * (RETENTION + period))
             late = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
         finally:
             await ide.close()
@@ -79,11 +79,10 @@ async def test_a_stream_read_again_after_its_transport_expired_is_replayed(
         extra_server={"transport_idle_seconds": 0.5, "blob_ack_timeout_seconds": 1.0},
     )
     with ServerProcess(config) as server:
-        period = sweep_seconds(server.settings().server)
         ide = ScriptedIDE(server.base_url, workspace)
         try:
             rid, first = await finished_turn(ide, provider)
-            await asyncio.sleep(0.5 + 3 * period)  # its transport expires
+            await gauge_reaches(ide.client, "cursor_byok_transports", 0)  # its transport expired
             again = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
         finally:
             await ide.close()

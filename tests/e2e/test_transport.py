@@ -9,7 +9,7 @@ import httpx
 
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
-from tests.harness.ide import ScriptedIDE, StreamLog, append_body, cancel_message, heartbeat_message, run_request
+from tests.harness.ide import ScriptedIDE, StreamLog, append_body, cancel_message, gauge_reaches, heartbeat_message, run_request
 
 from .conftest import MODEL, both_transports
 
@@ -119,7 +119,8 @@ async def test_runsse_first_waits_for_the_first_append(ide: ScriptedIDE, provide
     rid = uuid.uuid4().hex
     log = StreamLog()
     reader = asyncio.create_task(ide.stream(rid, log))
-    await asyncio.sleep(0.3)  # RunSSE is waiting before any append exists
+    if ide.transport == "sse":  # a Run stream carries its appends itself: there is no "before"
+        await gauge_reaches(ide.client, "cursor_byok_runsse_waiting", 1)  # RunSSE is waiting before any append exists
     await ide.append(rid, run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex))
     await asyncio.wait_for(reader, 20)
     assert log.text == "early bird" and log.terminals == 1

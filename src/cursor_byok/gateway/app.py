@@ -84,6 +84,9 @@ class Gateway:
             appends_waiting=self.transports.parked,
             runsse_waiting=lambda: len(self.waiting_readers),
             requests_in_flight=lambda: len(self._requests),
+            transports=lambda: len(self.transports),
+            streams_retained=lambda: len(conversations.hub.streams()),
+            conversations_loaded=lambda: len(conversations.registry),
             edge_errors=lambda: ERROR_REPLIES,
         )
         metrics.attach(self.gauges)

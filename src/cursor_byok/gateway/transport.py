@@ -99,6 +99,9 @@ class Transports:
         self._waiting: dict[str, dict[Waiter, list[asyncio.Future[Transport]]]] = {}
         self.early: dict[str, list[EarlyAppend]] = {}  # appends waiting for their seqno 0, by request id
 
+    def __len__(self) -> int:
+        return len(self._by_request)
+
     def get(self, request_id: str) -> Transport | None:
         t = self._by_request.pop(request_id, None)
         if t is not None:

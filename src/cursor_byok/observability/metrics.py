@@ -37,6 +37,9 @@ class GatewayGauges:
     appends_waiting: Callable[[], int]  # later appends waiting for their seqno 0
     runsse_waiting: Callable[[], int]  # RunSSE requests read, waiting for their request's first append
     requests_in_flight: Callable[[], int]  # HTTP requests being handled
+    transports: Callable[[], int]  # request ids with a transport (until it expires)
+    streams_retained: Callable[[], int]  # run streams whose output is kept for a (late) reader
+    conversations_loaded: Callable[[], int]  # conversation runtimes in memory (until evicted when idle)
     edge_errors: Callable[[], Mapping[str, int]]  # Connect code → replies and stream terminals
 
 
@@ -118,6 +121,13 @@ class _GatewayCollector:
             )
             yield GaugeMetricFamily(
                 "cursor_byok_requests_in_flight", "HTTP requests being handled (a scrape counts itself).", value=gauges.requests_in_flight()
+            )
+            yield GaugeMetricFamily("cursor_byok_transports", "Request ids with a live transport.", value=gauges.transports())
+            yield GaugeMetricFamily(
+                "cursor_byok_runsse_streams_retained", "Run streams whose output is kept for a reader.", value=gauges.streams_retained()
+            )
+            yield GaugeMetricFamily(
+                "cursor_byok_conversations_loaded", "Conversations held in memory (idle ones are let go).", value=gauges.conversations_loaded()
             )
         family = CounterMetricFamily("cursor_byok_errors", "Errors sent to clients, by Connect code.", labels=["code"])
         for code, count in sorted(errors.items()):
