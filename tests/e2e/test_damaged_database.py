@@ -14,24 +14,16 @@ import httpx
 import pytest
 
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
-from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
-MODEL = "byok-damage"
+from .test_storage_faults import MODEL, turn
+
 WAY_OUT = "cursor-byok db repair"
 
 
 @pytest.fixture
 def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
     return ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")])
-
-
-async def turn(server: ServerProcess, workspace: Path, conversation: str, text: str) -> StreamLog:
-    ide = ScriptedIDE(server.base_url, workspace)
-    try:
-        return await ide.turn(run_request(text, model=MODEL, conversation_id=conversation), timeout=20)
-    finally:
-        await ide.close()
 
 
 def damage(database: Path, where: str) -> list[int]:
