@@ -93,3 +93,17 @@ def test_only_the_runtime_changes_a_conversations_phase() -> None:
 def test_conversation_modules_stay_small() -> None:
     sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in (SRC / "conversation").rglob("*.py")}
     assert not {name: lines for name, lines in sizes.items() if lines > 500}
+
+
+def test_only_the_composition_root_opens_the_store_in_a_server() -> None:
+    """A running server's store is opened in `server.py` alone (a second backend plugs in there);
+    CLI commands are processes of their own and open theirs."""
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        where = path.relative_to(SRC)
+        if where.as_posix() == "server.py" or where.parts[0] in ("cli", "store"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Store.open"):
+                offenders.append(f"{where}:{node.lineno}")
+    assert not offenders
