@@ -8,7 +8,7 @@ SIGINT or SIGTERM (to the process or its whole group) stops it within 3 s, howev
 connections are: open RunSSE streams get their one `unavailable` terminal and DRAIN_SECONDS to read
 it, the HTTP server then closes gracefully until CUT_SECONDS, whatever request still runs is
 cancelled, and the server gets CUT_GRACE_SECONDS to let go of it. A second signal skips the rest of
-the drain.
+the drain. SIGHUP reads the config file again (`cursor_byok.server.Server.reload`).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def serve(config: Config, listener: socket.socket) -> int:
     return uvloop.run(_serve(config, listener))
 
 
-class _StopSignals:
+class _Signals:
     """The first SIGINT/SIGTERM asks for a graceful stop; another one calls `on_repeat`. SIGHUP
     calls `on_reload` (the config is read again), and never stops the server."""
 
@@ -57,7 +57,13 @@ class _StopSignals:
             except NotImplementedError:  # pragma: no cover - Windows event loops
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(self._on_signal))
         if hasattr(signal, "SIGHUP"):  # pragma: no branch - Windows has none
-            loop.add_signal_handler(signal.SIGHUP, lambda: self.on_reload())
+            loop.add_signal_handler(signal.SIGHUP, self._on_reload)
+
+    def _on_reload(self) -> None:
+        try:
+            self.on_reload()
+        except Exception as exc:  # noqa: BLE001 - a reload that breaks is a log line, never a stop
+            log.error("config reload failed; the server goes on with the config it had", exc_info=exc)
 
     def _on_signal(self) -> None:
         if self.received.is_set():
@@ -66,7 +72,7 @@ class _StopSignals:
 
 
 async def _serve(config: Config, listener: socket.socket) -> int:
-    signals = _StopSignals()  # a stop asked while loading is served once the gateway is up
+    signals = _Signals()  # a stop asked while loading is served once the gateway is up
     front = LoadingFront(config)
     server = _embedded_server(front, listener)
     serving = asyncio.create_task(server.serve())
