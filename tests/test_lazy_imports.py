@@ -123,7 +123,7 @@ def test_what_the_first_turn_imports_on_first_use_is_imported_once_the_server_is
         "from cursor_byok.config import parse\n"
         "from cursor_byok.gateway.front import LoadingFront\n"
         "async def main():\n"
-        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}))\n"
+        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}), 'cursor_byok.server')\n"
         "    server = await front.load()\n"
         "    await front.warmed\n"
         "    await server.stop()\n"

@@ -45,7 +45,8 @@ class StandInGateway:
         module.serve = self.serve  # type: ignore[attr-defined]
         return module
 
-    def serve(self, config: Config, listener: socket.socket) -> int:
+    def serve(self, config: Config, listener: socket.socket, root: str) -> int:
+        assert root == "cursor_byok.server"
         self.configs.append(config)
         self.listeners.append(listener.getsockname())
         with listener:

@@ -40,7 +40,7 @@ async def ask(front: LoadingFront, scope: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_health_is_answered_before_the_gateway_is_loaded_and_the_rest_waits_for_it(tmp_path: Path) -> None:
-    front = LoadingFront(config(tmp_path))
+    front = LoadingFront(config(tmp_path), "cursor_byok.server")
     early = await ask(front, get("/__byok-api__/healthz"))
     assert early["status"] == 204 and STARTING_HEADER in early["headers"]
     foreign = await ask(front, get("/__byok-api__/healthz", host=b"evil.example"))
@@ -61,7 +61,7 @@ async def test_health_is_answered_before_the_gateway_is_loaded_and_the_rest_wait
 async def test_a_gateway_that_fails_to_start_answers_the_waiting_unavailable(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     cfg.database_path.mkdir(parents=True)  # a directory where the database should be
-    front = LoadingFront(cfg)
+    front = LoadingFront(cfg, "cursor_byok.server")
     waiting = asyncio.create_task(ask(front, get("/ui/")))
     await asyncio.sleep(0)
     with pytest.raises((StoreError, sqlite3.Error, OSError)):

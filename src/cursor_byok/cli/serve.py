@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cursor_byok.cli")
 
+SERVER_ROOT = "cursor_byok.server"  # the composition root: imported once the server listens, behind the health probe
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = load_config(args)
@@ -98,7 +100,7 @@ def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
     startup.print_summary(cfg)
     warn_if_no_models(cfg, config_file)
     try:
-        return int(gateway.serve(cfg, listener) or 0)
+        return int(gateway.serve(cfg, listener, SERVER_ROOT) or 0)
     finally:
         gc.enable()  # on already, unless start-up failed
         if proxy_thread is not None:

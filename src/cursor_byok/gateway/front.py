@@ -14,7 +14,7 @@ import asyncio
 import importlib
 import logging
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import trust_store
 from ..config import Config
@@ -25,7 +25,6 @@ from .guard import RequestGuard
 from .routing import HEALTH_PATHS
 
 if TYPE_CHECKING:
-    from ..server import Server
     from .app import Gateway
 
 log = logging.getLogger("cursor_byok.gateway")
@@ -35,26 +34,36 @@ log = logging.getLogger("cursor_byok.gateway")
 STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
 
 
-class LoadingFront:
-    """The ASGI app the HTTP server is given; `load()` once, after the server listens."""
+class Running(Protocol):
+    """What the composition root's `start(config, guard, tls)` returns: the gateway it wired, and
+    how to close everything."""
 
-    def __init__(self, config: Config) -> None:
+    gateway: Gateway
+
+    async def stop(self) -> None: ...
+
+
+class LoadingFront:
+    """The ASGI app the HTTP server is given; `load()` once, after the server listens. `root`: the
+    composition root's module (named by the caller: it is above the gateway, which it wires)."""
+
+    def __init__(self, config: Config, root: str) -> None:
         self.config = config
+        self.root = root
         self._guard = RequestGuard.of_server(config)  # the gateway's too, once it is up
         self._gateway: Gateway | None = None
         self._loaded: asyncio.Future[Gateway] = asyncio.get_running_loop().create_future()
         self.warmed: asyncio.Task[None] | None = None  # the warm-up, once the gateway is up
 
-    async def load(self) -> Server:
+    async def load(self) -> Running:
         """Import the composition root (in a thread) and start the server it makes; the started
         server. A failure is raised here; requests waiting for the gateway are answered `unavailable`."""
         try:
             # The trust store's CAs load with the interpreter lock let go: beside the import, not after it.
-            # The root is named, not imported: it is above the gateway, which it wires.
             root, tls = await asyncio.gather(
-                asyncio.to_thread(importlib.import_module, "cursor_byok.server"), asyncio.to_thread(trust_store.verified)
+                asyncio.to_thread(importlib.import_module, self.root), asyncio.to_thread(trust_store.verified)
             )
-            server: Server = await root.start(self.config, self._guard, tls)
+            server: Running = await root.start(self.config, self._guard, tls)
         except BaseException as exc:
             self._loaded.set_exception(exc)
             self._loaded.exception()  # the waiting requests answer for it; the caller gets it raised
@@ -100,4 +109,4 @@ async def _warm_up() -> None:
         log.warning("warming up after start failed: %s", exc)
 
 
-__all__ = ["STARTING_HEADER", "LoadingFront"]
+__all__ = ["STARTING_HEADER", "LoadingFront", "Running"]

@@ -32,14 +32,15 @@ CUT_SECONDS = 2.5
 CUT_GRACE_SECONDS = 0.5
 
 
-def serve(config: Config, listener: socket.socket) -> int:
-    """Serve on `listener` (bound by the caller, handed over) until SIGINT/SIGTERM; returns the exit
-    status. Raises DataDirError (one line) when the database cannot be opened."""
+def serve(config: Config, listener: socket.socket, root: str) -> int:
+    """Serve on `listener` (bound by the caller, handed over) until SIGINT/SIGTERM what the
+    composition root, the module `root`, starts; returns the exit status. Raises DataDirError (one
+    line) when the database cannot be opened."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - Windows: no uvloop
-        return asyncio.run(_serve(config, listener))
-    return uvloop.run(_serve(config, listener))
+        return asyncio.run(_serve(config, listener, root))
+    return uvloop.run(_serve(config, listener, root))
 
 
 class _Signals:
@@ -71,9 +72,9 @@ class _Signals:
         self.received.set()
 
 
-async def _serve(config: Config, listener: socket.socket) -> int:
+async def _serve(config: Config, listener: socket.socket, root: str) -> int:
     signals = _Signals()  # a stop asked while loading is served once the gateway is up
-    front = LoadingFront(config)
+    front = LoadingFront(config, root)
     server = _embedded_server(front, listener)
     serving = asyncio.create_task(server.serve())
     try:
