@@ -25,7 +25,8 @@ from ..trust_store import verified
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .journal import resume_journaled
-from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
+from .grpc_web import is_grpc_web, stream_send, unary_send
+from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, RUN_PATH, RUN_SSE_PATH, UI_PREFIX
@@ -215,7 +216,7 @@ class Gateway:
         ui = path.startswith(UI_PREFIX)
         metrics = path == METRICS_PATH and method == "GET"
         if local:
-            types: frozenset[bytes] | None = PROTO_TYPES
+            types: frozenset[bytes] | None = AGENT_TYPES
         elif path in HEALTH_PATHS or metrics:
             types = frozenset()
         else:
@@ -228,6 +229,8 @@ class Gateway:
             return
         try:
             if local:
+                if is_grpc_web(scope):  # written as Connect, ended as gRPC-Web
+                    send = (unary_send if path == BIDI_APPEND_PATH else stream_send)(send)
                 await _AGENT_ROUTES[path](self, scope, receive, send)
             elif path in HEALTH_PATHS:
                 await reply(send, 204, b"", [])
