@@ -149,15 +149,12 @@ class LocalRpcs:
         rpc = self.route(scope["path"])
         if rpc is None or (rpc in MERGED_RPCS | CATALOG_RPCS and scope["method"] != "POST"):
             await self.upstream.forward(scope, receive, send)
-        elif rpc is Rpc.IS_CONNECTED:
+        elif rpc in (Rpc.IS_CONNECTED, Rpc.DROP_TELEMETRY):
             await _drain(receive)
-            await _reply(send, 200, IS_CONNECTED_BODY, [(b"content-type", PROTO)])
-        elif rpc is Rpc.DROP_TELEMETRY:
-            await _drain(receive)
-            if _is_json(scope):
+            if _is_json(scope):  # an empty message in the codec it was asked in
                 await _reply(send, 200, b"{}", [(b"content-type", b"application/json")])
             else:
-                await _reply(send, 200, b"", [(b"content-type", PROTO)])
+                await _reply(send, 200, IS_CONNECTED_BODY if rpc is Rpc.IS_CONNECTED else b"", [(b"content-type", PROTO)])
         elif rpc in CATALOG_RPCS:
             await _drain(receive)
             await _reply(send, 200, self._bodies[rpc], [(b"content-type", PROTO)])
