@@ -22,7 +22,7 @@ from connectrpc.protocol import ProtocolType
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from google.protobuf.message import Message
 
-from cursor_byok.protocol import agent_pb2 as pb, aiserver_pb2
+from cursor_byok.protocol import agent_pb2 as pb, aiserver_pb2, side_pb2
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, Reply
 from tests.harness.ide import cancel_message, run_request
 from tests.harness.server import ServerProcess
@@ -61,6 +61,8 @@ def method(service: str, name: str, request: type[Message], response: type[Messa
 BIDI_APPEND = method("aiserver.v1.BidiService", "BidiAppend", aiserver_pb2.BidiAppendRequest, aiserver_pb2.BidiAppendResponse)
 RUN_SSE = method("agent.v1.AgentService", "RunSSE", pb.BidiRequestId, pb.AgentServerMessage, StreamType.SERVER_STREAM)
 IS_CONNECTED = method("aiserver.v1.NetworkService", "IsConnected", empty_pb2.Empty, empty_pb2.Empty)
+DEFAULT_MODEL_FOR_CLI = method("agent.v1.AgentService", "GetDefaultModelForCli", side_pb2.GetDefaultModelForCliRequest, side_pb2.GetDefaultModelForCliResponse)
+USABLE_MODELS = method("agent.v1.AgentService", "GetUsableModels", side_pb2.GetUsableModelsRequest, side_pb2.GetUsableModelsResponse)
 TRACK_EVENTS = method("aiserver.v1.AnalyticsService", "TrackEvents", struct_pb2.Struct, struct_pb2.Struct)
 
 
@@ -190,3 +192,15 @@ async def test_is_connected_in_json(server: ServerProcess) -> None:
     message Cursor's IDE is answered with (PROTOCOL.md 1.2), which a stock unary client cannot read.)"""
     async with ConnectClient(server.base_url, codec=JsonCodec()) as client:
         assert await client.execute_unary(request=empty_pb2.Empty(), method=IS_CONNECTED) == empty_pb2.Empty()
+
+
+async def test_side_rpcs_over_grpc_web(server: ServerProcess) -> None:
+    """The side RPCs answered here, asked as gRPC-Web (upstream is unreachable in this suite, so
+    the model list is ours alone)."""
+    async with ConnectClient(server.base_url, codec=ProtoCodec(), protocol=ProtocolType.GRPC_WEB) as client:
+        assert await client.execute_unary(request=empty_pb2.Empty(), method=IS_CONNECTED) == empty_pb2.Empty()
+        assert await client.execute_unary(request=struct_pb2.Struct(), method=TRACK_EVENTS) == struct_pb2.Struct()
+        default = await client.execute_unary(request=side_pb2.GetDefaultModelForCliRequest(), method=DEFAULT_MODEL_FOR_CLI)
+        usable = await client.execute_unary(request=side_pb2.GetUsableModelsRequest(), method=USABLE_MODELS)
+    assert default.model.model_id == MODEL
+    assert [m.model_id for m in usable.models] == [MODEL]
