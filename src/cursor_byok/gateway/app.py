@@ -228,9 +228,9 @@ class Gateway:
             await reply_error(send, refusal.error, refusal.status)
             return
         try:
+            if (local or side_rpc) and is_grpc_web(scope):  # written as Connect, ended as gRPC-Web
+                send = stream_send(send) if local and path != BIDI_APPEND_PATH else unary_send(send)
             if local:
-                if is_grpc_web(scope):  # written as Connect, ended as gRPC-Web
-                    send = (unary_send if path == BIDI_APPEND_PATH else stream_send)(send)
                 await _AGENT_ROUTES[path](self, scope, receive, send)
             elif path in HEALTH_PATHS:
                 await reply(send, 204, b"", [])

@@ -48,7 +48,7 @@ AGENT_TYPES = PROTO_TYPES | GRPC_WEB_TYPES
 # The passthrough: whatever Cursor's backend speaks.
 UPSTREAM_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES | GRPC_TYPES
 JSON_TYPES = frozenset({b"application/json"})
-LOCAL_RPC_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES
+LOCAL_RPC_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES | GRPC_WEB_TYPES
 
 # Electron serves the IDE's own windows from this origin and its webviews from vscode-webview://
 # origins (schemes no web page can have); its agent traffic (extension host, CLI) sends no Origin.
