@@ -123,6 +123,22 @@ async def test_a_runsse_ends_at_its_connect_timeout(server: ServerProcess, provi
         await ide.close()
 
 
+async def test_a_run_stream_ends_at_its_connect_timeout(server: ServerProcess, provider: FakeProviderServer, workspace: Path) -> None:
+    """The same on HTTP/2 `Run`: the deadline ends the stream with deadline_exceeded."""
+    provider.enqueue(Reply(chunks=OPENAI_CHAT.text(["first ", "never"]).chunks, stall_after=1))
+    ide = ScriptedIDE(server.base_url, workspace, transport="run")
+    request_id = uuid.uuid4().hex
+    try:
+        log = StreamLog()
+        reader = asyncio.create_task(ide.stream(request_id, log))
+        await ide.append(request_id, run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), headers={"connect-timeout-ms": "800"})
+        await asyncio.wait_for(reader, 20)
+        assert log.terminal is not None and log.terminal.code == "deadline_exceeded", log.terminal
+    finally:
+        provider._release.set()
+        await ide.close()
+
+
 # -- item 5: the server's retries are spent: the error says so ---------------------------------------
 
 async def test_a_provider_error_says_it_is_not_to_be_retried(server: ServerProcess, provider: FakeProviderServer, ide: ScriptedIDE) -> None:
