@@ -101,16 +101,23 @@ async def _serve_run_sse(
         if watcher.done():
             gw.conversations.detach(request_id)
             return
-        if deadline.took(me):  # the client's deadline: this reader ends, as at a disconnect
-            gw.conversations.detach(request_id)
-            ERROR_REPLIES["deadline_exceeded"] += 1
-            await send({"type": "http.response.body", "body": end_stream_error(deadline.error()), "more_body": False})
+        if deadline.took(me):
+            await end_at_deadline(gw, request_id, send, deadline)
             return
         raise
     finally:
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher
+
+
+async def end_at_deadline(gw: Gateway, request_id: str, send: Send, deadline: Deadline) -> None:
+    """The client's deadline passed while its stream relayed the run: the stream ends with
+    deadline_exceeded, and the run goes on as at a disconnect (detached)."""
+    gw.conversations.detach(request_id)
+    ERROR_REPLIES["deadline_exceeded"] += 1
+    with contextlib.suppress(Exception):  # the client may be gone as well
+        await send({"type": "http.response.body", "body": end_stream_error(deadline.error()), "more_body": False})
 
 
 async def relay(stream: OutputStream, send: Send) -> None:
