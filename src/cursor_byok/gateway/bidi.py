@@ -32,7 +32,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
     server = gw.config.server
     try:
         headers = parse_request_headers(scope["headers"])
-        deadline = Deadline(headers.timeout_ms)
+        deadline = Deadline.of(headers.timeout_ms)
         body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
         # From each resolve to the hand-over below nothing awaits: the checks see the binding it found.

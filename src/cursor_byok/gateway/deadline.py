@@ -21,6 +21,12 @@ class Deadline:
         self.passed = False
         self._timer: asyncio.TimerHandle | None = None
 
+    @classmethod
+    def of(cls, timeout_ms: int | None) -> Deadline:
+        """The call's deadline; without a timeout the one shared deadline that never passes (a
+        Connect request without one, the IDE's every append, allocates nothing)."""
+        return _NEVER if timeout_ms is None else cls(timeout_ms)
+
     def remaining(self) -> float:
         return max(0.0, self.when - asyncio.get_running_loop().time())
 
@@ -46,3 +52,6 @@ class Deadline:
     def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+
+
+_NEVER = Deadline(None)  # never armed: `cancels` does nothing without a timeout

@@ -92,7 +92,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         check_id("x-request-id", request_id)
         frames = RequestFrames(receive, FrameDecoder(server.max_frame_bytes, gzip=headers.content_encoding == "gzip"))
         wait = server.body_read_timeout_seconds
-        deadline = Deadline(headers.timeout_ms)
+        deadline = Deadline.of(headers.timeout_ms)
 
         def no_first() -> ConnectError:
             return ConnectError("deadline_exceeded", f"no first message within {wait:g}s (server.body_read_timeout_seconds)")

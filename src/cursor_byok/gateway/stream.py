@@ -43,7 +43,7 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         await only_terminal(send, err)
         return
     me = asyncio.current_task()
-    deadline = Deadline(headers.timeout_ms)
+    deadline = Deadline.of(headers.timeout_ms)
     deadline.cancels(me)
     try:
         await _serve_run_sse(gw, scope, receive, send, body, request_id, deadline)
