@@ -1,15 +1,21 @@
-"""gRPC-Web on the agent routes: the handlers write Connect, a wrapper around `send` rewrites the
-end of each response as gRPC-Web (as a Connect server such as connect-go serves both).
+"""gRPC-Web on the local routes: the handlers write Connect, a wrapper around `send` rewrites each
+response's framing as gRPC-Web (as a Connect server such as connect-go serves both).
 
 Requests need nothing: gRPC-Web's request body is the same envelope, its compression and deadline
-headers are read with Connect's (`parse_request_headers`). Responses are always 200 with the
-`application/grpc-web+proto` type: a unary reply becomes its message in one envelope followed by
-the trailer frame, a unary error only the trailer frame; a stream's Connect end-of-stream frame
-becomes the trailer frame. A Connect client's response is sent as it was: the wrapper exists only
-for a gRPC-Web request.
+headers are read with Connect's (`parse_request_headers`). What a handler started decides the
+rewrite, so one wrapper serves every route:
+
+- a Connect stream (RunSSE, Run; 200): its frames as they are, the end-of-stream frame turned into
+  the trailer frame;
+- a unary reply (`application/proto`, 200): its message in one envelope, then the trailer frame;
+- an error reply (any other status, a JSON Connect error): 200 with the trailer frame alone;
+- a reply already in gRPC-Web (upstream's, relayed): untouched.
+
+A Connect client's response is sent as it was: the wrapper exists only for a gRPC-Web request.
 """
 from __future__ import annotations
 
+import enum
 import json
 
 from ..hotpath import encode_frame
@@ -17,9 +23,17 @@ from ..protocol import ConnectError, connect_end_to_trailer, trailer_frame
 from .asgi import Message, Scope, Send
 from .guard import GRPC_WEB_TYPES
 
+_GRPC_WEB = b"application/grpc-web"
 _RESPONSE_TYPE = (b"content-type", b"application/grpc-web+proto")
 # Connect's own headers, which describe a body this is no longer.
 _REPLACED = frozenset({b"content-type", b"content-length", b"connect-protocol-version"})
+
+
+class _Reply(enum.Enum):
+    STREAM = "stream"
+    UNARY = "unary"
+    ERROR = "error"
+    RELAYED = "relayed"
 
 
 def is_grpc_web(scope: Scope) -> bool:
@@ -29,44 +43,54 @@ def is_grpc_web(scope: Scope) -> bool:
     return False
 
 
+def grpc_web_send(send: Send) -> Send:
+    """`send` for a handler answering a gRPC-Web request."""
+    start: Message = {}
+    kind: list[_Reply] = []
+    held: list[bytes] = []  # a unary or error reply's body until its end
+
+    async def grpc_web(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+            kind.append(_kind_of(message))
+            if kind[0] is _Reply.RELAYED:
+                await send(message)
+            elif kind[0] is _Reply.STREAM:
+                await send({**message, "headers": _headers(message, None)})
+            return
+        if kind[0] is _Reply.RELAYED:
+            await send(message)
+            return
+        body, more = message.get("body", b""), message.get("more_body", False)
+        if kind[0] is _Reply.STREAM:
+            await send({**message, "body": connect_end_to_trailer(body)} if not more and body else message)
+            return
+        held.append(body)
+        if more:
+            return
+        whole = b"".join(held)
+        reply = encode_frame(whole) + trailer_frame(None) if kind[0] is _Reply.UNARY else trailer_frame(_error_of(whole))
+        await send({"type": "http.response.start", "status": 200, "headers": _headers(start, reply)})
+        await send({"type": "http.response.body", "body": reply, "more_body": False})
+
+    return grpc_web
+
+
+def _kind_of(start: Message) -> _Reply:
+    content_type = next((v for k, v in start.get("headers", ()) if k == b"content-type"), b"")
+    if content_type.startswith(_GRPC_WEB):
+        return _Reply.RELAYED
+    if start["status"] != 200:
+        return _Reply.ERROR
+    return _Reply.UNARY if content_type == b"application/proto" else _Reply.STREAM
+
+
 def _headers(start: Message, body: bytes | None) -> list[tuple[bytes, bytes]]:
     headers = [(k, v) for k, v in start.get("headers", ()) if k not in _REPLACED]
     headers.append(_RESPONSE_TYPE)
     if body is not None:
         headers.append((b"content-length", str(len(body)).encode()))
     return headers
-
-
-def stream_send(send: Send) -> Send:
-    """`send` for a streaming handler answering a gRPC-Web request."""
-
-    async def grpc_web(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": _headers(message, None)}
-        elif not message.get("more_body", False) and message.get("body"):
-            message = {**message, "body": connect_end_to_trailer(message["body"])}
-        await send(message)
-
-    return grpc_web
-
-
-def unary_send(send: Send) -> Send:
-    """`send` for a unary handler (a start, then its whole body) answering a gRPC-Web request."""
-    start: Message = {}
-
-    async def grpc_web(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            start.update(message)
-            return
-        body = message.get("body", b"")
-        if start["status"] == 200:
-            body = encode_frame(body) + trailer_frame(None)
-        else:
-            body = trailer_frame(_error_of(body))
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(start, body)})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-    return grpc_web
 
 
 def _error_of(body: bytes) -> ConnectError:
