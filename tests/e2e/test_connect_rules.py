@@ -24,13 +24,14 @@ from tests.harness.ide import (
     ScriptedIDE,
     StreamLog,
     append_body,
+    appends_waiting,
     cancel_message,
     envelope,
     grpc_web_error,
     grpc_web_trailer,
     run_request,
 )
-from tests.harness.server import ServerProcess
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .conftest import MODEL
 
@@ -104,6 +105,23 @@ async def test_a_held_append_ends_at_its_connect_timeout(server: ServerProcess) 
     async with httpx.AsyncClient(base_url=server.base_url) as client:
         resp = await client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", "connect-timeout-ms": str(timeout_ms)})
     assert (resp.status_code, resp.json()["code"]) == (504, "deadline_exceeded"), resp.text
+
+
+async def test_a_held_append_whose_client_left_is_canceled_at_once(tmp_path: Path) -> None:
+    """A later append waits for its seqno 0 (here up to 30 s); its client leaving ends the wait
+    then, as `canceled`, and nothing stays parked."""
+    config = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id=MODEL, provider="openai-chat", base_url="http://127.0.0.1:9/v1")], runsse_wait_seconds=30.0)
+    with ServerProcess(config) as server:
+        async with httpx.AsyncClient(base_url=server.base_url) as probe:
+            leaving = httpx.AsyncClient(base_url=server.base_url)
+            held = asyncio.create_task(
+                leaving.post(BIDI_APPEND, content=append_body(uuid.uuid4().hex, 1, cancel_message()), headers={"content-type": "application/proto"})
+            )
+            await appends_waiting(probe, 1)
+            held.cancel()
+            await leaving.aclose()
+            await appends_waiting(probe, 0, timeout=10.0)
+            assert 'cursor_byok_errors_total{code="canceled"} 1.0' in (await probe.get("/metrics")).text
 
 
 async def test_a_runsse_ends_at_its_connect_timeout(server: ServerProcess, provider: FakeProviderServer, workspace: Path) -> None:
