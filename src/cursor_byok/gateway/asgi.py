@@ -111,6 +111,16 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
     await reply(send, status, error_body(err), headers)
 
 
+async def watch_disconnect(receive: Receive, on_leave: Callable[[], object]) -> None:
+    """Once the request body is read: call `on_leave` when the client goes away (run beside the
+    handler as a task of its own, done only then)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            on_leave()
+            return
+
+
 def header(scope: Scope, name: bytes) -> str | None:
     for k, v in scope["headers"]:
         if k == name:

@@ -16,7 +16,7 @@ from ..conversation import ConversationService, ParentConversationRef
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
 from ..store import StoreError
-from .asgi import Receive, Scope, Send, reply_error, reply_proto
+from .asgi import Receive, Scope, Send, reply_error, reply_proto, watch_disconnect
 from .deadline import Deadline
 from .journal import journal, unjournaled
 from .routing import route_for
@@ -43,7 +43,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         else:
             transport = gw.transports.get(append.request_id)
             if transport is None:
-                transport, durable = await _later_before_seqno0(gw, scope, append, deadline)
+                transport, durable = await _later_before_seqno0(gw, scope, receive, append, deadline)
             if durable is None and transport.route is Route.LOCAL:
                 await gw.conversations.resolve(append.request_id)
         if transport.route is Route.UPSTREAM:
@@ -90,7 +90,7 @@ def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
 
 
 async def _later_before_seqno0(
-    gw: Gateway, scope: Scope, append: BidiAppend, deadline: Deadline
+    gw: Gateway, scope: Scope, receive: Receive, append: BidiAppend, deadline: Deadline
 ) -> tuple[Transport, asyncio.Future[Any] | None]:
     """The transport for a later append that found none: its seqno 0 may be on its way (wait for
     it), unless the request id is bound to a stream that has ended (before a restart, or since its
@@ -111,15 +111,35 @@ async def _later_before_seqno0(
         wait = deadline.remaining()
         on_timeout = deadline.error
     early = gw.transports.park(append)
+    me = asyncio.current_task()
+    assert me is not None
+    waiting, left_first = True, False  # the client leaving cancels the wait, and only the wait
+
+    def leave() -> None:
+        nonlocal left_first
+        if waiting:
+            left_first = True
+            me.cancel()
+
+    left = asyncio.get_running_loop().create_task(watch_disconnect(receive, leave))
     try:
-        async with gw.pending.slot(scope, wait, on_timeout):
-            transport = await gw.transports.wait_for(request_id, Waiter.APPEND)
+        try:
+            async with gw.pending.slot(scope, wait, on_timeout):
+                transport = await gw.transports.wait_for(request_id, Waiter.APPEND)
+        except asyncio.CancelledError:
+            if not left_first:
+                raise
+            me.uncancel()
+            raise ConnectError("canceled", "the client left while its append waited for seqno 0") from None
+        finally:
+            waiting = False
     except ConnectError:
         taken = gw.transports.get(request_id)
         if taken is None or (early.durable is None and early.error is None):
             raise
         transport = taken  # its seqno 0 took it along before the wait was cut: answered as taken
     finally:
+        left.cancel()
         gw.transports.unpark(early)
     if early.error is not None:
         raise early.error

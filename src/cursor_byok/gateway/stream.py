@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conversation import OutputStream, ReplayUnavailable
 from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error, parse_request_headers
-from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, Receive, Scope, Send, reply_error
+from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, Receive, Scope, Send, reply_error, watch_disconnect
 from .deadline import Deadline
 from .transport import Route, Waiter
 
@@ -93,7 +93,7 @@ async def _serve_run_sse(
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     gw.conversations.attach(request_id)
-    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, me))
+    watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
     try:
         await relay(stream, send)
     except asyncio.CancelledError:
@@ -206,15 +206,6 @@ async def _finish(step: Iterator[Any], yielded: Any) -> None:
         try:
             yielded = next(step)
         except StopIteration:
-            return
-
-
-async def _watch_disconnect(receive: Receive, reader: asyncio.Task[None] | None) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            if reader is not None:
-                reader.cancel()
             return
 
 
