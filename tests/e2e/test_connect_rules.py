@@ -211,7 +211,7 @@ async def test_grpc_web_tool_round_trip_and_kv_acks(server: ServerProcess, provi
     assert any(kv.WhichOneof("message") == "set_blob_args" for kv in ide.kv_log)  # acked by gRPC-Web appends
 
 
-async def test_grpc_web_append_reply_is_a_message_then_the_trailer(server: ServerProcess) -> None:
+async def test_a_refused_grpc_web_append_is_a_200_with_the_trailer_alone(server: ServerProcess) -> None:
     async with httpx.AsyncClient(base_url=server.base_url) as client:
         ok = await client.post(BIDI_APPEND, content=envelope(b"\xff\xff"), headers={"content-type": GRPC_WEB_PROTO})
         gz = await client.post(

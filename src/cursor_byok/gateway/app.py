@@ -25,7 +25,7 @@ from ..trust_store import verified
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .journal import resume_journaled
-from .grpc_web import grpc_web_send, is_grpc_web
+from .grpc_web import GrpcWebSend, is_grpc_web
 from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
@@ -229,7 +229,7 @@ class Gateway:
             return
         try:
             if (local or side_rpc) and is_grpc_web(scope):  # written as Connect, framed as gRPC-Web
-                send = grpc_web_send(send)
+                send = GrpcWebSend(send)
             if local:
                 await _AGENT_ROUTES[path](self, scope, receive, send)
             elif path in HEALTH_PATHS:

@@ -43,37 +43,39 @@ def is_grpc_web(scope: Scope) -> bool:
     return False
 
 
-def grpc_web_send(send: Send) -> Send:
+class GrpcWebSend:
     """`send` for a handler answering a gRPC-Web request."""
-    start: Message = {}
-    kind: list[_Reply] = []
-    held: list[bytes] = []  # a unary or error reply's body until its end
 
-    async def grpc_web(message: Message) -> None:
+    __slots__ = ("_send", "_start", "_kind", "_held")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._start: Message = {}
+        self._kind = _Reply.STREAM
+        self._held: list[bytes] = []  # a unary or error reply's body until its end
+
+    async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
-            start.update(message)
-            kind.append(_kind_of(message))
-            if kind[0] is _Reply.RELAYED:
-                await send(message)
-            elif kind[0] is _Reply.STREAM:
-                await send({**message, "headers": _headers(message, None)})
+            self._start, self._kind = message, _kind_of(message)
+            if self._kind is _Reply.RELAYED:
+                await self._send(message)
+            elif self._kind is _Reply.STREAM:
+                await self._send({**message, "headers": _headers(message, None)})
             return
-        if kind[0] is _Reply.RELAYED:
-            await send(message)
+        if self._kind is _Reply.RELAYED:
+            await self._send(message)
             return
         body, more = message.get("body", b""), message.get("more_body", False)
-        if kind[0] is _Reply.STREAM:
-            await send({**message, "body": connect_end_to_trailer(body)} if not more and body else message)
+        if self._kind is _Reply.STREAM:
+            await self._send({**message, "body": connect_end_to_trailer(body)} if not more and body else message)
             return
-        held.append(body)
+        self._held.append(body)
         if more:
             return
-        whole = b"".join(held)
-        reply = encode_frame(whole) + trailer_frame(None) if kind[0] is _Reply.UNARY else trailer_frame(_error_of(whole))
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(start, reply)})
-        await send({"type": "http.response.body", "body": reply, "more_body": False})
-
-    return grpc_web
+        whole = b"".join(self._held)
+        reply = encode_frame(whole) + trailer_frame(None) if self._kind is _Reply.UNARY else trailer_frame(_error_of(whole))
+        await self._send({"type": "http.response.start", "status": 200, "headers": _headers(self._start, reply)})
+        await self._send({"type": "http.response.body", "body": reply, "more_body": False})
 
 
 def _kind_of(start: Message) -> _Reply:

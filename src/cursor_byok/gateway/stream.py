@@ -86,6 +86,7 @@ async def _serve_run_sse(
     finally:
         gw.waiting_readers.discard(me)
     if not local:
+        deadline.stop()  # the deadline header goes upstream with the request, which keeps it
         await gw.upstream.forward(scope, receive, send, body=body)
         return
     if stream is None:
