@@ -3,7 +3,7 @@
 // transport: "connect-h1" (BidiAppend through connect-es' Connect transport over HTTP/1.1; RunSSE
 //   read with its envelope reader, as stock connect-es refuses RunSSE's text/event-stream type),
 //   "grpc-web" (RunSSE and BidiAppend through its gRPC-Web transport, HTTP/1.1),
-//   "connect-h2" (one HTTP/2 Run stream through its Connect transport, h2c).
+//   "connect-h2", "grpc-web-h2" (one HTTP/2 Run stream through its Connect or gRPC-Web transport, h2c).
 // Prints one JSON line: {text, execs, kvAcks, error?: {code, message, details: [{error, isRetryable}]}}.
 import { readFileSync } from "node:fs";
 import { create, createFileRegistry, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -28,8 +28,9 @@ const result = { text: "", execs: [], kvAcks: 0 };
 const hex = (bytes) => Buffer.from(bytes).toString("hex");
 
 function transportFor(kind) {
-  if (kind === "grpc-web") return createGrpcWebTransport({ baseUrl: args.baseUrl, httpVersion: "1.1" });
-  return createConnectTransport({ baseUrl: args.baseUrl, httpVersion: kind === "connect-h2" ? "2" : "1.1", useBinaryFormat: true });
+  const httpVersion = kind.endsWith("-h2") ? "2" : "1.1";
+  if (kind.startsWith("grpc-web")) return createGrpcWebTransport({ baseUrl: args.baseUrl, httpVersion });
+  return createConnectTransport({ baseUrl: args.baseUrl, httpVersion, useBinaryFormat: true });
 }
 
 // What the IDE answers: a KV set_blob with its ack, a Read with the file's content.
@@ -140,7 +141,7 @@ async function runTurn(transport) {
 
 try {
   const transport = transportFor(args.transport);
-  if (args.transport === "connect-h2") await runTurn(transport);
+  if (args.transport.endsWith("-h2")) await runTurn(transport);
   else if (args.transport === "grpc-web") {
     const agent = createClient(agentService, transport);
     await sseTurn(transport, () => agent.runSSE(create(BidiRequestId, { requestId: args.requestId })));

@@ -1,6 +1,6 @@
 """Buf's connect-es (`@connectrpc/connect-node`, installed from npm by `make test`) as a client nobody
 here wrote, against the real server: Connect over HTTP/1.1 (RunSSE + BidiAppend), Connect over
-HTTP/2 (`Run`, h2c) and gRPC-Web, each through a text turn, a tool round trip with KV acks and a
+HTTP/2 (`Run`, h2c) and gRPC-Web (RunSSE + BidiAppend on HTTP/1.1, `Run` on HTTP/2), each through a text turn, a tool round trip with KV acks and a
 provider error. `agent.mjs` drives one turn; the service descriptors are compiled here from the
 project's own .proto files at test time."""
 from __future__ import annotations
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(
     + ("no Node (make installs Node 22 into .venv/node)" if NODE is None else "connect-es not installed (make test runs npm ci in tests/clients/connect)"),
 )
 
-TRANSPORTS = ["connect-h1", "connect-h2", "grpc-web"]
+TRANSPORTS = ["connect-h1", "connect-h2", "grpc-web", "grpc-web-h2"]
 
 
 @pytest.fixture(scope="module")
