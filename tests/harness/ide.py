@@ -24,6 +24,7 @@ from cursor_byok.protocol import ConnectError, agent_pb2 as pb, aiserver_pb2, pa
 from tests.harness.run_channel import RUN, RunStreams, envelope, h2_through_proxy  # noqa: F401 - RUN, envelope, h2_through_proxy for tests
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
+BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 GRPC_WEB_PROTO = "application/grpc-web+proto"
 # gRPC-Web's trailer frame (its end of stream), beside Connect's end-stream flag 0x02.
 FLAG_GRPC_WEB_TRAILER = 0x80
@@ -33,7 +34,6 @@ GRPC_CODES = (
     "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable",
     "data_loss", "unauthenticated",
 )
-BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 TRANSPORTS = ("sse", "run", "run-via-proxy")  # the last: HTTP/2 in TLS through the intercepting proxy
 # httpx's default TLS context, made once: a client made with the default builds its own (~50 ms of
 # CPU), and the suite makes hundreds of IDEs.
@@ -280,7 +280,8 @@ class ScriptedIDE:
         gzip_request: bool = False,
     ) -> StreamLog:
         """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect).
-        `gzip_request`: the request's envelope compressed (connect-content-encoding: gzip)."""
+        `gzip_request`: the request's envelope compressed (connect-content-encoding or
+        grpc-encoding: gzip)."""
         if self.transport == "run":
             log.broken = not await self.run_streams.read(request_id, lambda rid, decoder, data: self._take(rid, log, decoder, data), stop)
             return log
