@@ -329,7 +329,7 @@ async def pour(port: int, host: str, model: str, *, seed: int, connections: int,
                     stats.count("forwarded")
                     continue
                 stats.count(answer.status)
-                if answer.status >= 500:
+                if answer.status >= 500 and connect_code(answer) != "unimplemented":  # 501: an encoding we do not speak
                     stats.server_errors.append((junk.kind, answer.status, answer.body[:200]))
                 elif answer.status >= 400 and connect_code(answer) in (None, "unknown", "internal"):
                     if answer.body or answer.status not in (400, 431):  # hyper's own bare refusals are fine

@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from cursor_byok.protocol import agent_pb2 as pb, aiserver_pb2
+from cursor_byok.protocol import agent_pb2 as pb, aiserver_pb2, decode_stream
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, append_body, envelope, run_request
 from tests.harness.server import ServerProcess
@@ -35,7 +35,7 @@ CASES = [
     ("truncated frame", b"\x00\x00\x00\x00\x10" + b"abc", {}, 400, "invalid_argument"),
     ("gzip flag without gzip encoding", b"\x01\x00\x00\x00\x03abc", {}, 400, "invalid_argument"),
     ("corrupt gzip", b"\x1f\x8b\x08\x00garbage", {"content-encoding": "gzip"}, 400, "invalid_argument"),
-    ("unknown content encoding", bidi("0a00"), {"content-encoding": "br"}, 415, "unimplemented"),
+    ("unknown content encoding", bidi("0a00"), {"content-encoding": "br"}, 501, "unimplemented"),
     ("first append without a model", bidi(pb.AgentClientMessage(client_heartbeat=pb.ClientHeartbeat()).SerializeToString().hex()), {}, 400, "invalid_argument"),
     ("one parent header alone", bidi("0a00"), {"x-parent-request-id": "p"}, 400, "invalid_argument"),
 ]
@@ -52,11 +52,13 @@ async def test_bidi_append_bad_input(server: ServerProcess, name: str, body: byt
 
 
 async def test_runsse_bad_input(server: ServerProcess) -> None:
+    """A streaming call's error is a 200 whose stream ends in it (a client ignores the body of a
+    non-200 stream)."""
     async with httpx.AsyncClient(base_url=server.base_url, headers=PROTO) as client:
-        resp = await client.post(RUN_SSE, content=b"\xff\xfe garbage")
-        assert resp.status_code == 400 and resp.json()["code"] == "invalid_argument"
-        resp = await client.post(RUN_SSE, content=envelope(b""))  # empty request id
-        assert resp.status_code == 400 and resp.json()["code"] == "invalid_argument"
+        for body in (b"\xff\xfe garbage", envelope(b"")):  # not protobuf; an empty request id
+            resp = await client.post(RUN_SSE, content=body)
+            stream = decode_stream(resp.content)
+            assert resp.status_code == 200 and stream.error is not None and stream.error.code == "invalid_argument"
 
 
 async def test_gzip_encoded_append_is_accepted(server: ServerProcess, provider: FakeProviderServer, workspace) -> None:

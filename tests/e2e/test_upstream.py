@@ -146,6 +146,25 @@ async def test_non_local_model_routes_the_whole_transport_upstream(server: Serve
     assert stand_in.requests[0].body == append_body(rid, 0, msg)
 
 
+async def test_a_grpc_web_transport_routed_upstream_is_relayed_as_upstream_answers(server: ServerProcess, stand_in: FakeProviderServer, tmp_path: Path) -> None:
+    """Upstream speaks gRPC-Web too: its replies (a message and its trailer frame) reach the client
+    byte for byte, never framed a second time."""
+    append_reply = envelope(b"") + envelope(b"grpc-status: 0\r\n", 0x80)
+    stream_reply = envelope(b"\x0a\x09\x0a\x07\x0a\x05Hello") + envelope(b"grpc-status: 0\r\n", 0x80)
+    stand_in.enqueue(Reply(body=append_reply, content_type="application/grpc-web+proto"))
+    stand_in.enqueue(Reply(chunks=[stream_reply], content_type="application/grpc-web+proto"))
+    ide = ScriptedIDE(server.base_url, tmp_path, grpc_web=True)
+    try:
+        rid = uuid.uuid4().hex
+        resp = await ide.append(rid, run_request("hi", model="official-model", conversation_id=uuid.uuid4().hex))
+        log = await asyncio.wait_for(ide.stream(rid, StreamLog()), 10)
+    finally:
+        await ide.close()
+    assert (resp.status_code, resp.content) == (200, append_reply)
+    assert bytes(log.raw) == stream_reply and log.trailer == {"grpc-status": "0"}
+    assert [r.headers["content-type"] for r in stand_in.requests] == ["application/grpc-web+proto"] * 2
+
+
 async def test_local_model_variant_ids_stay_local(server: ServerProcess, stand_in: FakeProviderServer, tmp_path: Path) -> None:
     ide = ScriptedIDE(server.base_url, tmp_path)
     try:

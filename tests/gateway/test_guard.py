@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from cursor_byok.config import parse
-from cursor_byok.gateway.guard import PROTO_TYPES, RequestGuard
+from cursor_byok.gateway.guard import AGENT_TYPES, PROTO_TYPES, RequestGuard
 
 SECRET = "s3cret-mark"
 TOKEN = "token-0123456789abcdef"
@@ -75,6 +75,20 @@ def test_options_is_refused() -> None:
 )
 def test_local_routes_take_only_their_content_types(content_type: str | None, ok: bool) -> None:
     result = guard().check(scope(content_type=content_type), PROTO_TYPES)
+    assert (result is None) is ok
+    if not ok:
+        assert refused(result) == (415, "unimplemented")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "ok"),
+    [("application/grpc-web+proto", True), ("application/grpc-web", True), ("application/proto", True),
+     ("application/grpc-web+json", False), ("application/grpc-web-text", False), ("text/plain", False), ("multipart/form-data", False)],
+)
+def test_agent_routes_take_grpc_web_beside_connect_and_no_type_a_page_may_send(content_type: str, ok: bool) -> None:
+    """gRPC-Web's types, like Connect's, are not ones a page may send across origins without a
+    preflight (refused): they add no way in for a web page."""
+    result = guard().check(scope(content_type=content_type), AGENT_TYPES)
     assert (result is None) is ok
     if not ok:
         assert refused(result) == (415, "unimplemented")

@@ -8,8 +8,10 @@ read, so tests check what the IDE saw.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 import subprocess
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,6 +25,15 @@ from tests.harness.run_channel import RUN, RunStreams, envelope, h2_through_prox
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+GRPC_WEB_PROTO = "application/grpc-web+proto"
+# gRPC-Web's trailer frame (its end of stream), beside Connect's end-stream flag 0x02.
+FLAG_GRPC_WEB_TRAILER = 0x80
+# gRPC status numbers in order from 1 (0 is OK), the Connect codes of the same name.
+GRPC_CODES = (
+    "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists", "permission_denied",
+    "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable",
+    "data_loss", "unauthenticated",
+)
 TRANSPORTS = ("sse", "run", "run-via-proxy")  # the last: HTTP/2 in TLS through the intercepting proxy
 # httpx's default TLS context, made once: a client made with the default builds its own (~50 ms of
 # CPU), and the suite makes hundreds of IDEs.
@@ -67,6 +78,22 @@ def run_request(
         uma.request_context.env.os_version = "linux"
         uma.request_context.env.shell = "bash"
     return msg
+
+
+def grpc_web_trailer(payload: bytes) -> dict[str, str]:
+    """The fields of a gRPC-Web trailer frame's payload (HTTP/1-style header lines)."""
+    fields = {}
+    for line in payload.decode("latin-1").split("\r\n"):
+        if line:
+            name, _, value = line.partition(":")
+            fields[name.strip().lower()] = value.strip()
+    return fields
+
+
+def grpc_web_error(trailer: dict[str, str]) -> ConnectError | None:
+    """The error a gRPC-Web trailer carries (None for grpc-status 0)."""
+    status = int(trailer["grpc-status"])
+    return None if status == 0 else ConnectError(GRPC_CODES[status - 1], urllib.parse.unquote(trailer.get("grpc-message", "")))
 
 
 def action_message(**kwargs: object) -> pb.AgentClientMessage:
@@ -115,6 +142,7 @@ class StreamLog:
     terminals: int = 0
     raw: bytearray = field(default_factory=bytearray)
     broken: bool = False
+    trailer: dict[str, str] | None = None  # a gRPC-Web stream's trailer frame
 
     @property
     def finished(self) -> bool:
@@ -153,14 +181,17 @@ class ScriptedIDE:
         http2: bool = False,
         transport: str = "sse",
         proxy: tuple[int, Path] | None = None,
+        grpc_web: bool = False,
     ) -> None:
-        """`proxy`: (port, CA file) of the intercepting proxy, for transport "run-via-proxy"."""
+        """`proxy`: (port, CA file) of the intercepting proxy, for transport "run-via-proxy".
+        `grpc_web`: RunSSE and BidiAppend as gRPC-Web (enveloped requests, a trailer frame last)."""
         assert transport in TRANSPORTS
         self.transport = "run" if transport == "run-via-proxy" else transport
         assert transport != "run-via-proxy" or proxy is not None, "the run-via-proxy transport needs the proxy's port and CA file"
         self.run_streams = RunStreams(base_url, proxy if transport == "run-via-proxy" else None)
         self.base_url = base_url.rstrip("/")
         self.http2 = http2
+        self.grpc_web = grpc_web
         self.client = self._client()
         self.workspace = workspace
         self.seqnos: dict[str, int] = {}
@@ -220,7 +251,11 @@ class ScriptedIDE:
     ) -> httpx.Response | None:
         for attempt in range(self.resend_attempts + 1):
             try:
-                resp = await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
+                if self.grpc_web:
+                    resp = await self.client.post(BIDI_APPEND, content=envelope(body), headers={"content-type": GRPC_WEB_PROTO, **(headers or {})})
+                    _grpc_web_status(resp)
+                else:
+                    resp = await self.client.post(BIDI_APPEND, content=body, headers={"content-type": "application/proto", **(headers or {})})
                 break
             except httpx.TransportError:
                 if attempt < self.resend_attempts:
@@ -246,23 +281,34 @@ class ScriptedIDE:
         req.request_id.request_id = request_id
         return await self.client.post(BIDI_APPEND, content=req.SerializeToString(), headers={"content-type": "application/proto"})
 
-    async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
-        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect)."""
+    async def stream(
+        self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None, headers: dict[str, str] | None = None,
+        gzip_request: bool = False,
+    ) -> StreamLog:
+        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect).
+        `gzip_request`: the request's envelope compressed (connect-content-encoding or
+        grpc-encoding: gzip)."""
         if self.transport == "run":
             log.broken = not await self.run_streams.read(request_id, lambda rid, decoder, data: self._take(rid, log, decoder, data), stop)
             return log
         body = pb.BidiRequestId(request_id=request_id).SerializeToString()
-        if enveloped:
+        headers = {"content-type": GRPC_WEB_PROTO if self.grpc_web else "application/connect+proto", **(headers or {})}
+        if gzip_request:
+            body = envelope(gzip.compress(body), 1)
+            headers["grpc-encoding" if self.grpc_web else "connect-content-encoding"] = "gzip"
+        elif enveloped:
             body = envelope(body)
         decoder = hotpath.FrameDecoder()
         try:
-            return await self._read_stream(request_id, log, body, decoder, stop)
+            return await self._read_stream(request_id, log, body, decoder, stop, headers)
         except httpx.TransportError:
             log.broken = True  # the connection died (e.g. the server was killed)
             return log
 
-    async def _read_stream(self, request_id: str, log: StreamLog, body: bytes, decoder: hotpath.FrameDecoder, stop: asyncio.Event | None) -> StreamLog:
-        async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as resp:
+    async def _read_stream(
+        self, request_id: str, log: StreamLog, body: bytes, decoder: hotpath.FrameDecoder, stop: asyncio.Event | None, headers: dict[str, str]
+    ) -> StreamLog:
+        async with self.client.stream("POST", RUN_SSE, content=body, headers=headers) as resp:
             assert resp.status_code == 200, resp.status_code
             async for chunk in resp.aiter_raw():
                 await self._take(request_id, log, decoder, chunk)
@@ -275,7 +321,11 @@ class ScriptedIDE:
         """Record the frames of what the stream delivered and react to each as the IDE does."""
         log.raw.extend(data)
         for flags, payload in decoder.feed(data):
-            if flags & hotpath.FLAG_END_STREAM:
+            if flags & FLAG_GRPC_WEB_TRAILER:
+                log.terminals += 1
+                log.trailer = grpc_web_trailer(payload)
+                log.terminal = grpc_web_error(log.trailer)
+            elif flags & hotpath.FLAG_END_STREAM:
                 log.terminals += 1
                 log.terminal = parse_end_stream(payload)
             else:
@@ -508,3 +558,16 @@ def _fill_grep(success: pb.GrepSuccess, root: str, stdout: str, mode: str) -> No
             cm = fm.matches.add()
             cm.line_number = num
             cm.content = text
+
+
+def _grpc_web_status(resp: httpx.Response) -> None:
+    """A gRPC-Web reply is 200 whatever happened: its trailer frame's status, as an HTTP status
+    (`http_status_for`), so callers check it as they check a Connect reply's."""
+    from cursor_byok.protocol import http_status_for
+
+    decoder = hotpath.FrameDecoder()
+    for flags, payload in decoder.feed(resp.content):
+        if flags & FLAG_GRPC_WEB_TRAILER:
+            error = grpc_web_error(grpc_web_trailer(payload))
+            if error is not None:
+                resp.status_code = http_status_for(error.code)

@@ -8,7 +8,8 @@
 - AnalyticsService telemetry (Batch, TrackEvents, ...): accepted and dropped. The Statsig calls,
   which fetch feature configuration, are forwarded.
 
-Without configured models every model-list path is a plain passthrough. Account, usage, auth and
+Asked as gRPC-Web, each is answered the same (the gateway frames the reply), a model list with
+our models alone. Without configured models every model-list path is a plain passthrough. Account, usage, auth and
 dashboard RPCs are never answered here: we do not forge account data or entitlements.
 """
 from __future__ import annotations
@@ -153,13 +154,12 @@ class LocalRpcs:
         rpc = self.route(scope["path"])
         if rpc is None or (rpc in MERGED_RPCS | CATALOG_RPCS and scope["method"] != "POST"):
             await self.upstream.forward(scope, receive, send)
-        elif rpc is Rpc.IS_CONNECTED:
+        elif rpc in (Rpc.IS_CONNECTED, Rpc.DROP_TELEMETRY):
             await _drain(receive)
-            await _reply(send, 200, IS_CONNECTED_BODY, [(b"content-type", PROTO)])
-        elif rpc is Rpc.DROP_TELEMETRY:
-            await _drain(receive)
-            if _is_json(scope):
+            if _is_json(scope):  # an empty message in the codec it was asked in
                 await _reply(send, 200, b"{}", [(b"content-type", b"application/json")])
+            elif rpc is Rpc.IS_CONNECTED and not _is_grpc_web(scope):  # the gateway frames gRPC-Web's itself
+                await _reply(send, 200, IS_CONNECTED_BODY, [(b"content-type", PROTO)])
             else:
                 await _reply(send, 200, b"", [(b"content-type", PROTO)])
         elif rpc in CATALOG_RPCS:
@@ -174,6 +174,11 @@ class LocalRpcs:
         body = await _read_body(receive, self.max_body_bytes)
         if body is None:
             await _reply_json_error(send, 429, "resource_exhausted", "request body too large")
+            return
+        if _is_grpc_web(scope):
+            # Upstream's gRPC-Web reply ends in its trailer frame, which our bytes cannot follow:
+            # the list is ours alone (the gateway frames it).
+            await _reply(send, 200, ours, [(b"content-type", PROTO)])
             return
         try:
             url = self.upstream.target_url(scope)
@@ -259,6 +264,10 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
 
 def _is_json(scope: Scope) -> bool:
     return b"json" in _header(scope["headers"], b"content-type")
+
+
+def _is_grpc_web(scope: Scope) -> bool:
+    return _header(scope["headers"], b"content-type").startswith(b"application/grpc-web")
 
 
 async def _drain(receive: Receive) -> None:

@@ -33,8 +33,16 @@ _CONNECT_CODES: dict[ErrorKind, str] = {
 
 def connect_error_for(err: ProviderError) -> ConnectError:
     """The Connect error for a provider failure, with the one-line explanation as its message and
-    Cursor's "Provider Error" details (so the IDE shows the text, not a generic failure)."""
-    shown = provider_error(err.explain(), retryable=err.retryable)
+    Cursor's "Provider Error" details (so the IDE shows the text, not a generic failure).
+
+    Never retryable for the client: by the time a provider error ends a run the server has made
+    every retry and failover it will make, so a client retrying the turn only multiplies provider
+    calls (Cursor's SDK retried 3 more times, 12 calls in all). A rejected key is the user's own
+    API key error, which Cursor's clients answer by pointing at the key settings."""
+    from ..protocol import aiserver_pb2  # protobuf on first use (a run failed), not at import
+
+    error = aiserver_pb2.ErrorDetails.Error.ERROR_BAD_USER_API_KEY if err.kind is ErrorKind.AUTH else None
+    shown = provider_error(err.explain(), retryable=False, error=error)
     return ConnectError(_CONNECT_CODES.get(err.kind, "unavailable"), shown.message, shown.details)
 
 

@@ -18,7 +18,8 @@ from ..protocol import ConnectError, internal_error, new_error_id
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .journal import resume_journaled
-from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
+from .grpc_web import GrpcWebSend, is_grpc_web
+from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
 from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, RUN_PATH, RUN_SSE_PATH, UI_PREFIX
@@ -152,7 +153,7 @@ class Gateway:
         ui = path.startswith(UI_PREFIX)
         metrics = path == METRICS_PATH and method == "GET"
         if local:
-            types: frozenset[bytes] | None = PROTO_TYPES
+            types: frozenset[bytes] | None = AGENT_TYPES
         elif path in HEALTH_PATHS or metrics:
             types = frozenset()
         else:
@@ -164,6 +165,8 @@ class Gateway:
             await reply_error(send, refusal.error, refusal.status)
             return
         try:
+            if (local or side_rpc) and is_grpc_web(scope):  # written as Connect, framed as gRPC-Web
+                send = GrpcWebSend(send)
             if local:
                 await _AGENT_ROUTES[path](self, scope, receive, send)
             elif path in HEALTH_PATHS:

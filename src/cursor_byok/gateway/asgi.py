@@ -81,6 +81,7 @@ async def reply_proto(send: Send, body: bytes = b"") -> None:
 ERROR_HEADERS = [(b"content-type", b"application/json")]
 # A request we stopped reading mid-body leaves the connection unusable: close it after the answer.
 CLOSE_HEADERS = [*ERROR_HEADERS, (b"connection", b"close")]
+UNSUPPORTED_ENCODING_HEADERS = [*ERROR_HEADERS, (b"accept-encoding", b"gzip, identity")]
 
 
 class BodyTimeout(ConnectError):
@@ -100,11 +101,24 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
     if isinstance(err, BodyTimeout):
         await reply(send, 408, error_body(err), CLOSE_HEADERS)
         return
+    headers = ERROR_HEADERS
     if status is None:
-        # Our routes are implemented; "unimplemented" here always means a content type or
-        # encoding we do not speak: 415 (RFC 9110), not a server failure.
-        status = 415 if err.code == "unimplemented" else http_status_for(err.code)
-    await reply(send, status, error_body(err), ERROR_HEADERS)
+        status = http_status_for(err.code)
+        if err.code == "unimplemented":
+            # Our routes are implemented: a handler's unimplemented is a content encoding we do not
+            # speak. Connect's status for the code (501), and what we do speak, as its spec asks.
+            headers = UNSUPPORTED_ENCODING_HEADERS
+    await reply(send, status, error_body(err), headers)
+
+
+async def watch_disconnect(receive: Receive, on_leave: Callable[[], object]) -> None:
+    """Once the request body is read: call `on_leave` when the client goes away (run beside the
+    handler as a task of its own, done only then)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            on_leave()
+            return
 
 
 def header(scope: Scope, name: bytes) -> str | None:

@@ -16,7 +16,8 @@ from ..conversation import ConversationService, ParentConversationRef
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
 from ..store import StoreError
-from .asgi import Receive, Scope, Send, reply_error, reply_proto
+from .asgi import Receive, Scope, Send, reply_error, reply_proto, watch_disconnect
+from .deadline import Deadline
 from .journal import journal, unjournaled
 from .routing import route_for
 from .transport import EarlyAppend, Route, Transport, Waiter, fingerprint
@@ -31,6 +32,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
     server = gw.config.server
     try:
         headers = parse_request_headers(scope["headers"])
+        deadline = Deadline.of(headers.timeout_ms)
         body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
         # From each resolve to the hand-over below nothing awaits: the checks see the binding it found.
@@ -41,7 +43,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         else:
             transport = gw.transports.get(append.request_id)
             if transport is None:
-                transport, durable = await _later_before_seqno0(gw, scope, append)
+                transport, durable = await _later_before_seqno0(gw, scope, receive, append, deadline)
             if durable is None and transport.route is Route.LOCAL:
                 await gw.conversations.resolve(append.request_id)
         if transport.route is Route.UPSTREAM:
@@ -50,7 +52,13 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         if durable is None:
             durable = deliver_local(gw, transport, append, _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id))
         try:
-            await durable
+            if deadline.timeout_ms is None:
+                await durable
+            else:  # shielded: the row's future is its commit's, shared with other appends
+                async with asyncio.timeout_at(deadline.when):
+                    await asyncio.shield(durable)
+        except TimeoutError:
+            raise deadline.error() from None
         except StoreError as exc:  # taken, but not durable: not acknowledged (a resend is a duplicate)
             raise unjournaled(gw, exc) from None
         gw.appends += 1
@@ -81,7 +89,9 @@ def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     return transport if transport is not None else gw.transports.create(append.request_id, route)
 
 
-async def _later_before_seqno0(gw: Gateway, scope: Scope, append: BidiAppend) -> tuple[Transport, asyncio.Future[Any] | None]:
+async def _later_before_seqno0(
+    gw: Gateway, scope: Scope, receive: Receive, append: BidiAppend, deadline: Deadline
+) -> tuple[Transport, asyncio.Future[Any] | None]:
     """The transport for a later append that found none: its seqno 0 may be on its way (wait for
     it), unless the request id is bound to a stream that has ended (before a restart, or since its
     transport went): then no seqno 0 will come, and the IDE is told at once. While it waits the
@@ -96,16 +106,40 @@ async def _later_before_seqno0(gw: Gateway, scope: Scope, append: BidiAppend) ->
     def never_came() -> ConnectError:
         return ConnectError("invalid_argument", "first BidiAppend message must select a model (seqno 0 never came)")
 
+    on_timeout = never_came
+    if deadline.remaining() < wait:  # the client gives up first
+        wait = deadline.remaining()
+        on_timeout = deadline.error
     early = gw.transports.park(append)
+    me = asyncio.current_task()
+    assert me is not None
+    waiting, left_first = True, False  # the client leaving cancels the wait, and only the wait
+
+    def leave() -> None:
+        nonlocal left_first
+        if waiting:
+            left_first = True
+            me.cancel()
+
+    left = asyncio.get_running_loop().create_task(watch_disconnect(receive, leave))
     try:
-        async with gw.pending.slot(scope, wait, never_came):
-            transport = await gw.transports.wait_for(request_id, Waiter.APPEND)
+        try:
+            async with gw.pending.slot(scope, wait, on_timeout):
+                transport = await gw.transports.wait_for(request_id, Waiter.APPEND)
+        except asyncio.CancelledError:
+            if not left_first:
+                raise
+            me.uncancel()
+            raise ConnectError("canceled", "the client left while its append waited for seqno 0") from None
+        finally:
+            waiting = False
     except ConnectError:
         taken = gw.transports.get(request_id)
         if taken is None or (early.durable is None and early.error is None):
             raise
         transport = taken  # its seqno 0 took it along before the wait was cut: answered as taken
     finally:
+        left.cancel()
         gw.transports.unpark(early)
     if early.error is not None:
         raise early.error

@@ -40,10 +40,15 @@ CONNECT_STREAM_TYPES = frozenset({b"application/connect+proto", b"application/co
 GRPC_TYPES = frozenset({b"application/grpc", b"application/grpc+proto", b"application/grpc-web+proto"})
 # What a route decodes itself: protobuf, raw or in one Connect envelope.
 PROTO_TYPES = frozenset({b"application/proto", b"application/connect+proto"})
+# gRPC-Web asks as these (gateway/grpc_web.py). Like the Connect types, no web page can send them
+# across origins without a CORS preflight, which is refused.
+GRPC_WEB_TYPES = frozenset({b"application/grpc-web", b"application/grpc-web+proto"})
+# The agent routes (RunSSE, BidiAppend, Run): Connect and gRPC-Web.
+AGENT_TYPES = PROTO_TYPES | GRPC_WEB_TYPES
 # The passthrough: whatever Cursor's backend speaks.
 UPSTREAM_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES | GRPC_TYPES
 JSON_TYPES = frozenset({b"application/json"})
-LOCAL_RPC_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES
+LOCAL_RPC_TYPES = CONNECT_UNARY_TYPES | CONNECT_STREAM_TYPES | GRPC_WEB_TYPES
 
 # Electron serves the IDE's own windows from this origin and its webviews from vscode-webview://
 # origins (schemes no web page can have); its agent traffic (extension host, CLI) sends no Origin.

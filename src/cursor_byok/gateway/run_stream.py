@@ -20,7 +20,8 @@ from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
 from ..protocol import ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers
 from .asgi import Receive, Scope, Send
 from .bidi import _parent_ref, _seqno0_transport, deliver_local
-from .stream import SHUTTING_DOWN, only_terminal, relay
+from .deadline import Deadline
+from .stream import SHUTTING_DOWN, end_at_deadline, only_terminal, relay
 from .transport import Route, Transport
 
 if TYPE_CHECKING:
@@ -91,11 +92,15 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         check_id("x-request-id", request_id)
         frames = RequestFrames(receive, FrameDecoder(server.max_frame_bytes, gzip=headers.content_encoding == "gzip"))
         wait = server.body_read_timeout_seconds
+        deadline = Deadline.of(headers.timeout_ms)
 
         def no_first() -> ConnectError:
             return ConnectError("deadline_exceeded", f"no first message within {wait:g}s (server.body_read_timeout_seconds)")
 
-        async with gw.pending.slot(scope, wait, no_first):  # a stream that sends nothing holds a bounded slot
+        on_timeout = no_first
+        if deadline.remaining() < wait:  # the client gives up first
+            wait, on_timeout = deadline.remaining(), deadline.error
+        async with gw.pending.slot(scope, wait, on_timeout):  # a stream that sends nothing holds a bounded slot
             raw = await frames.next()
         if raw is None:
             raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")
@@ -128,9 +133,13 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
     me = asyncio.current_task()
     assert me is not None
     inbound = asyncio.get_running_loop().create_task(_inbound(gw, transport, frames, request_id, me, failure))
+    deadline.cancels(me)
     try:
         await relay(stream, send)
     except asyncio.CancelledError:
+        if deadline.took(me):
+            await end_at_deadline(gw, request_id, send, deadline)
+            return
         if not inbound.done():
             raise
         if failure:  # the client sent something we cannot take: the stream ends with that error
@@ -139,6 +148,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         else:
             gw.conversations.detach(request_id)
     finally:
+        deadline.stop()
         inbound.cancel()
         with contextlib.suppress(BaseException):
             await inbound

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..conversation import OutputStream, ReplayUnavailable
-from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error
-from .asgi import ERROR_REPLIES, STREAM_HEADERS, Receive, Scope, Send, reply_error
+from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error, parse_request_headers
+from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, Receive, Scope, Send, reply_error, watch_disconnect
+from .deadline import Deadline
 from .transport import Route, Waiter
 
 if TYPE_CHECKING:
@@ -26,15 +27,34 @@ SHUTTING_DOWN = ConnectError("unavailable", "server shutting down")
 async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
     server = gw.config.server
     try:
-        body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds)
-        request_id = decode_unary(body, agent_pb2.BidiRequestId, max_size=server.max_frame_bytes).request_id
+        headers = parse_request_headers(scope["headers"])
+        body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
+        request_id = decode_unary(
+            body, agent_pb2.BidiRequestId, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding
+        ).request_id
         if not request_id:
             raise ConnectError("invalid_argument", "protocol error: RunSSE request_id is required")
         check_id("request_id", request_id)
-    except ConnectError as err:
-        await reply_error(send, err)
+    except BodyTimeout as err:
+        await reply_error(send, err)  # the connection closes: a slow client must not pin it
         return
-    wait = server.runsse_wait_seconds
+    except ConnectError as err:
+        # A stream's error is a 200 whose stream ends in it: clients ignore a non-200 stream's body.
+        await only_terminal(send, err)
+        return
+    me = asyncio.current_task()
+    deadline = Deadline.of(headers.timeout_ms)
+    deadline.cancels(me)
+    try:
+        await _serve_run_sse(gw, scope, receive, send, body, request_id, deadline)
+    finally:
+        deadline.stop()
+
+
+async def _serve_run_sse(
+    gw: Gateway, scope: Scope, receive: Receive, send: Send, body: bytes, request_id: str, deadline: Deadline
+) -> None:
+    wait = gw.config.server.runsse_wait_seconds
     if gw.stopping:
         await only_terminal(send, SHUTTING_DOWN)
         return
@@ -56,6 +76,9 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         await only_terminal(send, err)
         return
     except asyncio.CancelledError:
+        if deadline.took(me):
+            await only_terminal(send, deadline.error())
+            return
         if not gw.stopping:
             raise
         await only_terminal(send, SHUTTING_DOWN)
@@ -63,6 +86,7 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
     finally:
         gw.waiting_readers.discard(me)
     if not local:
+        deadline.stop()  # the deadline header goes upstream with the request, which keeps it
         await gw.upstream.forward(scope, receive, send, body=body)
         return
     if stream is None:
@@ -70,7 +94,7 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     gw.conversations.attach(request_id)
-    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, me))
+    watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
     try:
         await relay(stream, send)
     except asyncio.CancelledError:
@@ -78,11 +102,23 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         if watcher.done():
             gw.conversations.detach(request_id)
             return
+        if deadline.took(me):
+            await end_at_deadline(gw, request_id, send, deadline)
+            return
         raise
     finally:
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher
+
+
+async def end_at_deadline(gw: Gateway, request_id: str, send: Send, deadline: Deadline) -> None:
+    """The client's deadline passed while its stream relayed the run: the stream ends with
+    deadline_exceeded, and the run goes on as at a disconnect (detached)."""
+    gw.conversations.detach(request_id)
+    ERROR_REPLIES["deadline_exceeded"] += 1
+    with contextlib.suppress(Exception):  # the client may be gone as well
+        await send({"type": "http.response.body", "body": end_stream_error(deadline.error()), "more_body": False})
 
 
 async def relay(stream: OutputStream, send: Send) -> None:
@@ -171,15 +207,6 @@ async def _finish(step: Iterator[Any], yielded: Any) -> None:
         try:
             yielded = next(step)
         except StopIteration:
-            return
-
-
-async def _watch_disconnect(receive: Receive, reader: asyncio.Task[None] | None) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            if reader is not None:
-                reader.cancel()
             return
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         parse_end_stream,
     )
     from .compat import enum_name, unknown_fields, which
+    from .grpc_web import GRPC_STATUS, connect_end_to_trailer, trailer_frame
     from .headers import RequestHeaders, parse_request_headers
     from .ids import (
         MAX_ID_BYTES,
@@ -77,6 +78,7 @@ __getattr__ = lazy_names(
             "end_stream_error", "end_stream_ok", "parse_end_stream",
         ),
         "compat": ("enum_name", "unknown_fields", "which"),
+        "grpc_web": ("GRPC_STATUS", "connect_end_to_trailer", "trailer_frame"),
         "headers": ("RequestHeaders", "parse_request_headers"),
         "ids": (
             "MAX_ID_BYTES", "AgentSessionId", "ConversationId", "CursorRunId", "ExecId", "InjectionId", "MessageId",
@@ -91,6 +93,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "MAX_ID_BYTES",
     "ERROR_DETAILS_TYPE",
+    "GRPC_STATUS",
     "SERVER_HEARTBEAT_FRAME",
     "AgentSessionId",
     "BidiAppend",
@@ -114,6 +117,7 @@ __all__ = [
     "check_client_message_ids",
     "check_id",
     "client_message",
+    "connect_end_to_trailer",
     "connect_error_from",
     "decode_bidi_append",
     "decode_message",
@@ -136,6 +140,7 @@ __all__ = [
     "parse_request_headers",
     "provider_error",
     "side_pb2",
+    "trailer_frame",
     "unknown_fields",
     "which",
 ]

@@ -277,13 +277,14 @@ def internal_error(error_id: str) -> ConnectError:
     return ConnectError("internal", f"internal error {error_id} (the server log has the details)")
 
 
-def provider_error(message: str, *, retryable: bool = True) -> ConnectError:
+def provider_error(message: str, *, retryable: bool = True, error: int | None = None) -> ConnectError:
     """A model-provider / upstream HTTP failure as Cursor shows it (PROTOCOL.md 2.7):
-    `unavailable` with one ERROR_PROVIDER_ERROR detail titled "Provider Error"."""
+    `unavailable` with one detail titled "Provider Error", ERROR_PROVIDER_ERROR unless `error`
+    names a more specific `ErrorDetails.Error`."""
     from .pb.aiserver_v1_pb2 import ErrorDetails
 
     spec = ErrorDetailsSpec(
-        error=ErrorDetails.Error.ERROR_PROVIDER_ERROR,
+        error=ErrorDetails.Error.ERROR_PROVIDER_ERROR if error is None else error,
         title="Provider Error",
         detail=message,
         is_retryable=retryable,

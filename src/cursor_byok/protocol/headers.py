@@ -16,6 +16,8 @@ _WANTED = frozenset(
         "connect-timeout-ms",
         "content-encoding",
         "connect-content-encoding",
+        "grpc-encoding",
+        "grpc-timeout",
         "x-request-id",
         "x-parent-request-id",
         "x-parent-agent-tool-call-id",
@@ -31,8 +33,9 @@ _MAX_TIMEOUT_DIGITS = 10
 class RequestHeaders(msgspec.Struct, frozen=True):
     """Parsed request headers; absent headers are None (streaming: False).
 
-    `content_encoding` is "gzip" when `content-encoding` (whole unary body) or
-    `connect-content-encoding` (stream envelopes) says so, else "identity".
+    `content_encoding` is "gzip" when `content-encoding` (whole unary body),
+    `connect-content-encoding` (stream envelopes) or gRPC-Web's `grpc-encoding` says so, else
+    "identity". `timeout_ms`: the client's deadline, `connect-timeout-ms` or gRPC's `grpc-timeout`.
     `parent_request_id` / `parent_tool_call_id` mark a subagent child's appends (2.1.1): both
     or neither.
     """
@@ -84,6 +87,18 @@ def _timeout(value: str | None) -> int | None:
     return int(value)
 
 
+# gRPC's timeout: at most 8 digits and a unit (hours to nanoseconds), in milliseconds here.
+_GRPC_TIMEOUT_UNIT_MS = {"H": 3_600_000.0, "M": 60_000.0, "S": 1000.0, "m": 1.0, "u": 0.001, "n": 0.000001}
+_MAX_GRPC_TIMEOUT_DIGITS = 8
+
+
+def _grpc_timeout(value: str) -> int:
+    digits, unit = value[:-1], value[-1:]
+    if unit not in _GRPC_TIMEOUT_UNIT_MS or not (digits.isascii() and digits.isdigit()) or len(digits) > _MAX_GRPC_TIMEOUT_DIGITS:
+        raise ConnectError("invalid_argument", f"invalid grpc-timeout {value!r}")
+    return max(1, int(int(digits) * _GRPC_TIMEOUT_UNIT_MS[unit])) if int(digits) else 0
+
+
 def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
     """Read a request's headers (a str mapping, or ASGI-style (bytes, bytes) pairs).
 
@@ -93,6 +108,7 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
     found = _collect(headers)
     gzip = _encoding("content-encoding", found.get("content-encoding"))
     gzip = _encoding("connect-content-encoding", found.get("connect-content-encoding")) or gzip
+    gzip = _encoding("grpc-encoding", found.get("grpc-encoding")) or gzip
     parent_request_id = found.get("x-parent-request-id") or None
     parent_tool_call_id = found.get("x-parent-agent-tool-call-id") or None
     if (parent_request_id is None) != (parent_tool_call_id is None):
@@ -104,7 +120,7 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
     check_id("x-parent-agent-tool-call-id", parent_tool_call_id or "")
     return RequestHeaders(
         connect_protocol_version=found.get("connect-protocol-version"),
-        timeout_ms=_timeout(found.get("connect-timeout-ms")),
+        timeout_ms=_timeout(found.get("connect-timeout-ms")) if "grpc-timeout" not in found else _grpc_timeout(found["grpc-timeout"]),
         content_encoding="gzip" if gzip else "identity",
         request_id=found.get("x-request-id") or None,
         parent_request_id=parent_request_id,
