@@ -149,9 +149,9 @@ def _start_proxy(cfg: Config) -> ProxyThread:
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", parents=[common], help="run the server (and optionally the proxy for the IDE)")
-    p.add_argument("--host")
-    p.add_argument("--port", type=port_number)
-    p.add_argument("--data-dir", metavar="DIR")
+    p.add_argument("--host", help="address to listen on (default: [server] host, 127.0.0.1)")
+    p.add_argument("--port", type=port_number, help="port to listen on (default: [server] port, 8787)")
+    p.add_argument("--data-dir", metavar="DIR", help="where the database, the local CA and the lock live (default: [server] data_dir, the user data dir)")
     p.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=None, help="also run the intercepting proxy the IDE uses (default: [proxy] enabled)")
-    p.add_argument("--proxy-port", type=port_number, metavar="N")
+    p.add_argument("--proxy-port", type=port_number, metavar="N", help="port of the intercepting proxy (default: [proxy] port, 8788)")
     p.set_defaults(handler=cmd_serve)
