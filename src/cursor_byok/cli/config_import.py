@@ -5,7 +5,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..config import config_path, load_secrets, parse, secrets_path
+from ..config import config_path, load_secrets, parse, read_toml_text, secrets_path
 from .common import CommandError, echo, load_config
 
 
@@ -22,9 +22,9 @@ def cmd_config_import(args: argparse.Namespace) -> int:
     # A broken config is reported as it is, before anything is written; a missing one is created.
     existing = load_config(args) if target.exists() else parse({}, str(target))
     secrets_file = secrets_path(existing)
-    config_text = target.read_text(encoding="utf-8") if target.exists() else ""
+    config_text = read_toml_text(target) if target.exists() else ""
     known_secrets = load_secrets(existing) if secrets_file.exists() else {}  # also checks its mode
-    secrets_text = secrets_file.read_text(encoding="utf-8") if secrets_file.exists() else ""
+    secrets_text = read_toml_text(secrets_file, "secrets_file") if secrets_file.exists() else ""
     plan = plan_import(foreign, source, existing, target, secrets_file, known_secrets)
     validate(plan, config_text, secrets_text)
 

@@ -2,9 +2,11 @@
 type, worded as `<toml key>: <problem>`), then what a well-formed config can still get wrong."""
 from __future__ import annotations
 
+import difflib
 import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,8 +43,8 @@ def _describe(err: msgspec.ValidationError, prefix: str = "") -> str:
         msg = f"expected {_toml_type(m.group(1))}, got {_toml_type(m.group(2))}"
     elif m := re.fullmatch(r"Invalid enum value (.+)", msg):
         if key.endswith(".provider"):
-            allowed = ", ".join(k.value for k in ProviderKind)
-            msg = f"unknown provider kind {m.group(1)} (expected one of: {allowed})"
+            allowed = [k.value for k in ProviderKind]
+            msg = f"unknown provider kind {m.group(1)} (expected one of: {', '.join(allowed)}){did_you_mean(m.group(1).strip(chr(39) + chr(34) + '`'), allowed)}"
         else:
             msg = f"invalid value {m.group(1)}"
     return f"{key}: {msg}" if key else msg
@@ -52,33 +54,71 @@ def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
     return tp if isinstance(tp, type) and issubclass(tp, msgspec.Struct) else None
 
 
-def _shape_problems(value: Any, struct: type[msgspec.Struct], where: str) -> Iterator[str]:
-    """Every unknown key, missing key and wrong type in one table (msgspec stops at the first)."""
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean X?)` for the closest of `choices` to a mistyped `word`, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+@dataclass(slots=True)
+class _Shape:
+    """What the shape check found: one line per problem, the keys they are about, and the document
+    with those keys taken out (defaults, or a stand-in for a required one) for the meaning checks."""
+
+    problems: list[str] = field(default_factory=list)
+    bad_keys: set[str] = field(default_factory=set)
+
+    def add(self, key: str, line: str) -> None:
+        self.problems.append(line)
+        self.bad_keys.add(key)
+
+
+# Stand-ins for a required key that is missing or malformed, so the rest of its table is still checked.
+_STAND_INS: dict[Any, Any] = {str: "", ProviderKind: ProviderKind.OPENAI_CHAT.value}
+
+
+def _shape(value: Any, struct: type[msgspec.Struct], where: str, found: _Shape) -> dict[str, Any]:
+    """Every unknown key, missing key and wrong type in one table (msgspec stops at the first);
+    returns the table with them taken out."""
     if not isinstance(value, dict):
-        yield f"{where}: expected table, got {_toml_type(type(value).__name__)}"
-        return
+        found.add(where, f"{where}: expected table, got {_toml_type(type(value).__name__)}")
+        value = {}
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    clean: dict[str, Any] = {}
     for key, item in value.items():
-        field = fields.get(key)
+        field_ = fields.get(key)
         name = f"{where}.{key}" if where else key
-        if field is None or (not where and key == "source"):
-            yield f"{name}: unknown key"
+        if field_ is None or (not where and key == "source"):
+            known = [k for k in fields if where or k != "source"]
+            found.add(name, f"{name}: unknown key{did_you_mean(key, known)}")
             continue
-        nested = _struct_type(field.type)
-        element = _struct_type(typing.get_args(field.type)[0]) if typing.get_origin(field.type) is list else None
+        nested = _struct_type(field_.type)
+        element = _struct_type(typing.get_args(field_.type)[0]) if typing.get_origin(field_.type) is list else None
         if nested is not None:
-            yield from _shape_problems(item, nested, name)
+            clean[key] = _shape(item, nested, name, found)
         elif element is not None and isinstance(item, list):
-            for i, entry in enumerate(item):
-                yield from _shape_problems(entry, element, f"{name}[{i}]")
+            clean[key] = [_shape(entry, element, f"{name}[{i}]", found) for i, entry in enumerate(item)]
         else:
             try:
-                msgspec.convert(item, field.type, strict=True)
+                msgspec.convert(item, field_.type, strict=True)
             except msgspec.ValidationError as exc:
-                yield _describe(exc, name)
-    for field in fields.values():
-        if field.required and field.encode_name not in value:
-            yield f"{where}.{field.encode_name}: missing required key" if where else f"{field.encode_name}: missing required key"
+                found.add(name, _describe(exc, name))
+                if field_.required:
+                    clean[key] = _STAND_INS.get(field_.type, "")
+                continue
+            clean[key] = item
+    for field_ in fields.values():
+        if field_.required and field_.encode_name not in value:
+            name = f"{where}.{field_.encode_name}" if where else field_.encode_name
+            found.add(name, f"{name}: missing required key")
+            clean[field_.encode_name] = _STAND_INS.get(field_.type, "")
+    return clean
+
+
+def _about(problem: str, keys: set[str]) -> bool:
+    """Whether a meaning problem is about a key the shape check reported already."""
+    key = problem.partition(": ")[0]
+    return any(key == bad or key.startswith((bad + ".", bad + "[")) for bad in keys)
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -171,11 +211,12 @@ def _alias_problems(cfg: Config, model_ids: set[str]) -> Iterator[str]:
 
 
 def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
-    """Validate a decoded TOML document. Raises ConfigError naming every bad key."""
-    problems = list(_shape_problems(data, Config, ""))
-    if not problems:
-        cfg = msgspec.convert(data, Config, strict=True)
-        problems = list(_meaning_problems(cfg))
+    """Validate a decoded TOML document. Raises ConfigError naming every bad key, in one pass: the
+    shape's problems, then what the rest of the document still gets wrong."""
+    found = _Shape()
+    clean = _shape(data, Config, "", found)
+    cfg = msgspec.convert(clean, Config, strict=True)
+    problems = found.problems + [p for p in _meaning_problems(cfg) if not _about(p, found.bad_keys)]
     if problems:
         lines = [f"{source}: {p}" for p in problems]
         raise ConfigError(lines[0], lines)
