@@ -29,6 +29,7 @@ from .common import (
     proxy_url,
     run_async,
 )
+from ..instance import port_holder
 from .ports import PortState, port_state
 
 PROVIDER_CHECK_TIMEOUT = 5.0
@@ -238,7 +239,7 @@ def _port_checks(cfg: Config) -> list[Check]:
         elif state is PortState.OURS:
             checks.append(Check(name, CheckStatus.OK, f"{where} in use by a running {what}"))
         else:
-            checks.append(Check(name, CheckStatus.FAIL, f"{where} in use by another program",
+            checks.append(Check(name, CheckStatus.FAIL, f"{where} in use by {port_holder(port)}",
                                 f"stop the program listening on {where}, or set another [{table_name}] port"))
     return checks
 

@@ -42,15 +42,58 @@ def bind_listener(host: str, port: int) -> socket.socket:
         sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
-        raise PortUnavailable(f"cannot listen on {where}: {_advice(exc)}") from None
+        raise PortUnavailable(f"cannot listen on {where}: {_advice(exc, port)}") from None
     return sock
 
 
-def _advice(exc: OSError) -> str:
+def port_holder(port: int) -> str:
+    """Who listens on `port`: `PID 123 (python3 -m http.server 8788)`, or `another program` where
+    the system does not say (another user's process, a platform that needs privileges for it)."""
+    import psutil  # only when a port is busy
+
+    try:
+        listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    except (psutil.Error, OSError):
+        listening = []
+    pid = next((c.pid for c in listening if c.pid), None)
+    if pid is None:
+        return "another program"
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        argv = []
+    command = " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else "?"
+    if len(command) > 80:
+        command = command[:77] + "..."
+    return f"PID {pid} ({command})"
+
+
+def busy_port_advice(port: int, option: str) -> str:
+    """What a refused bind of a busy `port` says: its holder, and how to choose another port."""
+    return f"the port is in use by {port_holder(port)}: stop that, or choose another port with {option}"
+
+
+def ensure_port_free(host: str, port: int, option: str, *, what: str = "") -> None:
+    """PortUnavailable unless `host:port` can be bound now (checked before anything is created that
+    a refused start would leave behind; the bind itself follows later). `what` starts the message."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise PortUnavailable(f"{what}cannot listen on {display_address(host, port)}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as sock:
+        if os.name == "posix":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise PortUnavailable(f"{what}cannot listen on {display_address(host, port)}: {_advice(exc, port, option)}") from None
+
+
+def _advice(exc: OSError, port: int, option: str = "--port or [server] port") -> str:
     if exc.errno == errno.EADDRINUSE:
-        return "the port is already in use (by another cursor-byok or another program): stop that, or choose another port with --port or [server] port"
+        return busy_port_advice(port, option)
     if exc.errno == errno.EACCES:
-        return "permission denied (ports below 1024 need privileges): choose another port with --port or [server] port"
+        return f"permission denied (ports below 1024 need privileges): choose another port with {option}"
     if exc.errno == errno.EADDRNOTAVAIL:
         return "this machine has no such address: check [server] host"
     return f"{exc.strerror or exc}"
