@@ -174,6 +174,7 @@ def test_status_names_the_unit_its_state_and_whether_the_server_answers(
     assert after.out.splitlines() == [
         f"service file: {unit_path(isolated_home)}: installed",
         "systemctl --user is-active cursor-byok.service: active",
+        "log: journalctl --user -u cursor-byok -f",
         f"server {server.base_url}: answering",
     ]
     stopped = run_cli("service", "status", "--config", config)
