@@ -336,7 +336,11 @@ def test_import_says_which_key_variables_to_set(run_cli, tmp_path: Path, monkeyp
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     hint = [line for line in lines if line.startswith("next: export")]
-    assert hint and "OPENAI_API_KEY" in hint[0] and "AZURE_API_KEY" in hint[0], lines
+    assert hint and "OPENAI_API_KEY" in hint[0], lines
+    assert "AZURE_API_KEY" not in hint[0]  # its model was skipped (the same id twice)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-set")
+    again = run_cli("config", "import", str(FIXTURES / "litellm.yaml"), "--dry-run", "--config", str(tmp_path / "other.toml"))
+    assert not any(line.startswith("next: export") for line in again.out.splitlines())
 
 
 # -- the banner -------------------------------------------------------------------------------------

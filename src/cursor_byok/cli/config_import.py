@@ -29,6 +29,8 @@ def cmd_config_import(args: argparse.Namespace) -> int:
     validate(plan, config_text, secrets_text)
 
     echo(f"{source}: {foreign.format.value}")
+    for note in foreign.notes:
+        echo(f"note: {note}")
     for report in plan.reports:
         echo(f"  {report.outcome.value:<8} {report.id}: {report.detail}")
         for note in report.notes:
@@ -49,6 +51,10 @@ def cmd_config_import(args: argparse.Namespace) -> int:
     else:
         written = [str(p) for p, changed in ((target, plan.tables), (secrets_file, plan.secrets)) if changed]
         echo(f"{summary}" + (f"; wrote {', '.join(written)}" if written else ""))
+    unset = [name for name in dict.fromkeys(t.get("api_key_env", "") for t in plan.tables) if name and not os.environ.get(name)]
+    if unset:
+        exports = " ".join(f"{name}=<your key>" for name in unset)
+        echo(f"next: export {exports} in the shell that runs the server, then `cursor-byok config validate`")
     return 0
 
 
