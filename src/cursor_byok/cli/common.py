@@ -5,9 +5,12 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
+import shutil
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from ..config import Config, ConfigError, ModelConfig, load, resolve_api_key
@@ -98,6 +101,22 @@ def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None 
 
 def load_config(args: Any, *, must_exist: bool = False) -> Config:
     return load(getattr(args, "config", None), must_exist=must_exist)
+
+
+def installed_command(windows: bool = False) -> list[str]:
+    """This installation's `cursor-byok` by absolute path (`python -m cursor_byok.cli` where the
+    script is missing)."""
+    exe = Path(sys.executable).absolute().with_name("cursor-byok.exe" if windows else "cursor-byok")
+    return [str(exe)] if exe.exists() else [str(Path(sys.executable).absolute()), "-m", "cursor_byok.cli"]
+
+
+def on_path(command: str, environ: Mapping[str, str]) -> bool:
+    """Whether `cursor-byok` typed in a shell with this environment runs `command`."""
+    found = shutil.which(PROG, path=environ.get("PATH", ""))
+    try:
+        return found is not None and os.path.samefile(found, command)
+    except OSError:
+        return False
 
 
 def connect_host(host: str) -> str:

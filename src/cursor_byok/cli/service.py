@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Config, config_path, default_config_path
-from .common import GATEWAY_HEALTH_PATH, PROG, CommandError, echo, gateway_url, load_config
+from .common import GATEWAY_HEALTH_PATH, PROG, CommandError, echo, gateway_url, installed_command, load_config
 
 UNIT_NAME = "cursor-byok.service"
 JOURNAL_COMMAND = "journalctl --user -u cursor-byok -f"  # where a systemd user unit's log goes
@@ -70,10 +70,7 @@ class ServicePlan:
 
 def serve_command(cfg_file: Path, platform: Platform) -> list[str]:
     """The absolute command line the service runs: this installation's `cursor-byok serve`."""
-    scripts = Path(sys.executable).absolute().parent
-    exe = scripts / ("cursor-byok.exe" if platform is Platform.WINDOWS else "cursor-byok")
-    head = [str(exe)] if exe.exists() else [str(Path(sys.executable).absolute()), "-m", "cursor_byok.cli"]
-    return [*head, "serve", "--config", str(cfg_file)]
+    return [*installed_command(platform is Platform.WINDOWS), "serve", "--config", str(cfg_file)]
 
 
 def source_checkout(command: Path) -> Path | None:
