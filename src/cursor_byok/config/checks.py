@@ -39,7 +39,7 @@ def _describe(err: msgspec.ValidationError, prefix: str = "") -> str:
         key, msg = (f"{key}.{m.group(1)}" if key else m.group(1)), "missing required key"
     elif m := re.fullmatch(r"Object contains unknown field `(.+)`", msg):
         key, msg = (f"{key}.{m.group(1)}" if key else m.group(1)), "unknown key"
-    elif m := re.fullmatch(r"Expected `(\w+)`, got `(\w+)`", msg):
+    elif m := re.fullmatch(r"Expected `(\w+)(?: \| null)?`, got `(\w+)`", msg):
         msg = f"expected {_toml_type(m.group(1))}, got {_toml_type(m.group(2))}"
     elif m := re.fullmatch(r"Invalid enum value (.+)", msg):
         if key.endswith(".provider"):
@@ -172,7 +172,7 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
             yield f"{at}.base_url: {problem}"
         if m.default_effort and m.efforts and m.default_effort not in m.efforts:
             yield f"{at}.default_effort: {m.default_effort!r} is not one of its efforts ({', '.join(m.efforts)})"
-        if m.price is not None and min(msgspec.structs.astuple(m.price)) < 0:
+        if m.price is not None and min((p for p in msgspec.structs.astuple(m.price) if p is not None), default=0) < 0:
             yield f"{at}.price: prices must be >= 0 (USD per million tokens)"
     yield from _alias_problems(cfg, seen)
     if problem := url_problem(cfg.upstream.base_url):
