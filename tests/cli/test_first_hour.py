@@ -373,3 +373,26 @@ def test_banner_uses_the_bare_command_when_it_is_on_path(write_config):
     assert "on PATH" in command
     assert "`cursor-byok doctor`" in next(line for line in lines if line.strip().startswith("next:"))
 
+
+
+# -- the walkthrough's stand-in provider ------------------------------------------------------------
+
+
+def test_models_test_against_the_stand_in_provider_of_the_walkthrough(write_config):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stand_in = subprocess.Popen(
+        [sys.executable, "-u", str(REPO / "scripts" / "stand_in_provider.py"), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert stand_in.stdout is not None
+        assert "stand-in provider" in stand_in.stdout.readline()  # it listens
+        path = write_config(f'[[models]]\nid = "local"\nprovider = "openai-chat"\nbase_url = "http://127.0.0.1:{port}/v1"\nmodel = "stand-in"\n')
+        done = cursor_byok("models", "test", "local", "--prompt", "ping", "--config", str(path))
+    finally:
+        stand_in.terminate()
+        stand_in.wait(10)
+    assert done.returncode == 0, done.stderr
+    assert "Hello from the stand-in provider. You said: ping" in done.stdout
