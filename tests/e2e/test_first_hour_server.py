@@ -72,11 +72,7 @@ def test_dashboard_models_leave_unset_prices_unset(server: ServerProcess) -> Non
 async def test_a_provider_failure_names_its_provider_once(server: ServerProcess, tmp_path: Path) -> None:
     ide = ScriptedIDE(server.base_url, tmp_path)
     try:
-        log = StreamLog()
-        rid = uuid.uuid4().hex
-        reader = asyncio.create_task(ide.stream(rid, log))
-        await ide.append(rid, run_request("hi", model="unreachable", conversation_id=uuid.uuid4().hex))
-        await asyncio.wait_for(reader, 60)
+        log = await ide.turn(run_request("hi", model="unreachable", conversation_id=uuid.uuid4().hex), timeout=60)
     finally:
         await ide.close()
     assert log.terminal is not None
@@ -91,16 +87,15 @@ async def test_a_turn_cut_by_the_stop_says_server_shutting_down_once(tmp_path: P
         cfg = ServerConfig(data_dir=tmp_path / "data", models=[ModelSpec(id="m", provider="openai-chat", base_url=provider.url + "/v1")])
         server = ServerProcess(cfg).start()
         ide = ScriptedIDE(server.base_url, workspace)
-        try:
-            log = StreamLog()
-            rid = uuid.uuid4().hex
-            reader = asyncio.create_task(ide.stream(rid, log))
-            await ide.append(rid, run_request("go", model="m", conversation_id=uuid.uuid4().hex))
-            await asyncio.to_thread(provider.wait_for_requests, 1, 20)  # the turn waits on the model
+
+        async def stop_while_the_model_is_asked(_: str, __: StreamLog) -> None:
+            await asyncio.to_thread(provider.wait_for_requests, 1, 20)
             assert server.proc is not None
             server.proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(reader, 20)
-            assert server.proc.wait(20) == 0
+
+        try:
+            log = await ide.turn(run_request("go", model="m", conversation_id=uuid.uuid4().hex), during=stop_while_the_model_is_asked)
+            assert server.proc is not None and server.proc.wait(20) == 0
         finally:
             await ide.close()
             server.stop()

@@ -6,7 +6,7 @@ import difflib
 import re
 import typing
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,7 +44,8 @@ def _describe(err: msgspec.ValidationError, prefix: str = "") -> str:
     elif m := re.fullmatch(r"Invalid enum value (.+)", msg):
         if key.endswith(".provider"):
             allowed = [k.value for k in ProviderKind]
-            msg = f"unknown provider kind {m.group(1)} (expected one of: {', '.join(allowed)}){did_you_mean(m.group(1).strip(chr(39) + chr(34) + '`'), allowed)}"
+            given = m.group(1).strip("'\"")
+            msg = f"unknown provider kind {m.group(1)} (expected one of: {', '.join(allowed)}){did_you_mean(given, allowed)}"
         else:
             msg = f"invalid value {m.group(1)}"
     return f"{key}: {msg}" if key else msg
@@ -60,13 +61,13 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class _Shape:
-    """What the shape check found: one line per problem, the keys they are about, and the document
-    with those keys taken out (defaults, or a stand-in for a required one) for the meaning checks."""
+    """What the shape check found: one line per problem, and the keys they are about (the meaning
+    checks say nothing more about those)."""
 
-    problems: list[str] = field(default_factory=list)
-    bad_keys: set[str] = field(default_factory=set)
+    problems: list[str] = dataclasses.field(default_factory=list)
+    bad_keys: set[str] = dataclasses.field(default_factory=set)
 
     def add(self, key: str, line: str) -> None:
         self.problems.append(line)
@@ -79,39 +80,40 @@ _STAND_INS: dict[Any, Any] = {str: "", ProviderKind: ProviderKind.OPENAI_CHAT.va
 
 def _shape(value: Any, struct: type[msgspec.Struct], where: str, found: _Shape) -> dict[str, Any]:
     """Every unknown key, missing key and wrong type in one table (msgspec stops at the first);
-    returns the table with them taken out."""
+    returns the table with them taken out (a default in their place, or a stand-in for a required
+    one), so that the meaning checks can still look at the rest."""
     if not isinstance(value, dict):
         found.add(where, f"{where}: expected table, got {_toml_type(type(value).__name__)}")
         value = {}
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
     clean: dict[str, Any] = {}
     for key, item in value.items():
-        field_ = fields.get(key)
+        field = fields.get(key)
         name = f"{where}.{key}" if where else key
-        if field_ is None or (not where and key == "source"):
+        if field is None or (not where and key == "source"):
             known = [k for k in fields if where or k != "source"]
             found.add(name, f"{name}: unknown key{did_you_mean(key, known)}")
             continue
-        nested = _struct_type(field_.type)
-        element = _struct_type(typing.get_args(field_.type)[0]) if typing.get_origin(field_.type) is list else None
+        nested = _struct_type(field.type)
+        element = _struct_type(typing.get_args(field.type)[0]) if typing.get_origin(field.type) is list else None
         if nested is not None:
             clean[key] = _shape(item, nested, name, found)
         elif element is not None and isinstance(item, list):
             clean[key] = [_shape(entry, element, f"{name}[{i}]", found) for i, entry in enumerate(item)]
         else:
             try:
-                msgspec.convert(item, field_.type, strict=True)
+                msgspec.convert(item, field.type, strict=True)
             except msgspec.ValidationError as exc:
                 found.add(name, _describe(exc, name))
-                if field_.required:
-                    clean[key] = _STAND_INS.get(field_.type, "")
+                if field.required:
+                    clean[key] = _STAND_INS.get(field.type, "")
                 continue
             clean[key] = item
-    for field_ in fields.values():
-        if field_.required and field_.encode_name not in value:
-            name = f"{where}.{field_.encode_name}" if where else field_.encode_name
+    for field in fields.values():
+        if field.required and field.encode_name not in value:
+            name = f"{where}.{field.encode_name}" if where else field.encode_name
             found.add(name, f"{name}: missing required key")
-            clean[field_.encode_name] = _STAND_INS.get(field_.type, "")
+            clean[field.encode_name] = _STAND_INS.get(field.type, "")
     return clean
 
 
