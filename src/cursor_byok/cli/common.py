@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Coroutine, Mapping, Sequence
@@ -117,6 +118,15 @@ def on_path(command: str, environ: Mapping[str, str]) -> bool:
         return found is not None and os.path.samefile(found, command)
     except OSError:
         return False
+
+
+def typed_command(environ: Mapping[str, str] | None = None) -> str:
+    """This installation's command as a user types it: `cursor-byok` when that runs it, else its
+    absolute path (a checkout's `.venv/bin/cursor-byok` is on no PATH)."""
+    command = installed_command()
+    if len(command) == 1 and on_path(command[0], os.environ if environ is None else environ):
+        return PROG
+    return shlex.join(command)
 
 
 def connect_host(host: str) -> str:

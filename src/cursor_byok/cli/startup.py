@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 from collections.abc import Mapping, MutableMapping
 
 import msgspec
@@ -13,7 +12,7 @@ import msgspec
 from .. import __version__
 from ..config import Config, ProviderKind
 from .chain import corporate_proxy, cursor_uses_our_proxy, outbound_proxy_env, shown_url
-from .common import PROG, echo, gateway_url, installed_command, key_status, on_path, proxy_url
+from .common import PROG, echo, gateway_url, installed_command, key_status, proxy_url, typed_command
 
 log = logging.getLogger("cursor_byok.cli")
 
@@ -34,11 +33,10 @@ def summary(cfg: Config, environ: Mapping[str, str] | None = None) -> list[str]:
     """The start summary: address, data dir, models and keys, proxy, upstream, what to do next."""
     environ = os.environ if environ is None else environ
     url = gateway_url(cfg)
-    command = installed_command()
-    if len(command) == 1 and on_path(command[0], environ):
-        me, where = PROG, f"  command: {PROG} (on PATH: {command[0]})"
+    me = typed_command(environ)
+    if me == PROG:
+        where = f"  command: {PROG} (on PATH: {installed_command()[0]})"
     else:
-        me = shlex.join(command)
         where = f"  command: {me} (not on PATH: `make install` in the source checkout puts it there)"
     lines = [
         f"{PROG} {__version__} serving on {url}",
@@ -65,7 +63,7 @@ def summary(cfg: Config, environ: Mapping[str, str] | None = None) -> list[str]:
         beyond = f"; other hosts via {shown_url(corporate)}" if corporate else ""
         lines.append(f"  proxy: on at {proxy_url(cfg)} (intercepts *.cursor.sh only{beyond})")
     else:
-        lines.append("  proxy: off (Cursor's agent reaches this server only through it: `cursor-byok serve --proxy`)")
+        lines.append(f"  proxy: off (Cursor's agent reaches this server only through it: `{me} serve --proxy`)")
     outbound = environ.get("HTTPS_PROXY") or environ.get("https_proxy")
     lines.append(f"  upstream: {cfg.upstream.base_url}" + (f" via {shown_url(outbound)}" if outbound else ""))
     if missing:
