@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from ..interceptor import ProxyThread
 
 log = logging.getLogger("cursor_byok.cli")
-PROXY_PORT_OPTION = "--proxy-port or [proxy] port"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -75,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         listener = bind_listener(cfg.server.host, cfg.server.port)
         try:
             if cfg.proxy.enabled:
-                ensure_port_free(cfg.proxy.host, cfg.proxy.port, PROXY_PORT_OPTION, what="proxy ")
+                ensure_port_free(cfg.proxy.host, cfg.proxy.port, "proxy")
             lock = DataDirLock.acquire(cfg.data_path)
         except BaseException:
             listener.close()
@@ -165,7 +164,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
     try:
         port = thread.start()
     except OSError as exc:  # taken since the check before start-up
-        why = busy_port_advice(cfg.proxy.port, PROXY_PORT_OPTION) if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        why = busy_port_advice(cfg.proxy.port, "proxy") if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise CommandError(f"proxy cannot listen on {display_address(cfg.proxy.host, cfg.proxy.port)}: {why}") from None
     log.info("proxy listening", extra={"proxy_url": proxy_url(cfg, port), "gateway": gateway_url(cfg)})
     return thread

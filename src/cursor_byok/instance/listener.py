@@ -24,11 +24,22 @@ def display_address(host: str, port: int) -> str:
 
 def bind_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port, or PortUnavailable."""
-    where = display_address(host, port)
+    return _bind(host, port, "server", listen=True)
+
+
+def ensure_port_free(host: str, port: int, section: str) -> None:
+    """PortUnavailable unless `host:port` can be bound now (checked before anything is created that
+    a refused start would leave behind; the bind itself follows later). `section`: the config table
+    that sets the port, `server` or `proxy`."""
+    _bind(host, port, section).close()
+
+
+def _bind(host: str, port: int, section: str, *, listen: bool = False) -> socket.socket:
+    where = f"{'' if section == 'server' else section + ' '}cannot listen on {display_address(host, port)}"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as exc:
-        raise PortUnavailable(f"cannot listen on {where}: {exc.strerror}: check [server] host") from None
+        raise PortUnavailable(f"{where}: {exc.strerror}: check [{section}] host") from None
     sock = socket.socket(family, kind, proto)
     try:
         if os.name == "nt":  # pragma: no cover - Windows only
@@ -39,10 +50,11 @@ def bind_listener(host: str, port: int) -> socket.socket:
         # another, and with Nagle's algorithm each would wait for the peer's delayed ACK (40 ms).
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(address)
-        sock.listen(BACKLOG)
+        if listen:
+            sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
-        raise PortUnavailable(f"cannot listen on {where}: {_advice(exc, port)}") from None
+        raise PortUnavailable(f"{where}: {_advice(exc, port, section)}") from None
     return sock
 
 
@@ -68,32 +80,20 @@ def port_holder(port: int) -> str:
     return f"PID {pid} ({command})"
 
 
-def busy_port_advice(port: int, option: str) -> str:
+def _port_option(section: str) -> str:
+    return f"{'--port' if section == 'server' else f'--{section}-port'} or [{section}] port"
+
+
+def busy_port_advice(port: int, section: str) -> str:
     """What a refused bind of a busy `port` says: its holder, and how to choose another port."""
-    return f"the port is in use by {port_holder(port)}: stop that, or choose another port with {option}"
+    return f"the port is in use by {port_holder(port)}: stop that, or choose another port with {_port_option(section)}"
 
 
-def ensure_port_free(host: str, port: int, option: str, *, what: str = "") -> None:
-    """PortUnavailable unless `host:port` can be bound now (checked before anything is created that
-    a refused start would leave behind; the bind itself follows later). `what` starts the message."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as exc:
-        raise PortUnavailable(f"{what}cannot listen on {display_address(host, port)}: {exc.strerror}") from None
-    with socket.socket(family, kind, proto) as sock:
-        if os.name == "posix":
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            raise PortUnavailable(f"{what}cannot listen on {display_address(host, port)}: {_advice(exc, port, option)}") from None
-
-
-def _advice(exc: OSError, port: int, option: str = "--port or [server] port") -> str:
+def _advice(exc: OSError, port: int, section: str) -> str:
     if exc.errno == errno.EADDRINUSE:
-        return busy_port_advice(port, option)
+        return busy_port_advice(port, section)
     if exc.errno == errno.EACCES:
-        return f"permission denied (ports below 1024 need privileges): choose another port with {option}"
+        return f"permission denied (ports below 1024 need privileges): choose another port with {_port_option(section)}"
     if exc.errno == errno.EADDRNOTAVAIL:
-        return "this machine has no such address: check [server] host"
+        return f"this machine has no such address: check [{section}] host"
     return f"{exc.strerror or exc}"
