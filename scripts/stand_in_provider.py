@@ -33,7 +33,10 @@ class StandIn(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         request = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-        said = _last_user_text(request.get("messages", []))[-200:]
+        said = _last_user_text(request.get("messages", []))
+        # cursor-byok wraps what the user typed in <user_query> after its own mode preamble
+        said = said.rpartition("<user_query>")[2].partition("</user_query>")[0].strip() if "<user_query>" in said else said
+        said = said[-200:]
         answer = f"Hello from the stand-in provider. You said: {said}"
         model = request.get("model", "stand-in")
         usage = {"prompt_tokens": 10, "completion_tokens": len(answer.split()), "total_tokens": 10 + len(answer.split())}
