@@ -200,13 +200,14 @@ def stalled_endpoint() -> Iterator[str]:
 
 def test_models_test_on_a_stalled_endpoint_ends_within_its_timeout_printing_each_retry(stalled_endpoint: str, write_config, tmp_path: Path):
     path = write_config(f'[[models]]\nid = "stalled"\nprovider = "openai-chat"\nbase_url = "{stalled_endpoint}"\nmodel = "m"\n')
-    done = cursor_byok("models", "test", "stalled", "--timeout", "3", "--config", str(path), timeout=30)
+    # 6 s: three tries of 1.5 s and the pauses between them (0.5 s, 1 s) fit in it
+    done = cursor_byok("models", "test", "stalled", "--timeout", "6", "--config", str(path), timeout=60)
     assert done.returncode == 1
     lines = done.stderr.splitlines()
     retries = [line for line in lines if "retry" in line]
     assert len(retries) == 2, lines
     assert all(line.startswith("cursor-byok: ") for line in retries), retries
-    assert "within 3 s" in lines[-1] and "stalled" in lines[-1], lines
+    assert "within 6 s (3 tries)" in lines[-1] and "stalled" in lines[-1], lines
     assert "openai-chat: openai-chat" not in done.stderr
 
 

@@ -12,10 +12,11 @@ import msgspec
 
 from ..config import ModelConfig, ProviderKind, resolve_api_key
 from . import doctor
-from .common import PROG, CommandError, echo, key_status, load_config, model_or_fail, run_async, table
+from .common import PROG, CommandError, echo, key_status, load_config, model_or_fail, run_async, table, typed_command
 
 if TYPE_CHECKING:
     from ..observability import ModelTestResult
+    from ..providers import ProviderCall
 
 T = TypeVar("T")
 
@@ -39,17 +40,17 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 DEFAULT_TEST_TIMEOUT = 15.0
 
 
-async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_tokens: int) -> ModelTestResult:
+async def run_model_test(model: ModelConfig, api_key: str, prompt: str, max_tokens: int, call: ProviderCall) -> ModelTestResult:
     from ..http_client import streaming_client
     from ..observability import measure_model
-    from ..providers import ProviderCall, make_provider
+    from ..providers import make_provider
 
     async with streaming_client() as client:  # the provider bounds its own waits
-        return await measure_model(make_provider(model, api_key, client), model, ProviderCall("test"), prompt=prompt, max_tokens=max_tokens)
+        return await measure_model(make_provider(model, api_key, client), model, call, prompt=prompt, max_tokens=max_tokens)
 
 
 @dataclass(frozen=True, slots=True)
-class TestBudget:
+class ProbeBudget:
     """`models test`'s time: `total` seconds for every try and the pauses between them."""
 
     total: float
@@ -57,13 +58,14 @@ class TestBudget:
     per_try: float
 
     @classmethod
-    def split(cls, total: float) -> TestBudget:
+    def split(cls, total: float) -> ProbeBudget:
         from ..providers import RetryPolicy
 
         policy = RetryPolicy()
         pauses = sum(min(policy.max_delay, policy.base_delay * 2**i) for i in range(policy.max_retries))
         tries = policy.max_retries + 1
-        return cls(total, tries, max(1.0, round((total - pauses) / tries, 1)))
+        # every try and pause fits in `total`: what is left for the last try is cut by the cap
+        return cls(total, tries, max(0.1, round((total - pauses) / tries, 1)))
 
     def bounded(self, model: ModelConfig) -> ModelConfig:
         return msgspec.structs.replace(
@@ -87,9 +89,10 @@ def cmd_models_test(args: argparse.Namespace) -> int:
     api_key = resolve_api_key(cfg, model)
     if args.timeout <= 0:
         raise CommandError("--timeout: must be > 0 seconds", code=2)
-    from ..providers import IdleTimeoutError, ProviderError
+    from ..providers import IdleTimeoutError, ProviderCall, ProviderError
 
-    budget = TestBudget.split(args.timeout)
+    budget = ProbeBudget.split(args.timeout)
+    call = ProviderCall("test")
     max_tokens = min(args.max_tokens, model.max_output_tokens)
     # A failure is this command's one line below and each retry one line as it comes; the
     # server-style log lines of them would repeat them.
@@ -100,14 +103,18 @@ def cmd_models_test(args: argparse.Namespace) -> int:
         provider_log.setLevel(logging.WARNING)
         provider_log.propagate = False
         provider_log.addHandler(retries)
-    no_answer = CommandError(
-        f"model {model.id}: no answer from {doctor.base_url(model)} within {budget.total:g} s "
-        f"({budget.tries} tries): check that it is up (`cursor-byok doctor --check-providers`), or wait longer with --timeout"
-    )
     try:
-        result = run_async(_within(budget.total, run_model_test(budget.bounded(model), api_key, args.prompt, max_tokens)))
+        result = run_async(_within(budget.total, run_model_test(budget.bounded(model), api_key, args.prompt, max_tokens, call)))
     except (TimeoutError, IdleTimeoutError):
-        raise no_answer from None
+        if call.first_event_ns:  # it answers, only not all of it in time
+            raise CommandError(
+                f"model {model.id}: the answer started but did not end within {budget.total:g} s "
+                "(--timeout waits longer, --max-tokens asks for less)"
+            ) from None
+        raise CommandError(
+            f"model {model.id}: no answer from {doctor.base_url(model)} within {budget.total:g} s ({budget.tries} tries): "
+            f"check that it is up (`{typed_command()} doctor --check-providers`), or wait longer with --timeout"
+        ) from None
     except ProviderError as exc:
         raise CommandError(exc.explain()) from None
     finally:
