@@ -65,6 +65,7 @@ class ServicePlan:
     stop: list[Step]  # run by uninstall before the files go
     query: list[str]  # status
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what would make the service a bad idea as planned
     run_commands: bool = True
 
 
@@ -82,12 +83,12 @@ def source_checkout(command: Path) -> Path | None:
     return None
 
 
-def _checkout_notes(command: list[str]) -> list[str]:
+def _checkout_warnings(command: list[str]) -> list[str]:
     checkout = source_checkout(Path(command[0]))
     if checkout is None:
         return []
     return [
-        f"WARNING: the service would run {command[0]}, inside the source checkout {checkout} "
+        f"the service would run {command[0]}, inside the source checkout {checkout} "
         "(`make clean` there deletes it): run `make install` in the checkout, then "
         "`cursor-byok service install` with the installed command"
     ]
@@ -214,7 +215,7 @@ def service_plan(cfg: Config, cfg_file: Path, platform: Platform, environ: dict[
         plan = _macos(command, names, environ)
     else:
         plan = _windows(command, names)
-    plan.notes[:0] = _checkout_notes(command)
+    plan.warnings = _checkout_warnings(command)
     return plan
 
 
@@ -230,8 +231,8 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def _run_all(steps: list[Step], plan: ServicePlan, what: str, *, force: bool = False, hint: str = "") -> None:
-    """Run `steps` in order; the first that fails is one line naming what to run once it works
-    (`force`: a warning, and on without the rest: the files go all the same)."""
+    """Run `steps` in order; the first that fails is one line naming what to run once it works.
+    With `force` that failure is a warning and the rest of the steps are skipped."""
     for i, step in enumerate(steps):
         done = _run(step.argv)
         if done.returncode != 0 and step.check:
@@ -267,7 +268,13 @@ def _plan_for(args: argparse.Namespace) -> tuple[Config, ServicePlan]:
     return cfg, service_plan(cfg, config_path(args.config).absolute(), platform, dict(os.environ))
 
 
+def _warn(plan: ServicePlan) -> None:
+    for warning in plan.warnings:
+        echo(f"{PROG}: warning: {warning}", file=sys.stderr)
+
+
 def _print_plan(plan: ServicePlan, steps: list[Step]) -> None:
+    _warn(plan)
     for file in plan.files:
         echo(f"# {file.path} (mode {file.mode:04o})")
         echo(file.shown.rstrip("\n"))
@@ -285,6 +292,7 @@ def cmd_service_install(args: argparse.Namespace) -> int:
     if args.dry_run or not plan.run_commands:
         _print_plan(plan, plan.start)
         return 0
+    _warn(plan)
     for file in plan.files:
         echo(f"{'wrote' if _write(file) else 'kept existing'} {file.path}")
     _run_all(plan.start, plan, "the service files are written")
@@ -304,9 +312,9 @@ def cmd_service_uninstall(args: argparse.Namespace) -> int:
         for file in definitions:
             echo(f"# would remove {file.path}")
         return 0
-    force = " (`cursor-byok service uninstall --force` removes its files anyway)"
+    force_hint = " (`cursor-byok service uninstall --force` removes its files anyway)"
     if any(f.path.exists() for f in definitions):
-        _run_all(plan.stop, plan, "the service is still installed", force=args.force, hint=force)
+        _run_all(plan.stop, plan, "the service is still installed", force=args.force, hint=force_hint)
     else:
         echo("the service is not installed")
     for file in definitions:
