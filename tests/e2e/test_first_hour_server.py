@@ -42,8 +42,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, upstream: FakeProviderServe
 def test_ui_without_the_slash_redirects_to_the_dashboard(server: ServerProcess, upstream: FakeProviderServer) -> None:
     answer = httpx.get(server.base_url + "/ui")
     assert answer.status_code == 308
-    assert answer.headers["location"] == "/ui/"
-    assert httpx.get(server.base_url + "/ui", follow_redirects=True).status_code == 200
+    assert answer.headers["location"] == "ui/"  # relative: a token prefix in the path stays
+    followed = httpx.get(server.base_url + "/ui", follow_redirects=True)
+    assert followed.status_code == 200 and followed.url.path == "/ui/"
     assert upstream.requests == []
 
 
@@ -102,3 +103,10 @@ async def test_a_turn_cut_by_the_stop_says_server_shutting_down_once(tmp_path: P
     assert log.terminal is not None and log.terminal.code == "unavailable"
     assert log.terminal.message.count("server shutting down") == 1, log.terminal.message
     assert "server shutting down: server shutting down" not in server.log()
+
+
+def test_ui_redirect_keeps_a_token_prefix(tmp_path: Path) -> None:
+    token = "first-hour-token-0123456789"
+    with ServerProcess(ServerConfig(data_dir=tmp_path / "data", extra_server={"auth_token": token})) as proc:
+        followed = httpx.get(f"{proc.base_url}/_token/{token}/ui", follow_redirects=True)
+    assert followed.status_code == 200 and followed.url.path == f"/_token/{token}/ui/"

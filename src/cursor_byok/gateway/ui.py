@@ -17,8 +17,8 @@ NO_DASHBOARD = ConnectError("unavailable", "observability is off (set [observabi
 
 
 async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, path: str) -> None:
-    if path == UI_PATH:  # relative to what the client asked for: a `/_token/<token>` prefix stays
-        await reply(send, 308, b"", [(b"location", (scope["path"] + "/").encode("latin-1"))])
+    if path == UI_PATH:  # relative: under a `/_token/<token>/` prefix the browser keeps it
+        await reply(send, 308, b"", [(b"location", b"ui/")])
         return
     if gw.dashboard is None:
         await reply_error(send, NO_DASHBOARD)
