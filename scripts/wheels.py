@@ -104,6 +104,7 @@ def build_wheel(python: Interpreter, sdist: Path, out: Path) -> Path:
         _run(
             f"wheel for {python.path}",
             [str(python.path), "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(raw_dir), str(sdist)],
+            env={**os.environ, "CURSOR_BYOK_REQUIRE_COMPILED": "1"},  # a release wheel never falls back to the twins
         )
         raw = _only(raw_dir, f"*-{python.tag}-{python.tag}-*.whl")
         if not sys.platform.startswith("linux"):

@@ -1,6 +1,7 @@
 """`doctor`: one line per check, exit 0 only when every required check passes."""
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -131,7 +132,8 @@ def test_ports_in_use_are_told_apart(run_cli, write_config, http_server, tmp_pat
         path = write_config(server_port=server_port, proxy_port=proxy_port)
         result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
     checks = lines_by_name(result.out)
-    assert checks["server port"] == ("FAIL", f"127.0.0.1:{server_port} in use by another program")
+    status, detail = checks["server port"]
+    assert status == "FAIL" and detail.startswith(f"127.0.0.1:{server_port} in use by PID {os.getpid()} (")  # this test holds it
     assert fixes_by_name(result.out)["server port"] == f"stop the program listening on 127.0.0.1:{server_port}, or set another [server] port"
     assert checks["proxy port"] == ("ok", f"127.0.0.1:{proxy_port} in use by a running cursor-byok proxy")
     assert result.code == 1 and result.out.splitlines()[-1] == "1 check(s) failed"
@@ -141,7 +143,8 @@ def test_a_proxy_port_held_by_another_program_fails(run_cli, write_config, http_
     other_port, _ = http_server()  # answers, but not as our proxy
     path = write_config(proxy_port=other_port)
     result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
-    assert lines_by_name(result.out)["proxy port"] == ("FAIL", f"127.0.0.1:{other_port} in use by another program")
+    status, detail = lines_by_name(result.out)["proxy port"]
+    assert status == "FAIL" and detail.startswith(f"127.0.0.1:{other_port} in use by PID {os.getpid()} (")
     assert "set another [proxy] port" in fixes_by_name(result.out)["proxy port"]
     assert result.code == 1
 

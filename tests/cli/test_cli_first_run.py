@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.config import ProviderKind, config_path, load
+from cursor_byok.cli.common import typed_command
 from cursor_byok.cli.first_run import warn_if_no_models
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
@@ -58,7 +59,8 @@ def test_serve_with_no_models_names_the_config_and_the_next_command(tmp_path: Pa
         log = server.log()
     [line] = [line for line in log.splitlines() if "no models configured" in line]
     assert f"{server.config_path.absolute()} has no [[models]] table" in line
-    assert "`cursor-byok config init`" in line and "`cursor-byok config import FILE`" in line
+    me = typed_command()  # as the server (in this environment) would have it typed: on PATH or not
+    assert f"`{me} config init`" in line and f"`{me} config import FILE`" in line
 
 
 def test_serve_with_a_model_says_nothing_about_models(tmp_path: Path) -> None:

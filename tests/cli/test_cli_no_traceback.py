@@ -49,7 +49,7 @@ def test_serve_on_a_port_another_program_holds(write_config, env):
         port = squatter.getsockname()[1]
         path = write_config(server_port=port)
         done = run("serve", "--config", str(path), "--log-level", "warning", env=env)
-    assert_one_line(done, 1, f"cannot listen on 127.0.0.1:{port}: the port is already in use", "choose another port with --port")
+    assert_one_line(done, 1, f"cannot listen on 127.0.0.1:{port}: the port is in use by PID {os.getpid()} (", "choose another port with --port")
     assert done.stdout == ""  # no "serving" summary for a server that never served
 
 
@@ -98,4 +98,7 @@ def test_a_bad_config_is_one_line_per_problem_and_exit_2(write_config, env):
     path = write_config('[upstream]\nbase_url = "not a url"\n\n[[models]]\nid = "a"\nprovider = "gemini"\nmodel = "m"\n')
     done = run("serve", "--config", str(path), env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.splitlines() == [f"cursor-byok: {path}: models[0].provider: unknown provider kind 'gemini' (expected one of: openai-chat, openai-responses, anthropic)"]
+    assert done.stderr.splitlines() == [  # every problem: the shape's and what the rest gets wrong
+        f"cursor-byok: {path}: models[0].provider: unknown provider kind 'gemini' (expected one of: openai-chat, openai-responses, anthropic)",
+        f"cursor-byok: {path}: upstream.base_url: not a URL: expected http://host[:port]/… or https://host[:port]/…",
+    ]

@@ -247,10 +247,14 @@ def test_serve_prints_a_start_summary(run_cli, write_config, stand_in, monkeypat
         '[[models]]\nid = "byok-b"\nprovider = "openai-chat"\nmodel = "gpt-y"\napi_key_env = "SUMMARY_KEY_MISSING"\n'
     )
     path = write_config(models, server_port=server_port)
+    command = Path(sys.executable).with_name("cursor-byok")
+    monkeypatch.setenv("PATH", f"{command.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     result = run_cli("serve", "--config", str(path))
     assert result.code == 0, result.err
     assert result.out.splitlines() == [
         f"cursor-byok {cursor_byok.__version__} serving on http://127.0.0.1:{server_port}",
+        f"  dashboard: http://127.0.0.1:{server_port}/ui/  metrics: http://127.0.0.1:{server_port}/metrics",
+        f"  command: cursor-byok (on PATH: {command})",
         f"  data dir: {tmp_path / 'data'}",
         "  model byok-a: anthropic claude-x at http://127.0.0.1:9, key $SUMMARY_KEY_PRESENT present",
         "  model byok-b: openai-chat gpt-y, key MISSING (export SUMMARY_KEY_MISSING=<your key> in the shell that runs the server)",
@@ -270,6 +274,7 @@ def test_serve_starts_the_proxy_when_cursor_is_pointed_at_it(run_cli, write_conf
     settings = tmp_path / "User" / "settings.json"
     settings.parent.mkdir()
     settings.write_text('{"http.proxy": "http://corp.example:3128"}')
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     run_cli("ca", "init", "--config", str(path))
     run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
     # even with [proxy] switched off again by hand, Cursor's settings decide

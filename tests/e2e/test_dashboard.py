@@ -127,6 +127,8 @@ async def test_every_page_shows_the_turn_and_logs_no_error(
 
     # Models: the test button measures the model through the server.
     await open_page(page, base + "#/models", "models")
+    # its price as configured: cache_write is not set, and is shown as unset, not as a price of 0
+    assert "3 / 15 / 0.3 / -" in await page.locator(f"tr:has(button[data-model='{MODEL}'])").text_content()
     await page.locator(f"button[data-model='{MODEL}']").click()
     # A locator wait, not wait_for_function: its polling evaluates strings, which the page's CSP forbids.
     await page.locator("td.result", has_text="tokens/s").wait_for(timeout=15_000)

@@ -1,6 +1,7 @@
 """The listening socket: exclusive, and a port in use is one line."""
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -16,7 +17,7 @@ def test_a_port_held_by_anyone_is_refused_with_advice(reuse_port: bool) -> None:
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        with pytest.raises(PortUnavailable, match=rf"cannot listen on 127\.0\.0\.1:{port}: the port is already in use .*--port"):
+        with pytest.raises(PortUnavailable, match=rf"cannot listen on 127\.0\.0\.1:{port}: the port is in use by PID {os.getpid()} \(.*--port"):
             bind_listener("127.0.0.1", port)
 
 

@@ -18,9 +18,18 @@ class Release:
 
 
 @pytest.fixture(scope="session")
-def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
+def dist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dist")
+
+
+@pytest.fixture(scope="session")
+def sdist(dist_dir: Path) -> Path:
+    """The one sdist of the session: every test that installs from source uses it."""
+    return wheels.build_sdist(dist_dir)
+
+
+@pytest.fixture(scope="session")
+def release(sdist: Path, dist_dir: Path) -> Release:
     current = wheels.probe(sys.executable)
     assert current is not None, f"{sys.executable} is not a supported CPython"
-    out = tmp_path_factory.mktemp("dist")
-    sdist = wheels.build_sdist(out)
-    return Release(sdist, wheels.build_wheel(current, sdist, out))
+    return Release(sdist, wheels.build_wheel(current, sdist, dist_dir))

@@ -1,5 +1,8 @@
 """The release wheel as a user meets it: installed into a fresh venv with no compiler on PATH, it
-reports its compiled hot path in `doctor` and serves a scripted turn with a tool call."""
+reports its compiled hot path in `doctor` and serves a scripted turn with a tool call. The sdist
+where no compiler works: the pure-Python hot path, one warning, and `doctor` saying so. The
+cibuildwheel configuration for macOS and Windows, as cibuildwheel reads it. (One module: the
+session's one sdist is built once per test worker.)"""
 from __future__ import annotations
 
 import json
@@ -7,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import uuid
 import zipfile
@@ -23,6 +27,7 @@ from .conftest import Release
 
 COMPILERS = ("cc", "gcc", "clang", "c++", "g++")
 HOT_MODULES = ("frames", "prefix", "seqno", "wire")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +112,50 @@ async def test_installed_wheel_serves_a_scripted_turn(fresh_bin: Path, tmp_path:
         assert log.text == "the notes say so" and log.terminal is None
         tool_result = [m for m in provider.requests[1].json()["messages"] if m["role"] == "tool"][0]
         assert "installed from a wheel" in tool_result["content"]
+
+
+def test_the_sdist_installs_without_a_compiler_and_doctor_says_pure_python(sdist: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # The runtime dependencies are wheels (no compiler either way): borrowed from this environment
+    # so the one pip run below builds only cursor-byok itself.
+    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    (site / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "LDSHARED": "/bin/false"}
+    env.pop("CURSOR_BYOK_REQUIRE_COMPILED", None)
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-cache-dir", "-v", str(sdist)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    output = done.stdout + done.stderr
+    assert output.count("cursor-byok: WARNING: no C compiler") == 1, output[-4000:]
+    installed = site / "cursor_byok" / "hotpath"
+    assert not list(installed.glob("_*.so"))
+    doctor = subprocess.run([str(venv / "bin" / "cursor-byok"), "doctor"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    line = next(line for line in doctor.stdout.splitlines() if "hot path" in line)
+    assert "hot path: pure Python (slower:" in line, line
+
+
+def test_the_release_sdist_carries_the_pure_python_twins(release: Release) -> None:
+    with tarfile.open(release.sdist) as archive:
+        names = archive.getnames()
+    for twin in ("frames_py.py", "seqno_py.py", "prefix_py.py", "wire_py.py"):
+        assert any(name.endswith(f"cursor_byok/hotpath/{twin}") for name in names), twin
+
+
+def test_cibuildwheel_accepts_the_committed_configuration() -> None:
+    exe = Path(sys.executable).with_name("cibuildwheel")
+    found: dict[str, list[str]] = {}
+    for platform in ("macos", "windows"):
+        done = subprocess.run(
+            [str(exe), "--print-build-identifiers", "--platform", platform], capture_output=True, text=True, cwd=REPO, timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        found[platform] = done.stdout.split()
+    for version in ("cp311", "cp312", "cp313"):
+        assert f"{version}-macosx_x86_64" in found["macos"]
+        assert f"{version}-macosx_arm64" in found["macos"]
+        assert f"{version}-win_amd64" in found["windows"]
+    assert not any(ident.startswith(("pp", "cp310")) for ids in found.values() for ident in ids)

@@ -10,6 +10,7 @@
     cursor-byok cursor enable|disable|status
     cursor-byok ca init [--rotate]|show|install
     cursor-byok service install|uninstall|status [--dry-run]
+    cursor-byok completion bash|zsh|fish
 
 One module per command group; this one only composes them. A bad config is one line per problem on
 stderr (`cursor-byok: <path>: <key>: <problem>`) and exit status 2; any other failure is one line
@@ -26,25 +27,27 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError
-from . import ca, config, conversations, cursor, db, doctor, models, serve, service, usage
+from . import ca, completion, config, conversations, cursor, db, doctor, models, serve, service, usage
 from .common import PROG, CommandError, echo, setup_logging
 
-COMMAND_GROUPS = (serve, doctor, config, models, conversations, usage, db, cursor, ca, service)
+COMMAND_GROUPS = (serve, doctor, config, models, conversations, usage, db, cursor, ca, service, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
     # Options every subcommand accepts, before or after its name.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
-    common.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS)
-    common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS)
+    common.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS, help="log line format (default: text, or the config's observability.log_format)")
+    common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help="least severe log lines shown (default: info, or the config's observability.log_level for serve)")
+    common.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug", default=argparse.SUPPRESS, help="the same as --log-level debug")
 
     parser = argparse.ArgumentParser(prog=PROG, description="Cursor's agent backend, run locally on your own model keys.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    parser.add_argument("--config", metavar="PATH", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--config", metavar="PATH", default=None, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
     parser.add_argument("--log-format", choices=("text", "json"), default=None, help="log line format (default: text, or the config's observability.log_format)")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None, help="(default: info, or the config's observability.log_level for serve)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None, help="least severe log lines shown (default: info, or the config's observability.log_level for serve)")
+    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug", help="the same as --log-level debug")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(sub, common)
     return parser
@@ -53,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command is None:  # no command: what a new user needs is the list of them
+        parser.print_help()
+        return 0
     setup_logging(args.log_format or "text", args.log_level or "info")
     try:
         return int(args.handler(args) or 0)

@@ -5,9 +5,13 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
+import shlex
+import shutil
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from ..config import Config, ConfigError, ModelConfig, load, resolve_api_key
@@ -98,6 +102,31 @@ def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None 
 
 def load_config(args: Any, *, must_exist: bool = False) -> Config:
     return load(getattr(args, "config", None), must_exist=must_exist)
+
+
+def installed_command(windows: bool = False) -> list[str]:
+    """This installation's `cursor-byok` by absolute path (`python -m cursor_byok.cli` where the
+    script is missing)."""
+    exe = Path(sys.executable).absolute().with_name("cursor-byok.exe" if windows else "cursor-byok")
+    return [str(exe)] if exe.exists() else [str(Path(sys.executable).absolute()), "-m", "cursor_byok.cli"]
+
+
+def on_path(command: str, environ: Mapping[str, str]) -> bool:
+    """Whether `cursor-byok` typed in a shell with this environment runs `command`."""
+    found = shutil.which(PROG, path=environ.get("PATH", ""))
+    try:
+        return found is not None and os.path.samefile(found, command)
+    except OSError:
+        return False
+
+
+def typed_command(environ: Mapping[str, str] | None = None) -> str:
+    """This installation's command as a user types it: `cursor-byok` when that runs it, else its
+    absolute path (a checkout's `.venv/bin/cursor-byok` is on no PATH)."""
+    command = installed_command()
+    if len(command) == 1 and on_path(command[0], os.environ if environ is None else environ):
+        return PROG
+    return shlex.join(command)
 
 
 def connect_host(host: str) -> str:

@@ -5,7 +5,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..config import config_path, load_secrets, parse, secrets_path
+from ..config import config_path, load_secrets, parse, read_toml_text, secrets_path
 from .common import CommandError, echo, load_config
 
 
@@ -22,13 +22,15 @@ def cmd_config_import(args: argparse.Namespace) -> int:
     # A broken config is reported as it is, before anything is written; a missing one is created.
     existing = load_config(args) if target.exists() else parse({}, str(target))
     secrets_file = secrets_path(existing)
-    config_text = target.read_text(encoding="utf-8") if target.exists() else ""
+    config_text = read_toml_text(target) if target.exists() else ""
     known_secrets = load_secrets(existing) if secrets_file.exists() else {}  # also checks its mode
-    secrets_text = secrets_file.read_text(encoding="utf-8") if secrets_file.exists() else ""
+    secrets_text = read_toml_text(secrets_file, "secrets_file") if secrets_file.exists() else ""
     plan = plan_import(foreign, source, existing, target, secrets_file, known_secrets)
     validate(plan, config_text, secrets_text)
 
     echo(f"{source}: {foreign.format.value}")
+    for note in foreign.notes:
+        echo(f"note: {note}")
     for report in plan.reports:
         echo(f"  {report.outcome.value:<8} {report.id}: {report.detail}")
         for note in report.notes:
@@ -49,6 +51,10 @@ def cmd_config_import(args: argparse.Namespace) -> int:
     else:
         written = [str(p) for p, changed in ((target, plan.tables), (secrets_file, plan.secrets)) if changed]
         echo(f"{summary}" + (f"; wrote {', '.join(written)}" if written else ""))
+    unset = [name for name in dict.fromkeys(t.get("api_key_env", "") for t in plan.tables) if name and not os.environ.get(name)]
+    if unset:
+        exports = " ".join(f"{name}=<your key>" for name in unset)
+        echo(f"next: export {exports} in the shell that runs the server, then `cursor-byok config validate`")
     return 0
 
 

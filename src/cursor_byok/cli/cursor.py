@@ -96,7 +96,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         if name != "disable":
             p.add_argument("--proxy-url", metavar="URL", help="default: http://<proxy.host>:<proxy.port> from the config")
         if name == "enable":
-            p.add_argument("--proxy-support", choices=("override", "on"), default="override")
+            p.add_argument("--proxy-support", choices=("override", "on"), default="override", help="Cursor's http.proxySupport: override (all requests use the proxy; default) or on")
             p.add_argument("--force", action="store_true", help="enable even without a local CA, or where Cursor's user dir does not exist")
             p.add_argument("--http2", action="store_true", help="leave Cursor on HTTP/2 (its agent then uses the Run stream) instead of setting disableHttp2")
         if name == "disable":

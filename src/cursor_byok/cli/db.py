@@ -181,7 +181,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     p = db_sub.add_parser("stats", parents=[common], help="size, rows and bytes per turn (runs beside a server)")
     p.add_argument("--sizes", action="store_true", help="also each table's size (reads the whole file)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the same numbers as JSON")
     p.set_defaults(handler=cmd_db_stats)
     p = db_sub.add_parser("backup", parents=[common], help="a consistent copy, taken while the server may be serving")
     p.add_argument("file", metavar="FILE", help="where the copy goes (must not exist)")

@@ -29,10 +29,11 @@ from .common import (
     proxy_url,
     run_async,
 )
+from ..instance import port_holder
 from .ports import PortState, port_state
 
 PROVIDER_CHECK_TIMEOUT = 5.0
-_REBUILD = "make clean serve (from the source checkout, with a C compiler)"
+_REBUILD = "install a wheel, or install again where a C compiler works (from a checkout: make clean serve)"
 _DEFAULT_BASE_URLS = {
     ProviderKind.OPENAI_CHAT: "https://api.openai.com/v1",
     ProviderKind.OPENAI_RESPONSES: "https://api.openai.com/v1",
@@ -75,6 +76,13 @@ def hotpath_check(environ: dict[str, str] | None = None) -> Check:
     if required or expected:
         why = f"{REQUIRE_COMPILED_ENV}=1" if required else f"compiled build present for {', '.join(expected)}"
         return Check("hot path", CheckStatus.FAIL, f"{summary} ({why}, but the pure-Python twin is active)", _REBUILD)
+    if len(python) == len(impl):  # an install with no compiled build at all (no C compiler at install time)
+        return Check(
+            "hot path", CheckStatus.WARN,
+            "pure Python (slower: framing, seqno reordering and prefix hashing run as Python, "
+            "not as the compiled extension)",
+            _REBUILD,
+        )
     return Check("hot path", CheckStatus.WARN, f"{summary} (not compiled)", _REBUILD)
 
 
@@ -238,7 +246,7 @@ def _port_checks(cfg: Config) -> list[Check]:
         elif state is PortState.OURS:
             checks.append(Check(name, CheckStatus.OK, f"{where} in use by a running {what}"))
         else:
-            checks.append(Check(name, CheckStatus.FAIL, f"{where} in use by another program",
+            checks.append(Check(name, CheckStatus.FAIL, f"{where} in use by {port_holder(port)}",
                                 f"stop the program listening on {where}, or set another [{table_name}] port"))
     return checks
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config, ProviderKind, config_path
-from .common import CommandError, echo
+from .common import CommandError, echo, typed_command
 
 log = logging.getLogger("cursor_byok.cli")
 
@@ -98,7 +98,8 @@ def cmd_config_init(args: argparse.Namespace) -> int:
     with path.open("x", encoding="utf-8") as out:
         out.write(config_template(kind))
     echo(f"wrote {path} ({kind.value})")
-    echo(f"next: export {_key_variable(kind)}=...  then  cursor-byok config validate  and  cursor-byok serve")
+    me = typed_command()
+    echo(f"next: export {_key_variable(kind)}=...  then  {me} config validate  and  {me} serve")
     return 0
 
 
@@ -108,11 +109,14 @@ def warn_if_no_models(cfg: Config, config_file: Path) -> None:
         return
     path = config_file.absolute()
     state = "has no [[models]] table" if path.exists() else "does not exist"
+    me = typed_command()
     log.warning(
-        "no models configured: %s %s. Next: `cursor-byok config init` writes a commented config there, "
-        "or `cursor-byok config import FILE` adds the models of another tool's config",
+        "no models configured: %s %s. Next: `%s config init` writes a commented config there, "
+        "or `%s config import FILE` adds the models of another tool's config",
         path,
         state,
+        me,
+        me,
     )
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import importlib
 import logging
@@ -14,7 +15,17 @@ import msgspec
 from .. import local_trust
 from ..config import Config, ConfigError, config_path
 from ..datadir import secure_data_dir, use_private_umask
-from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, display_address
+from ..instance import (
+    DataDirBusy,
+    DataDirError,
+    DataDirLock,
+    PortUnavailable,
+    bind_listener,
+    busy_port_advice,
+    display_address,
+    ensure_port_free,
+    lock_holder,
+)
 from ..trust_store import TrustStoreError
 from . import startup
 from .chain import corporate_proxy
@@ -56,12 +67,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     local_trust.auth_token(cfg)  # a missing auth_token_env variable: one line now, not a failed start later
     use_private_umask()  # before anything creates a file: the data dir, its lock, the database
     try:
-        # First the data dir, then the port: a second server on the same data dir is named as such.
-        with DataDirLock.acquire(cfg.data_path) as lock:
+        # Nothing is created before the start is known to work: first whether another server holds
+        # the data dir (named as such), then both ports, and only then the data dir and its CA.
+        try:
+            holder = lock_holder(cfg.data_path)
+        except OSError:  # unreadable: the lock's own acquire below says what is wrong with it
+            holder = None
+        if holder is not None:
+            raise DataDirBusy(cfg.data_path, holder)
+        listener = bind_listener(cfg.server.host, cfg.server.port)
+        try:
+            if cfg.proxy.enabled:
+                ensure_port_free(cfg.proxy.host, cfg.proxy.port, "proxy")
+            lock = DataDirLock.acquire(cfg.data_path)
+        except BaseException:
+            listener.close()
+            raise
+        with lock:
             lock.record(address=display_address(cfg.server.host, cfg.server.port))
-            listener = bind_listener(cfg.server.host, cfg.server.port)
             secure_data_dir(cfg.data_path)  # ours now: tighten what an earlier run left open
-            return _serve(cfg, listener, config_path(getattr(args, "config", None)))
+            return _serve(cfg, listener, config_path(getattr(args, "config", None)))  # owns the listener
     except (DataDirError, PortUnavailable, TrustStoreError) as exc:
         raise CommandError(str(exc)) from None
 
@@ -142,20 +167,18 @@ def _start_proxy(cfg: Config) -> ProxyThread:
     thread = ProxyThread(proxy)
     try:
         port = thread.start()
-    except OSError as exc:
-        raise CommandError(
-            f"proxy cannot listen on {cfg.proxy.host}:{cfg.proxy.port}: {exc.strerror or exc} "
-            "(another cursor-byok running? change [proxy] port or pass --proxy-port)"
-        ) from None
+    except OSError as exc:  # taken since the check before start-up
+        why = busy_port_advice(cfg.proxy.port, "proxy") if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise CommandError(f"proxy cannot listen on {display_address(cfg.proxy.host, cfg.proxy.port)}: {why}") from None
     log.info("proxy listening", extra={"proxy_url": proxy_url(cfg, port), "gateway": gateway_url(cfg)})
     return thread
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", parents=[common], help="run the server (and optionally the proxy for the IDE)")
-    p.add_argument("--host")
-    p.add_argument("--port", type=port_number)
-    p.add_argument("--data-dir", metavar="DIR")
+    p.add_argument("--host", help="address to listen on (default: [server] host, 127.0.0.1)")
+    p.add_argument("--port", type=port_number, help="port to listen on (default: [server] port, 8787)")
+    p.add_argument("--data-dir", metavar="DIR", help="where the database, the local CA and the lock live (default: [server] data_dir, the user data dir)")
     p.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=None, help="also run the intercepting proxy the IDE uses (default: [proxy] enabled)")
-    p.add_argument("--proxy-port", type=port_number, metavar="N")
+    p.add_argument("--proxy-port", type=port_number, metavar="N", help="port of the intercepting proxy (default: [proxy] port, 8788)")
     p.set_defaults(handler=cmd_serve)

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Config, config_path, default_config_path
-from .common import GATEWAY_HEALTH_PATH, CommandError, echo, gateway_url, load_config
+from .common import GATEWAY_HEALTH_PATH, PROG, CommandError, echo, gateway_url, installed_command, load_config
 
 UNIT_NAME = "cursor-byok.service"
+JOURNAL_COMMAND = "journalctl --user -u cursor-byok -f"  # where a systemd user unit's log goes
 LAUNCHD_LABEL = "local.cursor-byok"
 TASK_NAME = "cursor-byok"
 MASK = "********"
@@ -64,15 +65,33 @@ class ServicePlan:
     stop: list[Step]  # run by uninstall before the files go
     query: list[str]  # status
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what would make the service a bad idea as planned
     run_commands: bool = True
 
 
 def serve_command(cfg_file: Path, platform: Platform) -> list[str]:
     """The absolute command line the service runs: this installation's `cursor-byok serve`."""
-    scripts = Path(sys.executable).absolute().parent
-    exe = scripts / ("cursor-byok.exe" if platform is Platform.WINDOWS else "cursor-byok")
-    head = [str(exe)] if exe.exists() else [str(Path(sys.executable).absolute()), "-m", "cursor_byok.cli"]
-    return [*head, "serve", "--config", str(cfg_file)]
+    return [*installed_command(platform is Platform.WINDOWS), "serve", "--config", str(cfg_file)]
+
+
+def source_checkout(command: Path) -> Path | None:
+    """The cursor-byok source checkout `command` lives in (its `.venv`), if it does: `make clean`
+    there deletes what a service would run."""
+    for parent in command.parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "src" / "cursor_byok").is_dir():
+            return parent
+    return None
+
+
+def _checkout_warnings(command: list[str]) -> list[str]:
+    checkout = source_checkout(Path(command[0]))
+    if checkout is None:
+        return []
+    return [
+        f"the service would run {command[0]}, inside the source checkout {checkout} "
+        "(`make clean` there deletes it): run `make install` in the checkout, then "
+        "`cursor-byok service install` with the installed command"
+    ]
 
 
 def key_variables(cfg: Config, environ: dict[str, str]) -> list[str]:
@@ -138,7 +157,10 @@ def _linux(command: list[str], names: list[str], environ: dict[str, str]) -> Ser
         start=[Step([*systemctl, "daemon-reload"]), Step([*systemctl, "enable", UNIT_NAME]), Step([*systemctl, "restart", UNIT_NAME])],
         stop=[Step([*systemctl, "disable", "--now", UNIT_NAME])],
         query=[*systemctl, "is-active", UNIT_NAME],
-        notes=["to keep it running while you are logged out: loginctl enable-linger"],
+        notes=[
+            f"its log: {JOURNAL_COMMAND}",
+            "to keep it running while you are logged out: loginctl enable-linger",
+        ],
     )
 
 
@@ -188,10 +210,13 @@ def service_plan(cfg: Config, cfg_file: Path, platform: Platform, environ: dict[
     command = serve_command(cfg_file, platform)
     names = key_variables(cfg, environ)
     if platform is Platform.LINUX:
-        return _linux(command, names, environ)
-    if platform is Platform.MACOS:
-        return _macos(command, names, environ)
-    return _windows(command, names)
+        plan = _linux(command, names, environ)
+    elif platform is Platform.MACOS:
+        plan = _macos(command, names, environ)
+    else:
+        plan = _windows(command, names)
+    plan.warnings = _checkout_warnings(command)
+    return plan
 
 
 def _shell_line(cmd: list[str], platform: Platform) -> str:
@@ -205,16 +230,19 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(cmd, 127, "", f"cannot run {cmd[0]}: {exc}")
 
 
-def _run_all(steps: list[Step], plan: ServicePlan, what: str) -> None:
+def _run_all(steps: list[Step], plan: ServicePlan, what: str, *, force: bool = False, hint: str = "") -> None:
+    """Run `steps` in order; the first that fails is one line naming what to run once it works.
+    With `force` that failure is a warning and the rest of the steps are skipped."""
     for i, step in enumerate(steps):
         done = _run(step.argv)
         if done.returncode != 0 and step.check:
             why = (done.stderr or done.stdout).strip().splitlines()
+            failed = f"`{_shell_line(step.argv, plan.platform)}` failed: {why[0] if why else f'exit {done.returncode}'}"
+            if force:
+                echo(f"{PROG}: warning: {failed} (--force: going on)", file=sys.stderr)
+                return
             rest = "; ".join(_shell_line(s.argv, plan.platform) for s in steps[i:])
-            raise CommandError(
-                f"{what}, but `{_shell_line(step.argv, plan.platform)}` failed: "
-                f"{why[0] if why else f'exit {done.returncode}'} (once that works, run: {rest})"
-            )
+            raise CommandError(f"{what}, but {failed} (once that works, run: {rest}){hint}")
 
 
 def _write(file: ServiceFile) -> bool:
@@ -240,7 +268,13 @@ def _plan_for(args: argparse.Namespace) -> tuple[Config, ServicePlan]:
     return cfg, service_plan(cfg, config_path(args.config).absolute(), platform, dict(os.environ))
 
 
+def _warn(plan: ServicePlan) -> None:
+    for warning in plan.warnings:
+        echo(f"{PROG}: warning: {warning}", file=sys.stderr)
+
+
 def _print_plan(plan: ServicePlan, steps: list[Step]) -> None:
+    _warn(plan)
     for file in plan.files:
         echo(f"# {file.path} (mode {file.mode:04o})")
         echo(file.shown.rstrip("\n"))
@@ -258,6 +292,7 @@ def cmd_service_install(args: argparse.Namespace) -> int:
     if args.dry_run or not plan.run_commands:
         _print_plan(plan, plan.start)
         return 0
+    _warn(plan)
     for file in plan.files:
         echo(f"{'wrote' if _write(file) else 'kept existing'} {file.path}")
     _run_all(plan.start, plan, "the service files are written")
@@ -277,16 +312,17 @@ def cmd_service_uninstall(args: argparse.Namespace) -> int:
         for file in definitions:
             echo(f"# would remove {file.path}")
         return 0
+    force_hint = " (`cursor-byok service uninstall --force` removes its files anyway)"
     if any(f.path.exists() for f in definitions):
-        _run_all(plan.stop, plan, "the service is still installed")
+        _run_all(plan.stop, plan, "the service is still installed", force=args.force, hint=force_hint)
     else:
         echo("the service is not installed")
     for file in definitions:
         if file.path.exists():
             file.path.unlink()
             echo(f"removed {file.path}")
-    if plan.platform is Platform.LINUX:
-        _run_all(plan.start[:1], plan, "the unit file is removed")  # daemon-reload forgets it
+    if plan.platform is Platform.LINUX:  # daemon-reload forgets the unit
+        _run_all(plan.start[:1], plan, "the unit file is removed", force=args.force)
     for file in plan.files:
         if file.keep_existing and file.path.exists():
             echo(f"kept {file.path} (it holds your keys: delete it if you no longer need it)")
@@ -308,6 +344,8 @@ def cmd_service_status(args: argparse.Namespace) -> int:
         echo(f"{_shell_line(plan.query, plan.platform)}: {lines[0] if lines else f'exit {done.returncode}'}")
     else:
         echo(f"check it with: {_shell_line(plan.query, plan.platform)}")
+    if plan.platform is Platform.LINUX:
+        echo(f"log: {JOURNAL_COMMAND}")
     answering = _server_answers(cfg)
     echo(f"server {gateway_url(cfg)}: {'answering' if answering else 'not answering'}")
     return 0 if answering else 3
@@ -329,5 +367,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     options.add_argument("--dry-run", action="store_true", help="print the files and commands; change nothing")
     options.add_argument("--platform", choices=[p.value for p in Platform], help="another OS's files and commands (with --dry-run)")
     service_sub.add_parser("install", parents=[options], help="write the service files and start it").set_defaults(handler=cmd_service_install)
-    service_sub.add_parser("uninstall", parents=[options], help="stop it and remove the service files").set_defaults(handler=cmd_service_uninstall)
+    uninstall = service_sub.add_parser("uninstall", parents=[options], help="stop it and remove the service files")
+    uninstall.add_argument("--force", action="store_true", help="remove the files even where stopping it fails (no systemd, launchd refusing)")
+    uninstall.set_defaults(handler=cmd_service_uninstall)
     service_sub.add_parser("status", parents=[options], help="installed? running? (exit 0 when the server answers, else 3)").set_defaults(handler=cmd_service_status)

@@ -12,7 +12,7 @@ import msgspec
 from .. import __version__
 from ..config import Config, ProviderKind
 from .chain import corporate_proxy, cursor_uses_our_proxy, outbound_proxy_env, shown_url
-from .common import PROG, echo, gateway_url, key_status, proxy_url
+from .common import PROG, echo, gateway_url, installed_command, key_status, proxy_url, typed_command
 
 log = logging.getLogger("cursor_byok.cli")
 
@@ -32,7 +32,18 @@ def prepare(cfg: Config, proxy_flag: bool | None, environ: MutableMapping[str, s
 def summary(cfg: Config, environ: Mapping[str, str] | None = None) -> list[str]:
     """The start summary: address, data dir, models and keys, proxy, upstream, what to do next."""
     environ = os.environ if environ is None else environ
-    lines = [f"{PROG} {__version__} serving on {gateway_url(cfg)}", f"  data dir: {cfg.data_path}"]
+    url = gateway_url(cfg)
+    me = typed_command(environ)
+    if me == PROG:
+        where = f"  command: {PROG} (on PATH: {installed_command()[0]})"
+    else:
+        where = f"  command: {me} (not on PATH: `make install` in the source checkout puts it there)"
+    lines = [
+        f"{PROG} {__version__} serving on {url}",
+        f"  dashboard: {url}/ui/  metrics: {url}/metrics",
+        where,
+        f"  data dir: {cfg.data_path}",
+    ]
     missing = []
     for model in cfg.models:
         key = key_status(cfg, model)
@@ -52,15 +63,15 @@ def summary(cfg: Config, environ: Mapping[str, str] | None = None) -> list[str]:
         beyond = f"; other hosts via {shown_url(corporate)}" if corporate else ""
         lines.append(f"  proxy: on at {proxy_url(cfg)} (intercepts *.cursor.sh only{beyond})")
     else:
-        lines.append("  proxy: off (Cursor's agent reaches this server only through it: `cursor-byok serve --proxy`)")
+        lines.append(f"  proxy: off (Cursor's agent reaches this server only through it: `{me} serve --proxy`)")
     outbound = environ.get("HTTPS_PROXY") or environ.get("https_proxy")
     lines.append(f"  upstream: {cfg.upstream.base_url}" + (f" via {shown_url(outbound)}" if outbound else ""))
     if missing:
-        next_step = f"set the missing key{'s' * (len(missing) > 1)} (above) and restart; then `cursor-byok doctor`"
+        next_step = f"set the missing key{'s' * (len(missing) > 1)} (above) and restart; then `{me} doctor`"
     elif cfg.proxy.enabled and cursor_uses_our_proxy(cfg):
-        next_step = "`cursor-byok doctor` checks the whole chain; restart Cursor fully to pick your models"
+        next_step = f"`{me} doctor` checks the whole chain; restart Cursor fully to pick your models"
     else:
-        next_step = "`cursor-byok doctor`, then `cursor-byok cursor enable` to point Cursor at the proxy"
+        next_step = f"`{me} doctor`, then `{me} cursor enable` to point Cursor at the proxy"
     lines.append(f"  next: {next_step}")
     return lines
 

@@ -63,5 +63,5 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("usage", parents=[common], help="provider calls, tokens, cache hits and cost")
     p.add_argument("--since", metavar="AGE", help="only the last AGE, e.g. 24h, 7d, 2w (default: everything kept)")
     p.add_argument("--by", choices=("model", "day"), default="model", help="one row per model, or per day and model")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the same numbers as JSON")
     p.set_defaults(handler=cmd_usage)

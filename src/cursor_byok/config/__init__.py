@@ -12,6 +12,7 @@ from .files import (
     enable_proxy_in_file,
     load,
     load_secrets,
+    read_toml_text,
     resolve_api_key,
     secrets_path,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "load",
     "load_secrets",
     "parse",
+    "read_toml_text",
     "resolve_api_key",
     "secrets_path",
     "url_problem",

@@ -2,9 +2,11 @@
 type, worded as `<toml key>: <problem>`), then what a well-formed config can still get wrong."""
 from __future__ import annotations
 
+import difflib
 import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,12 +39,13 @@ def _describe(err: msgspec.ValidationError, prefix: str = "") -> str:
         key, msg = (f"{key}.{m.group(1)}" if key else m.group(1)), "missing required key"
     elif m := re.fullmatch(r"Object contains unknown field `(.+)`", msg):
         key, msg = (f"{key}.{m.group(1)}" if key else m.group(1)), "unknown key"
-    elif m := re.fullmatch(r"Expected `(\w+)`, got `(\w+)`", msg):
+    elif m := re.fullmatch(r"Expected `(\w+)(?: \| null)?`, got `(\w+)`", msg):
         msg = f"expected {_toml_type(m.group(1))}, got {_toml_type(m.group(2))}"
     elif m := re.fullmatch(r"Invalid enum value (.+)", msg):
         if key.endswith(".provider"):
-            allowed = ", ".join(k.value for k in ProviderKind)
-            msg = f"unknown provider kind {m.group(1)} (expected one of: {allowed})"
+            allowed = [k.value for k in ProviderKind]
+            given = m.group(1).strip("'\"")
+            msg = f"unknown provider kind {m.group(1)} (expected one of: {', '.join(allowed)}){did_you_mean(given, allowed)}"
         else:
             msg = f"invalid value {m.group(1)}"
     return f"{key}: {msg}" if key else msg
@@ -52,33 +55,72 @@ def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
     return tp if isinstance(tp, type) and issubclass(tp, msgspec.Struct) else None
 
 
-def _shape_problems(value: Any, struct: type[msgspec.Struct], where: str) -> Iterator[str]:
-    """Every unknown key, missing key and wrong type in one table (msgspec stops at the first)."""
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean X?)` for the closest of `choices` to a mistyped `word`, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+@dataclasses.dataclass(slots=True)
+class _Shape:
+    """What the shape check found: one line per problem, and the keys they are about (the meaning
+    checks say nothing more about those)."""
+
+    problems: list[str] = dataclasses.field(default_factory=list)
+    bad_keys: set[str] = dataclasses.field(default_factory=set)
+
+    def add(self, key: str, line: str) -> None:
+        self.problems.append(line)
+        self.bad_keys.add(key)
+
+
+# Stand-ins for a required key that is missing or malformed, so the rest of its table is still checked.
+_STAND_INS: dict[Any, Any] = {str: "", ProviderKind: ProviderKind.OPENAI_CHAT.value}
+
+
+def _shape(value: Any, struct: type[msgspec.Struct], where: str, found: _Shape) -> dict[str, Any]:
+    """Every unknown key, missing key and wrong type in one table (msgspec stops at the first);
+    returns the table with them taken out (a default in their place, or a stand-in for a required
+    one), so that the meaning checks can still look at the rest."""
     if not isinstance(value, dict):
-        yield f"{where}: expected table, got {_toml_type(type(value).__name__)}"
-        return
+        found.add(where, f"{where}: expected table, got {_toml_type(type(value).__name__)}")
+        value = {}
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    clean: dict[str, Any] = {}
     for key, item in value.items():
         field = fields.get(key)
         name = f"{where}.{key}" if where else key
         if field is None or (not where and key == "source"):
-            yield f"{name}: unknown key"
+            known = [k for k in fields if where or k != "source"]
+            found.add(name, f"{name}: unknown key{did_you_mean(key, known)}")
             continue
         nested = _struct_type(field.type)
         element = _struct_type(typing.get_args(field.type)[0]) if typing.get_origin(field.type) is list else None
         if nested is not None:
-            yield from _shape_problems(item, nested, name)
+            clean[key] = _shape(item, nested, name, found)
         elif element is not None and isinstance(item, list):
-            for i, entry in enumerate(item):
-                yield from _shape_problems(entry, element, f"{name}[{i}]")
+            clean[key] = [_shape(entry, element, f"{name}[{i}]", found) for i, entry in enumerate(item)]
         else:
             try:
                 msgspec.convert(item, field.type, strict=True)
             except msgspec.ValidationError as exc:
-                yield _describe(exc, name)
+                found.add(name, _describe(exc, name))
+                if field.required:
+                    clean[key] = _STAND_INS.get(field.type, "")
+                continue
+            clean[key] = item
     for field in fields.values():
         if field.required and field.encode_name not in value:
-            yield f"{where}.{field.encode_name}: missing required key" if where else f"{field.encode_name}: missing required key"
+            name = f"{where}.{field.encode_name}" if where else field.encode_name
+            found.add(name, f"{name}: missing required key")
+            clean[field.encode_name] = _STAND_INS.get(field.type, "")
+    return clean
+
+
+def _about(problem: str, keys: set[str]) -> bool:
+    """Whether a meaning problem is about a key the shape check reported already."""
+    key = problem.partition(": ")[0]
+    return any(key == bad or key.startswith((bad + ".", bad + "[")) for bad in keys)
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -132,7 +174,7 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
             yield f"{at}.base_url: {problem}"
         if m.default_effort and m.efforts and m.default_effort not in m.efforts:
             yield f"{at}.default_effort: {m.default_effort!r} is not one of its efforts ({', '.join(m.efforts)})"
-        if m.price is not None and min(msgspec.structs.astuple(m.price)) < 0:
+        if m.price is not None and min((p for p in msgspec.structs.astuple(m.price) if p is not None), default=0) < 0:
             yield f"{at}.price: prices must be >= 0 (USD per million tokens)"
     yield from _alias_problems(cfg, seen)
     if problem := url_problem(cfg.upstream.base_url):
@@ -173,11 +215,12 @@ def _alias_problems(cfg: Config, model_ids: set[str]) -> Iterator[str]:
 
 
 def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
-    """Validate a decoded TOML document. Raises ConfigError naming every bad key."""
-    problems = list(_shape_problems(data, Config, ""))
-    if not problems:
-        cfg = msgspec.convert(data, Config, strict=True)
-        problems = list(_meaning_problems(cfg))
+    """Validate a decoded TOML document. Raises ConfigError naming every bad key, in one pass: the
+    shape's problems, then what the rest of the document still gets wrong."""
+    found = _Shape()
+    clean = _shape(data, Config, "", found)
+    cfg = msgspec.convert(clean, Config, strict=True)
+    problems = found.problems + [p for p in _meaning_problems(cfg) if not _about(p, found.bad_keys)]
     if problems:
         lines = [f"{source}: {p}" for p in problems]
         raise ConfigError(lines[0], lines)

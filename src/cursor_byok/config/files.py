@@ -2,6 +2,7 @@
 again only when it changed), a model's API key, and the one edit `cursor enable` makes."""
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import stat
@@ -26,6 +27,31 @@ def config_path(explicit: str | None = None) -> Path:
     return Path(env).expanduser() if env else default_config_path()
 
 
+_FOREIGN_BOMS = (  # UTF-32 first: its little-endian mark begins with UTF-16's
+    (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def read_toml_text(path: Path, what: str = "") -> str:
+    """A TOML file's text: UTF-8, with or without a byte order mark. Another encoding is a
+    ConfigError naming the file (`what`: the key that names it, e.g. `secrets_file`)."""
+    where = f"{what}: {path}" if what else str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
+    for bom, name in _FOREIGN_BOMS:
+        if raw.startswith(bom):
+            raise ConfigError(f"{where}: saved as {name} (it starts with a {name} byte order mark): save it as UTF-8")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
+        ) from None
+
+
 def load(path: str | Path | None = None, *, must_exist: bool = False) -> Config:
     """Load the config file (explicit path, $CURSOR_BYOK_CONFIG, or the user config dir)."""
     p = config_path(str(path) if path else None)
@@ -33,12 +59,11 @@ def load(path: str | Path | None = None, *, must_exist: bool = False) -> Config:
         if must_exist or path or os.environ.get(CONFIG_ENV):
             raise ConfigError(f"{p}: config file not found")
         return parse({}, source="<defaults>")
+    text = read_toml_text(p)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
     return parse(data, source=str(p))
 
 
@@ -73,9 +98,10 @@ def load_secrets(cfg: Config) -> dict[str, str]:
     known = _secrets_read.get(p)
     if known is not None and known[0] == version:
         return dict(known[1])
+    text = read_toml_text(p, f"{cfg.source}: secrets_file")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{cfg.source}: secrets_file: {p}: unreadable: {exc.__class__.__name__}") from None
     secrets = {k: v for k, v in data.items() if isinstance(v, str)}
     if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SECRETS_SETTLED_NS:
@@ -114,10 +140,7 @@ def enable_proxy_in_file(path: Path) -> bool:
     textual edit that keeps comments and layout; creates the file if there is none. Returns False
     when it was on already. Raises ConfigError, saying what to do by hand, when the file's
     [proxy] is not a plain table this edit can safely change."""
-    try:
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    text = read_toml_text(path) if path.exists() else ""
     cfg = parse(tomllib.loads(text), str(path)) if text else None
     if cfg is not None and cfg.proxy.enabled:
         return False

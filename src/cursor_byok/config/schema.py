@@ -95,12 +95,13 @@ class RetentionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class ModelPrice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """What a model's tokens cost, in USD per million tokens (for the dashboard and `usage`)."""
+    """What a model's tokens cost, in USD per million tokens (for the dashboard and `usage`). An
+    unset price costs nothing and is shown as unset (`-`), never as a price of 0."""
 
-    input: float = 0.0  # uncached prompt tokens
-    output: float = 0.0  # reasoning tokens included
-    cache_read: float = 0.0
-    cache_write: float = 0.0
+    input: float | None = None  # uncached prompt tokens
+    output: float | None = None  # reasoning tokens included
+    cache_read: float | None = None
+    cache_write: float | None = None
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -52,6 +52,14 @@ class Candidate:
 class ForeignConfig:
     format: SourceFormat
     candidates: list[Candidate]
+    notes: list[str] = field(default_factory=list)  # the file's other settings, not imported
+
+
+# Why a top-level setting of another tool has no counterpart here (any other: no matching setting).
+_TOP_LEVEL_WHY = {
+    "Router": "Cursor sends each request with the model picked in the IDE; pick it there",
+    "router_settings": "no routing, fallbacks or load balancing here: each Cursor model id is one model",
+}
 
 
 _ENV_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
@@ -363,7 +371,8 @@ def parse_foreign(data: Any, environ: Mapping[str, str]) -> ForeignConfig:
     ]
     for key, fmt, read in readers:
         if key in data:
-            return ForeignConfig(fmt, _read_entries(data, key, read))
+            notes = [f"{other} not imported ({_TOP_LEVEL_WHY.get(other, 'no matching setting')})" for other in data if other != key]
+            return ForeignConfig(fmt, _read_entries(data, key, read), notes)
     raise SourceError("not a known format (expected modelAdapters, model_list or Providers at the top level)")
 
 

@@ -449,7 +449,7 @@ class ConversationRuntime(CommandInbox):
     def _on_shutdown(self, cmd: Shutdown) -> None:
         """Every open stream gets its terminal: a finished run's `{}`, any other `unavailable`
         (and the run is recorded failed with it)."""
-        error = ConnectError("unavailable", f"server shutting down: {cmd.reason}")
+        error = ConnectError("unavailable", cmd.reason)  # the whole message: "server shutting down"
         self.data.records.stopping = True  # what is cut now is resumed at the next start
         queued, self.queued = self.queued, collections.deque()
         for q in queued:

@@ -198,7 +198,7 @@ class ConversationService:
             self.registry.evict(rt.conversation_id)
         return len(stale)
 
-    async def shutdown(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
+    async def shutdown(self, reason: str = "server shutting down", timeout: float = 5.0) -> None:
         """End every runtime (open streams get one terminal). Idempotent: the drain before the HTTP
         server stops and the gateway's shutdown after it both call this."""
         loop = asyncio.get_running_loop()

@@ -22,11 +22,11 @@ from .grpc_web import GrpcWebSend, is_grpc_web
 from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
-from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, RUN_PATH, RUN_SSE_PATH, UI_PREFIX
+from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, ROOT_PATH, RUN_PATH, RUN_SSE_PATH, UI_PATH, UI_PREFIX
 from .run_stream import handle_run
 from .stream import handle_run_sse
 from .transport import Transports
-from .ui import handle_metrics, handle_ui
+from .ui import handle_metrics, handle_root, handle_ui
 
 log = logging.getLogger("cursor_byok.gateway")
 
@@ -150,16 +150,17 @@ class Gateway:
         method = scope["method"]
         local = method == "POST" and path in _AGENT_ROUTES
         side_rpc = not local and self.local_rpcs.handles(path)
-        ui = path.startswith(UI_PREFIX)
+        ui = path.startswith(UI_PREFIX) or path == UI_PATH
         metrics = path == METRICS_PATH and method == "GET"
+        root = path == ROOT_PATH and method in ("GET", "HEAD") and not self.guard.from_proxy(scope)
         if local:
             types: frozenset[bytes] | None = AGENT_TYPES
-        elif path in HEALTH_PATHS or metrics:
+        elif path in HEALTH_PATHS or metrics or root:
             types = frozenset()
         else:
             types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
         refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
-        if refusal is None and (ui or metrics):
+        if refusal is None and (ui or metrics or root):
             refusal = self.guard.exposed_refusal
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
@@ -178,6 +179,8 @@ class Gateway:
                 await handle_ui(self, scope, receive, send, path)
             elif metrics:
                 await handle_metrics(self, send)
+            elif root:
+                await handle_root(self, send)
             elif side_rpc:
                 await self.local_rpcs.handle(scope, receive, send)
             else:

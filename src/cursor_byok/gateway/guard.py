@@ -162,6 +162,11 @@ class RequestGuard:
             self._log_origin(origin, allowed=True)
         return None
 
+    def from_proxy(self, scope: Scope) -> bool:
+        """Whether the request carries our proxy's mark (it came from Cursor through the proxy)."""
+        mark = next((value for name, value in scope["headers"] if name == _PROXY_MARK), None)
+        return mark is not None and bool(self._secret) and hmac.compare_digest(mark, self._secret)
+
     def _host_ok(self, host: bytes | None, marked: bool) -> bool:
         if host is None:
             return False

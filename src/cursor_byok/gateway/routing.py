@@ -15,6 +15,8 @@ RUN_PATH = "/agent.v1.AgentService/Run"  # the same agent stream as one HTTP/2 b
 BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 HEALTH_PATHS = frozenset({"/__byok-api__/healthz", "/healthz"})
 UI_PREFIX = "/ui/"  # the dashboard and its API (/ui/api/): local only, behind the same guard
+UI_PATH = "/ui"  # redirected to UI_PREFIX
+ROOT_PATH = "/"  # a person's browser or curl (not through the proxy): where the dashboard is
 METRICS_PATH = "/metrics"  # Prometheus text format
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..observability import UI_HEADERS
 from ..protocol import ConnectError
 from .asgi import Receive, Scope, Send, reply, reply_error
-from .routing import UI_PREFIX
+from .routing import UI_PATH, UI_PREFIX
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -17,6 +17,9 @@ NO_DASHBOARD = ConnectError("unavailable", "observability is off (set [observabi
 
 
 async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    if path == UI_PATH:  # relative: under a `/_token/<token>/` prefix the browser keeps it
+        await reply(send, 308, b"", [(b"location", b"ui/")])
+        return
     if gw.dashboard is None:
         await reply_error(send, NO_DASHBOARD)
         return
@@ -31,6 +34,23 @@ async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, pat
     query = scope.get("query_string", b"").decode("latin-1")
     answer = await gw.dashboard.respond(method, path[len(UI_PREFIX):], query, body)
     await reply(send, answer.status, answer.body, [(b"content-type", answer.content_type.encode()), *UI_HEADERS])
+
+
+async def handle_root(gw: Gateway, send: Send) -> None:
+    """`GET /` asked of this server directly (the proxy's requests for `/` still go upstream): what
+    runs here and where to look, as plain text for a browser and for curl alike."""
+    from .. import __version__
+
+    lines = [
+        f"cursor-byok {__version__} is running here.",
+        "",
+        "dashboard: /ui/",
+        "metrics:   /metrics",
+        "",
+        "Cursor reaches this server through the cursor-byok proxy (`cursor-byok cursor enable`);",
+        "`cursor-byok doctor` checks the whole chain.",
+    ]
+    await reply(send, 200, ("\n".join(lines) + "\n").encode(), [(b"content-type", b"text/plain; charset=utf-8"), *UI_HEADERS])
 
 
 async def handle_metrics(gw: Gateway, send: Send) -> None:

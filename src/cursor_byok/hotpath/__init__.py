@@ -87,7 +87,7 @@ _API: dict[str, tuple[str, ...]] = {
 twins: dict[str, ModuleType] = {"frames": frames_py, "seqno": seqno_py, "prefix": prefix_py, "wire": wire_py}
 
 
-def _load_compiled(name: str) -> ModuleType | None:
+def _load_compiled(name: str, unavailable: dict[str, ImportError]) -> ModuleType | None:
     require = os.environ.get(REQUIRE_COMPILED_ENV) == "1"
     try:
         module = importlib.import_module(f"{__name__}._{name}")
@@ -100,12 +100,24 @@ def _load_compiled(name: str) -> ModuleType | None:
                 f"compiled hot path module {__name__}._{name} is unavailable and "
                 f"{REQUIRE_COMPILED_ENV}=1: {exc}"
             ) from exc
-        _log.warning("compiled hot path %r unavailable (%s); using the pure-Python twin", name, exc)
+        unavailable[name] = exc
         return None
     return module
 
 
-compiled: dict[str, ModuleType | None] = {name: _load_compiled(name) for name in _API}
+def _load_all() -> dict[str, ModuleType | None]:
+    unavailable: dict[str, ImportError] = {}
+    modules = {name: _load_compiled(name, unavailable) for name in _API}
+    if unavailable:  # one line, not one per module: a source install without a compiler has none
+        reasons = "; ".join(dict.fromkeys(str(exc) for exc in unavailable.values()))
+        _log.warning(
+            "compiled hot path unavailable for %s (%s); using the pure-Python twin%s (slower)",
+            ", ".join(unavailable), reasons, "s" if len(unavailable) > 1 else "",
+        )
+    return modules
+
+
+compiled: dict[str, ModuleType | None] = _load_all()
 _active: dict[str, ModuleType] = {name: compiled[name] or twins[name] for name in _API}
 
 

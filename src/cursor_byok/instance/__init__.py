@@ -8,7 +8,7 @@ shares, and storage faults explained in one line.
 """
 from __future__ import annotations
 
-from .listener import BACKLOG, PortUnavailable, bind_listener, display_address
+from .listener import BACKLOG, PortUnavailable, bind_listener, busy_port_advice, display_address, ensure_port_free, port_holder
 from .lock import LOCK_FILE_NAME, DataDirBusy, DataDirError, DataDirLock, Holder, lock_holder
 from .storage import database_problem, is_damage, storage_problem
 
@@ -21,9 +21,12 @@ __all__ = [
     "Holder",
     "PortUnavailable",
     "bind_listener",
+    "busy_port_advice",
     "database_problem",
     "display_address",
     "is_damage",
+    "ensure_port_free",
     "lock_holder",
+    "port_holder",
     "storage_problem",
 ]

@@ -24,11 +24,22 @@ def display_address(host: str, port: int) -> str:
 
 def bind_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port, or PortUnavailable."""
-    where = display_address(host, port)
+    return _bind(host, port, "server", listen=True)
+
+
+def ensure_port_free(host: str, port: int, section: str) -> None:
+    """PortUnavailable unless `host:port` can be bound now (checked before anything is created that
+    a refused start would leave behind; the bind itself follows later). `section`: the config table
+    that sets the port, `server` or `proxy`."""
+    _bind(host, port, section).close()
+
+
+def _bind(host: str, port: int, section: str, *, listen: bool = False) -> socket.socket:
+    where = f"{'' if section == 'server' else section + ' '}cannot listen on {display_address(host, port)}"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as exc:
-        raise PortUnavailable(f"cannot listen on {where}: {exc.strerror}: check [server] host") from None
+        raise PortUnavailable(f"{where}: {exc.strerror}: check [{section}] host") from None
     sock = socket.socket(family, kind, proto)
     try:
         if os.name == "nt":  # pragma: no cover - Windows only
@@ -39,18 +50,50 @@ def bind_listener(host: str, port: int) -> socket.socket:
         # another, and with Nagle's algorithm each would wait for the peer's delayed ACK (40 ms).
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(address)
-        sock.listen(BACKLOG)
+        if listen:
+            sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
-        raise PortUnavailable(f"cannot listen on {where}: {_advice(exc)}") from None
+        raise PortUnavailable(f"{where}: {_advice(exc, port, section)}") from None
     return sock
 
 
-def _advice(exc: OSError) -> str:
+def port_holder(port: int) -> str:
+    """Who listens on `port`: `PID 123 (python3 -m http.server 8788)`, or `another program` where
+    the system does not say (another user's process, a platform that needs privileges for it)."""
+    import psutil  # only when a port is busy
+
+    try:
+        listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    except (psutil.Error, OSError):
+        listening = []
+    pid = next((c.pid for c in listening if c.pid), None)
+    if pid is None:
+        return "another program"
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        argv = []
+    command = " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else "?"
+    if len(command) > 80:
+        command = command[:77] + "..."
+    return f"PID {pid} ({command})"
+
+
+def _port_option(section: str) -> str:
+    return f"{'--port' if section == 'server' else f'--{section}-port'} or [{section}] port"
+
+
+def busy_port_advice(port: int, section: str) -> str:
+    """What a refused bind of a busy `port` says: its holder, and how to choose another port."""
+    return f"the port is in use by {port_holder(port)}: stop that, or choose another port with {_port_option(section)}"
+
+
+def _advice(exc: OSError, port: int, section: str) -> str:
     if exc.errno == errno.EADDRINUSE:
-        return "the port is already in use (by another cursor-byok or another program): stop that, or choose another port with --port or [server] port"
+        return busy_port_advice(port, section)
     if exc.errno == errno.EACCES:
-        return "permission denied (ports below 1024 need privileges): choose another port with --port or [server] port"
+        return f"permission denied (ports below 1024 need privileges): choose another port with {_port_option(section)}"
     if exc.errno == errno.EADDRNOTAVAIL:
-        return "this machine has no such address: check [server] host"
+        return f"this machine has no such address: check [{section}] host"
     return f"{exc.strerror or exc}"

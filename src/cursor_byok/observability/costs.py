@@ -15,10 +15,10 @@ def cost(
         return None
     uncached = max(0, input_tokens - cache_read_tokens - cache_write_tokens)
     return (
-        uncached * price.input
-        + cache_read_tokens * price.cache_read
-        + cache_write_tokens * price.cache_write
-        + output_tokens * price.output
+        uncached * (price.input or 0.0)
+        + cache_read_tokens * (price.cache_read or 0.0)
+        + cache_write_tokens * (price.cache_write or 0.0)
+        + output_tokens * (price.output or 0.0)
     ) / PER_MILLION
 
 

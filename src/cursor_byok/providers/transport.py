@@ -229,9 +229,10 @@ class HttpStreamProvider(abc.ABC):
                 if delay is None:
                     self._report(err)
                     raise
+                # The message names the provider family already (`openai-chat: ...`).
                 _log.warning(
-                    "%s: %s; retry %d/%d in %.2fs",
-                    self.family, err.message, attempt, self._retry.max_retries, delay,
+                    "%s; retry %d/%d in %.2fs", err.message, attempt, self._retry.max_retries, delay,
+                    extra={"model": self.model.id, "retry": attempt},
                 )
                 await self._sleep(delay)
 

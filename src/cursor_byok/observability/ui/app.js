@@ -218,7 +218,7 @@ async function models() {
         const result = h("td", {class: "result"});
         const button = h("button", {"data-model": m.id}, "test");
         button.addEventListener("click", () => testModel(button, result, m.id));
-        const price = m.price ? [m.price.input, m.price.output, m.price.cache_read, m.price.cache_write].join(" / ") : "-";
+        const price = m.price ? [m.price.input, m.price.output, m.price.cache_read, m.price.cache_write].map((p) => p == null ? "-" : p).join(" / ") : "-";
         return h("tr", {}, h("td", {}, m.id), h("td", {}, m.provider), h("td", {}, m.model), h("td", {class: "num"}, fmt.int(m.context_window)),
           h("td", {}, price), h("td", {}, button), result);
       })));
