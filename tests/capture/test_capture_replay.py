@@ -1,0 +1,128 @@
+"""Capture and replay through the real server: `cursor-byok capture start|stop|list|show|export`
+records the IDE's agent RPCs at the gateway, `cursor-byok replay` plays a capture's client side
+against a server and diffs its answers, and a server that drops one frame kind is caught."""
+from __future__ import annotations
+
+import json
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.protocol import agent_pb2 as pb
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
+from tests.harness.capture import (
+    DroppingProxy,
+    capture_files,
+    capturing,
+    replay,
+)
+from tests.harness.ide import ScriptedIDE, run_request
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+MODEL = "byok-capture"
+
+
+def config(tmp_path: Path, provider: FakeProviderServer, name: str = "server") -> ServerConfig:
+    return ServerConfig(
+        data_dir=tmp_path / name,
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        extra_server={"blob_ack_timeout_seconds": 3.0},
+    )
+
+
+def script(provider: FakeProviderServer, workspace: Path) -> None:
+    """A text turn, then a tool round trip (Read, then Shell) with its KV acks."""
+    provider.enqueue(
+        OPENAI_CHAT.text(["Hello ", "there."]),
+        OPENAI_CHAT.tool_calls([CallSpec("c_read", "Read", [json.dumps({"path": str(workspace / "notes.txt")})])]),
+        OPENAI_CHAT.tool_calls([CallSpec("c_shell", "Shell", [json.dumps({"command": "echo shell-said-hi"})])]),
+        OPENAI_CHAT.text(["Read it and ran it."]),
+    )
+
+
+async def session(base_url: str, workspace: Path) -> None:
+    (workspace / "notes.txt").write_text("line one\nline two\n")
+    ide = ScriptedIDE(base_url, workspace)
+    try:
+        conversation = uuid.uuid4().hex
+        first = await ide.turn(run_request("say hello", model=MODEL, conversation_id=conversation, workspace=str(workspace)))
+        assert first.terminal is None and first.text == "Hello there."
+        second = await ide.turn(run_request("read notes, run echo", model=MODEL, conversation_id=conversation, workspace=str(workspace)))
+        assert second.terminal is None and "Read it and ran it." in second.text
+        assert {e.WhichOneof("message") for e in ide.exec_log} >= {"read_args", "shell_stream_args"}
+    finally:
+        await ide.close()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    return ws
+
+
+async def test_a_captured_session_replays_with_no_divergence(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    with ServerProcess(config(tmp_path, provider)) as server:
+        script(provider, workspace)
+        async with capturing(server) as captured:
+            await session(server.base_url, workspace)
+        files = captured.files
+        # one file per stream: the two RunSSE streams with their appends
+        streams = [f for f in files if json.loads(f.read_text())["kind"] == "agent-sse"]
+        assert len(streams) == 2, files
+        doc = json.loads(streams[1].read_text())
+        frames = [fr for ex in doc["exchanges"] for fr in ex["frames"]]
+        kinds = {(fr["dir"], fr.get("kind")) for fr in frames}
+        assert ("client", "run_request") in kinds and ("client", "exec_client_message") in kinds
+        assert ("client", "kv_client_message") in kinds
+        assert ("server", "exec_server_message.read_args") in kinds and ("server", "kv_server_message.set_blob_args") in kinds
+        assert all("at_ms" in fr and "raw" in fr for fr in frames if "message" in fr)
+
+        listed = server.run_to_exit("capture", "list")
+        assert listed.returncode == 0 and str(len(files)) in listed.stdout, listed
+        shown = server.run_to_exit("capture", "show", str(streams[0]))
+        assert shown.returncode == 0 and "run_request" in shown.stdout and "text_delta" in shown.stdout, shown
+        out = tmp_path / "export.tar.gz"
+        exported = server.run_to_exit("capture", "export", "--output", str(out))
+        assert exported.returncode == 0, exported
+        with tarfile.open(out) as tar:
+            assert len([m for m in tar.getmembers() if m.isfile()]) == len(files)
+
+    # The same session again against a fresh server whose provider answers the same.
+    with ServerProcess(config(tmp_path, provider, "again")) as again:
+        script(provider, workspace)
+        result = replay(streams, again.base_url)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "no divergence" in result.stdout
+
+
+async def test_a_server_that_drops_a_frame_kind_is_caught(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    with ServerProcess(config(tmp_path, provider)) as server:
+        script(provider, workspace)
+        async with capturing(server) as captured:
+            await session(server.base_url, workspace)
+        streams = [f for f in captured.files if json.loads(f.read_text())["kind"] == "agent-sse"]
+        script(provider, workspace)
+        with DroppingProxy(server.base_url, drop="turn_ended") as middle:
+            result = replay(streams, middle.base_url)
+    assert result.returncode != 0, result.stdout
+    assert "turn_ended" in result.stdout and "-" in result.stdout
+
+
+async def test_capture_is_off_by_default_and_the_banner_says_when_it_is_on(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    cfg = config(tmp_path, provider)
+    with ServerProcess(cfg) as server:
+        assert "capture: ON" not in server.log()
+        status = server.run_to_exit("capture", "status")
+        assert status.returncode == 0 and "off" in status.stdout
+        script(provider, workspace)
+        await session(server.base_url, workspace)
+        assert capture_files(server) == []
+        started = server.run_to_exit("capture", "start")
+        assert started.returncode == 0 and "on" in started.stdout, started
+    # Capture stays on across a restart (the flag file), and the start banner says so.
+    with ServerProcess(cfg) as server:
+        assert "capture: ON" in server.log()
+        assert server.run_to_exit("capture", "stop").returncode == 0
