@@ -11,6 +11,7 @@ from pathlib import Path
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 
 from cursor_byok.capture import Redactor
 from cursor_byok.protocol import agent_pb2 as pb
@@ -33,10 +34,11 @@ class Filler:
     """Every string, bytes and map-key field of a message filled with a distinct canary, `depth`
     levels down; each oneof set to its member `seed % len(members)`, so a few seeds reach them all."""
 
-    def __init__(self, seed: int, depth: int = 6) -> None:
+    def __init__(self, seed: int, depth: int = 3) -> None:
         self.seed = seed
         self.depth = depth
         self.count = 0
+        self.filled: set[str] = set()  # full names of the fields given a canary
 
     def fill(self, message: Message, depth: int | None = None) -> Message:
         depth = self.depth if depth is None else depth
@@ -51,6 +53,7 @@ class Filler:
 
     def _value(self, field: FieldDescriptor) -> str | bytes:
         self.count += 1
+        self.filled.add(field.full_name)
         text = canary(self.count, field)
         return text.encode() if field.type == FieldDescriptor.TYPE_BYTES else text
 
@@ -73,6 +76,7 @@ class Filler:
             if field.is_repeated:
                 self.fill(getattr(message, field.name).add(), depth - 1)
             else:
+                getattr(message, field.name).SetInParent()
                 self.fill(getattr(message, field.name), depth - 1)
             return
         if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
@@ -82,10 +86,31 @@ class Filler:
                 setattr(message, field.name, self._value(field))
 
 
-def samples(message_type: type[Message]) -> Iterator[Message]:
-    widest = max(len(o.fields) for o in message_type.DESCRIPTOR.oneofs)
-    for seed in range(widest):
-        yield Filler(seed).fill(message_type())
+def reachable(root: Descriptor) -> list[Descriptor]:
+    """Every message type a message of type `root` can hold, itself included (map entries aside)."""
+    seen: dict[str, Descriptor] = {}
+    stack = [root]
+    while stack:
+        descriptor = stack.pop()
+        if descriptor.full_name in seen:
+            continue
+        seen[descriptor.full_name] = descriptor
+        stack.extend(f.message_type for f in descriptor.fields if f.message_type is not None)
+    return [d for d in seen.values() if not d.GetOptions().map_entry]
+
+
+def text_fields(types: list[Descriptor]) -> set[str]:
+    return {f.full_name for d in types for f in d.fields if f.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES)}
+
+
+def samples(descriptor: Descriptor, filled: set[str]) -> Iterator[Message]:
+    """Messages of one type, each of its oneof members chosen by one of them, every text field
+    below filled (`filled` collects which)."""
+    message_type = GetMessageClass(descriptor)
+    for seed in range(max([len(o.fields) for o in descriptor.oneofs] or [1])):
+        filler = Filler(seed)
+        yield filler.fill(message_type())
+        filled |= filler.filled
 
 
 def survivors(text: str) -> list[str]:
@@ -121,16 +146,20 @@ def _strings(value: object) -> Iterator[str]:
 
 
 def test_no_canary_survives_in_any_field_of_either_direction() -> None:
+    """Every message type either side can send, each of its text fields (strings, bytes, map keys)
+    holding a canary: ids and names a key-shaped one, the rest content."""
     redactor = Redactor(secrets=[CONFIGURED_KEY], with_content=False)
-    for message_type in (pb.AgentClientMessage, pb.AgentServerMessage):
-        for sample in samples(message_type):
+    types = {d.full_name: d for root in (pb.AgentClientMessage, pb.AgentServerMessage) for d in reachable(root.DESCRIPTOR)}
+    filled: set[str] = set()
+    for descriptor in types.values():
+        for sample in samples(descriptor, filled):
             raw = sample.SerializeToString()
-            assert MARK.encode() in raw
-            frame = redactor.frame(raw, message_type)
+            frame = redactor.frame(raw, type(sample))
             text = json.dumps(frame)
-            assert not survivors(text), (message_type.__name__, survivors(text)[:5])
+            assert not survivors(text), (descriptor.full_name, survivors(text)[:5])
             # what the capture keeps decodes again, to the redacted message (replay sends it)
-            assert message_type.FromString(base64.b64decode(frame["raw"])) is not None
+            assert type(sample).FromString(base64.b64decode(frame["raw"])) is not None
+    assert filled >= text_fields(list(types.values()))  # every text field got its canary
 
 
 def test_with_content_keeps_content_but_never_a_secret() -> None:

@@ -1,0 +1,141 @@
+"""The capture's writer thread: decodes each finished exchange, groups the exchanges of one stream
+(a RunSSE with its BidiAppends, one `Run`, one side RPC) and writes each stream as one JSON file.
+
+A stream's file is written once its stream exchange has ended (appends that finish after it write
+it again); appends whose RunSSE never came are written when the capture stops.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .redact import Redactor
+from .tap import Exchange
+
+__all__ = ["FORMAT", "CaptureWriter"]
+
+log = logging.getLogger("cursor_byok.capture")
+
+FORMAT = "cursor-byok-capture/1"
+MAX_GROUPS = 512  # streams kept in memory for late appends; the oldest written ones go first
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass
+class _Group:
+    serial: int
+    kind: str
+    key: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    wall: float = 0.0
+    ready: bool = False  # its stream exchange has ended
+    written: bool = False
+
+
+class CaptureWriter:
+    def __init__(self, directory: Path, redactor: Redactor) -> None:
+        self.directory = directory
+        self.redactor = redactor
+        self.written = 0  # files written (a file written again counts once)
+        self._queue: queue.Queue[Exchange | None] = queue.Queue()
+        self._groups: OrderedDict[tuple[str, str], _Group] = OrderedDict()
+        self._serial = 0
+        self._thread = threading.Thread(target=self._run, name="cursor-byok-capture", daemon=True)
+        self._thread.start()
+
+    def submit(self, exchange: Exchange) -> None:
+        """From the loop: one put, nothing else."""
+        self._queue.put(exchange)
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        """Write everything submitted so far, then stop (blocks: call it off the loop)."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        from .record import record_of  # protobuf and the protocol: in this thread, on first use
+
+        while True:
+            exchange = self._queue.get()
+            if exchange is None:
+                for group in self._groups.values():
+                    if not group.written:
+                        self._write(group)
+                return
+            try:
+                self._serial += 1
+                key, record = record_of(exchange, self.redactor, self._serial)
+                self._add(key, record, exchange)
+            except Exception:  # noqa: BLE001 - a capture must never take the server down
+                log.exception("capture: an exchange could not be recorded", extra={"path": exchange.path[:200]})
+
+    def _add(self, key: tuple[str, str], record: dict[str, Any], exchange: Exchange) -> None:
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group(self._serial, *key, wall=exchange.wall)
+            self._evict()
+        group.records.append(record)
+        group.wall = min(group.wall, exchange.wall)
+        if record["path"] != "/aiserver.v1.BidiService/BidiAppend":
+            group.ready = True
+        if group.ready:
+            self._write(group)
+
+    def _evict(self) -> None:
+        while len(self._groups) > MAX_GROUPS:
+            oldest_key = next((k for k, g in self._groups.items() if g.written), next(iter(self._groups)))
+            group = self._groups.pop(oldest_key)
+            if not group.written:
+                self._write(group)
+
+    def _write(self, group: _Group) -> None:
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        name = f"{group.serial:05d}-{group.kind}-{_UNSAFE.sub('_', group.key)[:40]}.json"
+        tmp = self.directory / f".{name}.tmp"
+        tmp.write_text(json.dumps(document(group, self.redactor.with_content), indent=1, ensure_ascii=False))
+        os.replace(tmp, self.directory / name)
+        if not group.written:
+            self.written += 1
+        group.written = True
+
+
+def document(group: _Group, with_content: bool) -> dict[str, Any]:
+    """A stream's file: its exchanges in the order they started, every time as milliseconds since
+    the stream's first exchange started."""
+    import datetime as dt
+
+    records = sorted(group.records, key=lambda r: r["at"])
+    start = records[0]["at"]
+
+    def offset(t: float) -> float:
+        return round((t - start) * 1000, 1)
+
+    exchanges = []
+    for record in records:
+        frames = [{"dir": f["dir"], "at_ms": offset(f["at"]), **{k: v for k, v in f.items() if k not in ("dir", "at")}} for f in record["frames"]]
+        exchange = {k: v for k, v in record.items() if k not in ("at", "frames", "client_disconnected_at")}
+        exchange["at_ms"] = offset(record["at"])
+        if "client_disconnected_at" in record:
+            exchange["client_disconnected_at_ms"] = offset(record["client_disconnected_at"])
+        exchange["frames"] = frames
+        exchanges.append(exchange)
+    return {
+        "format": FORMAT,
+        "kind": group.kind,
+        "key": group.key,
+        "started_at": dt.datetime.fromtimestamp(group.wall, dt.timezone.utc).isoformat(timespec="milliseconds"),
+        "redacted": not with_content,
+        "exchanges": exchanges,
+    }
