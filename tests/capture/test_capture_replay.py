@@ -75,8 +75,8 @@ async def test_a_captured_session_replays_with_no_divergence(tmp_path: Path, pro
         doc = json.loads(streams[1].read_text())
         frames = [fr for ex in doc["exchanges"] for fr in ex["frames"]]
         kinds = {(fr["dir"], fr.get("kind")) for fr in frames}
-        assert ("client", "run_request") in kinds and ("client", "exec_client_message") in kinds
-        assert ("client", "kv_client_message") in kinds
+        assert ("client", "run_request") in kinds and ("client", "exec_client_message.read_result") in kinds
+        assert ("client", "exec_client_message.shell_stream") in kinds and ("client", "kv_client_message.set_blob_result") in kinds
         assert ("server", "exec_server_message.read_args") in kinds and ("server", "kv_server_message.set_blob_args") in kinds
         assert all("at_ms" in fr and "raw" in fr for fr in frames if "message" in fr)
 

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from ..apis import LocalRpcs, Upstream, effort_for
+from ..capture import Capture, sync_capture
 from ..config import Config, ModelConfig, ServerConfig, resolve_api_key
 from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
 from ..http_client import ProviderHttp, passthrough_client, streaming_client
@@ -74,6 +75,7 @@ class Gateway:
         self.metrics = Metrics()
         self.recorder: Recorder | None = None
         self.dashboard: Dashboard | None = None
+        self.capture: Capture | None = None  # on while `cursor-byok capture start` says so
         self.appends = 0  # BidiAppends accepted (for /metrics)
         self._started = False
         self.stopping = False
@@ -124,6 +126,7 @@ class Gateway:
         self.metrics.attach(gauges)
         if self.recorder is not None:
             self.dashboard = Dashboard(self.config, self.store, self.recorder, self._adapter, gauges)
+        self.capture = (await asyncio.to_thread(sync_capture, None, self.config))[0]
         await self.conversations.restore()
         await resume_journaled(self)
         loop = asyncio.get_running_loop()
@@ -149,6 +152,8 @@ class Gateway:
                 await client.aclose()
         if self.store is not None:
             await self.store.close()
+        if self.capture is not None:
+            await asyncio.to_thread(self.capture.stop)
 
     async def drain(self) -> None:
         """Graceful stop, before the HTTP server closes its connections: every open RunSSE gets its
@@ -199,7 +204,10 @@ class Gateway:
         assert me is not None
         self._requests.add(me)
         try:
-            await self._route(scope, receive, send)
+            if self.capture is None:
+                await self._route(scope, receive, send)
+            else:
+                await self.capture.around(scope, receive, send, self._route)
         except asyncio.CancelledError:
             if not self._cut:
                 raise

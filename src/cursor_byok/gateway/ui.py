@@ -2,8 +2,11 @@
 route. Both show what the server did: listening beyond loopback they need the auth token."""
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import TYPE_CHECKING
 
+from ..capture import sync_capture
 from ..observability import UI_HEADERS
 from ..protocol import ConnectError
 from .asgi import Receive, Scope, Send, reply, reply_error
@@ -14,9 +17,13 @@ if TYPE_CHECKING:
 
 MAX_UI_BODY = 64 * 1024
 NO_DASHBOARD = ConnectError("unavailable", "observability is off (set [observability] enabled = true)")
+CAPTURE_API = UI_PREFIX + "api/capture"  # served with the dashboard off too: `cursor-byok capture` asks it
 
 
 async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    if path == CAPTURE_API:
+        await handle_capture(gw, scope, send)
+        return
     if gw.dashboard is None:
         await reply_error(send, NO_DASHBOARD)
         return
@@ -31,6 +38,16 @@ async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, pat
     query = scope.get("query_string", b"").decode("latin-1")
     answer = await gw.dashboard.respond(method, path[len(UI_PREFIX):], query, body)
     await reply(send, answer.status, answer.body, [(b"content-type", answer.content_type.encode()), *UI_HEADERS])
+
+
+async def handle_capture(gw: Gateway, scope: Scope, send: Send) -> None:
+    """GET: whether capture is on; POST: read the data dir's capture settings again (after
+    `cursor-byok capture start|stop`), answering once a stopped capture is all written."""
+    if scope["method"] == "POST":
+        gw.capture, status = await asyncio.to_thread(sync_capture, gw.capture, gw.config)
+    else:
+        status = gw.capture.status() if gw.capture is not None else {"on": False}
+    await reply(send, 200, json.dumps(status).encode(), [(b"content-type", b"application/json"), *UI_HEADERS])
 
 
 async def handle_metrics(gw: Gateway, send: Send) -> None:
