@@ -8,6 +8,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cursor_byok.protocol import agent_pb2 as pb
@@ -120,9 +121,43 @@ async def test_capture_is_off_by_default_and_the_banner_says_when_it_is_on(tmp_p
         script(provider, workspace)
         await session(server.base_url, workspace)
         assert capture_files(server) == []
+        assert httpx.get(server.base_url + "/ui/api/capture").json() == {"on": False}
         started = server.run_to_exit("capture", "start")
         assert started.returncode == 0 and "on" in started.stdout, started
+        # what the dashboard shows on every page while capture is on
+        status = httpx.get(server.base_url + "/ui/api/capture").json()
+        assert status["on"] is True and status["with_content"] is False and status["directory"].startswith(str(cfg.data_dir))
     # Capture stays on across a restart (the flag file), and the start banner says so.
     with ServerProcess(cfg) as server:
         assert "capture: ON" in server.log()
         assert server.run_to_exit("capture", "stop").returncode == 0
+
+
+async def test_run_streams_and_relayed_side_rpcs_are_captured(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """The HTTP/2 `Run` stream is one file with both directions; a side RPC the server relays
+    upstream is captured too (its body by length and hash only, when redacted)."""
+    with ServerProcess(config(tmp_path, provider)) as server:
+        provider.enqueue(OPENAI_CHAT.text(["over ", "h2"]))
+        async with capturing(server) as captured:
+            ide = ScriptedIDE(server.base_url, workspace, transport="run")
+            try:
+                log = await ide.turn(run_request("hello", model=MODEL, conversation_id=uuid.uuid4().hex))
+                assert log.text == "over h2"
+            finally:
+                await ide.close()
+            httpx.post(server.base_url + "/aiserver.v1.AiService/CheckSomething", content=b"\x0a\x03abc", headers={"content-type": "application/proto"})
+        docs = {json.loads(f.read_text())["kind"]: json.loads(f.read_text()) for f in captured.files}
+        assert set(docs) == {"agent-run", "rpc"}, captured.files
+        run = [f for ex in docs["agent-run"]["exchanges"] for f in ex["frames"]]
+        client = [f["kind"] for f in run if f["dir"] == "client"]
+        assert client[0] == "run_request" and set(client[1:]) == {"kv_client_message.set_blob_result"}
+        assert "interaction_update.text_delta" in [f.get("kind") for f in run if f["dir"] == "server"]
+        assert run[-1]["dir"] == "server" and run[-1]["end_stream"] == {}
+        rpc = docs["rpc"]["exchanges"][0]
+        # (no upstream listens here: the relay fails, unread body and all, and that is what is kept)
+        assert rpc["path"] == "/aiserver.v1.AiService/CheckSomething" and rpc["status"] >= 500
+        assert set(rpc["frames"][0]) == {"dir", "at_ms", "bytes", "sha256"}  # redacted: no raw body
+        provider.enqueue(OPENAI_CHAT.text(["over ", "h2"]))
+        result = replay(captured.files, server.base_url)
+        assert result.returncode == 0 and "1 stream(s) replayed, 1 skipped" in result.stdout, result.stdout
+        assert "00002-rpc-2.json: skipped" in result.stdout

@@ -17,7 +17,7 @@ import base64
 import difflib
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from google.protobuf.message import Message
 
 from ..hotpath import encode_frame
 from ..protocol import ConnectError, StreamDecoder, agent_pb2, aiserver_pb2, which
-from .record import BIDI_APPEND, RUN_SSE
+from .record import BIDI_APPEND, RUN, RUN_SSE
 from .redact import Redactor, kind_of
 
 __all__ = ["ReplayReport", "StreamReport", "replay_files"]
@@ -80,11 +80,17 @@ class ReplayReport:
     def diverged(self) -> bool:
         return any(s.diverged for s in self.streams)
 
+    @property
+    def replayed(self) -> int:
+        return sum(not s.skipped for s in self.streams)
+
     def lines(self) -> Iterator[str]:
         for stream in self.streams:
             yield from stream.lines()
         replayed = [s for s in self.streams if not s.skipped]
-        if self.diverged:
+        if not replayed:
+            yield f"nothing replayed ({len(self.streams)} skipped)"
+        elif self.diverged:
             yield f"divergence in {sum(s.diverged for s in self.streams)} of {len(replayed)} stream(s)"
         else:
             yield f"no divergence ({len(replayed)} stream(s) replayed, {len(self.streams) - len(replayed)} skipped)"
@@ -124,9 +130,9 @@ async def replay_files(files: list[Path], url: str, *, token: str = "", timing_s
             stream = StreamReport(path.name)
             report.streams.append(stream)
             if doc["kind"] == "agent-sse":
-                await _Session(client, doc, ids, stream).run(timing_slack)
+                await _SseSession(client, doc, ids, stream).run(timing_slack)
             elif doc["kind"] == "agent-run":
-                stream.skipped = "an HTTP/2 Run stream: replay speaks RunSSE + BidiAppend only"
+                await _RunSession(httpx.URL(url), headers, doc, ids, stream).run(timing_slack)
             else:
                 await _unary(client, doc, stream)
     return report
@@ -203,26 +209,33 @@ class _Ask:
     used: bool = False
 
 
-class _Session:
-    """One captured RunSSE stream with its appends, replayed."""
+@dataclass
+class _Sent:
+    """A message the recorded client sent: when, what, and what its append was answered."""
 
-    def __init__(self, client: httpx.AsyncClient, doc: dict[str, Any], ids: _Ids, report: StreamReport) -> None:
-        self.client = client
+    at: float  # seconds from the stream's start
+    kind: str
+    raw: bytes | None  # None: the capture could not decode it
+    answer: str = ""  # "append <kind> -> <status>", for an append
+
+
+class _Session:
+    """One captured agent stream, replayed: the wire (RunSSE + BidiAppend, or one HTTP/2 `Run`)
+    is the subclass's."""
+
+    def __init__(self, doc: dict[str, Any], ids: _Ids, report: StreamReport) -> None:
         self.ids = ids
         self.report = report
         self.redactor = Redactor((), with_content=not doc["redacted"])  # the live side seen as the capture saw it
         self.request_id = ids(doc["key"])
-        self.seqno = 0
-        self.lock = asyncio.Lock()
         self.blobs: dict[bytes, bytes] = {}  # what the live server stored with this client
         self.append_answers: list[tuple[int, str]] = []
         self.conversation = ""  # the live conversation id of this stream's run request
-        sse = [e for e in doc["exchanges"] if e["path"] == RUN_SSE]
-        self.stream = sse[0] if sse else None
-        appends = sorted((e for e in doc["exchanges"] if e["path"] == BIDI_APPEND), key=lambda e: e["frames"][0].get("append", {}).get("append_seqno", 0))
+        self.duration = max(e["at_ms"] + e["duration_ms"] for e in doc["exchanges"]) / 1000
+        sent, self.server_frames = self.recorded(doc)
         self.asks: dict[str, list[_Ask]] = {}
         by_id: dict[tuple[str, int], _Ask] = {}
-        for frame in self.stream["frames"][1:] if self.stream else ():
+        for frame in self.server_frames:
             top = frame.get("kind", "").partition(".")[0]
             if top in _ASKS:
                 message = frame["message"][top]
@@ -230,43 +243,55 @@ class _Session:
                 self.asks.setdefault(frame["kind"], []).append(ask)
                 by_id.setdefault((_ASKS[top], int(message.get("id", 0))), ask)
         self.spontaneous: list[tuple[float, agent_pb2.AgentClientMessage]] = []
-        self.recorded_answers: list[str] = []
-        for exchange in appends:
-            sent, answer = exchange["frames"][0], exchange["frames"][-1]
-            if "raw" not in sent:
-                report.notes.append(f"append seqno {sent.get('append', {}).get('append_seqno')} was not decodable; not sent")
+        self.recorded_answers = sorted(item.answer for item in sent if item.answer)
+        for item in sent:
+            if item.raw is None:
+                report.notes.append(f"a client message at {item.at * 1000:.0f} ms was not decodable; not sent")
                 continue
-            message = agent_pb2.AgentClientMessage.FromString(base64.b64decode(sent["raw"]))
-            self.recorded_answers.append(f"append {sent['kind']} -> {answer.get('status')}")
+            message = agent_pb2.AgentClientMessage.FromString(item.raw)
             top = which(message, "message") or ""
             family = _ANSWERS.get(top)
             if family is None:
-                self.spontaneous.append((exchange["at_ms"] / 1000, message))
+                self.spontaneous.append((item.at, message))
                 continue
             ask = by_id.get((family, _answered_id(message, top)))
             if ask is None:
-                report.notes.append(f"{sent['kind']} answers nothing the recorded server asked; not sent")
+                report.notes.append(f"{item.kind} answers nothing the recorded server asked; not sent")
             else:
                 ask.answers.append(message)
 
+    def recorded(self, doc: dict[str, Any]) -> tuple[list[_Sent], list[dict[str, Any]]]:
+        """What the client sent, and the server's frames, as recorded."""
+        raise NotImplementedError
+
+    async def send(self, message: agent_pb2.AgentClientMessage) -> None:
+        raise NotImplementedError
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The live server's stream, as it arrives (opened by the first `send` for `Run`)."""
+        raise NotImplementedError
+        yield b""
+
+    async def close(self) -> None:
+        pass
+
     async def run(self, timing_slack: float | None) -> None:
         report = self.report
-        recorded_frames = self.stream["frames"][1:] if self.stream else []
-        report.recorded = self._recorded_lines(recorded_frames)
         live_lines: list[str] = []
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         first_answer: list[float] = []
-        reader = asyncio.create_task(self._read(live_lines, first_answer)) if self.stream else None
+        reader = loop.create_task(self._read(live_lines, first_answer, started)) if self.server_frames else None
         try:
             for offset, message in self.spontaneous:
-                delay = started + offset - asyncio.get_running_loop().time()
+                delay = started + offset - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)  # the recorded client's timing, not a synchronisation
                 self.ids.renew(message)
                 self._continue_conversation(message)
-                await self._append(message)
+                await self.send(message)
             if reader is not None:
-                limit = (self.stream["duration_ms"] / 1000) + _STREAM_WAIT_SECONDS
+                limit = self.duration + _STREAM_WAIT_SECONDS
                 try:
                     await asyncio.wait_for(asyncio.shield(reader), limit)
                 except asyncio.TimeoutError:
@@ -275,18 +300,17 @@ class _Session:
         finally:
             if reader is not None and not reader.done():
                 reader.cancel()
-        took = asyncio.get_running_loop().time() - started
+            await self.close()
+        took = loop.time() - started
+        report.recorded = [*self._recorded_lines(), *self.recorded_answers]
         report.live = [*_summarise(live_lines), *sorted(a for _, a in self.append_answers)]
-        report.recorded = [*report.recorded, *sorted(self.recorded_answers)]
-        if self.stream is not None:
-            recorded_took = self.stream["duration_ms"] / 1000
-            first = f"first answer {first_answer[0] * 1000:.0f} ms, " if first_answer else ""
-            report.timing = f"{first}stream {took * 1000:.0f} ms (recorded {recorded_took * 1000:.0f} ms)"
-            report.slow = timing_slack is not None and took > recorded_took * timing_slack + 1.0
+        first = f"first answer {first_answer[0] * 1000:.0f} ms, " if first_answer else ""
+        report.timing = f"{first}stream {took * 1000:.0f} ms (recorded {self.duration * 1000:.0f} ms)"
+        report.slow = timing_slack is not None and took > self.duration * timing_slack + 1.0
 
-    def _recorded_lines(self, frames: list[dict[str, Any]]) -> list[str]:
+    def _recorded_lines(self) -> list[str]:
         lines = []
-        for frame in frames:
+        for frame in self.server_frames:
             if "end_stream" in frame:
                 lines.append(_end_line(frame["end_stream"]))
             elif "kind" in frame and frame["kind"] not in _IGNORED_KINDS:
@@ -303,34 +327,14 @@ class _Session:
         if live is not None and message.run_request.HasField("conversation_state"):
             message.run_request.conversation_state.CopyFrom(live)
 
-    async def _append(self, message: agent_pb2.AgentClientMessage) -> None:
-        async with self.lock:
-            seqno = self.seqno
-            self.seqno += 1
-            request = aiserver_pb2.BidiAppendRequest(data=message.SerializeToString().hex(), append_seqno=seqno)
-            request.request_id.request_id = self.request_id
-            answer = await self.client.post(
-                "/aiserver.v1.BidiService/BidiAppend", content=request.SerializeToString(), headers={"content-type": "application/proto"}
-            )
-        self.append_answers.append((seqno, f"append {kind_of(message)} -> {answer.status_code}"))
-
-    async def _read(self, lines: list[str], first_answer: list[float]) -> None:
-        body = encode_frame(agent_pb2.BidiRequestId(request_id=self.request_id).SerializeToString())
-        started = asyncio.get_running_loop().time()
+    async def _read(self, lines: list[str], first_answer: list[float], started: float) -> None:
         decoder = StreamDecoder(agent_pb2.AgentServerMessage, gzip=True)
-        async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as answer:
-            if answer.status_code != 200:
-                lines.append(f"end: HTTP {answer.status_code}")
-                return
-            async for chunk in answer.aiter_raw():
-                try:
-                    messages = decoder.feed(chunk)
-                except ConnectError as err:
-                    lines.append(f"end: undecodable ({err.code})")
-                    return
-                for message in messages:
+        loop = asyncio.get_running_loop()
+        try:
+            async for chunk in self.chunks():
+                for message in decoder.feed(chunk):
                     if not first_answer:
-                        first_answer.append(asyncio.get_running_loop().time() - started)
+                        first_answer.append(loop.time() - started)
                     kind = kind_of(message)
                     if kind not in _IGNORED_KINDS:
                         lines.append(_line(kind, MessageToDict(message, preserving_proto_field_name=True)))
@@ -338,7 +342,13 @@ class _Session:
                 if decoder.ended:
                     lines.append(_end_line(decoder.error.to_json_obj() if decoder.error else None))
                     return
-        lines.append("end: (connection closed without an end-of-stream frame)")
+        except ConnectError as err:
+            lines.append(f"end: undecodable ({err.code})")
+            return
+        except _Refused as refused:
+            lines.append(f"end: HTTP {refused.status}")
+            return
+        lines.append("end: (closed without an end-of-stream frame)")
 
     async def _react(self, kind: str, message: agent_pb2.AgentServerMessage) -> None:
         top = kind.partition(".")[0]
@@ -365,7 +375,100 @@ class _Session:
             reply = agent_pb2.AgentClientMessage()
             reply.CopyFrom(answer)
             _readdress(reply, asked, self.blobs)
-            await self._append(reply)
+            await self.send(reply)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _SseSession(_Session):
+    """RunSSE for the server's side, one BidiAppend per client message."""
+
+    def __init__(self, client: httpx.AsyncClient, doc: dict[str, Any], ids: _Ids, report: StreamReport) -> None:
+        self.client = client
+        self.seqno = 0
+        self.lock = asyncio.Lock()
+        super().__init__(doc, ids, report)
+
+    def recorded(self, doc: dict[str, Any]) -> tuple[list[_Sent], list[dict[str, Any]]]:
+        stream = next((e for e in doc["exchanges"] if e["path"] == RUN_SSE), None)
+        sent = []
+        for exchange in doc["exchanges"]:
+            if exchange["path"] != BIDI_APPEND:
+                continue
+            frame, answer = exchange["frames"][0], exchange["frames"][-1]
+            kind = frame.get("kind", "?")
+            raw = base64.b64decode(frame["raw"]) if "raw" in frame and "kind" in frame else None
+            sent.append(_Sent(exchange["at_ms"] / 1000, kind, raw, f"append {kind} -> {answer.get('status')}"))
+        return sent, stream["frames"][1:] if stream is not None else []
+
+    async def send(self, message: agent_pb2.AgentClientMessage) -> None:
+        async with self.lock:  # seqnos in the order the appends go out
+            seqno = self.seqno
+            self.seqno += 1
+            request = aiserver_pb2.BidiAppendRequest(data=message.SerializeToString().hex(), append_seqno=seqno)
+            request.request_id.request_id = self.request_id
+            answer = await self.client.post(BIDI_APPEND, content=request.SerializeToString(), headers={"content-type": "application/proto"})
+        self.append_answers.append((seqno, f"append {kind_of(message)} -> {answer.status_code}"))
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        body = encode_frame(agent_pb2.BidiRequestId(request_id=self.request_id).SerializeToString())
+        async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as answer:
+            if answer.status_code != 200:
+                raise _Refused(answer.status_code)
+            async for chunk in answer.aiter_raw():
+                yield chunk
+
+
+class _RunSession(_Session):
+    """One HTTP/2 `Run` stream carrying both sides (h2c, or TLS with ALPN h2 for https)."""
+
+    def __init__(self, url: httpx.URL, headers: dict[str, str], doc: dict[str, Any], ids: _Ids, report: StreamReport) -> None:
+        self.url = url
+        self.headers = headers
+        self.h2: Any = None
+        self.stream: Any = None
+        self.opened = asyncio.Event()
+        super().__init__(doc, ids, report)
+
+    def recorded(self, doc: dict[str, Any]) -> tuple[list[_Sent], list[dict[str, Any]]]:
+        frames = doc["exchanges"][0]["frames"]
+        sent = [
+            _Sent(f["at_ms"] / 1000, f.get("kind", "?"), base64.b64decode(f["raw"]) if "raw" in f and "kind" in f else None)
+            for f in frames if f["dir"] == "client"
+        ]
+        return sent, [f for f in frames if f["dir"] == "server"]
+
+    async def send(self, message: agent_pb2.AgentClientMessage) -> None:
+        if self.stream is None:
+            from ..h2_client import H2Client
+
+            tls = None
+            if self.url.scheme == "https":
+                import ssl
+
+                tls = ssl.create_default_context()
+            self.h2 = await H2Client.connect(self.url.host, self.url.port or (443 if tls else 80), tls=tls, server_hostname=self.url.host)
+            head = [(":method", "POST"), (":scheme", self.url.scheme), (":authority", self.url.netloc.decode()), (":path", RUN)]
+            head += [("content-type", "application/connect+proto"), ("connect-protocol-version", "1"), *self.headers.items()]
+            self.stream = await self.h2.request(head)
+            self.opened.set()
+        await self.stream.send(encode_frame(message.SerializeToString()))
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        await self.opened.wait()
+        status, _ = await self.stream.response()
+        if status != 200:
+            raise _Refused(status)
+        while (data := await self.stream.read()) is not None:
+            yield data
+
+    async def close(self) -> None:
+        if self.h2 is not None:
+            await self.h2.close()
 
 
 def _first_difference(recorded: str, live: str) -> str:

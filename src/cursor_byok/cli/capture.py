@@ -162,6 +162,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     report = run_async(replay_files(files, args.against, token=args.token, timing_slack=args.timing_slack))
     for line in report.lines():
         echo(line)
+    if not report.replayed:
+        return 2  # nothing was compared: never a pass
     return 1 if report.diverged else 0
 
 
