@@ -126,7 +126,7 @@ class Gateway:
         self.metrics.attach(gauges)
         if self.recorder is not None:
             self.dashboard = Dashboard(self.config, self.store, self.recorder, self._adapter, gauges)
-        self.capture = (await asyncio.to_thread(sync_capture, None, self.config))[0]
+        self.capture = sync_capture(None, self.config)[0]  # off: one failed open; on: a writer thread starts
         await self.conversations.restore()
         await resume_journaled(self)
         loop = asyncio.get_running_loop()
