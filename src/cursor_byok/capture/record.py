@@ -9,13 +9,9 @@ from typing import Any
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
 from ..protocol import ConnectError, agent_pb2, aiserver_pb2, decode_unary
 from .redact import Redactor
-from .tap import Exchange
+from .tap import BIDI_APPEND, RUN, RUN_SSE, Exchange
 
-__all__ = ["BIDI_APPEND", "RUN", "RUN_SSE", "record_of"]
-
-RUN_SSE = "/agent.v1.AgentService/RunSSE"
-RUN = "/agent.v1.AgentService/Run"
-BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+__all__ = ["record_of"]
 
 GroupKey = tuple[str, str]  # (file kind, key): the exchanges of one stream share it
 
@@ -47,11 +43,11 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int) -> tuple[Grou
         return ("agent-sse", key), out
     if exchange.path == RUN_SSE:
         try:
-            key = decode_unary(body, agent_pb2.BidiRequestId, content_encoding=encoding).request_id
+            request = decode_unary(body, agent_pb2.BidiRequestId, content_encoding=encoding)
+            key, first = request.request_id, redactor.frame(request.SerializeToString(), agent_pb2.BidiRequestId)
         except ConnectError:
-            key = f"undecodable-{serial}"
-        first = {"dir": "client", "at": at, **redactor.frame(_unenveloped(body), agent_pb2.BidiRequestId)}
-        out["frames"] = [first, *_stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor)]
+            key, first = f"undecodable-{serial}", redactor.opaque(body)
+        out["frames"] = [{"dir": "client", "at": at, **first}, *_stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor)]
         return ("agent-sse", redactor.scrub(key)), out
     if exchange.path == RUN:
         client = _stream(exchange.incoming, "client", agent_pb2.AgentClientMessage, redactor)
@@ -60,12 +56,6 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int) -> tuple[Grou
         return ("agent-run", str(serial)), out
     out["frames"] = [{"dir": "client", "at": at, **redactor.opaque(body)}, *_unary_answer(exchange, redactor)]
     return ("rpc", str(serial)), out
-
-
-def _unenveloped(body: bytes) -> bytes:
-    if len(body) >= 5 and body[0] == 0 and int.from_bytes(body[1:5], "big") == len(body) - 5:
-        return body[5:]
-    return body
 
 
 def _append(body: bytes, encoding: str, redactor: Redactor) -> tuple[str, dict[str, Any]]:
@@ -134,7 +124,7 @@ def _error_json(payload: bytes, redactor: Redactor) -> dict[str, Any]:
     for detail in error.get("details") or ():
         if isinstance(detail, dict):
             try:
-                value = base64.b64decode(str(detail.get("value", "")) + "==")
+                value = base64.b64decode(str(detail.get("value", "")) + "==")  # Connect sends it unpadded
             except ValueError:
                 value = b""
             details.append({"type": redactor.scrub(str(detail.get("type", ""))), **redactor.opaque(value)})

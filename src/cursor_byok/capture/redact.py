@@ -24,7 +24,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-__all__ = ["Redactor", "digest"]
+__all__ = ["Redactor", "digest", "kind_of", "names_an_id"]
 
 # Shapes of credentials seen in the wild: provider keys (sk-…, sk-ant-…, sk-proj-…), Cursor API
 # keys, Google, GitHub, Slack and AWS keys, JWTs and bearer tokens.
@@ -45,6 +45,10 @@ CREDENTIAL_HEADER = re.compile(r"auth|cookie|token|secret|checksum|key|session|s
 _NAMING_FIELDS = frozenset({"tool_name", "provider_identifier", "server_identifier", "type_url"})
 
 
+def names_an_id(name: str) -> bool:
+    return name == "id" or name.endswith(("_id", "_ids"))
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
@@ -62,8 +66,7 @@ class Redactor:
     @staticmethod
     def keeps(field: FieldDescriptor) -> bool:
         """Whether a redacted capture keeps this string or bytes field's value (secrets aside)."""
-        name = field.name
-        return name == "id" or name.endswith(("_id", "_ids")) or name in _NAMING_FIELDS
+        return names_an_id(field.name) or field.name in _NAMING_FIELDS
 
     # -- text -----------------------------------------------------------------------------------------
     def has_secret(self, text: str) -> bool:

@@ -28,8 +28,9 @@ from google.protobuf.message import Message
 
 from ..hotpath import encode_frame
 from ..protocol import ConnectError, StreamDecoder, agent_pb2, aiserver_pb2, which
-from .record import BIDI_APPEND, RUN, RUN_SSE
-from .redact import Redactor, kind_of
+from ..local_trust import AUTH_TOKEN_HEADER
+from .tap import BIDI_APPEND, RUN, RUN_SSE
+from .redact import Redactor, kind_of, names_an_id
 
 __all__ = ["ReplayReport", "StreamReport", "replay_files"]
 
@@ -87,13 +88,12 @@ class ReplayReport:
     def lines(self) -> Iterator[str]:
         for stream in self.streams:
             yield from stream.lines()
-        replayed = [s for s in self.streams if not s.skipped]
-        if not replayed:
+        if not self.replayed:
             yield f"nothing replayed ({len(self.streams)} skipped)"
         elif self.diverged:
-            yield f"divergence in {sum(s.diverged for s in self.streams)} of {len(replayed)} stream(s)"
+            yield f"divergence in {sum(s.diverged for s in self.streams)} of {self.replayed} stream(s)"
         else:
-            yield f"no divergence ({len(replayed)} stream(s) replayed, {len(self.streams) - len(replayed)} skipped)"
+            yield f"no divergence ({self.replayed} stream(s) replayed, {len(self.streams) - self.replayed} skipped)"
 
 
 class _Ids:
@@ -122,7 +122,7 @@ class _Ids:
 
 async def replay_files(files: list[Path], url: str, *, token: str = "", timing_slack: float | None = None) -> ReplayReport:
     docs = sorted(((json.loads(p.read_text()), p) for p in files), key=lambda d: (d[0]["started_at"], d[1].name))
-    headers = {"x-cursor-byok-token": token} if token else {}
+    headers = {AUTH_TOKEN_HEADER: token} if token else {}
     report = ReplayReport()
     ids = _Ids()
     async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=httpx.Timeout(30.0, read=None), headers=headers) as client:
@@ -182,16 +182,12 @@ def _summarise(lines: list[str]) -> list[str]:
     return out
 
 
-def _is_id(name: str) -> bool:
-    return name == "id" or name.endswith(("_id", "_ids"))
-
-
 def _signature(message: dict[str, Any]) -> str:
     """What a server's request asks, ids and trace context aside."""
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if not _is_id(k) and k != "span_context"}
+            return {k: strip(v) for k, v in value.items() if not names_an_id(k) and k != "span_context"}
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
@@ -217,6 +213,11 @@ class _Sent:
     kind: str
     raw: bytes | None  # None: the capture could not decode it
     answer: str = ""  # "append <kind> -> <status>", for an append
+
+
+def _raw(frame: dict[str, Any]) -> bytes | None:
+    """A client frame's message bytes, None when the capture could not decode it."""
+    return base64.b64decode(frame["raw"]) if "raw" in frame and "kind" in frame else None
 
 
 class _Session:
@@ -401,8 +402,7 @@ class _SseSession(_Session):
                 continue
             frame, answer = exchange["frames"][0], exchange["frames"][-1]
             kind = frame.get("kind", "?")
-            raw = base64.b64decode(frame["raw"]) if "raw" in frame and "kind" in frame else None
-            sent.append(_Sent(exchange["at_ms"] / 1000, kind, raw, f"append {kind} -> {answer.get('status')}"))
+            sent.append(_Sent(exchange["at_ms"] / 1000, kind, _raw(frame), f"append {kind} -> {answer.get('status')}"))
         return sent, stream["frames"][1:] if stream is not None else []
 
     async def send(self, message: agent_pb2.AgentClientMessage) -> None:
@@ -436,10 +436,7 @@ class _RunSession(_Session):
 
     def recorded(self, doc: dict[str, Any]) -> tuple[list[_Sent], list[dict[str, Any]]]:
         frames = doc["exchanges"][0]["frames"]
-        sent = [
-            _Sent(f["at_ms"] / 1000, f.get("kind", "?"), base64.b64decode(f["raw"]) if "raw" in f and "kind" in f else None)
-            for f in frames if f["dir"] == "client"
-        ]
+        sent = [_Sent(f["at_ms"] / 1000, f.get("kind", "?"), _raw(f)) for f in frames if f["dir"] == "client"]
         return sent, [f for f in frames if f["dir"] == "server"]
 
     async def send(self, message: agent_pb2.AgentClientMessage) -> None:

@@ -8,7 +8,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["Exchange", "recorded_path", "tap"]
+__all__ = ["BIDI_APPEND", "RUN", "RUN_SSE", "Exchange", "recorded_path", "tap"]
+
+RUN_SSE = "/agent.v1.AgentService/RunSSE"
+RUN = "/agent.v1.AgentService/Run"
+BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

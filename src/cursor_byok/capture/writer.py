@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .redact import Redactor
-from .tap import Exchange
+from .tap import BIDI_APPEND, Exchange
 
 __all__ = ["FORMAT", "CaptureWriter"]
 
@@ -88,7 +88,7 @@ class CaptureWriter:
             self._evict()
         group.records.append(record)
         group.wall = min(group.wall, exchange.wall)
-        if record["path"] != "/aiserver.v1.BidiService/BidiAppend":
+        if record["path"] != BIDI_APPEND:
             group.ready = True
         if group.ready:
             self._write(group)

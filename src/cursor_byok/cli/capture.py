@@ -110,11 +110,20 @@ def _summary(path: Path) -> list[str]:
     for exchange in doc["exchanges"]:
         lines.append(f"  +{exchange['at_ms']:.1f}ms {exchange['method']} {exchange['path']} -> {exchange['status']} ({exchange['duration_ms']:.1f}ms)")
         for frame in exchange["frames"]:
-            what = frame.get("kind") or ("end " + (frame["end_stream"].get("code") or "ok") if "end_stream" in frame else f"status {frame.get('status', '?')}")
             append = frame.get("append")
             seqno = f" seqno {append['append_seqno']}" if append else ""
-            lines.append(f"    +{frame['at_ms']:.1f}ms {frame['dir']:<6} {what}{seqno}")
+            lines.append(f"    +{frame['at_ms']:.1f}ms {frame['dir']:<6} {_frame_label(frame)}{seqno}")
     return lines
+
+
+def _frame_label(frame: dict[str, Any]) -> str:
+    if "kind" in frame:
+        return frame["kind"]
+    if "end_stream" in frame:
+        return "end " + (frame["end_stream"].get("code") or "ok")
+    if "status" in frame:
+        return f"status {frame['status']}" + (f" {frame['error'].get('code', '')}" if "error" in frame else "")
+    return f"{frame.get('bytes', 0)} bytes"
 
 
 def cmd_show(args: argparse.Namespace) -> int:
