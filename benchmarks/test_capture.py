@@ -15,17 +15,14 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks.test_gateway import FRAMES, INTERVAL_MS, ROOT, TRANSPORTS, scenario
-from benchmarks.test_observability import alternating, listening
-from benchmarks.test_turn_start import HOST
+from benchmarks.test_gateway import FRAMES, TRANSPORTS
+from benchmarks.test_observability import STREAMING_PROVIDER, running, streaming_rounds
 from cursor_byok.capture import Capture, CaptureSettings, Redactor, write_active
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
+from tests.harness.server import ServerConfig
 
 ROUNDS = int(os.environ.get("BENCH_CAPTURE_ROUNDS", "2"))
 CHUNKS = 500
@@ -55,8 +52,7 @@ SCOPE = {"type": "http", "method": "POST", "path": "/agent.v1.AgentService/RunSS
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_tap_cost_per_chunk(benchmark, tmp_path: Path, mode: str) -> None:
     capture = Capture(CaptureSettings("bench"), tmp_path / "captures", Redactor((), with_content=False)) if mode == "on" else None
-    capture_writes = capture is not None and os.environ.get("BENCH_CAPTURE_WRITE") == "1"
-    if capture is not None and not capture_writes:
+    if capture is not None:
         capture._done = lambda exchange: None  # type: ignore[method-assign]  # the loop's share only: no decoding thread competing
     loop = asyncio.new_event_loop()
 
@@ -80,40 +76,12 @@ def test_tap_cost_per_chunk(benchmark, tmp_path: Path, mode: str) -> None:
 @pytest.mark.timeout(3600)
 @pytest.mark.benchmark(group="capture")
 def test_capture_cost_on_streaming(benchmark, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}
-    port = free_port()
-    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.ts_provider", str(port), str(FRAMES), str(INTERVAL_MS)], env=env, cwd=ROOT)
-    both: dict[str, ServerProcess] = {}
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
-    p50: dict[str, list[float]] = {"on": [], "off": []}
-    try:
-        listening(port)
-        for name in ("on", "off"):
-            config = ServerConfig(
-                data_dir=tmp_path / name,
-                models=[ModelSpec(id="bench", provider="openai-chat", base_url=f"http://{HOST}:{port}/v1", max_output_tokens=1000)],
-                continuation_window_seconds=0.02,
-                extra_server={"max_transports": TRANSPORTS * 4},
-            )
-            if name == "on":
-                write_active(config.data_dir, CaptureSettings("bench"))
-            both[name] = ServerProcess(config, env=env).start()
+    def capture_on(name: str, config: ServerConfig) -> None:
+        if name == "on":
+            write_active(config.data_dir, CaptureSettings("bench"))
 
-        def run() -> None:
-            for n in range(ROUNDS):
-                for name in alternating(n):
-                    target = both[name]
-                    out = asyncio.run(scenario(HOST, target.port, "bench", target.proc.pid))  # type: ignore[union-attr]
-                    assert not out.errors and out.frames == TRANSPORTS * FRAMES, out.errors[:3]
-                    cpu[name].append(out.row()["cpu_us_per_delta"])
-                    p50[name].append(out.row()["p50_ms"])
-
-        benchmark.pedantic(run, rounds=1, iterations=1)
-    finally:
-        for target in both.values():
-            target.stop()
-        provider.terminate()
-        provider.wait(10)
+    with running(tmp_path, STREAMING_PROVIDER, capture_on, max_transports=TRANSPORTS * 4) as (_, both):
+        cpu, p50 = streaming_rounds(benchmark, both, ROUNDS)
     written = len(list((tmp_path / "on" / "captures" / "bench").glob("*.json")))
     cpu_ratio = statistics.median(cpu["on"]) / statistics.median(cpu["off"])
     p50_ratio = statistics.median(p50["on"]) / statistics.median(p50["off"])

@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.capture import (
     DroppingProxy,

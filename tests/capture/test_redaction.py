@@ -221,3 +221,19 @@ async def test_a_redacted_capture_of_a_real_session_keeps_no_canary(tmp_path: Pa
         for path in captured.files:
             text = path.read_text()
             assert not survivors(text), (path.name, survivors(text)[:5])
+
+
+def test_unknown_fields_are_listed_and_kept_as_bytes_only_with_content() -> None:
+    """A newer Cursor's field our protos lack: its number and size always, its bytes only with
+    content (and then in the raw message too), since nobody can tell what it holds."""
+    msg = pb.AgentClientMessage()
+    msg.run_request.action.user_message_action.user_message.text = "hi"
+    newer = bytes([0xBA, 0x3E]) + bytes([len("newer CANARY value")]) + b"newer CANARY value"  # field 999, length-delimited
+    inner = msg.run_request.SerializeToString() + newer
+    raw = bytes([0x0A, len(inner)]) + inner  # AgentClientMessage.run_request = 1
+    redacted = Redactor((), with_content=False).frame(raw, pb.AgentClientMessage)
+    assert redacted["unknown"] == [{"at": "run_request", "field": 999, "wire_type": 2, "bytes": len("newer CANARY value")}]
+    assert not survivors(json.dumps(redacted))
+    kept = Redactor((), with_content=True).frame(raw, pb.AgentClientMessage)
+    assert base64.b64decode(kept["unknown"][0]["raw"]) == b"newer CANARY value"
+    assert base64.b64decode(kept["raw"]) == raw
