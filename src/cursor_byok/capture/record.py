@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
@@ -16,10 +17,10 @@ __all__ = ["record_of"]
 GroupKey = tuple[str, str]  # (file kind, key): the exchanges of one stream share it
 
 
-def record_of(exchange: Exchange, redactor: Redactor, serial: int) -> tuple[GroupKey, dict[str, Any]]:
+def record_of(exchange: Exchange, redactor: Redactor, serial: int, pace: Callable[[], None]) -> tuple[GroupKey, dict[str, Any]]:
     """The stream an exchange belongs to and what the capture keeps of it (times absolute, in the
     loop's clock: the writer makes them offsets from the stream's start). `serial`: a number no
-    other exchange of this capture has."""
+    other exchange of this capture has; `pace()` is called after each frame of a stream."""
     headers = dict(exchange.request_headers)
     encoding = headers.get(b"connect-content-encoding", headers.get(b"content-encoding", b"identity")).decode("latin-1")
     out: dict[str, Any] = {
@@ -47,11 +48,11 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int) -> tuple[Grou
             key, first = request.request_id, redactor.frame(request.SerializeToString(), agent_pb2.BidiRequestId)
         except ConnectError:
             key, first = f"undecodable-{serial}", redactor.opaque(body)
-        out["frames"] = [{"dir": "client", "at": at, **first}, *_stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor)]
+        out["frames"] = [{"dir": "client", "at": at, **first}, *_stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor, pace)]
         return ("agent-sse", redactor.scrub(key)), out
     if exchange.path == RUN:
-        client = _stream(exchange.incoming, "client", agent_pb2.AgentClientMessage, redactor)
-        server = _stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor)
+        client = _stream(exchange.incoming, "client", agent_pb2.AgentClientMessage, redactor, pace)
+        server = _stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor, pace)
         out["frames"] = sorted(client + server, key=lambda f: f["at"])
         return ("agent-run", str(serial)), out
     out["frames"] = [{"dir": "client", "at": at, **redactor.opaque(body)}, *_unary_answer(exchange, redactor)]
@@ -86,7 +87,9 @@ def _unary_answer(exchange: Exchange, redactor: Redactor) -> list[dict[str, Any]
     return [answer]
 
 
-def _stream(chunks: list[tuple[float, bytes]], direction: str, message_type: type, redactor: Redactor) -> list[dict[str, Any]]:
+def _stream(
+    chunks: list[tuple[float, bytes]], direction: str, message_type: type, redactor: Redactor, pace: Callable[[], None]
+) -> list[dict[str, Any]]:
     decoder = FrameDecoder(gzip=True)
     frames: list[dict[str, Any]] = []
     for at, chunk in chunks:
@@ -100,6 +103,7 @@ def _stream(chunks: list[tuple[float, bytes]], direction: str, message_type: typ
                 frames.append({"dir": direction, "at": at, "end_stream": _error_json(payload, redactor)})
             else:
                 frames.append({"dir": direction, "at": at, **redactor.frame(payload, message_type)})
+            pace()
     return frames
 
 
