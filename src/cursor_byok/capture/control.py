@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from .writer import CaptureWriter
 __all__ = ["Capture", "configured_secrets", "sync_capture"]
 
 log = logging.getLogger("cursor_byok.capture")
+
+STOP_GRACE_SECONDS = 5.0  # how long a stop waits for the streams still open to end (and be written)
 
 
 def configured_secrets(config: Config) -> list[str]:
@@ -41,16 +44,24 @@ class Capture:
         self.settings = settings
         self.directory = directory
         self.writer = CaptureWriter(directory, redactor)
+        self.open = 0  # exchanges being recorded (on the loop)
+        self._idle = threading.Event()  # set while none is: a stop waits for it
+        self._idle.set()
 
     async def around(self, scope: Scope, receive: Receive, send: Send, route: Route) -> None:
         path = recorded_path(scope["path"])
         if path is None:
             await route(scope, receive, send)
-        else:
-            await tap(scope, receive, send, route, path, self._done)
+            return
+        self.open += 1
+        self._idle.clear()
+        await tap(scope, receive, send, route, path, self._done)
 
     def _done(self, exchange: Exchange) -> None:
         self.writer.submit(exchange)
+        self.open -= 1
+        if not self.open:
+            self._idle.set()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -63,9 +74,12 @@ class Capture:
         }
 
     def stop(self) -> dict[str, Any]:
-        """Write what is left and stop (blocks: call it off the loop); the final status."""
+        """Let the streams still open end (a while), write everything and stop (blocks: call it
+        off the loop); the final status, with the streams that were cut short of the capture."""
+        self._idle.wait(STOP_GRACE_SECONDS)
+        unfinished = self.open
         self.writer.close()
-        return {**self.status(), "on": False}
+        return {**self.status(), "on": False, "unfinished": unfinished}
 
 
 def sync_capture(current: Capture | None, config: Config) -> tuple[Capture | None, dict[str, Any]]:

@@ -30,8 +30,8 @@ FORMAT = "cursor-byok-capture/1"
 MAX_GROUPS = 512  # streams kept in memory for late appends; the oldest written ones go first
 # The thread holds the GIL while it decodes: after this much work it rests REST_RATIO times as long,
 # so a backlog (a busy server, a long stream) never takes more than a share of the loop's time.
-WORK_SLICE_SECONDS = 0.002
-REST_RATIO = 2.0
+WORK_SLICE_SECONDS = 0.0005
+REST_RATIO = 3.0
 
 
 class Pacer:
@@ -41,9 +41,10 @@ class Pacer:
         self._work = work
         self._rest = work * rest_ratio
         self._since = time.perf_counter()
+        self.hurry = False  # set once the capture stops: what is left is written at full speed
 
     def __call__(self) -> None:
-        if time.perf_counter() - self._since >= self._work:
+        if not self.hurry and time.perf_counter() - self._since >= self._work:
             time.sleep(self._rest)
             self._since = time.perf_counter()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -68,6 +69,7 @@ class CaptureWriter:
         self._queue: queue.Queue[Exchange | None] = queue.Queue()
         self._groups: OrderedDict[tuple[str, str], _Group] = OrderedDict()
         self._serial = 0
+        self._pace = Pacer()
         self._thread = threading.Thread(target=self._run, name="cursor-byok-capture", daemon=True)
         self._thread.start()
 
@@ -81,13 +83,14 @@ class CaptureWriter:
 
     def close(self) -> None:
         """Write everything submitted so far, then stop (blocks: call it off the loop)."""
+        self._pace.hurry = True
         self._queue.put(None)
         self._thread.join()
 
     def _run(self) -> None:
         from .record import record_of  # protobuf and the protocol: in this thread, on first use
 
-        pace = Pacer()
+        pace = self._pace
         while True:
             exchange = self._queue.get()
             if exchange is None:

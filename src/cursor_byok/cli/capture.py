@@ -64,7 +64,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     was_on = clear_active(cfg.data_path)
     status = _ask_server(cfg, "POST")
     if status is not None and "streams_written" in status:
-        echo(f"capture off: {status['streams_written']} stream(s) written to {status['directory']}")
+        cut = f"; {status['unfinished']} still open, not recorded" if status.get("unfinished") else ""
+        echo(f"capture off: {status['streams_written']} stream(s) written to {status['directory']}{cut}")
     else:
         echo("capture off" if was_on else "capture was off")
     return 0
