@@ -71,6 +71,7 @@ class Capture:
             "with_content": self.settings.with_content,
             "streams_written": self.writer.written,
             "pending": self.writer.pending,
+            "dropped": self.writer.dropped,
         }
 
     def stop(self) -> dict[str, Any]:

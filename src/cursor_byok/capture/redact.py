@@ -43,6 +43,7 @@ SECRET = "[redacted secret]"
 CREDENTIAL_HEADER = re.compile(r"auth|cookie|token|secret|checksum|key|session|signature|password|x-cursor-byok-proxy", re.I)
 # Fields that only name things: kept, as a redacted replay needs them to match what the server asks.
 _NAMING_FIELDS = frozenset({"tool_name", "provider_identifier", "server_identifier", "type_url"})
+_MAX_REMEMBERED_HEADERS = 4096
 
 
 def names_an_id(name: str) -> bool:
@@ -62,6 +63,7 @@ class Redactor:
         # Longest first, so a key that contains another is removed whole.
         self._secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
         self.with_content = with_content
+        self._headers: dict[tuple[bytes, bytes], tuple[str, str]] = {}  # headers repeat on every request
 
     @staticmethod
     def keeps(field: FieldDescriptor) -> bool:
@@ -80,12 +82,17 @@ class Redactor:
         return SECRET_SHAPES.sub(SECRET, text)
 
     def headers(self, headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-        out = []
-        for name, value in headers:
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            out.append((key, SECRET if CREDENTIAL_HEADER.search(key) else self.scrub(text)))
-        return out
+        return [self._header(header) for header in headers]
+
+    def _header(self, header: tuple[bytes, bytes]) -> tuple[str, str]:
+        kept = self._headers.get(header)
+        if kept is None:
+            key = header[0].decode("latin-1").lower()
+            kept = (key, SECRET if CREDENTIAL_HEADER.search(key) else self.scrub(header[1].decode("latin-1")))
+            if len(self._headers) >= _MAX_REMEMBERED_HEADERS:
+                self._headers.clear()
+            self._headers[header] = kept
+        return kept
 
     def path(self, path: str) -> str:
         return self.scrub(path)
@@ -210,9 +217,16 @@ def kind_of(message: Message) -> str:
     return f"{member}.{chosen}" if chosen is not None else member
 
 
+_ONEOFS: dict[str, list[str]] = {}
+
+
 def _oneofs(message: Message) -> list[str]:
-    # a name starting with "_" is the synthetic oneof of a proto3 `optional` field
-    return [o.name for o in message.DESCRIPTOR.oneofs if not o.name.startswith("_")]
+    descriptor = message.DESCRIPTOR
+    names = _ONEOFS.get(descriptor.full_name)
+    if names is None:
+        # a name starting with "_" is the synthetic oneof of a proto3 `optional` field
+        names = _ONEOFS[descriptor.full_name] = [o.name for o in descriptor.oneofs if not o.name.startswith("_")]
+    return names
 
 
 def _member(message: Message) -> str | None:

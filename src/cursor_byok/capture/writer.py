@@ -27,6 +27,7 @@ __all__ = ["FORMAT", "CaptureWriter"]
 log = logging.getLogger("cursor_byok.capture")
 
 FORMAT = "cursor-byok-capture/1"
+FLUSH_SECONDS = 1.0  # a stream's file is written when the queue runs dry, or at least this often
 MAX_GROUPS = 512  # streams kept in memory for late appends; the oldest written ones go first
 # The thread holds the GIL while it decodes: after this much work it rests REST_RATIO times as long,
 # so a backlog (a busy server, a long stream) never takes more than a share of the loop's time.
@@ -34,19 +35,23 @@ WORK_SLICE_SECONDS = 0.0005
 REST_RATIO = 3.0
 
 
+MAX_BACKLOG_BYTES = 256 * 1024 * 1024  # exchanges waiting beyond this are dropped (and counted), not queued
+
+
 class Pacer:
-    """Called between units of work: rests once a slice of work is spent."""
+    """Called between units of work: rests once a slice of work is spent (this thread's CPU time,
+    not the time it waited for the GIL)."""
 
     def __init__(self, work: float = WORK_SLICE_SECONDS, rest_ratio: float = REST_RATIO) -> None:
         self._work = work
         self._rest = work * rest_ratio
-        self._since = time.perf_counter()
+        self._since = time.thread_time()
         self.hurry = False  # set once the capture stops: what is left is written at full speed
 
     def __call__(self) -> None:
-        if not self.hurry and time.perf_counter() - self._since >= self._work:
+        if not self.hurry and time.thread_time() - self._since >= self._work:
             time.sleep(self._rest)
-            self._since = time.perf_counter()
+            self._since = time.thread_time()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -59,6 +64,7 @@ class _Group:
     wall: float = 0.0
     ready: bool = False  # its stream exchange has ended
     written: bool = False
+    dirty: bool = False  # changed since its file was written
 
 
 class CaptureWriter:
@@ -66,6 +72,10 @@ class CaptureWriter:
         self.directory = directory
         self.redactor = redactor
         self.written = 0  # files written (a file written again counts once)
+        self.dropped = 0  # exchanges not recorded: the backlog was full
+        # bytes queued (written by the loop only) and taken (by the thread only): their difference waits
+        self._queued_bytes = 0
+        self._taken_bytes = 0
         self._queue: queue.Queue[Exchange | None] = queue.Queue()
         self._groups: OrderedDict[tuple[str, str], _Group] = OrderedDict()
         self._serial = 0
@@ -74,7 +84,11 @@ class CaptureWriter:
         self._thread.start()
 
     def submit(self, exchange: Exchange) -> None:
-        """From the loop: one put, nothing else."""
+        """From the loop: one put (or a drop, when the thread is that far behind)."""
+        if self._queued_bytes - self._taken_bytes > MAX_BACKLOG_BYTES:
+            self.dropped += 1
+            return
+        self._queued_bytes += exchange.kept
         self._queue.put(exchange)
 
     @property
@@ -91,11 +105,12 @@ class CaptureWriter:
         from .record import record_of  # protobuf and the protocol: in this thread, on first use
 
         pace = self._pace
+        flushed = time.monotonic()
         while True:
             exchange = self._queue.get()
             if exchange is None:
                 for group in self._groups.values():
-                    if not group.written:
+                    if group.dirty or not group.written:
                         self._write(group)
                 return
             try:
@@ -105,6 +120,16 @@ class CaptureWriter:
                 pace()
             except Exception:  # noqa: BLE001 - a capture must never take the server down
                 log.exception("capture: an exchange could not be recorded", extra={"path": exchange.path[:200]})
+            finally:
+                self._taken_bytes += exchange.kept
+            # Files are written in batches: a stream whose appends keep arriving is written once per
+            # batch, not once per append (each write is the whole stream again).
+            if self._queue.empty() or time.monotonic() - flushed >= FLUSH_SECONDS:
+                for group in self._groups.values():
+                    if group.dirty:
+                        self._write(group)
+                        pace()
+                flushed = time.monotonic()
 
     def _add(self, key: tuple[str, str], record: dict[str, Any], exchange: Exchange) -> None:
         group = self._groups.get(key)
@@ -115,14 +140,13 @@ class CaptureWriter:
         group.wall = min(group.wall, exchange.wall)
         if record["path"] != BIDI_APPEND:
             group.ready = True
-        if group.ready:
-            self._write(group)
+        group.dirty = group.ready
 
     def _evict(self) -> None:
         while len(self._groups) > MAX_GROUPS:
             oldest_key = next((k for k, g in self._groups.items() if g.written), next(iter(self._groups)))
             group = self._groups.pop(oldest_key)
-            if not group.written:
+            if group.dirty or not group.written:
                 self._write(group)
 
     def _write(self, group: _Group) -> None:
@@ -135,6 +159,7 @@ class CaptureWriter:
         if not group.written:
             self.written += 1
         group.written = True
+        group.dirty = False
 
 
 def document(group: _Group, with_content: bool) -> dict[str, Any]:
