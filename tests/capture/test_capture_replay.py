@@ -160,3 +160,23 @@ async def test_run_streams_and_relayed_side_rpcs_are_captured(tmp_path: Path, pr
         result = replay(captured.files, server.base_url)
         assert result.returncode == 0 and "1 stream(s) replayed, 1 skipped" in result.stdout, result.stdout
         assert "00002-rpc-2.json: skipped" in result.stdout
+
+
+async def test_a_capture_with_content_keeps_bodies_and_replays_side_rpcs(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """With content: the user's text is in the file, a side RPC's body too (so it replays)."""
+    with ServerProcess(config(tmp_path, provider)) as server:
+        provider.enqueue(OPENAI_CHAT.text(["plain ", "words"]))
+        async with capturing(server, with_content=True) as captured:
+            ide = ScriptedIDE(server.base_url, workspace)
+            try:
+                assert (await ide.turn(run_request("the user's own words", model=MODEL, conversation_id=uuid.uuid4().hex))).text == "plain words"
+            finally:
+                await ide.close()
+            models = httpx.post(server.base_url + "/aiserver.v1.AiService/AvailableModels", content=b"", headers={"content-type": "application/proto"})
+            assert models.status_code == 200
+        docs = {json.loads(f.read_text())["kind"]: f for f in captured.files}
+        assert set(docs) == {"agent-sse", "rpc"}
+        assert "the user's own words" in docs["agent-sse"].read_text()
+        provider.enqueue(OPENAI_CHAT.text(["plain ", "words"]))
+        result = replay(list(docs.values()), server.base_url)
+    assert result.returncode == 0 and "no divergence (2 stream(s) replayed, 0 skipped)" in result.stdout, result.stdout
