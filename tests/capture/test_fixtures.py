@@ -32,6 +32,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, shared_provider: FakeProvid
 def test_a_fixture_replays_with_no_divergence(fixture: Path, server: ServerProcess, provider: FakeProviderServer) -> None:
     enqueue(provider, json.loads((fixture / "provider.json").read_text()))
     files = sorted(fixture.glob("0*.json"))
-    result = replay(files, server.base_url)
+    result = replay([fixture], server.base_url)  # the folder, as a user passes it: provider.json is not a capture
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"no divergence ({len(files)} stream(s) replayed, 0 skipped)" in result.stdout, result.stdout

@@ -30,6 +30,7 @@ from ..hotpath import encode_frame
 from ..protocol import ConnectError, StreamDecoder, agent_pb2, aiserver_pb2, which
 from ..local_trust import AUTH_TOKEN_HEADER
 from .tap import BIDI_APPEND, RUN, RUN_SSE
+from .writer import FORMAT
 from .redact import Redactor, kind_of, names_an_id
 
 __all__ = ["ReplayReport", "StreamReport", "replay_files"]
@@ -121,7 +122,9 @@ class _Ids:
 
 
 async def replay_files(files: list[Path], url: str, *, token: str = "", timing_slack: float | None = None) -> ReplayReport:
-    docs = sorted(((json.loads(p.read_text()), p) for p in files), key=lambda d: (d[0]["started_at"], d[1].name))
+    loaded = ((json.loads(p.read_text()), p) for p in files)
+    # a folder may hold other files beside the captures (a fixture's provider.json)
+    docs = sorted(((d, p) for d, p in loaded if isinstance(d, dict) and d.get("format") == FORMAT), key=lambda d: (d[0]["started_at"], d[1].name))
     headers = {AUTH_TOKEN_HEADER: token} if token else {}
     report = ReplayReport()
     ids = _Ids()

@@ -169,7 +169,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     missing = [str(p) for p in files if not p.is_file()]
     if missing or not files:
         raise CommandError(f"no capture file {', '.join(missing) or 'given'}")
-    report = run_async(replay_files(files, args.against, token=args.token, timing_slack=args.timing_slack))
+    try:
+        report = run_async(replay_files(files, args.against, token=args.token, timing_slack=args.timing_slack))
+    except (ValueError, KeyError) as exc:  # JSON that is not a capture this build can read
+        raise CommandError(f"cannot replay {', '.join(map(str, files))}: {type(exc).__name__}: {exc}") from None
     for line in report.lines():
         echo(line)
     if not report.replayed:
