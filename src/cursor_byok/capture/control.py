@@ -74,10 +74,10 @@ class Capture:
             "dropped": self.writer.dropped,
         }
 
-    def stop(self) -> dict[str, Any]:
-        """Let the streams still open end (a while), write everything and stop (blocks: call it
-        off the loop); the final status, with the streams that were cut short of the capture."""
-        self._idle.wait(STOP_GRACE_SECONDS)
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> dict[str, Any]:
+        """Let the streams still open end (up to `grace` seconds), write everything and stop
+        (blocks: call it off the loop); the final status, with the streams cut short of the capture."""
+        self._idle.wait(grace)
         unfinished = self.open
         self.writer.close()
         return {**self.status(), "on": False, "unfinished": unfinished}

@@ -152,8 +152,8 @@ class Gateway:
                 await client.aclose()
         if self.store is not None:
             await self.store.close()
-        if self.capture is not None:
-            await asyncio.to_thread(self.capture.stop)
+        if self.capture is not None:  # the requests have ended (or been cut): write what they left
+            await asyncio.to_thread(self.capture.stop, 0.0)
 
     async def drain(self) -> None:
         """Graceful stop, before the HTTP server closes its connections: every open RunSSE gets its
