@@ -107,8 +107,11 @@ async def test_a_server_that_drops_a_frame_kind_is_caught(tmp_path: Path, provid
         script(provider, workspace)
         with DroppingProxy(server.base_url, drop="turn_ended") as middle:
             result = replay(streams, middle.base_url)
-    assert result.returncode != 0, result.stdout
-    assert "turn_ended" in result.stdout and "-" in result.stdout
+    assert result.returncode == 1, result.stdout
+    assert middle.dropped == 2  # one turn_ended per turn
+    # the diff names what the recording had and the changed server did not send, in each stream
+    assert result.stdout.count("\n  -interaction_update.turn_ended {") == 2, result.stdout
+    assert "divergence in 2 of 2 stream(s)" in result.stdout
 
 
 async def test_capture_is_off_by_default_and_the_banner_says_when_it_is_on(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
