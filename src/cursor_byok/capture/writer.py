@@ -6,6 +6,7 @@ it again); appends whose RunSSE never came are written when the capture stops.
 """
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import queue
@@ -109,9 +110,7 @@ class CaptureWriter:
         while True:
             exchange = self._queue.get()
             if exchange is None:
-                for group in self._groups.values():
-                    if group.dirty or not group.written:
-                        self._write(group)
+                self._flush(everything=True)
                 return
             try:
                 self._serial += 1
@@ -125,11 +124,19 @@ class CaptureWriter:
             # Files are written in batches: a stream whose appends keep arriving is written once per
             # batch, not once per append (each write is the whole stream again).
             if self._queue.empty() or time.monotonic() - flushed >= FLUSH_SECONDS:
-                for group in self._groups.values():
-                    if group.dirty:
-                        self._write(group)
-                        pace()
+                self._flush()
                 flushed = time.monotonic()
+
+    def _flush(self, *, everything: bool = False) -> None:
+        """Write the streams changed since their last write (`everything`: and those never written)."""
+        for group in self._groups.values():
+            if group.dirty or (everything and not group.written):
+                try:
+                    self._write(group)
+                except OSError:  # a full disk, a removed folder: the server goes on, the log says so
+                    log.exception("capture: a stream could not be written", extra={"capture_dir": str(self.directory)})
+                    group.dirty = False
+                self._pace()
 
     def _add(self, key: tuple[str, str], record: dict[str, Any], exchange: Exchange) -> None:
         group = self._groups.get(key)
@@ -147,7 +154,7 @@ class CaptureWriter:
             oldest_key = next((k for k, g in self._groups.items() if g.written), next(iter(self._groups)))
             group = self._groups.pop(oldest_key)
             if group.dirty or not group.written:
-                self._write(group)
+                self._write(group)  # an OSError: that exchange is logged as not recorded
 
     def _write(self, group: _Group) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -165,8 +172,6 @@ class CaptureWriter:
 def document(group: _Group, with_content: bool) -> dict[str, Any]:
     """A stream's file: its exchanges in the order they started, every time as milliseconds since
     the stream's first exchange started."""
-    import datetime as dt
-
     records = sorted(group.records, key=lambda r: r["at"])
     start = records[0]["at"]
 
