@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 MAX_UI_BODY = 64 * 1024
 NO_DASHBOARD = ConnectError("unavailable", "observability is off (set [observability] enabled = true)")
 CAPTURE_API = UI_PREFIX + "api/capture"  # served with the dashboard off too: `cursor-byok capture` asks it
+_CAPTURE_SWITCH = asyncio.Lock()  # one start or stop at a time: two at once would leave a writer running
 
 
 async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, path: str) -> None:
@@ -44,7 +45,8 @@ async def handle_capture(gw: Gateway, scope: Scope, send: Send) -> None:
     """GET: whether capture is on; POST: read the data dir's capture settings again (after
     `cursor-byok capture start|stop`), answering once a stopped capture is all written."""
     if scope["method"] == "POST":
-        gw.capture, status = await asyncio.to_thread(sync_capture, gw.capture, gw.config)
+        async with _CAPTURE_SWITCH:
+            gw.capture, status = await asyncio.to_thread(sync_capture, gw.capture, gw.config)
     else:
         status = gw.capture.status() if gw.capture is not None else {"on": False}
     await reply(send, 200, json.dumps(status).encode(), [(b"content-type", b"application/json"), *UI_HEADERS])
