@@ -293,7 +293,11 @@ class _Session:
                     await asyncio.sleep(delay)  # the recorded client's timing, not a synchronisation
                 self.ids.renew(message)
                 self._continue_conversation(message)
-                await self.send(message)
+                try:
+                    await self.send(message)
+                except Exception as exc:  # noqa: BLE001 - the server went away: a divergence, not a crash
+                    live_lines.append(f"client: {kind_of(message)} could not be sent ({type(exc).__name__})")
+                    break
             if reader is not None:
                 limit = self.duration + _STREAM_WAIT_SECONDS
                 try:
@@ -351,6 +355,9 @@ class _Session:
             return
         except _Refused as refused:
             lines.append(f"end: HTTP {refused.status}")
+            return
+        except Exception as exc:  # noqa: BLE001 - a connection that failed is this stream's answer
+            lines.append(f"end: connection failed ({type(exc).__name__})")
             return
         lines.append("end: (closed without an end-of-stream frame)")
 
