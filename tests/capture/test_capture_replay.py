@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.edge_support import EdgeServerConfig
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.capture import (
     DroppingProxy,
@@ -19,7 +20,7 @@ from tests.harness.capture import (
     replay,
 )
 from tests.harness.ide import ScriptedIDE, run_request
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
 
 MODEL = "byok-capture"
 
@@ -183,3 +184,35 @@ async def test_a_capture_with_content_keeps_bodies_and_replays_side_rpcs(tmp_pat
         provider.enqueue(OPENAI_CHAT.text(["plain ", "words"]))
         result = replay(list(docs.values()), server.base_url)
     assert result.returncode == 0 and "no divergence (2 stream(s) replayed, 0 skipped)" in result.stdout, result.stdout
+
+
+async def test_a_session_through_the_interceptor_is_captured_and_replays(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """The IDE's way in: HTTP/2 in TLS to a Cursor host through the intercepting proxy, which hands
+    the stream to the server. The capture holds it as the server got it (the proxy's own secret
+    header redacted), and it replays against the server directly (h2c)."""
+    cfg = EdgeServerConfig(
+        data_dir=tmp_path / "server",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        extra_server={"blob_ack_timeout_seconds": 3.0},
+        proxy_port=free_port(),
+    )
+    (workspace / "notes.txt").write_text("through the proxy\n")
+    replies = [OPENAI_CHAT.tool_calls([CallSpec("c_read", "Read", [json.dumps({"path": "notes.txt"})])]), OPENAI_CHAT.text(["Read it."])]
+    with ServerProcess(cfg) as server:
+        provider.enqueue(*replies)
+        async with capturing(server) as captured:
+            ide = ScriptedIDE(server.base_url, workspace, transport="run-via-proxy", proxy=(cfg.proxy_port, cfg.data_dir / "ca" / "ca.crt"))
+            try:
+                log = await ide.turn(run_request("read notes.txt", model=MODEL, conversation_id=uuid.uuid4().hex, workspace=str(workspace)))
+                assert log.text == "Read it." and [e.WhichOneof("message") for e in ide.exec_log] == ["read_args"]
+            finally:
+                await ide.close()
+        [path] = captured.files
+        doc = json.loads(path.read_text())
+        assert doc["kind"] == "agent-run"
+        headers = dict(doc["exchanges"][0]["request_headers"])
+        assert headers["x-server-upstream-url"] == "https://api2.cursor.sh/agent.v1.AgentService/Run"  # the proxy handed it over
+        assert headers["x-cursor-byok-proxy"] == "[redacted secret]"
+        provider.enqueue(*replies)
+        result = replay([path], server.base_url)
+    assert result.returncode == 0 and "no divergence (1 stream(s) replayed, 0 skipped)" in result.stdout, result.stdout
