@@ -45,7 +45,10 @@ _ANSWERS = {
 _ASKS = {"exec_server_message": "exec", "kv_server_message": "kv", "interaction_query": "interaction"}
 # Ids the client makes up: fresh in a replay (the recorded ones are taken on the server it ran on).
 _FRESH_IDS = frozenset({"conversation_id", "run_id", "message_id", "expected_run_id", "agent_session_id", "injection_id", "conversation_group_id"})
-_IGNORED_KINDS = frozenset({"interaction_update.heartbeat"})
+_HEARTBEAT = "interaction_update.heartbeat"  # timing: the server sends them while it waits
+_BLOB_PUSH = "kv_server_message.set_blob_args"
+_CHECKPOINT = "conversation_checkpoint_update"
+_TURN_ENDED = "interaction_update.turn_ended"
 _STREAM_WAIT_SECONDS = 60.0  # beyond the recorded duration, before a stream that does not end is cut
 
 
@@ -175,13 +178,29 @@ def _end_line(error: dict[str, Any] | None) -> str:
     return "end: " + ((error or {}).get("code") or "ok")
 
 
-def _summarise(lines: list[str]) -> list[str]:
-    """Consecutive equal lines once: how a text was cut into deltas is the provider's and the
-    loop's timing, not the server's behaviour."""
+def _compared(entries: list[tuple[str, str]]) -> list[str]:
+    """What of a stream's server messages ((kind, line) each, `end: …` last) the diff compares:
+    what the protocol orders, not what timing moves. Out: heartbeats; checkpoints taken during a
+    run (asynchronous by design: one overtaken by a newer one is never sent), while those after
+    `turn_ended` stay in order; blob pushes by their presence (a step checkpoint's blobs go out
+    whenever its task runs). Consecutive equal lines once: how a text was cut into deltas is the
+    provider's and the loop's timing."""
     out: list[str] = []
-    for line in lines:
+    pushed = False
+    turn_ending = False  # since turn_ended, nothing but the final checkpoints yet
+    for kind, line in entries:
+        if kind == _HEARTBEAT:
+            continue
+        if kind == _BLOB_PUSH:
+            pushed = True
+            continue
+        if kind == _CHECKPOINT and not turn_ending:
+            continue
+        turn_ending = kind == _TURN_ENDED or (turn_ending and kind == _CHECKPOINT)
         if not out or out[-1] != line:
             out.append(line)
+    if pushed:
+        out.append(f"{_BLOB_PUSH} (pushed: how many and where not compared)")
     return out
 
 
@@ -247,7 +266,8 @@ class _Session:
                 self.asks.setdefault(frame["kind"], []).append(ask)
                 by_id.setdefault((_ASKS[top], int(message.get("id", 0))), ask)
         self.spontaneous: list[tuple[float, agent_pb2.AgentClientMessage]] = []
-        self.recorded_answers = sorted(item.answer for item in sent if item.answer)
+        # each kind of append and its answer once: how many blob acks there were follows the pushes
+        self.recorded_answers = sorted({item.answer for item in sent if item.answer})
         for item in sent:
             if item.raw is None:
                 report.notes.append(f"a client message at {item.at * 1000:.0f} ms was not decodable; not sent")
@@ -281,7 +301,7 @@ class _Session:
 
     async def run(self, timing_slack: float | None) -> None:
         report = self.report
-        live_lines: list[str] = []
+        live_lines: list[tuple[str, str]] = []  # (kind, line) of each server message, as `_compared` takes them
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_answer: list[float] = []
@@ -296,7 +316,7 @@ class _Session:
                 try:
                     await self.send(message)
                 except Exception as exc:  # noqa: BLE001 - the server went away: a divergence, not a crash
-                    live_lines.append(f"client: {kind_of(message)} could not be sent ({type(exc).__name__})")
+                    live_lines.append(("client", f"client: {kind_of(message)} could not be sent ({type(exc).__name__})"))
                     break
             if reader is not None:
                 limit = self.duration + _STREAM_WAIT_SECONDS
@@ -304,26 +324,26 @@ class _Session:
                     await asyncio.wait_for(asyncio.shield(reader), limit)
                 except asyncio.TimeoutError:
                     report.notes.append(f"the stream did not end within {limit:.0f}s")
-                    live_lines.append("end: (none)")
+                    live_lines.append(("end", "end: (none)"))
         finally:
             if reader is not None and not reader.done():
                 reader.cancel()
             await self.close()
         took = loop.time() - started
         report.recorded = [*self._recorded_lines(), *self.recorded_answers]
-        report.live = [*_summarise(live_lines), *sorted(a for _, a in self.append_answers)]
+        report.live = [*_compared(live_lines), *sorted({a for _, a in self.append_answers})]
         first = f"first answer {first_answer[0] * 1000:.0f} ms, " if first_answer else ""
         report.timing = f"{first}stream {took * 1000:.0f} ms (recorded {self.duration * 1000:.0f} ms)"
         report.slow = timing_slack is not None and took > self.duration * timing_slack + 1.0
 
     def _recorded_lines(self) -> list[str]:
-        lines = []
+        entries = []
         for frame in self.server_frames:
             if "end_stream" in frame:
-                lines.append(_end_line(frame["end_stream"]))
-            elif "kind" in frame and frame["kind"] not in _IGNORED_KINDS:
-                lines.append(_line(frame["kind"], frame["message"]))
-        return _summarise(lines)
+                entries.append(("end", _end_line(frame["end_stream"])))
+            elif "kind" in frame:
+                entries.append((frame["kind"], _line(frame["kind"], frame["message"])))
+        return _compared(entries)
 
     def _continue_conversation(self, message: agent_pb2.AgentClientMessage) -> None:
         """A later turn's run request carries the state the recorded server last sent: send the
@@ -335,7 +355,7 @@ class _Session:
         if live is not None and message.run_request.HasField("conversation_state"):
             message.run_request.conversation_state.CopyFrom(live)
 
-    async def _read(self, lines: list[str], first_answer: list[float], started: float) -> None:
+    async def _read(self, lines: list[tuple[str, str]], first_answer: list[float], started: float) -> None:
         decoder = StreamDecoder(agent_pb2.AgentServerMessage, gzip=True)
         loop = asyncio.get_running_loop()
         try:
@@ -344,22 +364,21 @@ class _Session:
                     if not first_answer:
                         first_answer.append(loop.time() - started)
                     kind = kind_of(message)
-                    if kind not in _IGNORED_KINDS:
-                        lines.append(_line(kind, MessageToDict(message, preserving_proto_field_name=True)))
+                    lines.append((kind, _line(kind, MessageToDict(message, preserving_proto_field_name=True))))
                     await self._react(kind, message)
                 if decoder.ended:
-                    lines.append(_end_line(decoder.error.to_json_obj() if decoder.error else None))
+                    lines.append(("end", _end_line(decoder.error.to_json_obj() if decoder.error else None)))
                     return
         except ConnectError as err:
-            lines.append(f"end: undecodable ({err.code})")
+            lines.append(("end", f"end: undecodable ({err.code})"))
             return
         except _Refused as refused:
-            lines.append(f"end: HTTP {refused.status}")
+            lines.append(("end", f"end: HTTP {refused.status}"))
             return
         except Exception as exc:  # noqa: BLE001 - a connection that failed is this stream's answer
-            lines.append(f"end: connection failed ({type(exc).__name__})")
+            lines.append(("end", f"end: connection failed ({type(exc).__name__})"))
             return
-        lines.append("end: (closed without an end-of-stream frame)")
+        lines.append(("end", "end: (closed without an end-of-stream frame)"))
 
     async def _react(self, kind: str, message: agent_pb2.AgentServerMessage) -> None:
         top = kind.partition(".")[0]
