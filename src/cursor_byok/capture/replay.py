@@ -6,9 +6,9 @@ recorded offsets, their conversation, run and message ids made fresh (one mappin
 replay, so a second turn continues the first one's conversation). What the client only sent in
 answer to the server (exec results, KV acks, interaction responses) goes out when the live server
 asks the same thing, re-addressed to the live request's id. The diff compares, per stream, the
-server's message kinds in order with the fields each had (values, ids and timestamps ignored;
-heartbeats and how text was cut into deltas ignored), how it ended and the appends' answers;
-timing is shown, and counted only with a slack factor.
+server's message kinds in order with the fields each had (values, ids and timestamps ignored, and
+what timing moves: see `_compared`), how it ended and the appends' answers; timing is shown, and
+counted only with a slack factor.
 """
 from __future__ import annotations
 
