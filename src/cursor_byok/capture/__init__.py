@@ -11,31 +11,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy_names
-from .settings import CAPTURES_DIR, CaptureSettings, captures_dir, clear_active, read_active, write_active
+from .settings import CaptureSettings, captures_dir, clear_active, read_active, write_active
 
 if TYPE_CHECKING:
-    from .control import Capture, configured_secrets, sync_capture
+    from .control import Capture, sync_capture
     from .redact import Redactor
-    from .replay import ReplayReport, replay_files
+    from .replay import replay_files
 
 __getattr__ = lazy_names(
     __name__,
     {
-        "control": ("Capture", "configured_secrets", "sync_capture"),
+        "control": ("Capture", "sync_capture"),
         "redact": ("Redactor",),
-        "replay": ("ReplayReport", "replay_files"),
+        "replay": ("replay_files",),
     },
 )
 
 __all__ = [
-    "CAPTURES_DIR",
     "Capture",
     "CaptureSettings",
     "Redactor",
-    "ReplayReport",
     "captures_dir",
     "clear_active",
-    "configured_secrets",
     "read_active",
     "replay_files",
     "sync_capture",

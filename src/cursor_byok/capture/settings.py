@@ -12,9 +12,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["CAPTURES_DIR", "CaptureSettings", "captures_dir", "clear_active", "read_active", "write_active"]
+__all__ = ["CaptureSettings", "captures_dir", "clear_active", "read_active", "write_active"]
 
-CAPTURES_DIR = "captures"
+_CAPTURES = "captures"
 _ACTIVE = "active.json"
 
 
@@ -29,7 +29,7 @@ class CaptureSettings:
 
 
 def captures_dir(data_path: Path) -> Path:
-    return data_path / CAPTURES_DIR
+    return data_path / _CAPTURES
 
 
 def read_active(data_path: Path) -> CaptureSettings | None:
