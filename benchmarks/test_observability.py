@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,16 +34,19 @@ OFF = "[observability]\nenabled = false\n"
 
 
 @contextlib.contextmanager
-def running(tmp_path: Path, provider: list[str], **server: object) -> Iterator[tuple[int, dict[str, ServerProcess]]]:
+def running(
+    tmp_path: Path, provider: list[str], prepare: Callable[[str, ServerConfig], None] | None = None, **server: object
+) -> Iterator[tuple[int, dict[str, ServerProcess]]]:
     """A provider (`python -m` these arguments, its port inserted first) and `cursor-byok serve`
-    twice on it: observability on and off. Yields the provider's port and the two servers."""
+    twice on it: observability on and off (or, with `prepare(name, config)` to set them apart, the
+    same config twice). Yields the provider's port and the two servers."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", provider[0], str(port), *provider[1:]], env=env, cwd=ROOT)
     both: dict[str, ServerProcess] = {}
     try:
         listening(port)
-        for name, extra in (("on", ""), ("off", OFF)):
+        for name, extra in (("on", ""), ("off", OFF if prepare is None else "")):
             config = ServerConfig(
                 data_dir=tmp_path / name,
                 models=[ModelSpec(id="bench", provider="openai-chat", base_url=f"http://{HOST}:{port}/v1", max_output_tokens=1000)],
@@ -51,6 +54,8 @@ def running(tmp_path: Path, provider: list[str], **server: object) -> Iterator[t
                 extra_server=dict(server),
                 extra_toml=extra,
             )
+            if prepare is not None:
+                prepare(name, config)
             both[name] = ServerProcess(config, env=env).start()
         yield port, both
     finally:
@@ -86,22 +91,33 @@ def report(benchmark, title: str, rows: dict[str, str], cpu: dict[str, list[floa
     print(f"  on/off (medians): CPU {what} {cpu_ratio:.3f}, p50 latency {p50_ratio:.3f}")
 
 
+def streaming_rounds(benchmark, both: dict[str, ServerProcess], rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:  # type: ignore[no-untyped-def]
+    """test_gateway's streaming scenario on the two servers, `rounds` alternating pairs: CPU µs
+    per delta and p50 ms of each run, by server."""
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    p50: dict[str, list[float]] = {"on": [], "off": []}
+
+    def run() -> None:
+        for n in range(rounds):
+            for name in alternating(n):
+                target = both[name]
+                out = asyncio.run(scenario(HOST, target.port, "bench", target.proc.pid))  # type: ignore[union-attr]
+                assert not out.errors and out.frames == TRANSPORTS * FRAMES, out.errors[:3]
+                cpu[name].append(out.row()["cpu_us_per_delta"])
+                p50[name].append(out.row()["p50_ms"])
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    return cpu, p50
+
+
+STREAMING_PROVIDER = ["benchmarks.support.ts_provider", str(FRAMES), str(INTERVAL_MS)]
+
+
 @pytest.mark.timeout(3600)
 @pytest.mark.benchmark(group="observability")
 def test_recording_cost_on_streaming(benchmark, tmp_path: Path) -> None:
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
-    p50: dict[str, list[float]] = {"on": [], "off": []}
-    with running(tmp_path, ["benchmarks.support.ts_provider", str(FRAMES), str(INTERVAL_MS)], max_transports=TRANSPORTS * 4) as (_, both):
-        def run() -> None:
-            for n in range(ROUNDS):
-                for name in alternating(n):
-                    target = both[name]
-                    out = asyncio.run(scenario(HOST, target.port, "bench", target.proc.pid))  # type: ignore[union-attr]
-                    assert not out.errors and out.frames == TRANSPORTS * FRAMES, out.errors[:3]
-                    cpu[name].append(out.row()["cpu_us_per_delta"])
-                    p50[name].append(out.row()["p50_ms"])
-
-        benchmark.pedantic(run, rounds=1, iterations=1)
+    with running(tmp_path, STREAMING_PROVIDER, max_transports=TRANSPORTS * 4) as (_, both):
+        cpu, p50 = streaming_rounds(benchmark, both, ROUNDS)
     rows = {n: f"CPU µs/delta {', '.join(f'{v:.1f}' for v in cpu[n])};  p50 ms {', '.join(f'{v:.2f}' for v in p50[n])}" for n in cpu}
     ratio = statistics.median(p50["on"]) / statistics.median(p50["off"])
     report(benchmark, f"streaming, {TRANSPORTS} transports x {FRAMES} deltas, {ROUNDS} rounds each (alternating)", rows, cpu, ratio, "per delta")

@@ -18,6 +18,7 @@ import httpx
 import msgspec
 
 from .apis import LocalRpcs, Upstream, effort_for
+from .capture import sync_capture
 from .config import Config, ConfigError, ModelConfig, load, resolve_api_key
 from .conversation import NO_OBSERVER, ConversationService, OutputHub, RuntimeServices
 from .gateway import Gateway, sweep_seconds
@@ -118,6 +119,8 @@ class Server:
         await _closing("the upstream client", self.http.aclose())
         await _closing("the provider client", self.provider_http.aclose())
         await _closing(f"the database {self.config.database_path}", self.store.close())
+        if self.gateway.capture is not None:  # the requests have ended (or been cut): write what they left
+            await _closing("the capture", asyncio.to_thread(self.gateway.capture.stop, 0.0))
 
     def _run_background(self) -> None:
         gateway, config = self.gateway, self.config
@@ -150,6 +153,7 @@ async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = 
         await store.close()
         raise
     try:
+        server.gateway.capture = sync_capture(None, config)[0]  # off: one failed open; on: a writer thread starts
         await server.gateway.conversations.restore()
         await server.gateway.resume_journaled()
         server._run_background()

@@ -11,6 +11,8 @@
     cursor-byok ca init [--rotate]|show|install
     cursor-byok service install|uninstall|status [--dry-run]
     cursor-byok completion bash|zsh|fish
+    cursor-byok capture start [--with-content]|stop|status|list|show PATH|export [SESSION]
+    cursor-byok replay FILE|DIR... --against URL
 
 One module per command group; this one only composes them. A bad config is one line per problem on
 stderr (`cursor-byok: <path>: <key>: <problem>`) and exit status 2; any other failure is one line
@@ -27,10 +29,10 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError
-from . import ca, completion, config, conversations, cursor, db, doctor, models, serve, service, usage
+from . import ca, capture, completion, config, conversations, cursor, db, doctor, models, serve, service, usage
 from .common import PROG, CommandError, echo, setup_logging
 
-COMMAND_GROUPS = (serve, doctor, config, models, conversations, usage, db, cursor, ca, service, completion)
+COMMAND_GROUPS = (serve, doctor, config, models, conversations, usage, db, cursor, ca, service, capture, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:

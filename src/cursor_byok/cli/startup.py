@@ -10,6 +10,7 @@ from collections.abc import Mapping, MutableMapping
 import msgspec
 
 from .. import __version__
+from ..capture import captures_dir, read_active
 from ..config import Config, ProviderKind
 from .chain import corporate_proxy, cursor_uses_our_proxy, outbound_proxy_env, shown_url
 from .common import PROG, echo, gateway_url, installed_command, key_status, proxy_url, typed_command
@@ -66,6 +67,10 @@ def summary(cfg: Config, environ: Mapping[str, str] | None = None) -> list[str]:
         lines.append(f"  proxy: off (Cursor's agent reaches this server only through it: `{me} serve --proxy`)")
     outbound = environ.get("HTTPS_PROXY") or environ.get("https_proxy")
     lines.append(f"  upstream: {cfg.upstream.base_url}" + (f" via {shown_url(outbound)}" if outbound else ""))
+    capture = read_active(cfg.data_path)
+    if capture is not None:
+        what = "WITH CONTENT" if capture.with_content else "redacted"
+        lines.append(f"  capture: ON ({what}) to {captures_dir(cfg.data_path) / capture.session}; `cursor-byok capture stop` ends it")
     if missing:
         next_step = f"set the missing key{'s' * (len(missing) > 1)} (above) and restart; then `{me} doctor`"
     elif cfg.proxy.enabled and cursor_uses_our_proxy(cfg):

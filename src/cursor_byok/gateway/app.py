@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from ..apis import LocalRpcs, Upstream
+from ..capture import Capture
 from ..config import Config, ServerConfig
 from ..conversation import ConversationService, Phase
 from ..observability import Dashboard, GatewayGauges, Metrics
@@ -73,6 +74,7 @@ class Gateway:
         self.pending = Pending(config.server.max_pending_requests, config.server.max_pending_per_connection)
         keep_large_blocks_out_of_the_heap()
         self._trimmer = Trimmer()
+        self.capture: Capture | None = None  # on while `cursor-byok capture start` says so (the composition root sets it)
         self.appends = 0  # BidiAppends accepted (for /metrics)
         self.stopping = False
         self._cut = False
@@ -137,7 +139,10 @@ class Gateway:
         assert me is not None
         self._requests.add(me)
         try:
-            await self._route(scope, receive, send)
+            if self.capture is None:
+                await self._route(scope, receive, send)
+            else:
+                await self.capture.around(scope, receive, send, self._route)
         except asyncio.CancelledError:
             if not self._cut:
                 raise

@@ -2,8 +2,11 @@
 route. Both show what the server did: listening beyond loopback they need the auth token."""
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import TYPE_CHECKING
 
+from ..capture import sync_capture
 from ..observability import UI_HEADERS
 from ..protocol import ConnectError
 from .asgi import Receive, Scope, Send, reply, reply_error
@@ -14,11 +17,16 @@ if TYPE_CHECKING:
 
 MAX_UI_BODY = 64 * 1024
 NO_DASHBOARD = ConnectError("unavailable", "observability is off (set [observability] enabled = true)")
+CAPTURE_API = UI_PREFIX + "api/capture"  # served with the dashboard off too: `cursor-byok capture` asks it
+_CAPTURE_SWITCH = asyncio.Lock()  # one start or stop at a time: two at once would leave a writer running
 
 
 async def handle_ui(gw: Gateway, scope: Scope, receive: Receive, send: Send, path: str) -> None:
     if path == UI_PATH:  # relative: under a `/_token/<token>/` prefix the browser keeps it
         await reply(send, 308, b"", [(b"location", b"ui/")])
+        return
+    if path == CAPTURE_API:
+        await handle_capture(gw, scope, send)
         return
     if gw.dashboard is None:
         await reply_error(send, NO_DASHBOARD)
@@ -51,6 +59,17 @@ async def handle_root(gw: Gateway, send: Send) -> None:
         "`cursor-byok doctor` checks the whole chain.",
     ]
     await reply(send, 200, ("\n".join(lines) + "\n").encode(), [(b"content-type", b"text/plain; charset=utf-8"), *UI_HEADERS])
+
+
+async def handle_capture(gw: Gateway, scope: Scope, send: Send) -> None:
+    """GET: whether capture is on; POST: read the data dir's capture settings again (after
+    `cursor-byok capture start|stop`), answering once a stopped capture is all written."""
+    if scope["method"] == "POST":
+        async with _CAPTURE_SWITCH:
+            gw.capture, status = await asyncio.to_thread(sync_capture, gw.capture, gw.config)
+    else:
+        status = gw.capture.status() if gw.capture is not None else {"on": False}
+    await reply(send, 200, json.dumps(status).encode(), [(b"content-type", b"application/json"), *UI_HEADERS])
 
 
 async def handle_metrics(gw: Gateway, send: Send) -> None:

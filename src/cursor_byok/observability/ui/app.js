@@ -224,8 +224,21 @@ async function models() {
       })));
 }
 
+// Capture on records every agent RPC to disk: say so on every page while it lasts.
+async function captureBanner() {
+  const el = document.getElementById("capture");
+  try {
+    const c = await api("capture");
+    el.hidden = !c.on;
+    el.textContent = c.on ? `Capture is ON (${c.with_content ? "WITH CONTENT" : "redacted"}): every agent RPC stream is recorded to ${c.directory}. \`cursor-byok capture stop\` ends it.` : "";
+  } catch (e) {
+    el.hidden = true;
+  }
+}
+
 // ---- routing -----------------------------------------------------------------------------------
 async function route() {
+  captureBanner();
   const [page, arg] = location.hash.replace(/^#\/?/, "").split("/");
   const name = page === "conversation" ? "conversations" : page || "overview";
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === name);
