@@ -190,15 +190,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     verbs.add_parser("status", parents=[common], help="whether capture is on").set_defaults(handler=cmd_status)
     verbs.add_parser("list", parents=[common], help="the capture sessions").set_defaults(handler=cmd_list)
     show = verbs.add_parser("show", parents=[common], help="what a capture file or session holds, frame by frame")
-    show.add_argument("path", metavar="PATH|SESSION")
+    show.add_argument("path", metavar="PATH|SESSION", help="a capture file, or a session folder's name")
     show.set_defaults(handler=cmd_show)
     export = verbs.add_parser("export", parents=[common], help="one session as a .tar.gz to attach to a bug report")
     export.add_argument("session", nargs="?", help="default: the latest")
-    export.add_argument("--output", "-o", metavar="FILE")
+    export.add_argument("--output", "-o", metavar="FILE", help="where to write the archive (default: cursor-byok-capture-SESSION.tar.gz here)")
     export.set_defaults(handler=cmd_export)
 
     r = sub.add_parser("replay", parents=[common], help="play a capture's client side against a server and diff its answers")
-    r.add_argument("files", nargs="+", metavar="FILE|DIR")
+    r.add_argument("files", nargs="+", metavar="FILE|DIR", help="capture files, or folders of them")
     r.add_argument("--against", required=True, metavar="URL", help="the server to replay against, e.g. http://127.0.0.1:8787")
     r.add_argument("--token", default="", help="the server's auth token, if it needs one")
     r.add_argument("--timing-slack", type=float, default=None, metavar="FACTOR",
