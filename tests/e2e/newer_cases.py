@@ -31,6 +31,9 @@ SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("conversation/turn_input.py", "_turn_input", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/run_setup.py", "agent_mode", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/run_setup.py", "request_env", "action"): ("agent.v1.ConversationAction.action",),
+    ("conversation/client_context.py", "lacks_request_context", "action"): ("agent.v1.ConversationAction.action",),
+    ("conversation/client_context.py", "with_request_context", "action"): ("agent.v1.ConversationAction.action",),
+    ("conversation/client_context.py", "ContextQuery.takes", "message"): ("agent.v1.ExecClientControlMessage.message",),
     ("conversation/tool_calls.py", "ToolRounds.on_client_message", "message"): (
         "agent.v1.ExecClientMessage.message", "agent.v1.ExecClientControlMessage.message",
     ),

@@ -62,6 +62,7 @@ def run_request(
     uma.user_message.text = text
     uma.user_message.message_id = message_id or uuid.uuid4().hex
     uma.user_message.mode = mode
+    uma.request_context.SetInParent()  # as Cursor's IDE, which always sends one (else the server asks)
     if workspace:
         uma.request_context.env.workspace_paths.append(workspace)
         uma.request_context.env.os_version = "linux"
@@ -387,6 +388,14 @@ class ScriptedIDE:
             m.exec_client_message.exec_id = ex.exec_id
             return m
 
+        if kind == "request_context_args":  # asked when a run request came without one
+            m = reply()
+            env = m.exec_client_message.request_context_result.success.request_context.env
+            if self.workspace is not None:
+                env.workspace_paths.append(str(self.workspace))
+                env.terminals_folder = str(self.workspace / "terminals")
+            env.os_version, env.shell = "linux", "bash"
+            return [m]
         if kind == "read_args":
             m = reply()
             path = self._path(ex.read_args.path)
