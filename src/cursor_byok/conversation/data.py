@@ -193,11 +193,12 @@ class ConversationData:
 
     async def _with_client_context(self, run: ActiveRun, query: client_context.ContextQuery) -> pb.AgentRunRequest:
         """The run's request completed with the client's answer, or as it was when none came in time."""
+        # A timer, not asyncio.timeout: a run's preparation starts eagerly, outside any task.
+        timer = asyncio.get_running_loop().call_later(client_context.ANSWER_WAIT_SECONDS, query.give_up)
         try:
-            async with asyncio.timeout(client_context.ANSWER_WAIT_SECONDS):
-                context = await query.answer
-        except TimeoutError:
-            context = None
+            context = await query.answer
+        finally:
+            timer.cancel()
         if context is None:
             log.info("the client gave no request context", extra={"conversation_id": self.conversation_id})
             return run.run_request

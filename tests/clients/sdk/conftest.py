@@ -42,6 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServe
         data_dir=tmp_path_factory.mktemp("sdk") / "data",
         models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
         upstream=upstream.url,
+        continuation_window_seconds=None,  # what users run: the turn-end test measures it
     )
     with ServerProcess(cfg) as proc:
         yield proc
