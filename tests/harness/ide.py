@@ -70,6 +70,34 @@ def run_request(
     return msg
 
 
+def _fetched(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> None:
+    out.fetch_result.success.url = ex.fetch_args.url
+    out.fetch_result.success.content = f"the page at {ex.fetch_args.url}"
+    out.fetch_result.success.status_code = 200
+    out.fetch_result.success.content_type = "text/plain"
+
+
+def _typed(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> None:
+    out.write_shell_stdin_result.success.shell_id = ex.write_shell_stdin_args.shell_id
+
+
+def _resources(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> None:
+    out.list_mcp_resources_exec_result.success.resources.add(uri="weather://oslo", name="Oslo", server="weather")
+
+
+def _resource(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> None:
+    out.read_mcp_resource_exec_result.success.uri = ex.read_mcp_resource_exec_args.uri
+    out.read_mcp_resource_exec_result.success.text = f"contents of {ex.read_mcp_resource_exec_args.uri}"
+
+
+_CLIENT_RUN_RESULTS = {
+    "fetch_args": _fetched,
+    "write_shell_stdin_args": _typed,
+    "list_mcp_resources_exec_args": _resources,
+    "read_mcp_resource_exec_args": _resource,
+}
+
+
 def action_message(**kwargs: object) -> pb.AgentClientMessage:
     msg = pb.AgentClientMessage()
     for name, value in kwargs.items():
@@ -395,6 +423,10 @@ class ScriptedIDE:
                 env.workspace_paths.append(str(self.workspace))
                 env.terminals_folder = str(self.workspace / "terminals")
             env.os_version, env.shell = "linux", "bash"
+            return [m]
+        if kind in _CLIENT_RUN_RESULTS:  # what the client's own executor does: a fixed success
+            m = reply()
+            _CLIENT_RUN_RESULTS[kind](ex, m.exec_client_message)
             return [m]
         if kind == "read_args":
             m = reply()

@@ -3,6 +3,7 @@ its transport (RunSSE + BidiAppend over HTTP/1.1), its model check, its own tool
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
@@ -99,3 +100,40 @@ def test_a_turn_ends_when_its_checkpoint_is_settled(sdk: SdkDriver, fresh_provid
     ends = [run.end_ms(i) for i in (0, 1)]
     print(f"last text → run finished: {ends[0]:.0f} ms, {ends[1]:.0f} ms")
     assert max(ends) < 1000, ends
+
+
+def test_web_fetch_is_done_by_the_sdk(sdk: SdkDriver, fresh_provider: FakeProviderServer, workspace: Path) -> None:
+    with FakeProviderServer() as web:
+        web.respond_with(lambda request: Reply(body=b"<h1>Release notes</h1><p>version 7</p>", content_type="text/html"))
+        fresh_provider.enqueue(
+            OPENAI_CHAT.tool_calls([call("c_fetch", "WebFetch", url=f"{web.url}/notes")]), OPENAI_CHAT.text(["version 7"])
+        )
+        run = sdk.run(MODEL, workspace, [{"prompt": "what version is out?"}])
+        assert run.result(0)["status"] == "finished", run.errors()
+        assert [(r.method, r.path) for r in web.requests] == [("GET", "/notes")]
+    (fetched,) = tool_results(fresh_provider, 1)
+    assert "version 7" in fetched and "HTTP 200" in fetched
+    assert "WebFetch" in [t["function"]["name"] for t in fresh_provider.requests[0].json()["tools"]]
+
+
+def test_a_background_shell_is_awaited_in_the_sdks_terminals_folder(
+    sdk: SdkDriver, fresh_provider: FakeProviderServer, workspace: Path
+) -> None:
+    """Await reads the shell's file in the terminals folder the client reported (issue 31 item 9:
+    without the asked-for context the server knew no terminals folder)."""
+
+    def answer(request: RecordedRequest) -> Reply:
+        results = [str(m["content"]) for m in request.json()["messages"] if m["role"] == "tool"]
+        if not results:
+            return OPENAI_CHAT.tool_calls([call("c_bg", "Shell", command="sleep 1; echo finished-late", timeout_ms=100)])
+        if len(results) == 1:
+            shell_id = re.search(r"shell_id=(\w+)", results[0])
+            assert shell_id is not None, results[0]
+            return OPENAI_CHAT.tool_calls([call("c_wait", "Await", shell_id=shell_id.group(1), timeout_ms=20_000)])
+        return OPENAI_CHAT.text(["it finished"])
+
+    fresh_provider.respond_with(answer)
+    run = sdk.run(MODEL, workspace, [{"prompt": "run it in the background and wait"}])
+    assert run.result(0)["status"] == "finished", run.errors()
+    awaited = tool_results(fresh_provider, 2)[-1]
+    assert "finished-late" in awaited, awaited
