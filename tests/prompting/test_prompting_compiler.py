@@ -77,7 +77,7 @@ def test_fixed_tools_are_sorted_and_mcp_tools_follow_them() -> None:
 
 def test_mode_tool_sets() -> None:
     assert set(tools_for_mode("agent")) == set(FIXED_TOOLS)
-    assert tools_for_mode("ask") == sorted(["Read", "Ls", "Glob", "Grep", "ReadLints", "AskQuestion", "SwitchMode"])
+    assert tools_for_mode("ask") == sorted(["Read", "Ls", "Glob", "Grep", "ReadLints", "AskQuestion", "SwitchMode", "WebFetch"])
     assert set(tools_for_mode("plan")) == set(tools_for_mode("ask")) | {"CreatePlan", "TodoWrite"}
     assert set(tools_for_mode("subagent")) == set(FIXED_TOOLS) - {"Task", "AskQuestion", "SwitchMode", "CreatePlan"}
 
@@ -127,6 +127,10 @@ def test_tool_argument_names() -> None:
         "CreatePlan": ({"name", "overview", "plan"}, {"todos"}),
         "Task": ({"description", "prompt"}, {"subagent_type", "model", "run_in_background"}),
         "CallMcpTool": ({"server", "toolName", "arguments"}, set()),
+        "WebFetch": ({"url"}, set()),
+        "WriteShellStdin": ({"shell_id", "chars"}, set()),
+        "ListMcpResources": (set(), {"server"}),
+        "FetchMcpResource": ({"server", "uri"}, set()),
     }
     assert set(FIXED_TOOL_SCHEMAS) == set(FIXED_TOOLS) == set(expected)
     for name, (required, optional) in expected.items():

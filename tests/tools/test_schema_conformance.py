@@ -101,6 +101,18 @@ SCENARIOS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"subagent_args": {"subagent_result": pb.SubagentResult(success=pb.SubagentSuccess(agent_id="a", transcript_path="/t"))}}),
     ("CallMcpTool", {"server": "docs", "toolName": "search", "arguments": {"q": [1, {"x": None}]}},
      {"mcp_args": {"mcp_result": pb.McpResult(success=pb.McpSuccess(content=[pb.McpToolResultContentItem(text=pb.McpTextContent(text="t"))]))}}),
+    ("WebFetch", {"url": "https://example.com/doc"},
+     {"fetch_args": {"fetch_result": pb.FetchResult(success=pb.FetchSuccess(
+         url="https://example.com/doc", content="# Doc", status_code=200, content_type="text/markdown"))}}),
+    ("WriteShellStdin", {"shell_id": 4, "chars": "y\n"},
+     {"write_shell_stdin_args": {"write_shell_stdin_result": pb.WriteShellStdinResult(success=pb.WriteShellStdinSuccess(
+         shell_id=4, terminal_file_length_before_input_written=120))}}),
+    ("ListMcpResources", {"server": "docs"},
+     {"list_mcp_resources_exec_args": {"list_mcp_resources_exec_result": pb.ListMcpResourcesExecResult(
+         success=pb.ListMcpResourcesSuccess(resources=[pb.ListMcpResourcesExecResult.McpResource(uri="docs://a", server="docs")]))}}),
+    ("FetchMcpResource", {"server": "docs", "uri": "docs://a"},
+     {"read_mcp_resource_exec_args": {"read_mcp_resource_exec_result": pb.ReadMcpResourceExecResult(
+         success=pb.ReadMcpResourceSuccess(uri="docs://a", text="contents"))}}),
     ("mcp_docs_search", {"q": "x"},
      {"mcp_args": {"mcp_result": pb.McpResult(rejected=pb.McpRejected(reason="r"))}}),
 ]

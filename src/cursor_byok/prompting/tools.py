@@ -119,6 +119,20 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "timeout_ms": _i("Maximum time to wait."),
         }, ["shell_id"]),
     ),
+    "WriteShellStdin": (
+        "Type characters into the standard input of a command that runs in the background (its shell "
+        "id from Shell), e.g. an answer to a prompt; include \\n to press Enter. Read what it prints "
+        "next with Await.",
+        _obj({
+            "shell_id": _i("The shell id returned by Shell."),
+            "chars": _s("The characters to type."),
+        }, ["shell_id", "chars"]),
+    ),
+    "WebFetch": (
+        "Fetch a web page (http or https URL) and return its content as text, for documentation or "
+        "references the user points to. The user's machine does the request.",
+        _obj({"url": _s("The URL to fetch.")}, ["url"]),
+    ),
     "ReadLints": (
         "Return the editor's current diagnostics (lint and type errors) for the given files or "
         "directories, or for the whole workspace when no paths are given.",
@@ -183,6 +197,17 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "model": _s("Model for the subagent. Default: the current model."),
             "run_in_background": _b("Return immediately and deliver the result later. Default false."),
         }, ["description", "prompt"]),
+    ),
+    "ListMcpResources": (
+        "List the resources (files, documents, data) the connected MCP servers offer, with their URIs.",
+        _obj({"server": _s("Only this MCP server's resources. Default: every server's.")}, []),
+    ),
+    "FetchMcpResource": (
+        "Read one resource of a connected MCP server by its URI (see ListMcpResources).",
+        _obj({
+            "server": _s("Name of the MCP server."),
+            "uri": _s("URI of the resource."),
+        }, ["server", "uri"]),
     ),
     "CallMcpTool": (
         "Call a tool of a connected MCP server by server and tool name.",

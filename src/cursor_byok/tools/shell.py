@@ -360,6 +360,7 @@ class AwaitExecution(ToolExecution):
         self.timeout_ms = min(timeout if timeout is not None else self.ctx.await_default_timeout_ms, 2**32 - 1)
         self.path = join_path(self.ctx.terminals_folder, f"{self.shell_id}.txt") if self.ctx.terminals_folder else ""
         self._started_ms = 0
+        self._reads = 0
         self._seen: tuple[str, int] | None = None
 
     @property
@@ -387,7 +388,13 @@ class AwaitExecution(ToolExecution):
 
     def _read(self, delay_ms: int) -> Step:
         args = pb.ReadArgs(path=self.path, tool_call_id=self.call_id)
-        return self._exec("read_args", args, expect=("read_result", "redacted_read_result"), delay_ms=delay_ms)
+        step = self._exec("read_args", args, expect=("read_result", "redacted_read_result"), delay_ms=delay_ms)
+        # Cursor's executor answers an exec id it has run before from its cache (a replay): each
+        # poll after the first is an execution of its own, with an exec id of its own.
+        if self._reads:
+            step.message.exec_id = f"{self.call_id}:{self._reads}"
+        self._reads += 1
+        return step
 
     def _begin(self) -> Step:
         if not self.path:
