@@ -62,3 +62,12 @@ async def test_mcp_resources_are_listed_and_read_when_mcp_servers_exist(ide: Scr
     assert tool_contents(provider, 2)[-1] == "contents of weather://oslo"
     read = [e.read_mcp_resource_exec_args for e in ide.exec_log if e.WhichOneof("message") == "read_mcp_resource_exec_args"]
     assert [(r.server, r.uri, r.tool_call_id) for r in read] == [("weather", "weather://oslo", "c_read")]
+
+
+async def test_a_background_subagent_is_awaited(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    provider.enqueue(OPENAI_CHAT.tool_calls([call("c_wait", "AwaitSubagent", agent_id="sub-1", timeout_ms=5000)]), OPENAI_CHAT.text(["ok"]))
+    await ide.turn(run_request("wait for the reviewer", model=MODEL, conversation_id=uuid.uuid4().hex))
+    awaited = [e.subagent_await_args for e in ide.exec_log if e.WhichOneof("message") == "subagent_await_args"]
+    assert [(a.agent_id, a.timeout_ms) for a in awaited] == [("sub-1", 5000)]
+    (result,) = tool_contents(provider, 1)
+    assert "sub-1 is done: all tests pass" in result and "2 tool calls" in result

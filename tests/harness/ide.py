@@ -90,7 +90,15 @@ def _resource(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> None:
     out.read_mcp_resource_exec_result.success.text = f"contents of {ex.read_mcp_resource_exec_args.uri}"
 
 
+def _subagent_awaited(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> None:
+    done = out.subagent_await_result.complete
+    done.agent_id = ex.subagent_await_args.agent_id
+    done.tool_call_count = 2
+    done.final_message = f"{ex.subagent_await_args.agent_id} is done: all tests pass"
+
+
 _CLIENT_RUN_RESULTS = {
+    "subagent_await_args": _subagent_awaited,
     "fetch_args": _fetched,
     "write_shell_stdin_args": _typed,
     "list_mcp_resources_exec_args": _resources,
