@@ -79,7 +79,7 @@ def test_mode_tool_sets() -> None:
     assert set(tools_for_mode("agent")) == set(FIXED_TOOLS)
     assert tools_for_mode("ask") == sorted(["Read", "Ls", "Glob", "Grep", "ReadLints", "AskQuestion", "SwitchMode", "WebFetch"])
     assert set(tools_for_mode("plan")) == set(tools_for_mode("ask")) | {"CreatePlan", "TodoWrite"}
-    assert set(tools_for_mode("subagent")) == set(FIXED_TOOLS) - {"Task", "AskQuestion", "SwitchMode", "CreatePlan"}
+    assert set(tools_for_mode("subagent")) == set(FIXED_TOOLS) - {"Task", "AwaitSubagent", "AskQuestion", "SwitchMode", "CreatePlan"}
 
 
 @pytest.mark.parametrize("mode", list(Mode))
@@ -128,6 +128,7 @@ def test_tool_argument_names() -> None:
         "Task": ({"description", "prompt"}, {"subagent_type", "model", "run_in_background"}),
         "CallMcpTool": ({"server", "toolName", "arguments"}, set()),
         "WebFetch": ({"url"}, set()),
+        "AwaitSubagent": ({"agent_id"}, {"timeout_ms"}),
         "WriteShellStdin": ({"shell_id", "chars"}, set()),
         "ListMcpResources": (set(), {"server"}),
         "FetchMcpResource": ({"server", "uri"}, set()),

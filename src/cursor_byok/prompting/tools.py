@@ -119,6 +119,14 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "timeout_ms": _i("Maximum time to wait."),
         }, ["shell_id"]),
     ),
+    "AwaitSubagent": (
+        "Wait for a subagent started with Task and run_in_background to finish, and return its final "
+        "message. Without waiting you are told when it finishes anyway.",
+        _obj({
+            "agent_id": _s("The subagent ID returned by Task."),
+            "timeout_ms": _i("Maximum time to wait."),
+        }, ["agent_id"]),
+    ),
     "WriteShellStdin": (
         "Type characters into the standard input of a command that runs in the background (its shell "
         "id from Shell), e.g. an answer to a prompt; include \\n to press Enter. Read what it prints "

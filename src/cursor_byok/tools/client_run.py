@@ -10,7 +10,13 @@ from .arguments import Arguments
 from .base import ToolExecution
 from .steps import Step
 
-__all__ = ["FetchMcpResourceExecution", "ListMcpResourcesExecution", "WebFetchExecution", "WriteShellStdinExecution"]
+__all__ = [
+    "AwaitSubagentExecution",
+    "FetchMcpResourceExecution",
+    "ListMcpResourcesExecution",
+    "WebFetchExecution",
+    "WriteShellStdinExecution",
+]
 
 _UINT32_MAX = 2**32 - 1
 
@@ -76,6 +82,37 @@ class WriteShellStdinExecution(ToolExecution):
             f"character {offset} of its terminal file; use Await with shell_id={self.shell_id} to read it."
         )
         return self._finish(text, is_error=False, result=result)
+
+
+class AwaitSubagentExecution(ToolExecution):
+    """AwaitSubagent{agent_id, timeout_ms?} → subagent_await_args: wait for a subagent the client
+    runs in the background (a Task with run_in_background) and return its final message. The
+    client has no card for it."""
+
+    tool_name = "AwaitSubagent"
+    variant = None
+
+    def _parse(self, a: Arguments) -> None:
+        self.agent_id = (a.string("agent_id", required=True, non_empty=True) or "").strip()
+        timeout = a.integer("timeout_ms", minimum=0)
+        self.timeout_ms = min(timeout if timeout is not None else self.ctx.await_default_timeout_ms, _UINT32_MAX)
+
+    def _begin(self) -> Step:
+        args = pb.SubagentAwaitArgs(agent_id=self.agent_id, timeout_ms=self.timeout_ms)
+        return self._exec("subagent_await_args", args, expect=("subagent_await_result",))
+
+    def _on_exec(self, kind: str, result: pb.SubagentAwaitResult, message: pb.ExecClientMessage) -> Step:
+        variant = which(result, "result")
+        if variant == "complete":
+            done = result.complete
+            head = f"Subagent {self.agent_id} finished after {done.tool_call_count} tool calls."
+            where = f"\nTranscript: {done.transcript_path}" if done.transcript_path else ""
+            return self._finish(f"{head}{where}\n\n{done.final_message or '(no final message)'}", is_error=False)
+        if variant == "still_running":
+            return self._finish(f"Subagent {self.agent_id} is still running (waited {self.timeout_ms} ms).", is_error=False)
+        if variant == "not_found":
+            return self._fail(f"No subagent with agent_id={self.agent_id}")
+        return self._fail(f"Waiting for subagent {self.agent_id} failed: {result.error.error if variant == 'error' else 'no result'}")
 
 
 def _resource_line(resource: pb.ListMcpResourcesExecResult.McpResource) -> str:

@@ -4,7 +4,13 @@ from __future__ import annotations
 from cursor_byok.run import ToolCallRequest
 
 from .base import ToolExecution
-from .client_run import FetchMcpResourceExecution, ListMcpResourcesExecution, WebFetchExecution, WriteShellStdinExecution
+from .client_run import (
+    AwaitSubagentExecution,
+    FetchMcpResourceExecution,
+    ListMcpResourcesExecution,
+    WebFetchExecution,
+    WriteShellStdinExecution,
+)
 from .context import ToolContext
 from .files import DeleteExecution, LsExecution, ReadExecution, StrReplaceExecution, WriteExecution
 from .interactive import AskQuestionExecution, CreatePlanExecution, SwitchModeExecution
@@ -38,6 +44,7 @@ BUILTIN_TOOLS: dict[str, type[ToolExecution]] = {
         CallMcpToolExecution,
         WebFetchExecution,
         WriteShellStdinExecution,
+        AwaitSubagentExecution,
         ListMcpResourcesExecution,
         FetchMcpResourceExecution,
     )
@@ -68,7 +75,7 @@ def advertised_tools(ctx: ToolContext) -> list[str]:
     """
     names = set(BUILTIN_TOOLS) - MCP_ONLY_TOOLS
     if not ctx.allow_subagents:
-        names.discard("Task")
+        names -= {"Task", "AwaitSubagent"}
     if ctx.mcp_tools:
         names |= MCP_ONLY_TOOLS
     return sorted(names)
