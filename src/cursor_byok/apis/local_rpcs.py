@@ -79,7 +79,7 @@ IS_CONNECTED_PATH = "/aiserver.v1.NetworkService/IsConnected"
 
 
 class _Unmergeable(Exception):
-    """An upstream body we cannot append to (compressed or end-stream envelope)."""
+    """An upstream body we cannot add ours to (end-stream envelope, another codec, broken JSON)."""
 
 
 class _ClientGone(Exception):
@@ -181,7 +181,6 @@ class LocalRpcs:
 
     # -- upstream reply + ours -----------------------------------------------------------------------
     async def _merged(self, rpc: Rpc, scope: Scope, receive: Receive, send: Send) -> None:
-        ours = self._bodies.get(rpc, b"")
         as_json = rpc is Rpc.REST_MODELS or _is_json(scope)
         body = await _read_body(receive, self.max_body_bytes)
         if body is None:
@@ -198,10 +197,12 @@ class LocalRpcs:
             return
         status, headers, upstream_body = fetched
         try:
-            if b"json" in _header(headers, b"content-type"):
+            if as_json != (b"json" in _header(headers, b"content-type")):
+                raise _Unmergeable("upstream answered in another codec than the one asked")
+            if as_json:
                 merged = json.dumps(_merged_json(upstream_body, self._documents[rpc])).encode()
             else:
-                merged = _append(upstream_body, ours)
+                merged = _append(upstream_body, self._bodies[rpc])
         except _Unmergeable as exc:
             why = str(exc)
             log.warning("upstream model list not mergeable; serving ours", extra={"rpc": rpc.value, "why": why})
