@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import FakeProviderServer
+from tests.fakes.fixtures import provider, shared_provider  # noqa: F401  (fixtures)
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .client import NodeUnavailable, SdkDriver, find_node, install_sdk, stand_in_upstream
@@ -25,36 +26,21 @@ def sdk_install() -> tuple[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeProviderServer]:
     with stand_in_upstream() as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, shared_provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
     cfg = ServerConfig(
         data_dir=tmp_path_factory.mktemp("sdk") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=shared_provider.url + "/v1")],
         upstream=upstream.url,
         continuation_window_seconds=None,  # what users run: the turn-end test measures it
     )
     with ServerProcess(cfg) as proc:
         yield proc
-
-
-@pytest.fixture
-def fresh_provider(provider: FakeProviderServer) -> FakeProviderServer:
-    with provider._lock:
-        provider.requests.clear()
-        provider._replies.clear()
-    provider.respond_with(None)
-    return provider
 
 
 @pytest.fixture
