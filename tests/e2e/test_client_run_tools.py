@@ -71,3 +71,12 @@ async def test_a_background_subagent_is_awaited(ide: ScriptedIDE, provider: Fake
     assert [(a.agent_id, a.timeout_ms) for a in awaited] == [("sub-1", 5000)]
     (result,) = tool_contents(provider, 1)
     assert "sub-1 is done: all tests pass" in result and "2 tool calls" in result
+
+
+async def test_a_shell_run_in_the_background_is_spawned(ide: ScriptedIDE, provider: FakeProviderServer) -> None:
+    provider.enqueue(OPENAI_CHAT.tool_calls([call("c_bg", "Shell", command="./serve", run_in_background=True)]), OPENAI_CHAT.text(["ok"]))
+    await ide.turn(run_request("start the server", model=MODEL, conversation_id=uuid.uuid4().hex))
+    (spawn,) = [e.background_shell_spawn_args for e in ide.exec_log if e.WhichOneof("message") == "background_shell_spawn_args"]
+    assert (spawn.command, spawn.tool_call_id, spawn.enable_write_shell_stdin_tool) == ("./serve", "c_bg", True)
+    (result,) = tool_contents(provider, 1)
+    assert "shell_id=11" in result and "in the background" in result

@@ -97,7 +97,14 @@ def _subagent_awaited(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> No
     done.final_message = f"{ex.subagent_await_args.agent_id} is done: all tests pass"
 
 
+def _spawned(ex: pb.ExecServerMessage, out: pb.ExecClientMessage) -> None:
+    spawn = out.background_shell_spawn_result.success
+    spawn.shell_id, spawn.command = 11, ex.background_shell_spawn_args.command
+    spawn.working_directory = ex.background_shell_spawn_args.working_directory
+
+
 _CLIENT_RUN_RESULTS = {
+    "background_shell_spawn_args": _spawned,
     "subagent_await_args": _subagent_awaited,
     "fetch_args": _fetched,
     "write_shell_stdin_args": _typed,

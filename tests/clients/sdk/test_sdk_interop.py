@@ -137,3 +137,27 @@ def test_a_background_shell_is_awaited_in_the_sdks_terminals_folder(
     assert run.result(0)["status"] == "finished", run.errors()
     awaited = tool_results(provider, 2)[-1]
     assert "finished-late" in awaited, awaited
+
+
+def test_a_background_shell_is_spawned_typed_into_and_awaited(sdk: SdkDriver, provider: FakeProviderServer, workspace: Path) -> None:
+    """Shell with run_in_background goes out as background_shell_spawn_args (stdin kept open), then
+    WriteShellStdin types into it and Await reads what it printed."""
+
+    def answer(request: RecordedRequest) -> Reply:
+        results = [str(m["content"]) for m in request.json()["messages"] if m["role"] == "tool"]
+        if not results:
+            return OPENAI_CHAT.tool_calls([call("c_bg", "Shell", command="read name; echo hello-$name", run_in_background=True)])
+        shell_id = re.search(r"shell_id=(\d+)", results[0])
+        assert shell_id is not None, results[0]
+        if len(results) == 1:
+            return OPENAI_CHAT.tool_calls([call("c_type", "WriteShellStdin", shell_id=int(shell_id.group(1)), chars="sdk\n")])
+        if len(results) == 2:
+            return OPENAI_CHAT.tool_calls([call("c_wait", "Await", shell_id=shell_id.group(1), timeout_ms=20_000)])
+        return OPENAI_CHAT.text(["greeted"])
+
+    provider.respond_with(answer)
+    run = sdk.run(MODEL, workspace, [{"prompt": "greet from the background"}])
+    assert run.result(0)["status"] == "finished", run.errors()
+    spawned, typed, awaited = tool_results(provider, 3)
+    assert "in the background" in spawned and "Wrote 4 characters" in typed
+    assert "hello-sdk" in awaited, awaited
