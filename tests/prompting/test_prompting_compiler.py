@@ -118,7 +118,7 @@ def test_tool_argument_names() -> None:
         "Ls": ({"path"}, {"ignore"}),
         "Glob": ({"glob_pattern"}, {"target_directory"}),
         "Grep": ({"pattern"}, {"path", "glob", "output_mode", "case_insensitive", "context_lines", "head_limit"}),
-        "Shell": ({"command"}, {"working_directory", "timeout_ms", "description"}),
+        "Shell": ({"command"}, {"working_directory", "timeout_ms", "description", "run_in_background"}),
         "Await": ({"shell_id"}, {"timeout_ms"}),
         "ReadLints": (set(), {"paths"}),
         "TodoWrite": ({"todos"}, {"merge"}),

@@ -109,6 +109,8 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "working_directory": _s("Directory to run in. Default: the workspace."),
             "timeout_ms": _i("How long to wait before moving the command to the background."),
             "description": _s("A few words saying what the command does, shown to the user."),
+            "run_in_background": _b("Start it in the background at once (a server, a watcher, a command "
+                                    "waiting for input) and return its shell id. Default false."),
         }, ["command"]),
     ),
     "Await": (
