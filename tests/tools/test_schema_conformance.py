@@ -86,6 +86,9 @@ SCENARIOS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
          path="/ws/a", diagnostics=[pb.Diagnostic(severity=1, message="m", range=pb.Range(start=pb.Position(line=1)))]))}}),
     ("Shell", {"command": "ls", "description": "list"},
      {"shell_stream_args": _shell_stream(exit=pb.ShellStreamExit(code=1, aborted=True, abort_reason=2))}),
+    ("Shell", {"command": "./serve", "run_in_background": True},
+     {"background_shell_spawn_args": {"background_shell_spawn_result": pb.BackgroundShellSpawnResult(
+         success=pb.BackgroundShellSpawnSuccess(shell_id=5, command="./serve", working_directory="/ws", pid=42))}}),
     ("Await", {"shell_id": "4", "timeout_ms": 0},
      {"read_args": {"read_result": pb.ReadResult(success=pb.ReadSuccess(content="---\nstatus: running\n---\n"))}}),
     ("TodoWrite", {"todos": [{"id": "1", "content": "c", "status": "completed"}]}, {}),
@@ -143,7 +146,7 @@ def _drive(name: str, args: dict[str, Any], scenario: dict[str, Any], ctx: ToolC
             produced.append(step.query)
         next_id += 1
         channel, answer = _answer(step, scenario)
-        if channel == "exec" and name == "Shell":
+        if channel == "exec" and step.message.HasField("shell_stream_args"):
             produced += execution.on_exec_result(
                 pb.ExecClientMessage(id=step.message.id, shell_stream=pb.ShellStream(stdout=pb.ShellStreamStdout(data="o")))
             ).updates
