@@ -152,8 +152,12 @@ class SdkDriver:
     home: Path  # the SDK keeps its agents' state under $HOME
     env: dict[str, str] = field(default_factory=dict)
 
-    def run(self, model: str, workspace: Path, steps: list[dict[str, Any]], timeout: float = 100.0) -> SdkRun:
+    def run(
+        self, model: str, workspace: Path, steps: list[dict[str, Any]], timeout: float = 100.0, mcp_servers: dict[str, Any] | None = None
+    ) -> SdkRun:
         scenario = {"sdkDir": str(self.sdk), "apiKey": API_KEY, "model": {"id": model}, "cwd": str(workspace), "steps": steps}
+        if mcp_servers:
+            scenario["mcpServers"] = mcp_servers
         env = {**os.environ, "CURSOR_BACKEND_URL": self.backend, "HOME": str(self.home), "NODE_NO_WARNINGS": "1", **self.env}
         done = subprocess.run(
             [self.node, str(DRIVER), json.dumps(scenario)], capture_output=True, text=True, env=env, timeout=timeout, cwd=self.home

@@ -1,6 +1,6 @@
 // Drives Cursor's own agent SDK (@cursor/sdk) against a cursor-byok server, for the interop tests.
 //
-// Input (argv[2]): a JSON scenario {sdkDir, apiKey, model: {id, params?}, cwd, steps: [...]};
+// Input (argv[2]): a JSON scenario {sdkDir, apiKey, model: {id, params?}, cwd, mcpServers?, steps: [...]};
 // each step {prompt, cancelOn?: "text"} is one `agent.send` on the same agent.
 // Output: one JSON object per line on stdout, each with `t` (ms since start, monotonic):
 //   {kind: "created"} | {kind: "delta", step, update} | {kind: "message", step, message}
@@ -27,6 +27,7 @@ async function main() {
     apiKey: scenario.apiKey,
     model: scenario.model,
     local: { cwd: scenario.cwd },
+    ...(scenario.mcpServers ? { mcpServers: scenario.mcpServers } : {}),
   });
   emit({ kind: "created", agentId: agent.agentId });
   for (const [step, plan] of scenario.steps.entries()) {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
@@ -161,3 +162,18 @@ def test_a_background_shell_is_spawned_typed_into_and_awaited(sdk: SdkDriver, pr
     spawned, typed, awaited = tool_results(provider, 3)
     assert "in the background" in spawned and "Wrote 4 characters" in typed
     assert "hello-sdk" in awaited, awaited
+
+
+def test_mcp_resources_are_listed_and_read_by_the_sdk(sdk: SdkDriver, provider: FakeProviderServer, workspace: Path) -> None:
+    provider.enqueue(
+        OPENAI_CHAT.tool_calls([call("c_list", "ListMcpResources")]),
+        OPENAI_CHAT.tool_calls([call("c_read", "FetchMcpResource", server="notes", uri="notes://today")]),
+        OPENAI_CHAT.text(["milk"]),
+    )
+    notes = {"notes": {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_server.py"))]}}
+    run = sdk.run(MODEL, workspace, [{"prompt": "what is on today's notes?"}], mcp_servers=notes)
+    assert run.result(0)["status"] == "finished", run.errors()
+    assert {"ListMcpResources", "FetchMcpResource"} <= {t["function"]["name"] for t in provider.requests[0].json()["tools"]}
+    listed = tool_results(provider, 1)[0]
+    assert "notes://today" in listed, listed
+    assert "buy milk; call the plumber" in tool_results(provider, 2)[-1]
