@@ -66,3 +66,12 @@ async def test_an_error_or_a_throw_is_no_context() -> None:
     control.throw.id = 4
     assert thrown.takes("exec_client_control_message", control)
     assert await thrown.answer is None
+
+
+def test_the_contexts_mcp_tools_serve_a_request_that_names_none() -> None:
+    ctx = context()
+    ctx.tools.add(name="notes-lookup", provider_identifier="notes", tool_name="lookup")
+    assert [t.name for t in with_request_context(user_run(False), ctx).mcp_tools.mcp_tools] == ["notes-lookup"]
+    own = user_run(False)
+    own.mcp_tools.mcp_tools.add(name="weather-get", provider_identifier="weather", tool_name="get")
+    assert [t.name for t in with_request_context(own, ctx).mcp_tools.mcp_tools] == ["weather-get"]

@@ -67,8 +67,12 @@ def ask(exec_id: int) -> tuple[ContextQuery, pb.AgentServerMessage]:
 
 
 def with_request_context(rr: pb.AgentRunRequest, context: pb.RequestContext) -> pb.AgentRunRequest:
-    """A copy of `rr` whose action carries `context`, as the IDE's would."""
+    """A copy of `rr` whose action carries `context`, as the IDE's would. Cursor's SDK names its
+    MCP servers' tools in the context, where the IDE puts them in the run request: a run request
+    without any takes the context's."""
     completed = pb.AgentRunRequest()
     completed.CopyFrom(rr)
     getattr(completed.action, which(completed.action, "action")).request_context.CopyFrom(context)
+    if not completed.mcp_tools.mcp_tools:
+        completed.mcp_tools.mcp_tools.extend(context.tools)
     return completed
