@@ -1,6 +1,6 @@
 """A minimal MCP server on stdio (newline-delimited JSON-RPC 2.0) for the SDK interop tests: one
-tool and one resource, enough for Cursor's SDK to list the server's tools and resources and read
-the resource. A test fake: it answers only what the tests ask."""
+tool and one resource, enough for Cursor's SDK to list the server's tools and resources, call the
+tool and read the resource. A test fake: it answers only what the tests ask."""
 from __future__ import annotations
 
 import json
@@ -21,6 +21,9 @@ def result(method: str, params: dict[str, Any]) -> Any:
     if method == "tools/list":
         schema = {"type": "object", "properties": {"day": {"type": "string"}}}
         return {"tools": [{"name": "lookup", "description": "Look up a day's notes.", "inputSchema": schema}]}
+    if method == "tools/call":
+        day = (params.get("arguments") or {}).get("day", "")
+        return {"content": [{"type": "text", "text": f"{day}: {NOTE}"}]}
     if method == "resources/list":
         return {"resources": [RESOURCE]}
     if method == "resources/read":

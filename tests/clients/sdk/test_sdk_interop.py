@@ -164,10 +164,11 @@ def test_a_background_shell_is_spawned_typed_into_and_awaited(sdk: SdkDriver, pr
     assert "hello-sdk" in awaited, awaited
 
 
-def test_mcp_resources_are_listed_and_read_by_the_sdk(sdk: SdkDriver, provider: FakeProviderServer, workspace: Path) -> None:
+def test_mcp_tools_and_resources_are_run_by_the_sdk(sdk: SdkDriver, provider: FakeProviderServer, workspace: Path) -> None:
     provider.enqueue(
         OPENAI_CHAT.tool_calls([call("c_list", "ListMcpResources")]),
         OPENAI_CHAT.tool_calls([call("c_read", "FetchMcpResource", server="notes", uri="notes://today")]),
+        OPENAI_CHAT.tool_calls([call("c_tool", "mcp_notes_lookup", day="monday")]),
         OPENAI_CHAT.text(["milk"]),
     )
     notes = {"notes": {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_server.py"))]}}
@@ -177,3 +178,4 @@ def test_mcp_resources_are_listed_and_read_by_the_sdk(sdk: SdkDriver, provider: 
     listed = tool_results(provider, 1)[0]
     assert "notes://today" in listed, listed
     assert "buy milk; call the plumber" in tool_results(provider, 2)[-1]
+    assert "monday: buy milk" in tool_results(provider, 3)[-1]
