@@ -210,10 +210,20 @@ async def test_end_stream_envelope_from_upstream_is_not_merged(side: Side, upstr
     assert response.content == ModelCatalog.of(side.config.models).available_models
 
 
-async def test_json_upstream_reply_passes_through_unchanged(side: Side, upstream_server: FakeProviderServer) -> None:
-    upstream_server.enqueue(Reply(status=200, body=b'{"modelNames":["gpt-5"]}', content_type="application/json"))
+async def test_json_upstream_reply_gets_our_models_in_json(side: Side, upstream_server: FakeProviderServer) -> None:
+    upstream_server.enqueue(Reply(status=200, body=b'{"modelNames":["gpt-5"],"extra":1}', content_type="application/json"))
     response = await side.post(AVAILABLE, b"{}", **{"content-type": "application/json"})
-    assert response.content == b'{"modelNames":["gpt-5"]}'
+    listed = response.json()
+    assert listed["modelNames"] == ["gpt-5", "byok-gpt", "byok-claude"]
+    assert [m["name"] for m in listed["models"]] == ["byok-gpt", "byok-claude"]
+    assert listed["extra"] == 1
+
+
+async def test_json_upstream_reply_that_does_not_parse_gives_ours_in_json(side: Side, upstream_server: FakeProviderServer) -> None:
+    upstream_server.enqueue(Reply(status=200, body=b'["not", "an object"]', content_type="application/json"))
+    response = await side.post(AVAILABLE, b"{}", **{"content-type": "application/json"})
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["modelNames"] == ["byok-gpt", "byok-claude"]
 
 
 async def test_without_models_the_lists_are_a_plain_passthrough(

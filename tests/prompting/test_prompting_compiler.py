@@ -77,9 +77,9 @@ def test_fixed_tools_are_sorted_and_mcp_tools_follow_them() -> None:
 
 def test_mode_tool_sets() -> None:
     assert set(tools_for_mode("agent")) == set(FIXED_TOOLS)
-    assert tools_for_mode("ask") == sorted(["Read", "Ls", "Glob", "Grep", "ReadLints", "AskQuestion", "SwitchMode"])
+    assert tools_for_mode("ask") == sorted(["Read", "Ls", "Glob", "Grep", "ReadLints", "AskQuestion", "SwitchMode", "WebFetch"])
     assert set(tools_for_mode("plan")) == set(tools_for_mode("ask")) | {"CreatePlan", "TodoWrite"}
-    assert set(tools_for_mode("subagent")) == set(FIXED_TOOLS) - {"Task", "AskQuestion", "SwitchMode", "CreatePlan"}
+    assert set(tools_for_mode("subagent")) == set(FIXED_TOOLS) - {"Task", "AwaitSubagent", "AskQuestion", "SwitchMode", "CreatePlan"}
 
 
 @pytest.mark.parametrize("mode", list(Mode))
@@ -118,7 +118,7 @@ def test_tool_argument_names() -> None:
         "Ls": ({"path"}, {"ignore"}),
         "Glob": ({"glob_pattern"}, {"target_directory"}),
         "Grep": ({"pattern"}, {"path", "glob", "output_mode", "case_insensitive", "context_lines", "head_limit"}),
-        "Shell": ({"command"}, {"working_directory", "timeout_ms", "description"}),
+        "Shell": ({"command"}, {"working_directory", "timeout_ms", "description", "run_in_background"}),
         "Await": ({"shell_id"}, {"timeout_ms"}),
         "ReadLints": (set(), {"paths"}),
         "TodoWrite": ({"todos"}, {"merge"}),
@@ -127,6 +127,11 @@ def test_tool_argument_names() -> None:
         "CreatePlan": ({"name", "overview", "plan"}, {"todos"}),
         "Task": ({"description", "prompt"}, {"subagent_type", "model", "run_in_background"}),
         "CallMcpTool": ({"server", "toolName", "arguments"}, set()),
+        "WebFetch": ({"url"}, set()),
+        "AwaitSubagent": ({"agent_id"}, {"timeout_ms"}),
+        "WriteShellStdin": ({"shell_id", "chars"}, set()),
+        "ListMcpResources": (set(), {"server"}),
+        "FetchMcpResource": ({"server", "uri"}, set()),
     }
     assert set(FIXED_TOOL_SCHEMAS) == set(FIXED_TOOLS) == set(expected)
     for name, (required, optional) in expected.items():

@@ -1,8 +1,10 @@
 """Side RPCs the IDE needs from a local server so it offers and accepts the configured models.
 
-- Model lists (AvailableModels, GetUsableModels): forwarded with the user's own headers; our
-  models' protobuf bytes are appended to a 2xx reply (concatenated protobuf merges repeated
-  fields). When upstream fails, answers non-2xx or is unreachable, the reply is ours alone.
+- Model lists (AvailableModels, GetUsableModels, and the REST `GET /v1/models` Cursor's SDK checks
+  a model against): forwarded with the user's own headers; our models' protobuf bytes are appended
+  to a 2xx protobuf reply (concatenated protobuf merges repeated fields), our entries are merged
+  into a JSON reply's lists. When upstream fails, answers non-2xx or is unreachable, the reply is
+  ours alone, in the codec the client asked for.
 - Defaults (GetDefaultModel*, GetDefaultModelNudgeData): answered from the config.
 - NetworkService/IsConnected: always connected (the IDE aborts slow work when this probe fails).
 - AnalyticsService telemetry (Batch, TrackEvents, ...): accepted and dropped. The Statsig calls,
@@ -50,6 +52,7 @@ class Rpc(enum.Enum):
 
     AVAILABLE_MODELS = "available_models"
     USABLE_MODELS = "usable_models"
+    REST_MODELS = "rest_models"
     DEFAULT_MODEL_FOR_CLI = "default_model_for_cli"
     DEFAULT_MODEL = "default_model"
     DEFAULT_MODEL_NUDGE_DATA = "default_model_nudge_data"
@@ -57,8 +60,8 @@ class Rpc(enum.Enum):
     DROP_TELEMETRY = "drop_telemetry"
 
 
-# Upstream reply + our catalog bytes.
-MERGED_RPCS = frozenset({Rpc.AVAILABLE_MODELS, Rpc.USABLE_MODELS})
+# Upstream reply + our catalog.
+MERGED_RPCS = frozenset({Rpc.AVAILABLE_MODELS, Rpc.USABLE_MODELS, Rpc.REST_MODELS})
 # Served from the catalog alone (only while at least one model is configured).
 CATALOG_RPCS = frozenset({Rpc.DEFAULT_MODEL_FOR_CLI, Rpc.DEFAULT_MODEL, Rpc.DEFAULT_MODEL_NUDGE_DATA})
 
@@ -70,12 +73,14 @@ MODEL_PATHS: dict[str, Rpc] = {
     "/aiserver.v1.AiService/GetDefaultModelForCli": Rpc.DEFAULT_MODEL_FOR_CLI,
     "/aiserver.v1.AiService/GetDefaultModel": Rpc.DEFAULT_MODEL,
     "/aiserver.v1.AiService/GetDefaultModelNudgeData": Rpc.DEFAULT_MODEL_NUDGE_DATA,
+    "/v1/models": Rpc.REST_MODELS,
 }
+JSON = b"application/json"
 IS_CONNECTED_PATH = "/aiserver.v1.NetworkService/IsConnected"
 
 
 class _Unmergeable(Exception):
-    """An upstream body we cannot append to (compressed or end-stream envelope)."""
+    """An upstream body we cannot add ours to (end-stream envelope, another codec, broken JSON)."""
 
 
 class _ClientGone(Exception):
@@ -124,6 +129,9 @@ class LocalRpcs:
             Rpc.DEFAULT_MODEL: self.catalog.default_model,
             Rpc.DEFAULT_MODEL_NUDGE_DATA: self.catalog.default_model_nudge_data,
         }
+        # Rpc values name the catalog's documents.
+        self._documents = {rpc: self.catalog.json[rpc.value] for rpc in self._bodies}
+        self._documents[Rpc.REST_MODELS] = self.catalog.rest_models
 
     def route(self, path: str) -> Rpc | None:
         """What we do for `path`; None means: forward it untouched."""
@@ -152,7 +160,8 @@ class LocalRpcs:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         rpc = self.route(scope["path"])
-        if rpc is None or (rpc in MERGED_RPCS | CATALOG_RPCS and scope["method"] != "POST"):
+        verb = "GET" if rpc is Rpc.REST_MODELS else "POST"  # what a model list is asked with
+        if rpc is None or (rpc in MERGED_RPCS | CATALOG_RPCS and scope["method"] != verb):
             await self.upstream.forward(scope, receive, send)
         elif rpc in (Rpc.IS_CONNECTED, Rpc.DROP_TELEMETRY):
             await _drain(receive)
@@ -164,13 +173,19 @@ class LocalRpcs:
                 await _reply(send, 200, b"", [(b"content-type", PROTO)])
         elif rpc in CATALOG_RPCS:
             await _drain(receive)
-            await _reply(send, 200, self._bodies[rpc], [(b"content-type", PROTO)])
+            await self._ours(rpc, _is_json(scope), send)
         else:
             await self._merged(rpc, scope, receive, send)
 
+    async def _ours(self, rpc: Rpc, as_json: bool, send: Send) -> None:
+        if as_json:
+            await _reply(send, 200, json.dumps(self._documents[rpc]).encode(), [(b"content-type", JSON)])
+        else:
+            await _reply(send, 200, self._bodies[rpc], [(b"content-type", PROTO)])
+
     # -- upstream reply + ours -----------------------------------------------------------------------
     async def _merged(self, rpc: Rpc, scope: Scope, receive: Receive, send: Send) -> None:
-        ours = self._bodies[rpc]
+        as_json = rpc is Rpc.REST_MODELS or _is_json(scope)
         body = await _read_body(receive, self.max_body_bytes)
         if body is None:
             await _reply_json_error(send, 429, "resource_exhausted", "request body too large")
@@ -187,21 +202,21 @@ class LocalRpcs:
             return
         fetched = await self._fetch(scope, url, body)
         if fetched is None:
-            await _reply(send, 200, ours, [(b"content-type", PROTO)])
+            await self._ours(rpc, as_json, send)
             return
         status, headers, upstream_body = fetched
-        content_type = _header(headers, b"content-type")
-        if b"json" in content_type:
-            # A Connect JSON reply cannot take protobuf bytes; pass it on as it came.
-            merged = upstream_body
-        else:
-            try:
-                merged = _append(upstream_body, ours)
-            except _Unmergeable as exc:
-                why = str(exc)
-                log.warning("upstream model list not mergeable; serving ours", extra={"rpc": rpc.value, "why": why})
-                await _reply(send, 200, ours, [(b"content-type", PROTO)])
-                return
+        try:
+            if as_json != (b"json" in _header(headers, b"content-type")):
+                raise _Unmergeable("upstream answered in another codec than the one asked")
+            if as_json:
+                merged = json.dumps(_merged_json(upstream_body, self._documents[rpc])).encode()
+            else:
+                merged = _append(upstream_body, self._bodies[rpc])
+        except _Unmergeable as exc:
+            why = str(exc)
+            log.warning("upstream model list not mergeable; serving ours", extra={"rpc": rpc.value, "why": why})
+            await self._ours(rpc, as_json, send)
+            return
         kept = [(k, v) for k, v in headers if k.lower() not in _DROPPED_REPLY_HEADERS]
         log.info("merged model list", extra={"rpc": rpc.value, "models": len(self.catalog.models)})
         await _reply(send, status, merged, kept)
@@ -211,7 +226,7 @@ class LocalRpcs:
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
         """Status, headers and (decoded) body of a 2xx upstream reply; None on any failure."""
         client = self.upstream.client
-        headers = forward_headers(scope["headers"], len(body))
+        headers = forward_headers(scope["headers"], None if scope["method"] == "GET" else len(body))
         request = client.build_request(
             scope["method"], url, headers=headers, content=body, timeout=httpx.Timeout(self.catalog_timeout)
         )
@@ -253,6 +268,36 @@ def _append(upstream_body: bytes, ours: bytes) -> bytes:
         payload = upstream_body[5:] + ours
         return b"\x00" + len(payload).to_bytes(4, "big") + payload
     return upstream_body + ours
+
+
+def _merged_json(upstream_body: bytes, ours: dict[str, Any]) -> dict[str, Any]:
+    """Upstream's JSON document with ours merged in as protobuf merges messages: lists joined,
+    other fields ours. An upstream entry naming a model of ours is dropped: that model runs here."""
+    try:
+        theirs = json.loads(upstream_body)
+    except ValueError as exc:
+        raise _Unmergeable(f"not JSON: {exc}") from None
+    if not isinstance(theirs, dict):
+        raise _Unmergeable("not a JSON object")
+    merged = dict(theirs)
+    for key, value in ours.items():
+        listed = theirs.get(key)
+        if isinstance(value, list) and isinstance(listed, list):
+            taken = {_identity(entry) for entry in value}
+            merged[key] = [entry for entry in listed if _identity(entry) not in taken] + value
+        else:
+            merged[key] = value
+    return merged
+
+
+def _identity(entry: object) -> str:
+    """What names a list entry: a model's id (REST `id`, ModelDetails `modelId`, AvailableModel
+    `name`), else the entry itself."""
+    if isinstance(entry, dict):
+        for key in ("id", "modelId", "name"):
+            if isinstance(entry.get(key), str):
+                return entry[key]
+    return json.dumps(entry, sort_keys=True)
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
 
 from ..config import ModelConfig
 from ..protocol import agent_pb2, side_pb2
@@ -199,9 +202,37 @@ def model_details(model: ModelConfig) -> agent_pb2.ModelDetails:
     return details
 
 
+def rest_model_item(model: ModelConfig) -> dict[str, Any]:
+    """The model as an item of the REST `GET /v1/models` list Cursor's SDK checks a model against:
+    its variant ids as aliases, its efforts as the `reasoning` parameter."""
+    item: dict[str, Any] = {"id": model.id, "displayName": model.label}
+    aliases = [vid for vid in variant_ids(model) if vid != model.id]
+    if aliases:
+        item["aliases"] = aliases
+    if model.efforts:
+        chosen = default_effort(model)
+        item["parameters"] = [
+            {
+                "id": EFFORT_PARAMETER,
+                "displayName": "Effort",
+                "values": [{"value": e, "displayName": effort_display_name(e)} for e in model.efforts],
+            }
+        ]
+        item["variants"] = [
+            {
+                "params": [{"id": EFFORT_PARAMETER, "value": e}],
+                "displayName": f"{model.label} {effort_display_name(e)}",
+                **({"isDefault": True} if e == chosen else {}),
+            }
+            for e in model.efforts
+        ]
+    return item
+
+
 @dataclass(frozen=True)
 class ModelCatalog:
-    """The serialized replies for a fixed list of configured models (built once, served many times)."""
+    """The replies for a fixed list of configured models (built once, served many times), as
+    protobuf bytes and as Connect JSON documents (`json`, by the same names)."""
 
     models: tuple[ModelConfig, ...]
     available_models: bytes = field(init=False)
@@ -209,6 +240,8 @@ class ModelCatalog:
     default_model_for_cli: bytes = field(init=False)
     default_model: bytes = field(init=False)
     default_model_nudge_data: bytes = field(init=False)
+    json: dict[str, dict[str, Any]] = field(init=False)
+    rest_models: dict[str, Any] = field(init=False)  # the REST list: {"items": [...]}
 
     def __post_init__(self) -> None:
         ids = [m.id for m in self.models]
@@ -236,6 +269,9 @@ class ModelCatalog:
         }
         for name, message in encoded.items():
             object.__setattr__(self, name, message.SerializeToString(deterministic=True))
+        documents = {name: json_format.MessageToDict(message) for name, message in encoded.items()}
+        object.__setattr__(self, "json", documents)
+        object.__setattr__(self, "rest_models", {"items": [rest_model_item(m) for m in self.models]})
 
     @classmethod
     def of(cls, models: Iterable[ModelConfig]) -> ModelCatalog:

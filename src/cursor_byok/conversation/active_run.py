@@ -12,6 +12,7 @@ from ..config import ModelConfig
 from ..protocol import agent_pb2 as pb, encode_server_message, encode_server_messages
 from ..run import RunEngine, RunSpec, ToolCallRequest, ToolOutcome
 from .actions import Injected
+from .client_context import ContextQuery
 from .history import DerivedState, TurnLog
 from .identity import new_run_id
 from .observation import ObservedRun
@@ -73,6 +74,7 @@ class ActiveRun:
     cancelled: bool = False  # cancelled while preparing: it ends once prepared, before the model
     input_stored: asyncio.Future[Any] | None = None  # the turn's input being written: the model waits for it
     tool_ctx: tools.ToolContext | None = None
+    context_query: ContextQuery | None = None  # the client asked for its request context (its request had none)
     turns: TurnLog = field(init=False)  # the turns this run adds, with their steps
     derived: DerivedState = field(init=False)  # what its tool calls add to its checkpoints
     compactions: list[Any] = field(default_factory=list)  # checkpoints.Compaction, in order

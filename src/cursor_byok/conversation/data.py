@@ -15,7 +15,7 @@ from .. import prompting
 from ..config import Config, ModelConfig
 from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error
 from ..run import Interrupted, RunEngine, ToolCallPart, batch_outcomes, tool_call_request, tool_results_message
-from . import updates
+from . import client_context, updates
 from .actions import Injected
 from .active_run import ActiveRun, now_ms
 from .checkpoints import Checkpoints
@@ -25,7 +25,7 @@ from .identity import ParentConversationRef
 from .observation import NO_OBSERVER, RunObserver
 from .output import OutputStream
 from .persistence import ConversationRecords, StoredConversation
-from .run_setup import requested_model_id, run_spec, tool_context
+from .run_setup import requested_model_id, run_spec, tool_context, workspace_root
 from .state import Phase
 from .sync import BlobSync
 from .tool_calls import ToolRounds
@@ -184,6 +184,28 @@ class ConversationData:
         output.settled_seqno = output.applied_seqno
         self.records.inputs_settled(output)
 
+    def _ask_client_context(self, run: ActiveRun) -> client_context.ContextQuery:
+        """Ask the client for its request context (the run request had none)."""
+        query, request = client_context.ask(self.tool_rounds.new_exec_id())
+        run.context_query = query
+        run.send(request)
+        return query
+
+    async def _with_client_context(self, run: ActiveRun, query: client_context.ContextQuery) -> pb.AgentRunRequest:
+        """The run's request completed with the client's answer, or as it was when none came in time."""
+        # A timer, not asyncio.timeout: a run's preparation starts eagerly, outside any task.
+        timer = asyncio.get_running_loop().call_later(client_context.ANSWER_WAIT_SECONDS, query.give_up)
+        try:
+            context = await query.answer
+        finally:
+            timer.cancel()
+        if context is None:
+            log.info("the client gave no request context", extra={"conversation_id": self.conversation_id})
+            return run.run_request
+        run.run_request = client_context.with_request_context(run.run_request, context)
+        run.presenter.workspace_root = workspace_root(run.run_request)
+        return run.run_request
+
     async def prepare(self, run: ActiveRun) -> None:
         """Everything before the model is called: the model, the history (loaded, or hydrated from
         the client's checkpoint when we hold none), the turn's input queued for the store, the
@@ -197,12 +219,16 @@ class ConversationData:
         if model is None:
             raise model_not_found_error(model_id)
         run.model = run.observed.model = model
+        # Asked first: the client answers while the history loads.
+        asked = None if run.resumed or not client_context.lacks_request_context(rr) else self._ask_client_context(run)
         await self.ensure_loaded()
         self.records.run_started(run, self.parent, Phase.PREPARING.value)
         if not self.history.entries and rr.conversation_state.root_prompt_messages_json:
             hydrated = await self.checkpoints.hydrate(run)
             entries = [self.history.append(kind, key, message, run.run_id) for kind, key, message in hydrated]
             await self.records.append_durably([e for e in entries if e is not None])
+        if asked is not None:
+            rr = await self._with_client_context(run, asked)
         mode = self.mode(run)
         run.tool_ctx = tool_context(
             rr, conversation_id=self.conversation_id, run_id=run.run_id, parent=self.parent, config=s.config, model=model, mode=mode

@@ -236,6 +236,8 @@ class ConversationRuntime(CommandInbox):
             # stream than the active run's (an earlier run's, before a restart) is late.
             if not on_run_stream:
                 log.info("ignoring a tool result from another stream", extra={"conversation_id": self.conversation_id})
+            elif run.context_query is not None and run.context_query.takes(kind, getattr(msg, kind)):  # type: ignore[union-attr]
+                pass  # the client's request context: its run's preparation waits for it
             elif self.data.tool_rounds.on_client_message(run, kind, getattr(msg, kind), replayed=cmd.replayed):  # type: ignore[arg-type]
                 self._batch_done()
         elif kind == "kv_client_message":
@@ -329,6 +331,8 @@ class ConversationRuntime(CommandInbox):
         aborted), so its preparation does not wait for them."""
         run.cancelled = True
         self.data.tool_rounds.abort_pending(run, CANCELED_TOOL_TEXT)
+        if run.context_query is not None:
+            run.context_query.give_up()
 
     def _cancel_queued(self, stream: actions.StreamKey) -> None:
         for q in [q for q in self.queued if (q.request_id, q.output.generation) == stream]:

@@ -76,6 +76,11 @@ class ToolRounds:
         self._observer = observer
         self._held: list[pb.AgentServerMessage] | None = None  # what a starting batch sends, until it is stored
 
+    def new_exec_id(self) -> int:
+        """An exec id for a request outside any batch (the client's request context)."""
+        self.next_exec_id += 1
+        return self.next_exec_id
+
     def start(self, run: ActiveRun, calls: list[ToolCallRequest], future: asyncio.Future[list[ToolOutcome]]) -> bool:
         """Start a batch; True when it is already complete (tools that need no exec)."""
         assert run.tool_ctx is not None

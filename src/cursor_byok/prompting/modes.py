@@ -13,16 +13,17 @@ class Mode(str, enum.Enum):
 
 # Every fixed tool the compiler knows. The tools layer maps these names to Cursor exec messages.
 FIXED_TOOLS: tuple[str, ...] = (
-    "AskQuestion", "Await", "CallMcpTool", "CreatePlan", "Delete", "Glob", "Grep", "Ls", "Read",
-    "ReadLints", "Shell", "StrReplace", "SwitchMode", "Task", "TodoWrite", "Write",
+    "AskQuestion", "Await", "AwaitSubagent", "CallMcpTool", "CreatePlan", "Delete", "FetchMcpResource", "Glob", "Grep",
+    "ListMcpResources", "Ls", "Read", "ReadLints", "Shell", "StrReplace", "SwitchMode", "Task", "TodoWrite",
+    "WebFetch", "Write", "WriteShellStdin",
 )
 
-_ASK = frozenset({"Read", "Ls", "Glob", "Grep", "ReadLints", "AskQuestion", "SwitchMode"})
+_ASK = frozenset({"Read", "Ls", "Glob", "Grep", "ReadLints", "AskQuestion", "SwitchMode", "WebFetch"})
 _MODE_TOOLS: dict[Mode, frozenset[str]] = {
     Mode.AGENT: frozenset(FIXED_TOOLS),
     Mode.ASK: _ASK,
     Mode.PLAN: _ASK | {"CreatePlan", "TodoWrite"},
-    Mode.SUBAGENT: frozenset(FIXED_TOOLS) - {"Task", "AskQuestion", "SwitchMode", "CreatePlan"},
+    Mode.SUBAGENT: frozenset(FIXED_TOOLS) - {"Task", "AwaitSubagent", "AskQuestion", "SwitchMode", "CreatePlan"},
 }
 
 

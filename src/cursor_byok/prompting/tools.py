@@ -109,6 +109,8 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "working_directory": _s("Directory to run in. Default: the workspace."),
             "timeout_ms": _i("How long to wait before moving the command to the background."),
             "description": _s("A few words saying what the command does, shown to the user."),
+            "run_in_background": _b("Start it in the background at once (a server, a watcher, a command "
+                                    "waiting for input) and return its shell id. Default false."),
         }, ["command"]),
     ),
     "Await": (
@@ -118,6 +120,28 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "shell_id": _s("The shell id returned by Shell."),
             "timeout_ms": _i("Maximum time to wait."),
         }, ["shell_id"]),
+    ),
+    "AwaitSubagent": (
+        "Wait for a subagent started with Task and run_in_background to finish, and return its final "
+        "message. Without waiting you are told when it finishes anyway.",
+        _obj({
+            "agent_id": _s("The subagent ID returned by Task."),
+            "timeout_ms": _i("Maximum time to wait."),
+        }, ["agent_id"]),
+    ),
+    "WriteShellStdin": (
+        "Type characters into the standard input of a command that runs in the background (its shell "
+        "id from Shell), e.g. an answer to a prompt; include \\n to press Enter. Read what it prints "
+        "next with Await.",
+        _obj({
+            "shell_id": _i("The shell id returned by Shell."),
+            "chars": _s("The characters to type."),
+        }, ["shell_id", "chars"]),
+    ),
+    "WebFetch": (
+        "Fetch a web page (http or https URL) and return its content as text, for documentation or "
+        "references the user points to. The user's machine does the request.",
+        _obj({"url": _s("The URL to fetch.")}, ["url"]),
     ),
     "ReadLints": (
         "Return the editor's current diagnostics (lint and type errors) for the given files or "
@@ -183,6 +207,17 @@ _DEFINITIONS: dict[str, tuple[str, dict[str, Any]]] = {
             "model": _s("Model for the subagent. Default: the current model."),
             "run_in_background": _b("Return immediately and deliver the result later. Default false."),
         }, ["description", "prompt"]),
+    ),
+    "ListMcpResources": (
+        "List the resources (files, documents, data) the connected MCP servers offer, with their URIs.",
+        _obj({"server": _s("Only this MCP server's resources. Default: every server's.")}, []),
+    ),
+    "FetchMcpResource": (
+        "Read one resource of a connected MCP server by its URI (see ListMcpResources).",
+        _obj({
+            "server": _s("Name of the MCP server."),
+            "uri": _s("URI of the resource."),
+        }, ["server", "uri"]),
     ),
     "CallMcpTool": (
         "Call a tool of a connected MCP server by server and tool name.",

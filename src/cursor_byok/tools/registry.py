@@ -4,6 +4,13 @@ from __future__ import annotations
 from cursor_byok.run import ToolCallRequest
 
 from .base import ToolExecution
+from .client_run import (
+    AwaitSubagentExecution,
+    FetchMcpResourceExecution,
+    ListMcpResourcesExecution,
+    WebFetchExecution,
+    WriteShellStdinExecution,
+)
 from .context import ToolContext
 from .files import DeleteExecution, LsExecution, ReadExecution, StrReplaceExecution, WriteExecution
 from .interactive import AskQuestionExecution, CreatePlanExecution, SwitchModeExecution
@@ -35,8 +42,15 @@ BUILTIN_TOOLS: dict[str, type[ToolExecution]] = {
         CreatePlanExecution,
         TaskExecution,
         CallMcpToolExecution,
+        WebFetchExecution,
+        WriteShellStdinExecution,
+        AwaitSubagentExecution,
+        ListMcpResourcesExecution,
+        FetchMcpResourceExecution,
     )
 }
+# Offered only while the run has MCP servers.
+MCP_ONLY_TOOLS = frozenset({"CallMcpTool", "ListMcpResources", "FetchMcpResource"})
 
 
 class UnknownToolExecution(ToolExecution):
@@ -59,11 +73,11 @@ def advertised_tools(ctx: ToolContext) -> list[str]:
     ctx.mcp_tools]`: the compiler names the dynamic `mcp_*` tools and filters by mode. Tools with
     no executor here (GenerateImage, WebSearch, ...) are never listed.
     """
-    names = {name for name in BUILTIN_TOOLS if name != "CallMcpTool"}
+    names = set(BUILTIN_TOOLS) - MCP_ONLY_TOOLS
     if not ctx.allow_subagents:
-        names.discard("Task")
+        names -= {"Task", "AwaitSubagent"}
     if ctx.mcp_tools:
-        names.add("CallMcpTool")
+        names |= MCP_ONLY_TOOLS
     return sorted(names)
 
 

@@ -97,6 +97,7 @@ class ShellExecution(ToolExecution):
         timeout = a.integer("timeout_ms", minimum=1)
         self.timeout_ms = min(timeout if timeout is not None else self.ctx.shell_timeout_ms, _INT32_MAX)
         self.description = a.string("description")
+        self.run_in_background = bool(a.boolean("run_in_background"))
         self._interleaved = _OutputBuffer()
         self._stdout = _OutputBuffer()
         self._stderr = _OutputBuffer()
@@ -127,6 +128,15 @@ class ShellExecution(ToolExecution):
         card.description = self.description or self.command
 
     def _begin(self) -> Step:
+        if self.run_in_background:
+            # Spawned by the client with its stdin open, so WriteShellStdin can type into it.
+            spawn = pb.BackgroundShellSpawnArgs(
+                command=self.command, working_directory=self.working_directory, tool_call_id=self.call_id,
+                enable_write_shell_stdin_tool=True,
+            )
+            if self.description is not None:
+                spawn.description = self.description
+            return self._exec("background_shell_spawn_args", spawn, expect=("background_shell_spawn_result",))
         return self._exec("shell_stream_args", self._shell_args(), expect=("shell_stream", "shell_result"))
 
     def _error_result(self, message: str) -> Message:
@@ -142,6 +152,8 @@ class ShellExecution(ToolExecution):
     def _on_exec(self, kind: str, result: Any, message: pb.ExecClientMessage) -> Step:
         if kind == "shell_result":
             return self._on_shell_result(result)
+        if kind == "background_shell_spawn_result":
+            return self._on_spawned(result)
         event = which(result, "event")
         if event in ("stdout", "stderr"):
             data = getattr(result, event).data
@@ -207,7 +219,19 @@ class ShellExecution(ToolExecution):
         lines.append(output if output else "(no output)")
         return self._finish("\n".join(lines), is_error=not succeeded, result=shell_result)
 
-    def _on_backgrounded(self, event: pb.ShellStreamBackgrounded) -> Step:
+    def _on_spawned(self, result: pb.BackgroundShellSpawnResult) -> Step:
+        variant = which(result, "result")
+        if variant != "success":
+            failure = getattr(result, variant) if variant else None
+            detail = (getattr(failure, "error", "") or getattr(failure, "reason", "")) if failure is not None else ""
+            return self._fail(f"The command could not be started in the background: {detail or variant or 'no result'}")
+        spawned = result.success
+        event = pb.ShellStreamBackgrounded(shell_id=spawned.shell_id, command=spawned.command, working_directory=spawned.working_directory)
+        if spawned.HasField("pid"):
+            event.pid = spawned.pid
+        return self._on_backgrounded(event, started=True)
+
+    def _on_backgrounded(self, event: pb.ShellStreamBackgrounded, *, started: bool = False) -> Step:
         output = self._interleaved.text()
         success = pb.ShellSuccess(
             command=event.command or self.command,
@@ -225,7 +249,7 @@ class ShellExecution(ToolExecution):
         shell_result = pb.ShellResult(success=success, is_background=True)
         if event.HasField("pid"):
             shell_result.pid = event.pid
-        header = f"Command moved to background, shell_id={event.shell_id}"
+        header = f"Command {'started in' if started else 'moved to'} the background, shell_id={event.shell_id}"
         if event.HasField("pid"):
             header += f", pid={event.pid}"
         lines = [header + "."]
@@ -360,6 +384,7 @@ class AwaitExecution(ToolExecution):
         self.timeout_ms = min(timeout if timeout is not None else self.ctx.await_default_timeout_ms, 2**32 - 1)
         self.path = join_path(self.ctx.terminals_folder, f"{self.shell_id}.txt") if self.ctx.terminals_folder else ""
         self._started_ms = 0
+        self._reads = 0
         self._seen: tuple[str, int] | None = None
 
     @property
@@ -387,7 +412,13 @@ class AwaitExecution(ToolExecution):
 
     def _read(self, delay_ms: int) -> Step:
         args = pb.ReadArgs(path=self.path, tool_call_id=self.call_id)
-        return self._exec("read_args", args, expect=("read_result", "redacted_read_result"), delay_ms=delay_ms)
+        step = self._exec("read_args", args, expect=("read_result", "redacted_read_result"), delay_ms=delay_ms)
+        # Cursor's executor answers an exec id it has run before from its cache (a replay): each
+        # poll after the first is an execution of its own, with an exec id of its own.
+        if self._reads:
+            step.message.exec_id = f"{self.call_id}:{self._reads}"
+        self._reads += 1
+        return step
 
     def _begin(self) -> Step:
         if not self.path:
