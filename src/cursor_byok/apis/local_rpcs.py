@@ -193,7 +193,7 @@ class LocalRpcs:
         if _is_grpc_web(scope):
             # Upstream's gRPC-Web reply ends in its trailer frame, which our bytes cannot follow:
             # the list is ours alone (the gateway frames it).
-            await _reply(send, 200, ours, [(b"content-type", PROTO)])
+            await self._ours(rpc, False, send)
             return
         try:
             url = self.upstream.target_url(scope)
