@@ -1,0 +1,454 @@
+"""The local attack surface, second part: the proxy is a door too, and connections, bodies and
+certificates are resources. Each attack runs against the real server and proxy; the IDE's own turn
+still passes beside it."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import resource
+import socket
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
+from tests.harness.ide import BIDI_APPEND, ScriptedIDE, run_request
+from tests.harness.server import ServerProcess
+
+from .edge_support import PROTO, EdgeServerConfig, edge_config, free_port, raw_http, server_rss
+
+MODEL = "byok-edge"
+TOKEN = "attack-test-token-0123456789"
+KEY = "sk-test-canary"  # the harness's model key
+BASIC = "Basic " + base64.b64encode(f"cursor-byok:{TOKEN}".encode()).decode()
+PASSTHROUGH = "/aiserver.v1.AiService/SomethingElse"
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[FakeProviderServer]:
+    with FakeProviderServer() as server:
+        server.respond_with(lambda request: OPENAI_CHAT.text(["fine"]))
+        yield server
+
+
+class Recorder:
+    """An upstream that records each connection's bytes until the peer ends it, and answers nothing."""
+
+    def __init__(self) -> None:
+        self.connections: list[bytearray] = []
+        self.ended = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Recorder:
+        self._server = await asyncio.start_server(self._on_connection, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = bytearray()
+        self.connections.append(data)
+        with contextlib.suppress(ConnectionError):
+            while chunk := await reader.read(65536):
+                data += chunk
+        writer.close()
+        self.ended.set()
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer) -> Iterator[ServerProcess]:
+    """A server with an auth token and the proxy beside it, with short connection deadlines."""
+    cfg = edge_config(
+        tmp_path_factory.mktemp("attack"),
+        MODEL,
+        provider,
+        runsse_wait_seconds=1.0,
+        proxy_port=free_port(),
+        extra_server={
+            "auth_token_env": "ATTACK_TEST_TOKEN",
+            "first_byte_timeout_seconds": 1.0,
+            "header_read_timeout_seconds": 2.0,
+            "body_deadline_seconds": 3.0,
+            "max_body_bytes": 4 * 1024 * 1024,
+            "max_pending_body_bytes": 6 * 1024 * 1024,
+        },
+    )
+    with ServerProcess(cfg, env={"ATTACK_TEST_TOKEN": TOKEN}) as proc:
+        yield proc
+
+
+def proxy_port(server: ServerProcess) -> int:
+    assert isinstance(server.config, EdgeServerConfig) and server.config.proxy_port is not None
+    return server.config.proxy_port
+
+
+def ide_through_proxy(server: ServerProcess, tmp_path: Path, credentials: str | None = f"cursor-byok:{TOKEN}") -> ScriptedIDE:
+    """The IDE as Cursor runs it with `http.proxy` set: every request through the proxy, over TLS."""
+    ca = server.config.data_dir / "ca" / "ca.crt"
+    ide = ScriptedIDE("https://api2.cursor.sh", tmp_path)
+    auth = f"{credentials}@" if credentials else ""
+    ide.client = httpx.AsyncClient(
+        base_url="https://api2.cursor.sh",
+        proxy=f"http://{auth}127.0.0.1:{proxy_port(server)}",
+        verify=ssl.create_default_context(cafile=str(ca)),
+        trust_env=False,
+        timeout=30.0,
+    )
+    return ide
+
+
+def direct_ide(server: ServerProcess, tmp_path: Path) -> ScriptedIDE:
+    ide = ScriptedIDE(server.base_url, tmp_path)
+    ide.client.headers["x-cursor-byok-token"] = TOKEN
+    return ide
+
+
+async def a_turn_passes(ide: ScriptedIDE) -> None:
+    try:
+        log = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex), timeout=60.0)
+    finally:
+        await ide.close()
+    assert log.text == "fine" and log.terminal is None
+
+
+# -- 1. the proxy authenticates its clients whenever the server does ----------------------------------
+
+
+@pytest.mark.parametrize("path", ["/ui/api/conversations", "/metrics", PASSTHROUGH])
+async def test_the_proxy_forwards_nothing_without_the_token(proxied: ServerProcess, path: str) -> None:
+    port = proxy_port(proxied)
+    for credentials in ("", "Proxy-Authorization: Basic " + base64.b64encode(b"cursor-byok:wrong-token-0123456789").decode() + "\r\n"):
+        head = f"GET http://api2.cursor.sh{path} HTTP/1.1\r\nHost: api2.cursor.sh\r\n{credentials}\r\n"
+        resp = await asyncio.to_thread(raw_http, port, head.encode())
+        assert resp.status == 407 and "proxy-authenticate: basic" in resp.head.lower(), resp.head
+        connect = f"CONNECT api2.cursor.sh:443 HTTP/1.1\r\nHost: api2.cursor.sh:443\r\n{credentials}\r\n"
+        resp = await asyncio.to_thread(raw_http, port, connect.encode())
+        assert resp.status == 407, resp.head
+    head = f"GET http://api2.cursor.sh/metrics HTTP/1.1\r\nHost: api2.cursor.sh\r\nProxy-Authorization: {BASIC}\r\n\r\n"
+    resp = await asyncio.to_thread(raw_http, port, head.encode())
+    assert resp.status == 200
+
+
+async def test_the_proxy_over_tls_without_credentials_is_refused(proxied: ServerProcess, tmp_path: Path) -> None:
+    ide = ide_through_proxy(proxied, tmp_path, credentials=None)
+    with pytest.raises(httpx.ProxyError, match="407"):
+        await ide.client.get("/ui/api/conversations")
+    await ide.close()
+
+
+async def test_a_turn_through_the_proxy_with_its_credentials(proxied: ServerProcess, tmp_path: Path) -> None:
+    await a_turn_passes(ide_through_proxy(proxied, tmp_path))
+
+
+async def test_the_proxy_is_no_relay_to_other_loopback_ports(proxied: ServerProcess) -> None:
+    async with Recorder() as local:
+        target = local.url.removeprefix("http://")
+        port = proxy_port(proxied)
+        for head in (
+            f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: {BASIC}\r\n\r\n",
+            f"GET http://{target}/x HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: {BASIC}\r\n\r\n",
+            f"GET http://localhost:{target.rpartition(':')[2]}/x HTTP/1.1\r\nHost: localhost\r\nProxy-Authorization: {BASIC}\r\n\r\n",
+        ):
+            resp = await asyncio.to_thread(raw_http, port, head.encode())
+            assert resp.status == 403, (head, resp.head)
+        assert local.connections == []
+
+
+# -- 2. connections are a bounded resource -------------------------------------------------------------
+
+
+def closed_by_peer(port: int, first: bytes = b"", timeout: float = 30.0) -> bool:
+    """Connect, send `first`, and wait for the other side to end the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        if first:
+            sock.sendall(first)
+        try:
+            while sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+        except TimeoutError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize("first", [b"", b"GET /__byok-api__/healthz HTTP/1.1\r\n"], ids=["no-byte", "half-a-head"])
+async def test_a_connection_that_sends_no_request_is_closed(proxied: ServerProcess, first: bytes) -> None:
+    for port in (proxied.port, proxy_port(proxied)):
+        assert await asyncio.to_thread(closed_by_peer, port, first), port
+
+
+def trickle(port: int, head: bytes, limit: int) -> int:
+    """Send `head`, then a body byte every 0.2 s (the attacker's pace) until the peer answers or
+    ends the connection; the body bytes sent by then."""
+    with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+        sock.sendall(head)
+        for sent in range(limit):
+            try:
+                sock.send(b"x")
+                sock.recv(65536)  # an answer (408) or the end: either way the upload is over
+                return sent
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                return sent
+        return limit
+
+
+async def test_a_trickled_body_meets_an_overall_deadline(proxied: ServerProcess) -> None:
+    """body_deadline_seconds = 3, a byte every 0.2 s of a 1,000-byte body: cut well before its end."""
+    server_head = (
+        f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: 127.0.0.1:{proxied.port}\r\nx-cursor-byok-token: {TOKEN}\r\n"
+        "content-type: application/proto\r\ncontent-length: 1000\r\n\r\n"
+    )
+    proxy_head = (
+        f"POST http://api2.cursor.sh{PASSTHROUGH} HTTP/1.1\r\nHost: api2.cursor.sh\r\nProxy-Authorization: {BASIC}\r\n"
+        "content-type: application/proto\r\ncontent-length: 1000\r\n\r\n"
+    )
+    for port, head in ((proxied.port, server_head), (proxy_port(proxied), proxy_head)):
+        sent = await asyncio.to_thread(trickle, port, head.encode(), 1000)
+        assert sent < 100, (port, sent)
+
+
+@pytest.fixture(scope="module")
+def desktop_limits(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer) -> Iterator[ServerProcess]:
+    """A server and proxy under a desktop's open-file limit (1,024, soft and hard)."""
+    cfg = edge_config(tmp_path_factory.mktemp("lockout"), MODEL, provider, runsse_wait_seconds=1.0, proxy_port=free_port())
+    with ServerProcess(cfg, wrap=["prlimit", "--nofile=1024:1024", "--"]) as proc:
+        yield proc
+
+
+FLOOD = 1030
+
+
+@contextlib.contextmanager
+def idle_flood(port: int, count: int = FLOOD) -> Iterator[list[socket.socket]]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < count + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 1024), hard))
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                sock.connect(("127.0.0.1", port))
+            socks.append(sock)
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.mark.parametrize("target", ["server", "proxy"])
+async def test_idle_connections_do_not_lock_the_ide_out(desktop_limits: ServerProcess, tmp_path: Path, target: str) -> None:
+    port = desktop_limits.port if target == "server" else proxy_port(desktop_limits)
+    with idle_flood(port):
+        async with httpx.AsyncClient(timeout=60.0) as client:
+            assert (await client.get(desktop_limits.base_url + "/__byok-api__/healthz")).status_code == 204
+        ca = desktop_limits.config.data_dir / "ca" / "ca.crt"
+        ide = ScriptedIDE(desktop_limits.base_url, tmp_path, transport="run-via-proxy", proxy=(proxy_port(desktop_limits), ca)) if target == "proxy" else ScriptedIDE(desktop_limits.base_url, tmp_path)
+        await a_turn_passes(ide)
+    log = desktop_limits.log()
+    assert log.count("Traceback") == 0
+    assert len(log.splitlines()) < 200, log[-3000:]
+
+
+# -- 3. bodies -----------------------------------------------------------------------------------------
+
+
+async def test_a_body_over_the_limit_is_refused_from_its_declared_length(proxied: ServerProcess) -> None:
+    head = (
+        f"POST {BIDI_APPEND} HTTP/1.1\r\nHost: 127.0.0.1:{proxied.port}\r\nx-cursor-byok-token: {TOKEN}\r\n"
+        f"content-type: application/proto\r\ncontent-length: {5 * 1024 * 1024}\r\n\r\n"
+    )
+    resp = await asyncio.to_thread(raw_http, proxied.port, head.encode(), timeout=2.0)
+    assert resp.status == 413 and b"resource_exhausted" in resp.body
+
+
+def stalled_upload(port: int, size: int, sent: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30.0)
+    sock.sendall(
+        f"POST {BIDI_APPEND} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nx-cursor-byok-token: {TOKEN}\r\n"
+        f"content-type: application/proto\r\ncontent-length: {size}\r\n\r\n".encode()
+        + b"\x00" * sent
+    )
+    return sock
+
+
+async def test_pending_bodies_are_bounded_in_total(proxied: ServerProcess, tmp_path: Path) -> None:
+    """max_pending_body_bytes = 6 MiB: a third stalled 3 MiB body evicts the oldest."""
+    mib = 1024 * 1024
+    socks = []
+    try:
+        for _ in range(3):
+            socks.append(await asyncio.to_thread(stalled_upload, proxied.port, 4 * mib, 3 * mib))
+        first = socks[0]
+        answer = await asyncio.to_thread(first.recv, 65536)
+        assert b" 429 " in answer.split(b"\r\n", 1)[0] and b"resource_exhausted" in answer, answer[:300]
+        await a_turn_passes(direct_ide(proxied, tmp_path))
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+# -- 4. leaf certificates ------------------------------------------------------------------------------
+
+
+def handshakes(port: int, names: list[str], ca: Path) -> None:
+    context = ssl.create_default_context(cafile=str(ca))
+    for name in names:
+        with socket.create_connection(("127.0.0.1", port), timeout=30.0) as sock:
+            sock.sendall(f"CONNECT {name}:443 HTTP/1.1\r\nHost: {name}:443\r\nProxy-Authorization: {BASIC}\r\n\r\n".encode())
+            assert b" 200 " in sock.recv(4096)
+            with context.wrap_socket(sock, server_hostname=name):
+                pass
+
+
+async def test_the_leaf_certificate_cache_is_bounded(proxied: ServerProcess) -> None:
+    ca = proxied.config.data_dir / "ca" / "ca.crt"
+    port = proxy_port(proxied)
+    await asyncio.to_thread(handshakes, port, [f"{uuid.uuid4().hex}.cursor.sh" for _ in range(300)], ca)
+    before = server_rss(proxied)
+    await asyncio.to_thread(handshakes, port, [f"{uuid.uuid4().hex}.cursor.sh" for _ in range(700)], ca)
+    grown = server_rss(proxied) - before
+    assert grown < 5 * 1024 * 1024, grown  # ~21 kB a name when every name stays
+
+
+# -- 5. an aborted upload aborts the upstream request ----------------------------------------------------
+
+
+@pytest.fixture
+async def recorded_server(tmp_path: Path, provider: FakeProviderServer) -> AsyncIterator[tuple[ServerProcess, Recorder]]:
+    async with Recorder() as upstream:
+        cfg = edge_config(tmp_path, MODEL, provider, proxy_port=free_port())
+        cfg.upstream = upstream.url
+        proc = ServerProcess(cfg)
+        await asyncio.to_thread(proc.start)
+        try:
+            yield proc, upstream
+        finally:
+            await asyncio.to_thread(proc.stop)
+
+
+def upload_and_vanish(port: int, head: bytes, body: bytes, *, tls_name: str | None = None, ca: Path | None = None) -> None:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30.0)
+    if tls_name is not None:
+        assert ca is not None
+        sock.sendall(f"CONNECT {tls_name}:443 HTTP/1.1\r\nHost: {tls_name}:443\r\n\r\n".encode())
+        assert b" 200 " in sock.recv(4096)
+        context = ssl.create_default_context(cafile=str(ca))
+        context.set_alpn_protocols(["http/1.1"])
+        sock = context.wrap_socket(sock, server_hostname=tls_name)
+    sock.sendall(head + body)
+    sock.close()
+
+
+CHUNKED = "content-type: application/proto\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("body", [b"10\r\n0123456", b"5\r\nhello\r\nFFFFFFFFFFFFFFFFFF\r\nabc"], ids=["cut-mid-chunk", "huge-chunk-size"])
+@pytest.mark.parametrize("via", ["server", "proxy"])
+async def test_an_aborted_upload_never_reaches_upstream_complete(recorded_server: tuple[ServerProcess, Recorder], body: bytes, via: str) -> None:
+    server, upstream = recorded_server
+    if via == "server":
+        head = f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n{CHUNKED}"
+        await asyncio.to_thread(upload_and_vanish, server.port, head.encode(), body)
+    else:
+        head = f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: api2.cursor.sh\r\n{CHUNKED}"
+        ca = server.config.data_dir / "ca" / "ca.crt"
+        await asyncio.to_thread(upload_and_vanish, proxy_port(server), head.encode(), body, tls_name="api2.cursor.sh", ca=ca)
+    # The upstream may never be reached at all (a refusal): wait for its end only once it was.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(upstream.ended.wait(), 10.0)
+    for seen in upstream.connections:
+        assert not bytes(seen).endswith(b"0\r\n\r\n"), bytes(seen)[-200:]
+
+
+# -- 6. secrets in a readable config ---------------------------------------------------------------------
+
+
+async def test_an_inline_token_in_a_readable_config_is_refused(tmp_path: Path) -> None:
+    cfg = EdgeServerConfig(data_dir=tmp_path / "data", extra_server={"auth_token": TOKEN})
+    server = ServerProcess(cfg)
+    with pytest.raises(RuntimeError, match="permissions must be 0600"):
+        await asyncio.to_thread(server.start)
+    server.config_path.chmod(0o600)
+    ok = ServerProcess(cfg)
+    ok.config_path.parent.mkdir(parents=True, exist_ok=True)
+    with ok:  # the same file, now private
+        async with httpx.AsyncClient() as client:
+            resp = await client.get(ok.base_url + "/metrics", headers={"x-cursor-byok-token": TOKEN})
+        assert resp.status_code == 200
+
+
+# -- 7. a key echoed in a provider's request id -----------------------------------------------------------
+
+
+async def test_a_key_in_a_providers_request_id_is_never_stored_or_shown(tmp_path: Path) -> None:
+    with FakeProviderServer() as leaky:
+        body = msgspec.json.encode({"error": {"message": "bad key", "code": "invalid_api_key"}})
+        leaky.enqueue(Reply(status=401, body=body, content_type="application/json", headers={"x-request-id": f"req-{KEY}"}))
+        cfg = edge_config(tmp_path, MODEL, leaky)
+        with ServerProcess(cfg) as server:
+            ide = ScriptedIDE(server.base_url, tmp_path)
+            conversation = uuid.uuid4().hex
+            try:
+                log = await ide.turn(run_request("hi", model=MODEL, conversation_id=conversation))
+                shown = await ide.client.get(f"/ui/api/conversations/{conversation}")
+            finally:
+                await ide.close()
+            assert log.terminal is not None and log.terminal.code == "unauthenticated"
+            assert shown.status_code == 200 and KEY not in shown.text
+            assert "req-" in server.log() and KEY not in server.log()
+        stored = b"".join(p.read_bytes() for p in cfg.data_dir.glob("state.db*"))
+        assert KEY.encode() not in stored
+
+
+# -- 8. the token prefix, and passthrough GETs ------------------------------------------------------------
+
+
+async def test_a_percent_encoded_token_prefix_routes_and_a_wrong_one_is_not_echoed(proxied: ServerProcess) -> None:
+    encoded = "".join(f"%{b:02X}" for b in TOKEN[:4].encode()) + TOKEN[4:]
+    async with httpx.AsyncClient(base_url=proxied.base_url, headers=PROTO) as client:
+        resp = await client.post(f"/_token/{encoded}/agent.v1.AgentService/GetUsableModels", content=b"")
+        assert resp.status_code == 200 and MODEL.encode() in resp.content, resp.text
+        wrong = "wrong-token-tail-secret-part"
+        resp = await client.post(f"/_token/{wrong}/agent.v1.AgentService/GetUsableModels", content=b"")
+        assert resp.status_code in (400, 401) and wrong not in resp.text and "secret-part" not in resp.text
+
+
+async def test_a_passthrough_get_gains_no_body_headers(tmp_path: Path, provider: FakeProviderServer) -> None:
+    with FakeProviderServer() as upstream:
+        upstream.respond_with(lambda request: Reply(body=b"ok", content_type="application/json"))
+        cfg = edge_config(tmp_path, MODEL, provider, upstream, proxy_port=free_port())
+        with ServerProcess(cfg) as server:
+            async with httpx.AsyncClient() as client:
+                assert (await client.get(server.base_url + "/some/page")).status_code == 200
+            ca = cfg.data_dir / "ca" / "ca.crt"
+            async with httpx.AsyncClient(proxy=f"http://127.0.0.1:{cfg.proxy_port}", verify=ssl.create_default_context(cafile=str(ca)), trust_env=False) as client:
+                assert (await client.get("https://api2.cursor.sh/some/page")).status_code == 200
+        for request in upstream.requests:
+            assert "transfer-encoding" not in request.headers and "content-type" not in request.headers, request.headers
+
+
+def test_open_file_limit_is_raised_to_the_hard_limit(tmp_path: Path, provider: FakeProviderServer) -> None:
+    cfg = edge_config(tmp_path, MODEL, provider)
+    with ServerProcess(cfg, wrap=["prlimit", "--nofile=1024:4096", "--"]) as server:
+        assert server.proc is not None
+        limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
+        [line] = [line for line in limits.splitlines() if line.startswith("Max open files")]
+        assert line.split()[3:5] == ["4096", "4096"], line
