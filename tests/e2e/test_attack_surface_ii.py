@@ -69,12 +69,21 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def proxied(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer) -> Iterator[ServerProcess]:
+def upstream() -> Iterator[FakeProviderServer]:
+    """Cursor's backend: reads each request's whole body, then answers."""
+    with FakeProviderServer() as server:
+        server.respond_with(lambda request: Reply(body=b"upstream", content_type="application/proto"))
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
     """A server with an auth token and the proxy beside it, with short connection deadlines."""
     cfg = edge_config(
         tmp_path_factory.mktemp("attack"),
         MODEL,
         provider,
+        upstream,
         runsse_wait_seconds=1.0,
         proxy_port=free_port(),
         extra_server={
@@ -275,7 +284,7 @@ async def test_a_body_over_the_limit_is_refused_from_its_declared_length(proxied
         f"POST {BIDI_APPEND} HTTP/1.1\r\nHost: 127.0.0.1:{proxied.port}\r\nx-cursor-byok-token: {TOKEN}\r\n"
         f"content-type: application/proto\r\ncontent-length: {5 * 1024 * 1024}\r\n\r\n"
     )
-    resp = await asyncio.to_thread(raw_http, proxied.port, head.encode(), timeout=2.0)
+    resp = await asyncio.to_thread(raw_http, proxied.port, head.encode(), timeout=2.0)  # no body byte is sent
     assert resp.status == 413 and b"resource_exhausted" in resp.body
 
 
