@@ -17,6 +17,7 @@ from ..apis import LocalRpcs, Upstream, effort_for
 from ..config import Config, ModelConfig, ServerConfig, resolve_api_key
 from ..conversation import NO_OBSERVER, ConversationService, OutputHub, Phase, RuntimeServices
 from ..http_client import ProviderHttp, passthrough_client, streaming_client
+from ..instance import ConnectionBook, PeerState
 from ..observability import Dashboard, GatewayGauges, Metrics, Recorder
 from ..protocol import internal_error, new_error_id
 from ..providers import Provider, ProviderPool
@@ -61,7 +62,9 @@ class Gateway:
         self.transports = Transports(
             config.server.max_transports, config.server.transport_idle_seconds, run_is_live=self._run_is_live
         )
-        self.pending = Pending(config.server.max_pending_requests, config.server.max_pending_per_connection)
+        self.pending = Pending(
+            config.server.max_pending_requests, config.server.max_pending_per_connection, config.server.max_pending_body_bytes
+        )
         self.guard = guard or RequestGuard.of_server(config)
         self.store: Any = None
         self.http: httpx.AsyncClient | None = None  # upstream passthrough
@@ -79,6 +82,7 @@ class Gateway:
         self.stopping = False
         self._cut = False
         self._requests: set[asyncio.Task[Any]] = set()  # every HTTP request being handled
+        self.connections = ConnectionBook()  # which connections requests came on (the warden's view)
         self.waiting_readers: set[asyncio.Task[Any]] = set()  # RunSSE requests still waiting for their stream
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -97,7 +101,10 @@ class Gateway:
         self.providers = ProviderPool(self.provider_http)
         self.providers.start(self.config.models)
         self.upstream = Upstream(
-            self.config.upstream.base_url, self.http, body_idle_seconds=self.config.server.body_read_timeout_seconds
+            self.config.upstream.base_url,
+            self.http,
+            body_idle_seconds=self.config.server.body_read_timeout_seconds,
+            body_deadline_seconds=self.config.server.body_deadline_seconds,
         )
         self.local_rpcs = LocalRpcs(self.config, self.upstream)
         if self.config.observability.enabled:
@@ -198,16 +205,18 @@ class Gateway:
         me = asyncio.current_task()
         assert me is not None
         self._requests.add(me)
+        peer = self.connections.enter(scope)
         try:
-            await self._route(scope, receive, send)
+            await self._route(scope, receive, send, peer)
         except asyncio.CancelledError:
             if not self._cut:
                 raise
             # cut at the stop deadline: no error to report, the connection just ends
         finally:
+            self.connections.leave(peer)
             self._requests.discard(me)
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _route(self, scope: Scope, receive: Receive, send: Send, peer: PeerState | None = None) -> None:
         path = self.guard.route_path(scope)
         method = scope["method"]
         local = method == "POST" and path in _AGENT_ROUTES
@@ -226,6 +235,8 @@ class Gateway:
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
             return
+        if peer is not None:
+            peer.trusted = True  # the IDE's (it passed the guard): the last to be closed for room
         try:
             if local:
                 await _AGENT_ROUTES[path](self, scope, receive, send)

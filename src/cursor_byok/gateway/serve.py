@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
-from ..instance import BACKLOG, DataDirError, storage_problem
+from ..instance import BACKLOG, ConnectionWarden, DataDirError, WardenLimits, raise_open_file_limit, storage_problem
 from .front import LoadingFront
 from .limits import granian_limits
 from .memory import freeze_startup_objects
@@ -35,6 +35,7 @@ CUT_GRACE_SECONDS = 0.5
 def serve(config: Config, listener: socket.socket) -> int:
     """Serve on `listener` (bound by the caller, handed over) until SIGINT/SIGTERM; returns the exit
     status. Raises DataDirError (one line) when the database cannot be opened."""
+    raise_open_file_limit()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - Windows: no uvloop
@@ -79,6 +80,7 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     from .app import DRAIN_SECONDS  # loaded by now
 
     freeze_startup_objects()
+    warden = _start_warden(config, gateway)
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
     stop_asked = asyncio.create_task(signals.received.wait())
     await asyncio.wait((serving, stop_asked), return_when=asyncio.FIRST_COMPLETED)
@@ -99,8 +101,19 @@ async def _serve(config: Config, listener: socket.socket) -> int:
     if not (await asyncio.wait((serving,), timeout=max(0.0, cut_at - loop.time())))[0]:
         gateway.cut_requests()
         await asyncio.wait((serving,), timeout=CUT_GRACE_SECONDS)
+    if warden is not None:
+        warden.cancel()
     await gateway.shutdown()
     return 1 if failed else 0
+
+
+def _start_warden(config: Config, gateway: Any) -> asyncio.Task[None] | None:
+    """The server port's connection limits, which granian does not enforce (see instance.connections)."""
+    if not ConnectionWarden.available():
+        return None
+    server = config.server
+    limits = WardenLimits(server.port, server.first_byte_timeout_seconds, server.header_read_timeout_seconds, server.max_connections)
+    return asyncio.create_task(ConnectionWarden(limits, gateway.connections).run(), name="connection-warden")
 
 
 def _embedded_server(app: LoadingFront, listener: socket.socket) -> Any:

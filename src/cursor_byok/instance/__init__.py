@@ -8,12 +8,18 @@ shares, and storage faults explained in one line.
 """
 from __future__ import annotations
 
+from .connections import ConnectionBook, ConnectionWarden, PeerState, WardenLimits, raise_open_file_limit
 from .listener import BACKLOG, PortUnavailable, bind_listener, display_address
 from .lock import LOCK_FILE_NAME, DataDirBusy, DataDirError, DataDirLock, Holder, lock_holder
 from .storage import database_problem, storage_problem
 
 __all__ = [
     "BACKLOG",
+    "ConnectionBook",
+    "ConnectionWarden",
+    "PeerState",
+    "WardenLimits",
+    "raise_open_file_limit",
     "LOCK_FILE_NAME",
     "DataDirBusy",
     "DataDirError",
