@@ -479,3 +479,86 @@ def test_open_file_limit_is_raised_to_the_hard_limit(tmp_path: Path, provider: F
         limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
         [line] = [line for line in limits.splitlines() if line.startswith("Max open files")]
         assert line.split()[3:5] == ["4096", "4096"], line
+
+
+# -- soak: every attack at the assessment's size, each beside the IDE's turns ------------------------------
+
+
+def unauthenticated_requests(port: int, count: int = 2000) -> None:
+    for _ in range(count):
+        resp = raw_http(port, b"GET http://api2.cursor.sh/ui/api/conversations HTTP/1.1\r\nHost: api2.cursor.sh\r\n\r\n")
+        assert resp.status == 407
+
+
+def held_idle_flood(server: ServerProcess, done: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
+    with idle_flood(server.port), idle_flood(proxy_port(server)):
+        asyncio.run_coroutine_threadsafe(done.wait(), loop).result()
+
+
+def trickles(server: ServerProcess) -> None:
+    head = (
+        f"POST http://api2.cursor.sh{PASSTHROUGH} HTTP/1.1\r\nHost: api2.cursor.sh\r\nProxy-Authorization: {BASIC}\r\n"
+        "content-type: application/proto\r\ncontent-length: 1000\r\n\r\n"
+    )
+    for _ in range(5):
+        assert trickle(proxy_port(server), head.encode(), 1000) < 100
+
+
+def body_flood(server: ServerProcess) -> None:
+    mib = 1024 * 1024
+    socks = []
+    try:
+        for _ in range(25):
+            with contextlib.suppress(OSError):  # a dropped body's connection is closed under the sender
+                socks.append(stalled_upload(server.port, 6 * mib, 5 * mib))
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def aborted_uploads(server: ServerProcess, count: int = 200) -> None:
+    head = f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nx-cursor-byok-token: {TOKEN}\r\n{CHUNKED}"
+    for _ in range(count):
+        upload_and_vanish(server.port, head.encode(), b"10\r\n0123456")
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("attack", ["unauthenticated", "idle-flood", "trickle", "bodies", "certificates", "aborted-uploads"])
+async def test_attacks_beside_the_ides_turns(desktop_limits_with_token: ServerProcess, tmp_path: Path, attack: str) -> None:
+    server = desktop_limits_with_token
+    done = asyncio.Event()  # the idle flood is held until the turns beside it are through
+    ca = server.config.data_dir / "ca" / "ca.crt"
+    loop = asyncio.get_running_loop()
+    work = {
+        "unauthenticated": lambda: unauthenticated_requests(proxy_port(server)),
+        "idle-flood": lambda: held_idle_flood(server, done, loop),
+        "trickle": lambda: trickles(server),
+        "bodies": lambda: body_flood(server),
+        "certificates": lambda: handshakes(proxy_port(server), [f"{uuid.uuid4().hex}.cursor.sh" for _ in range(2000)], ca),
+        "aborted-uploads": lambda: aborted_uploads(server),
+    }[attack]
+    attacking = asyncio.ensure_future(asyncio.to_thread(work))
+    turns = 0
+    while not attacking.done() or turns < 2:
+        await a_turn_passes(direct_ide(server, tmp_path))
+        await a_turn_passes(ide_through_proxy(server, tmp_path))
+        turns += 2
+        if attack == "idle-flood" and turns >= 6:
+            done.set()
+    await attacking
+    assert "Traceback" not in server.log()
+
+
+@pytest.fixture(scope="module")
+def desktop_limits_with_token(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
+    cfg = edge_config(
+        tmp_path_factory.mktemp("soak"),
+        MODEL,
+        provider,
+        upstream,
+        runsse_wait_seconds=1.0,
+        proxy_port=free_port(),
+        extra_server={"auth_token_env": "ATTACK_TEST_TOKEN", "body_deadline_seconds": 3.0},
+    )
+    with ServerProcess(cfg, env={"ATTACK_TEST_TOKEN": TOKEN}, wrap=["prlimit", "--nofile=1024:1024", "--"]) as proc:
+        yield proc
