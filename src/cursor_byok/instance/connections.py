@@ -19,7 +19,6 @@ What it ends is logged one line per reason and interval, never one per connectio
 """
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import logging
@@ -125,6 +124,8 @@ class ConnectionWarden:
         return os.path.isdir(_FD_DIR)
 
     async def run(self) -> None:
+        import asyncio  # here: the CLI imports this package without an event loop
+
         self.book.enabled = True
         self._reserve = _open_reserve()
         try:
