@@ -23,7 +23,7 @@ from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
 from tests.harness.ide import BIDI_APPEND, ScriptedIDE, run_request
 from tests.harness.server import ServerProcess
 
-from .edge_support import PROTO, EdgeServerConfig, edge_config, free_port, raw_http
+from .edge_support import PROTO, EdgeServerConfig, LoopbackServer, edge_config, free_port, raw_http
 
 MODEL = "byok-edge"
 TOKEN = "attack-test-token-0123456789"
@@ -39,26 +39,13 @@ def provider() -> Iterator[FakeProviderServer]:
         yield server
 
 
-class Recorder:
+class Recorder(LoopbackServer):
     """An upstream that records each connection's bytes until the peer ends it, and answers nothing."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.connections: list[bytearray] = []
         self.ended = asyncio.Event()
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Recorder:
-        self._server = await asyncio.start_server(self._on_connection, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         data = bytearray()
@@ -78,26 +65,27 @@ def upstream() -> Iterator[FakeProviderServer]:
         yield server
 
 
+def token_server(root: Path, provider: FakeProviderServer, upstream: FakeProviderServer, *, wrap: list[str] | None = None, **server: object) -> ServerProcess:
+    """A server that requires the auth token, with the proxy beside it; `server`: more [server] keys."""
+    cfg = edge_config(
+        root, MODEL, provider, upstream, runsse_wait_seconds=1.0, proxy_port=free_port(), extra_server={"auth_token_env": "ATTACK_TEST_TOKEN", **server}
+    )
+    return ServerProcess(cfg, env={"ATTACK_TEST_TOKEN": TOKEN}, wrap=wrap)
+
+
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
-    """A server with an auth token and the proxy beside it, with short connection deadlines."""
-    cfg = edge_config(
+    """Short connection deadlines, small body bounds."""
+    with token_server(
         tmp_path_factory.mktemp("attack"),
-        MODEL,
         provider,
         upstream,
-        runsse_wait_seconds=1.0,
-        proxy_port=free_port(),
-        extra_server={
-            "auth_token_env": "ATTACK_TEST_TOKEN",
-            "first_byte_timeout_seconds": 1.0,
-            "header_read_timeout_seconds": 2.0,
-            "body_deadline_seconds": 3.0,
-            "max_body_bytes": 4 * 1024 * 1024,
-            "max_pending_body_bytes": 6 * 1024 * 1024,
-        },
-    )
-    with ServerProcess(cfg, env={"ATTACK_TEST_TOKEN": TOKEN}) as proc:
+        first_byte_timeout_seconds=1.0,
+        header_read_timeout_seconds=2.0,
+        body_deadline_seconds=3.0,
+        max_body_bytes=4 * 1024 * 1024,
+        max_pending_body_bytes=6 * 1024 * 1024,
+    ) as proc:
         yield proc
 
 
@@ -238,10 +226,11 @@ async def test_a_trickled_body_meets_an_overall_deadline(proxied: ServerProcess)
 def desktop_limits(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer) -> Iterator[ServerProcess]:
     """A server and proxy under a desktop's open-file limit (1,024, soft and hard)."""
     cfg = edge_config(tmp_path_factory.mktemp("lockout"), MODEL, provider, runsse_wait_seconds=1.0, proxy_port=free_port())
-    with ServerProcess(cfg, wrap=["prlimit", "--nofile=1024:1024", "--"]) as proc:
+    with ServerProcess(cfg, wrap=DESKTOP_LIMITS) as proc:
         yield proc
 
 
+DESKTOP_LIMITS = ["prlimit", "--nofile=1024:1024", "--"]
 FLOOD = 1030
 
 
@@ -551,14 +540,6 @@ async def test_attacks_beside_the_ides_turns(desktop_limits_with_token: ServerPr
 
 @pytest.fixture(scope="module")
 def desktop_limits_with_token(tmp_path_factory: pytest.TempPathFactory, provider: FakeProviderServer, upstream: FakeProviderServer) -> Iterator[ServerProcess]:
-    cfg = edge_config(
-        tmp_path_factory.mktemp("soak"),
-        MODEL,
-        provider,
-        upstream,
-        runsse_wait_seconds=1.0,
-        proxy_port=free_port(),
-        extra_server={"auth_token_env": "ATTACK_TEST_TOKEN", "body_deadline_seconds": 3.0},
-    )
-    with ServerProcess(cfg, env={"ATTACK_TEST_TOKEN": TOKEN}, wrap=["prlimit", "--nofile=1024:1024", "--"]) as proc:
+    """The default limits but a short body deadline, under a desktop's open-file limit."""
+    with token_server(tmp_path_factory.mktemp("soak"), provider, upstream, wrap=DESKTOP_LIMITS, body_deadline_seconds=3.0) as proc:
         yield proc
