@@ -3,10 +3,11 @@
 - bodies: 25 connections each send 29 MiB of a declared 30 MiB BidiAppend and stall;
 - certificates: 2,000 CONNECTs to random names under cursor.sh, each with a TLS handshake.
 
-    .venv/bin/python -m benchmarks.support.attack_memory [--exe PATH]
+    .venv/bin/python -m benchmarks.support.attack_memory [--exe PATH] [--rounds N]
 
 `--exe`: the cursor-byok to measure (default: this checkout's), e.g. a script running an older
-checkout's sources. Prints one Markdown table row per attack (MiB, server process).
+checkout's sources. Prints one Markdown table row per attack (MiB, server process), then the RSS
+after each of N rounds of 2,000 names (a cache that keeps every name grows by each round).
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def certificate_flood(proxy_port: int, ca: Path, names: int = 2000) -> None:
                 pass
 
 
-def measure(exe: Path | None) -> None:
+def measure(exe: Path | None, rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="attack-memory-") as tmp:
         cfg = EdgeServerConfig(data_dir=Path(tmp) / "data", proxy_port=free_port())
         with ServerProcess(cfg, cursor_byok=exe) as server:
@@ -76,13 +77,19 @@ def measure(exe: Path | None) -> None:
             time.sleep(SETTLE_SECONDS)
             after = server_rss(server)
             print(f"| 2,000 CONNECT + TLS, random names | {before / MIB:.0f} | {during / MIB:.0f} | {after / MIB:.0f} |")
+            seen = [after]
+            for _ in range(rounds):
+                certificate_flood(cfg.proxy_port, cfg.data_dir / "ca" / "ca.crt")
+                seen.append(server_rss(server))
+            print("RSS after each 2,000 more names:", " → ".join(f"{rss / MIB:.0f}" for rss in seen))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--exe", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=0)
     args = parser.parse_args(argv)
-    measure(args.exe)
+    measure(args.exe, args.rounds)
     return 0
 
 
