@@ -94,9 +94,14 @@ def proxy_port(server: ServerProcess) -> int:
     return server.config.proxy_port
 
 
+def tunnel_ca(server: ServerProcess) -> Path:
+    """The local CA the server's proxy signs Cursor's hosts with."""
+    return server.config.data_dir / "ca" / "ca.crt"
+
+
 def ide_through_proxy(server: ServerProcess, tmp_path: Path, credentials: str | None = f"cursor-byok:{TOKEN}") -> ScriptedIDE:
     """The IDE as Cursor runs it with `http.proxy` set: every request through the proxy, over TLS."""
-    ca = server.config.data_dir / "ca" / "ca.crt"
+    ca = tunnel_ca(server)
     ide = ScriptedIDE("https://api2.cursor.sh", tmp_path)
     auth = f"{credentials}@" if credentials else ""
     ide.client = httpx.AsyncClient(
@@ -190,10 +195,27 @@ async def test_a_connection_that_sends_no_request_is_closed(proxied: ServerProce
         assert await asyncio.to_thread(closed_by_peer, port, first), port
 
 
-def trickle(port: int, head: bytes, limit: int) -> int:
+CURSOR_HOST = "api2.cursor.sh"
+
+
+def open_client(port: int, ca: Path | None = None, timeout: float = 30.0) -> socket.socket:
+    """A connection to `port`; with `ca`, a TLS tunnel to Cursor's host through the proxy there
+    (HTTP/1.1 inside, as Cursor with HTTP/2 off)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if ca is None:
+        return sock
+    sock.sendall(f"CONNECT {CURSOR_HOST}:443 HTTP/1.1\r\nHost: {CURSOR_HOST}:443\r\nProxy-Authorization: {BASIC}\r\n\r\n".encode())
+    assert b" 200 " in sock.recv(4096)
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["http/1.1"])
+    return context.wrap_socket(sock, server_hostname=CURSOR_HOST)
+
+
+def trickle(sock: socket.socket, head: bytes, limit: int) -> int:
     """Send `head`, then a body byte every 0.2 s (the attacker's pace) until the peer answers or
     ends the connection; the body bytes sent by then."""
-    with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+    with sock:
+        sock.settimeout(0.2)
         sock.sendall(head)
         for sent in range(limit):
             try:
@@ -213,13 +235,12 @@ async def test_a_trickled_body_meets_an_overall_deadline(proxied: ServerProcess)
         f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: 127.0.0.1:{proxied.port}\r\nx-cursor-byok-token: {TOKEN}\r\n"
         "content-type: application/proto\r\ncontent-length: 1000\r\n\r\n"
     )
-    proxy_head = (
-        f"POST http://api2.cursor.sh{PASSTHROUGH} HTTP/1.1\r\nHost: api2.cursor.sh\r\nProxy-Authorization: {BASIC}\r\n"
-        "content-type: application/proto\r\ncontent-length: 1000\r\n\r\n"
-    )
-    for port, head in ((proxied.port, server_head), (proxy_port(proxied), proxy_head)):
-        sent = await asyncio.to_thread(trickle, port, head.encode(), 1000)
-        assert sent < 100, (port, sent)
+    for sock, head in ((open_client(proxied.port), server_head), (open_client(proxy_port(proxied), tunnel_ca(proxied)), TRICKLED)):
+        sent = await asyncio.to_thread(trickle, sock, head.encode(), 1000)
+        assert sent < 100, (sock, sent)
+
+
+TRICKLED = f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: {CURSOR_HOST}\r\ncontent-type: application/proto\r\ncontent-length: 1000\r\n\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +290,7 @@ async def test_idle_connections_do_not_lock_the_ide_out(desktop_limits: ServerPr
     with idle_flood(port):
         async with httpx.AsyncClient(timeout=60.0) as client:
             assert (await client.get(desktop_limits.base_url + "/__byok-api__/healthz")).status_code == 204
-        ca = desktop_limits.config.data_dir / "ca" / "ca.crt"
+        ca = tunnel_ca(desktop_limits)
         ide = ScriptedIDE(desktop_limits.base_url, tmp_path, transport="run-via-proxy", proxy=(proxy_port(desktop_limits), ca)) if target == "proxy" else ScriptedIDE(desktop_limits.base_url, tmp_path)
         await a_turn_passes(ide)
     log = desktop_limits.log()
@@ -338,7 +359,7 @@ def proxy_stats(port: int) -> dict:
 async def test_the_leaf_certificate_cache_is_bounded(proxied: ServerProcess) -> None:
     """Every name under cursor.sh gets a certificate (~21 kB with its TLS context): 1,000 random
     names keep at most the 256 most recently used. (RSS is measured in benchmarks/results.)"""
-    ca = proxied.config.data_dir / "ca" / "ca.crt"
+    ca = tunnel_ca(proxied)
     port = proxy_port(proxied)
     await asyncio.to_thread(handshakes, port, [f"{uuid.uuid4().hex}.cursor.sh" for _ in range(1000)], ca)
     assert (await asyncio.to_thread(proxy_stats, port))["cached_leaves"] == 256
@@ -360,17 +381,9 @@ async def recorded_server(tmp_path: Path, provider: FakeProviderServer) -> Async
             await asyncio.to_thread(proc.stop)
 
 
-def upload_and_vanish(port: int, head: bytes, body: bytes, *, tls_name: str | None = None, ca: Path | None = None) -> None:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30.0)
-    if tls_name is not None:
-        assert ca is not None
-        sock.sendall(f"CONNECT {tls_name}:443 HTTP/1.1\r\nHost: {tls_name}:443\r\n\r\n".encode())
-        assert b" 200 " in sock.recv(4096)
-        context = ssl.create_default_context(cafile=str(ca))
-        context.set_alpn_protocols(["http/1.1"])
-        sock = context.wrap_socket(sock, server_hostname=tls_name)
-    sock.sendall(head + body)
-    sock.close()
+def upload_and_vanish(port: int, head: bytes, body: bytes, ca: Path | None = None) -> None:
+    with open_client(port, ca) as sock:
+        sock.sendall(head + body)
 
 
 CHUNKED = "content-type: application/proto\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -384,9 +397,8 @@ async def test_an_aborted_upload_never_reaches_upstream_complete(recorded_server
         head = f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n{CHUNKED}"
         await asyncio.to_thread(upload_and_vanish, server.port, head.encode(), body)
     else:
-        head = f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: api2.cursor.sh\r\n{CHUNKED}"
-        ca = server.config.data_dir / "ca" / "ca.crt"
-        await asyncio.to_thread(upload_and_vanish, proxy_port(server), head.encode(), body, tls_name="api2.cursor.sh", ca=ca)
+        head = f"POST {PASSTHROUGH} HTTP/1.1\r\nHost: {CURSOR_HOST}\r\n{CHUNKED}"
+        await asyncio.to_thread(upload_and_vanish, proxy_port(server), head.encode(), body, tunnel_ca(server))
     # The upstream may never be reached at all (a refusal): wait for its end only once it was.
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(upstream.ended.wait(), 10.0)
@@ -454,7 +466,7 @@ async def test_a_passthrough_get_gains_no_body_headers(tmp_path: Path, provider:
         with ServerProcess(cfg) as server:
             async with httpx.AsyncClient() as client:
                 assert (await client.get(server.base_url + "/some/page")).status_code == 200
-            ca = cfg.data_dir / "ca" / "ca.crt"
+            ca = tunnel_ca(server)
             async with httpx.AsyncClient(proxy=f"http://127.0.0.1:{cfg.proxy_port}", verify=ssl.create_default_context(cafile=str(ca)), trust_env=False) as client:
                 assert (await client.get("https://api2.cursor.sh/some/page")).status_code == 200
         for request in upstream.requests:
@@ -485,12 +497,8 @@ def held_idle_flood(server: ServerProcess, done: asyncio.Event, loop: asyncio.Ab
 
 
 def trickles(server: ServerProcess) -> None:
-    head = (
-        f"POST http://api2.cursor.sh{PASSTHROUGH} HTTP/1.1\r\nHost: api2.cursor.sh\r\nProxy-Authorization: {BASIC}\r\n"
-        "content-type: application/proto\r\ncontent-length: 1000\r\n\r\n"
-    )
     for _ in range(5):
-        assert trickle(proxy_port(server), head.encode(), 1000) < 100
+        assert trickle(open_client(proxy_port(server), tunnel_ca(server)), TRICKLED.encode(), 1000) < 100
 
 
 def body_flood(server: ServerProcess) -> None:
@@ -516,7 +524,7 @@ def aborted_uploads(server: ServerProcess, count: int = 200) -> None:
 async def test_attacks_beside_the_ides_turns(desktop_limits_with_token: ServerProcess, tmp_path: Path, attack: str) -> None:
     server = desktop_limits_with_token
     done = asyncio.Event()  # the idle flood is held until the turns beside it are through
-    ca = server.config.data_dir / "ca" / "ca.crt"
+    ca = tunnel_ca(server)
     loop = asyncio.get_running_loop()
     work = {
         "unauthenticated": lambda: unauthenticated_requests(proxy_port(server)),
