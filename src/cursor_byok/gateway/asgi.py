@@ -34,7 +34,7 @@ class BodyTooLarge(ConnectError):
 
 
 def declared_length(scope: Scope) -> int | None:
-    for name, value in scope["headers"]:
+    for name, value in scope.get("headers", ()):
         if name == b"content-length":
             return int(value) if value.isdigit() else None
     return None

@@ -153,11 +153,10 @@ class Pending:
         """`size` more bytes of `entry`'s body are held: make room by dropping the oldest bodies."""
         entry.body_bytes += size
         self.body_bytes += size
+        if entry.body_bytes > self.max_body_bytes:  # no room to make: it alone is over
+            raise ConnectError("resource_exhausted", f"request bodies being read exceed {self.max_body_bytes} bytes")
         while self.body_bytes > self.max_body_bytes:
-            oldest = next((s for s in self._slots if s.body_bytes and s is not entry), None)
-            if oldest is None:
-                raise ConnectError("resource_exhausted", f"request bodies being read exceed {self.max_body_bytes} bytes")
-            self._evict(oldest)
+            self._evict(next(s for s in self._slots if s.body_bytes and s is not entry))
 
     def _release(self, entry: _Slot) -> None:
         if self._slots.pop(entry, False) is None:
