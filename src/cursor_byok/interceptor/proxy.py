@@ -26,11 +26,11 @@ import httpx
 from ..http_client import passthrough_client
 from .access import REALM, ProxyAuthRequired, credentials_match, refuse_local_target
 from .ca import LocalCA
+from .clients import Client, ClientConnections
 from .dialer import UpstreamDialer
 from .exchange import UPSTREAM_URL_HEADER, ClientGone, RequestForwarder
 from .h2relay import H2Relay
 from .http1 import ClientHttp, HttpError, RequestHead, simple_response
-from .clients import Client, ClientConnections
 from .limits import ProxyLimits, ProxyStats
 from .targets import TunnelOrigin, format_host, is_cursor_host, origin_form, parse_authority
 from .tunnel import pipe
