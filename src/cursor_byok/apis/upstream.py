@@ -153,8 +153,8 @@ class Upstream:
         content: bytes | _StreamedBody | None
         if body is None:
             length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-            if length == b"0" or (length is None and not any(k == b"transfer-encoding" for k, _ in scope["headers"])):
-                content = None  # no body: sent on without one (a GET must not gain chunked framing)
+            if length == b"0" or (length is None and _bodiless(scope)):
+                content = None  # sent on without a body (a GET must not gain chunked framing)
             else:
                 # Streamed through unchanged, so the client's own Content-Length (if any) stays exact.
                 content = _StreamedBody(receive, self.body_idle_seconds, self.body_deadline_seconds)
@@ -254,6 +254,14 @@ async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Await
         pass
     except Exception:  # noqa: BLE001 - the client went away: so does the upstream stream
         stream.reset()
+
+
+def _bodiless(scope: Scope) -> bool:
+    """No body to stream, by the request's framing: HTTP/1.x says so (no transfer-encoding either);
+    HTTP/2 frames a body without saying, so there only a GET or HEAD counts as bodiless."""
+    if scope.get("http_version") == "2":
+        return scope["method"] in ("GET", "HEAD")
+    return not any(k == b"transfer-encoding" for k, _ in scope["headers"])
 
 
 class _BodyStalled(Exception):

@@ -14,7 +14,7 @@ import msgspec
 from .. import local_trust
 from ..config import Config, ConfigError, config_path
 from ..datadir import secure_data_dir, use_private_umask
-from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, display_address
+from ..instance import DataDirError, DataDirLock, PortUnavailable, bind_listener, connection_cap, display_address
 from ..trust_store import TrustStoreError
 from . import startup
 from .chain import corporate_proxy
@@ -137,7 +137,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
             first_byte_seconds=cfg.server.first_byte_timeout_seconds,
             head_seconds=cfg.server.header_read_timeout_seconds,
             body_seconds=cfg.server.body_deadline_seconds,
-            max_connections=cfg.server.max_connections,
+            max_connections=connection_cap(cfg.server.max_connections),
         ),
         upstream_proxy=corporate_proxy(cfg),
         gateway_headers=local_trust.proxy_headers(cfg),

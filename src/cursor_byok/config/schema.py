@@ -60,8 +60,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     first_byte_timeout_seconds: float = 10.0
     # A streamed-through body (passthrough, both ports) must be whole within this, however it trickles.
     body_deadline_seconds: float = 300.0
-    # Open connections per port; past it the oldest idle ones close first (the IDE's are kept).
-    max_connections: int = 256
+    # Open connections per port (fewer when the open-file limit is low: a third of it); past it
+    # the oldest idle ones close first, those that gave the auth token last.
+    max_connections: int = 4096
     # Bytes of request bodies still being read, over all requests; past it the oldest is dropped.
     max_pending_body_bytes: int = 64 * 1024 * 1024
     max_header_bytes: int = 64 * 1024

@@ -235,8 +235,8 @@ class Gateway:
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
             return
-        if peer is not None and path not in HEALTH_PATHS:
-            peer.trusted = True  # the IDE's (it passed the guard, token and all): the last closed for room
+        if peer is not None and self.guard.requires_token and path not in HEALTH_PATHS:
+            peer.trusted = True  # it gave the token: the IDE's, the last closed for room
         try:
             if local:
                 await _AGENT_ROUTES[path](self, scope, receive, send)

@@ -104,6 +104,7 @@ class RequestGuard:
         self.origins = IDE_ORIGINS | frozenset(b"http://" + h for h in hosts)
         self._secret = proxy_secret.encode()
         self._token = auth_token.encode()
+        self.requires_token = bool(auth_token)
         self._bearer = b"Bearer " + self._token
         self._path_prefix = f"{local_trust.TOKEN_PATH_PREFIX}{auth_token}/" if auth_token else ""
         self._seen_origins: set[bytes] = set()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
-from ..instance import BACKLOG, ConnectionWarden, DataDirError, WardenLimits, raise_open_file_limit, storage_problem
+from ..instance import BACKLOG, ConnectionWarden, DataDirError, WardenLimits, connection_cap, raise_open_file_limit, storage_problem
 from .front import LoadingFront
 from .limits import granian_limits
 from .memory import freeze_startup_objects
@@ -112,7 +112,8 @@ def _start_warden(config: Config, gateway: Any) -> asyncio.Task[None] | None:
     if not ConnectionWarden.available():
         return None
     server = config.server
-    limits = WardenLimits(server.port, server.first_byte_timeout_seconds, server.header_read_timeout_seconds, server.max_connections)
+    cap = connection_cap(server.max_connections)
+    limits = WardenLimits(server.port, server.first_byte_timeout_seconds, server.header_read_timeout_seconds, cap)
     return asyncio.create_task(ConnectionWarden(limits, gateway.connections).run(), name="connection-warden")
 
 

@@ -8,7 +8,7 @@ shares, and storage faults explained in one line.
 """
 from __future__ import annotations
 
-from .connections import ConnectionBook, ConnectionWarden, PeerState, WardenLimits, raise_open_file_limit
+from .connections import ConnectionBook, ConnectionWarden, PeerState, WardenLimits, connection_cap, raise_open_file_limit
 from .listener import BACKLOG, PortUnavailable, bind_listener, display_address
 from .lock import LOCK_FILE_NAME, DataDirBusy, DataDirError, DataDirLock, Holder, lock_holder
 from .storage import database_problem, storage_problem
@@ -19,6 +19,7 @@ __all__ = [
     "ConnectionWarden",
     "PeerState",
     "WardenLimits",
+    "connection_cap",
     "raise_open_file_limit",
     "LOCK_FILE_NAME",
     "DataDirBusy",

@@ -38,6 +38,20 @@ _FD_DIR = "/proc/self/fd"
 LOG_INTERVAL_SECONDS = 60.0
 
 
+# Of the open-file limit, the share one port's connections may take (two ports, and the proxy's
+# own connection on to the gateway or an origin for each of its clients).
+_PORT_SHARE = 3
+
+
+def connection_cap(configured: int) -> int:
+    """The connections one port keeps open: `configured`, or fewer when the open-file limit (raised
+    first) could not hold that many on both ports, with room to spare for everything else."""
+    soft, _ = raise_open_file_limit()
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(16, min(configured, soft // _PORT_SHARE))
+
+
 def raise_open_file_limit() -> tuple[int, int]:
     """The soft RLIMIT_NOFILE raised to the hard one (a desktop's soft 1,024 is a few hundred idle
     sockets away from refusing the IDE); the limits as they are then."""
@@ -54,7 +68,7 @@ class PeerState:
     """What the gateway saw of one client connection (by its address and port)."""
 
     active: int = 0  # requests in progress
-    trusted: bool = False  # one of its requests passed the guard
+    trusted: bool = False  # one of its requests carried the auth token (the IDE's, when one is required)
     last_active: float = 0.0
 
 

@@ -191,7 +191,7 @@ class InterceptingProxy:
             return
         if head.method == "CONNECT":
             self._authenticate(head)  # once: every request inside the tunnel is the client's
-            client.authenticated = True
+            client.authenticated = bool(self._client_token)
             await self._on_connect(client, head, http.take_tunnel_bytes(), reader, writer)
         else:
             await self._serve_requests(client, http, None, first=head)
@@ -249,7 +249,7 @@ class InterceptingProxy:
             finally:
                 client.busy -= 1
                 self._clients.touch(client)
-            client.authenticated = True  # the exchange passed `_authenticate`
+            client.authenticated = bool(self._client_token)  # it passed `_authenticate`: it gave the token
             if not reusable:
                 return
 
