@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 from collections.abc import Iterator
 
 import pytest
@@ -87,3 +88,29 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
         assert raised == hard if hard != resource.RLIM_INFINITY else raised > 256
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_reused_client_port_keeps_what_the_gateway_noted_for_the_new_connection(listener: socket.socket) -> None:
+    book = ConnectionBook()
+    book.enabled = True
+    warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 3600.0, 0.0, 100), book)
+    old, old_side = connect(listener, b"x")
+    peer = old.getsockname()
+    book.peers[peer] = PeerState()
+    warden.sweep()
+    old.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset: no TIME_WAIT holds the port
+    old.close()
+    old_side.close()
+    new = socket.socket()
+    new.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    new.bind(peer)  # the same client port, as the kernel may hand it out again
+    new.connect(listener.getsockname())
+    new_side, _ = listener.accept()
+    book.peers[peer] = PeerState(active=1)  # the gateway saw the new connection's request
+    warden.sweep()  # the old socket is gone, the new one has its port: its request must count
+    assert book.peers.get(peer) is not None
+    new.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        new.recv(1)
+    new.close()
+    new_side.close()

@@ -192,8 +192,12 @@ class ConnectionWarden:
                 foreign.add(inode)
             else:
                 seen[inode] = known
+        # A closed connection's client port may already be a new connection's (the kernel reuses
+        # them): what the gateway noted under it is dropped only when no open socket has it.
+        open_peers = {entry.peer for entry in seen.values()}
         for gone in self._sockets.keys() - seen.keys():
-            self.book.peers.pop(self._sockets[gone].peer, None)
+            if self._sockets[gone].peer not in open_peers:
+                self.book.peers.pop(self._sockets[gone].peer, None)
         self._sockets, self._foreign = seen, foreign
 
     def _inspect(self, fd: int, inode: int, now: float) -> _Socket | None:
