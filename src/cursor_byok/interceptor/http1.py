@@ -200,10 +200,6 @@ class RequestBody:
         self._seconds = seconds
         self.empty = empty
 
-    @property
-    def done(self) -> bool:
-        return self._http.request_done
-
     async def __aiter__(self) -> AsyncIterator[bytes]:
         http = self._http
         deadline = asyncio.get_running_loop().time() + self._seconds
