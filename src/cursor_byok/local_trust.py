@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import stat
 
 from .config import Config, ConfigError
 
@@ -43,7 +44,24 @@ def auth_token(cfg: Config) -> str:
             raise ConfigError(f"{cfg.source}: {key}: environment variable {server.auth_token_env} is not set")
     if token and not _TOKEN_SHAPE.fullmatch(token):
         raise ConfigError(f"{cfg.source}: {key}: use 16 to 256 of A-Z a-z 0-9 . _ ~ - (e.g. `openssl rand -hex 24`)")
+    if server.auth_token:
+        _refuse_readable(cfg.source, key)
     return token
+
+
+def _refuse_readable(source: str, key: str) -> None:
+    """A secret written in the config file is kept as the secrets file is: readable by its owner only."""
+    if os.name != "posix" or source.startswith("<"):
+        return
+    try:
+        mode = stat.S_IMODE(os.stat(source).st_mode)
+    except OSError:
+        return  # read a moment ago; a file gone since has nothing left to expose
+    if mode & 0o077:
+        raise ConfigError(
+            f"{source}: {key}: the file holds a secret, so its permissions must be 0600 (run: chmod 600 {source}), "
+            "or move the token to an environment variable (server.auth_token_env)"
+        )
 
 
 def proxy_headers(cfg: Config) -> list[tuple[str, str]]:

@@ -66,7 +66,12 @@ class Server:
             resolve_effort=effort_for,
             observer=recorder or NO_OBSERVER,
         )
-        upstream = Upstream(config.upstream.base_url, self.http, body_idle_seconds=config.server.body_read_timeout_seconds)
+        upstream = Upstream(
+            config.upstream.base_url,
+            self.http,
+            body_idle_seconds=config.server.body_read_timeout_seconds,
+            body_deadline_seconds=config.server.body_deadline_seconds,
+        )
         self.gateway = Gateway(
             config,
             guard,

@@ -255,3 +255,27 @@ def test_ca_init_rotate_replaces_an_unconstrained_ca_and_says_what_to_retrust(ru
     assert cert.extensions.get_extension_for_class(x509.NameConstraints).value.permitted_subtrees == [x509.DNSName("cursor.sh")]
     assert "signs for: *.cursor.sh only (name constraints)" in run_cli("ca", "show", "--config", str(path)).out
     assert run_cli("ca", "init", "--config", str(path)).err == ""
+
+
+def test_cursor_enable_gives_cursor_the_proxy_credentials_when_a_token_is_required(run_cli, write_config, tmp_path: Path, monkeypatch):
+    token = "cli-test-token-0123456789abcdef"
+    monkeypatch.setenv("CLI_TEST_TOKEN", token)
+    path = write_config(proxy_port=18998)
+    path.write_text(path.read_text().replace("[server]\n", '[server]\nauth_token_env = "CLI_TEST_TOKEN"\n'))
+    settings = tmp_path / "Cursor" / "User" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(SETTINGS)
+    settings.chmod(0o644)
+    args = ("--settings", str(settings), "--config", str(path))
+    run_cli("ca", "init", "--config", str(path))
+
+    enabled = run_cli("cursor", "enable", *args)
+    assert enabled.code == 0, enabled.err
+    assert jsonc.loads(settings.read_text())["http.proxy"] == f"http://cursor-byok:{token}@127.0.0.1:18998"
+    assert settings.stat().st_mode & 0o077 == 0  # the token is in it now
+    status = run_cli("cursor", "status", *args)
+    assert "state: enabled" in status.out
+    for result in (enabled, status):
+        assert token not in result.out + result.err
+    assert run_cli("cursor", "disable", *args).code == 0
+    assert settings.read_text() == SETTINGS

@@ -2,6 +2,7 @@
 socket (for what httpx will not send), and the server's memory."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -52,6 +53,29 @@ def edge_config(root: Path, model: str, provider: FakeProviderServer, upstream: 
     if upstream is not None:
         kw["upstream"] = upstream.url
     return EdgeServerConfig(data_dir=root / "data", models=[ModelSpec(id=model, provider="openai-chat", base_url=provider.url + "/v1")], **kw)  # type: ignore[arg-type]
+
+
+class LoopbackServer:
+    """An asyncio server on a free loopback port while in `async with`; `_on_connection` answers."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> LoopbackServer:
+        self._server = await asyncio.start_server(self._on_connection, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
 
 
 def assert_no_cors(response: httpx.Response) -> None:

@@ -272,7 +272,7 @@ async def test_a_turn_through_the_proxy_with_tls_carries_the_token(token_server:
     await ide.client.aclose()
     ide.client = httpx.AsyncClient(
         base_url="https://api2.cursor.sh",
-        proxy=f"http://127.0.0.1:{cfg.proxy_port}",
+        proxy=f"http://cursor-byok:{TOKEN}@127.0.0.1:{cfg.proxy_port}",  # as `cursor enable` writes it
         verify=ssl.create_default_context(cafile=str(ca)),
         trust_env=False,
         timeout=30.0,

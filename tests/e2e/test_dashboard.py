@@ -142,7 +142,10 @@ def test_beyond_loopback_the_dashboard_and_metrics_need_the_token(tmp_path: Path
     and /metrics do not; with a token they do, for its bearer."""
     token = "dashboard-token-0123456789"
     for extra, allowed in (({"host": "0.0.0.0"}, False), ({"host": "0.0.0.0", "auth_token": token}, True)):
-        with ServerProcess(ServerConfig(data_dir=tmp_path / extra.get("auth_token", "open"), extra_server=extra)) as proc:
+        data_dir = tmp_path / extra.get("auth_token", "open")
+        data_dir.mkdir()
+        (data_dir / "config.toml").touch(0o600)  # an inline token is kept only in a private config
+        with ServerProcess(ServerConfig(data_dir=data_dir, extra_server=extra)) as proc:
             for path in ("/ui/", "/ui/api/overview", "/metrics"):
                 resp = httpx.get(proc.base_url + path, headers={"x-cursor-byok-token": token} if allowed else {}, timeout=5)
                 assert resp.status_code == (200 if allowed else 403), (path, resp.text)

@@ -17,6 +17,7 @@ from tests.harness.newer import NEWER_ENUM_VALUE, add_newer_field
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .conftest import direct_transports
+from .edge_support import LoopbackServer
 
 MODEL = "byok-local"
 PROXY_SECRET = "test-proxy-secret"
@@ -200,30 +201,17 @@ async def test_an_alias_runs_a_hosted_model_on_a_configured_one_and_nothing_goes
     assert stand_in.requests == []  # nothing went upstream
 
 
-class H2UpstreamStandIn:
+class H2UpstreamStandIn(LoopbackServer):
     """Cursor's backend as far as a Run stream goes: h2c, answers each client message at once
     with a text delta naming it (so a reply can only come while the request is still open), and
     ends with the end-stream frame once the client has finished sending."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
-        self._server: asyncio.Server | None = None
 
-    async def __aenter__(self) -> H2UpstreamStandIn:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         import h2.config
         import h2.connection
         import h2.events

@@ -197,3 +197,39 @@ async def test_a_body_whose_declared_length_has_arrived_is_not_waited_on_for_its
     with pytest.raises(ConnectError) as caught:
         await pending.read_body(scope(1), receive, 3, 10.0, expected=4)
     assert caught.value.code == "resource_exhausted"
+
+
+async def test_bodies_being_read_are_bounded_in_bytes_the_oldest_dropped() -> None:
+    pending = Pending(max_total=100, per_connection=10, max_body_bytes=10)
+    stalls: list[asyncio.Event] = []
+
+    def stalled_after(chunk: bytes):  # one chunk of a longer body, then nothing more arrives
+        stall = asyncio.Event()
+        stalls.append(stall)
+        sent = [False]
+
+        async def receive() -> dict[str, object]:
+            if not sent[0]:
+                sent[0] = True
+                return {"type": "http.request", "body": chunk, "more_body": True}
+            await stall.wait()
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    first = asyncio.create_task(pending.read_body(scope(1), stalled_after(b"x" * 6), 100, 10.0))
+    second = asyncio.create_task(pending.read_body(scope(2), stalled_after(b"y" * 3), 100, 10.0))
+    while pending.body_bytes < 9:
+        await asyncio.sleep(0)
+    third = asyncio.create_task(pending.read_body(scope(3), stalled_after(b"z" * 4), 100, 10.0))
+    with pytest.raises(ConnectError) as caught:
+        await first
+    assert caught.value.code == "resource_exhausted" and pending.body_bytes == 7
+    with pytest.raises(ConnectError) as caught:  # alone over the budget: refused itself
+        await pending.read_body(scope(4), stalled_after(b"w" * 11), 100, 10.0)
+    assert caught.value.code == "resource_exhausted"
+    assert not second.done() and not third.done() and pending.body_bytes == 7
+    for stall in stalls:
+        stall.set()
+    await asyncio.gather(second, third, return_exceptions=True)
+    assert len(pending) == 0 and pending.body_bytes == 0

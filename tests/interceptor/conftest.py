@@ -131,7 +131,7 @@ def ca(tmp_path: Path) -> LocalCA:
 
 @pytest.fixture
 async def proxy(ca: LocalCA, gateway: StandInGateway) -> AsyncIterator[InterceptingProxy]:
-    p = InterceptingProxy(ca, gateway.url, "127.0.0.1", 0, limits=ProxyLimits(max_head_bytes=16 * 1024))
+    p = InterceptingProxy(ca, gateway.url, "127.0.0.1", 0, limits=ProxyLimits(max_head_bytes=16 * 1024), relay_loopback=True)
     await p.start()
     try:
         yield p

@@ -244,3 +244,18 @@ def test_rotate_replaces_an_unconstrained_ca(tmp_path: Path):
     new = LocalCA.load(tmp_path)
     assert old_fingerprint == old.fingerprint != new.fingerprint == rotated.fingerprint and new.name_constrained
     assert sorted(p.name for p in new.paths.directory.iterdir()) == ["ca.crt", "ca.key"]
+
+
+def test_leaf_certificates_are_kept_for_the_recently_used_names_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("cursor_byok.interceptor.ca.MAX_CACHED_LEAVES", 8)
+    ca = LocalCA.create(tmp_path / "data")
+    kept = ca.issue("api2.cursor.sh")
+    context = ca.server_context("api2.cursor.sh")
+    for i in range(40):
+        ca.issue(f"n{i}.cursor.sh")
+        ca.server_context(f"n{i}.cursor.sh")
+        ca.issue("api2.cursor.sh")  # in use all along
+        ca.server_context("api2.cursor.sh")
+    assert ca.cached_leaves() == 8
+    assert ca.issue("api2.cursor.sh") is kept and ca.server_context("api2.cursor.sh") is context
+    assert ca.issue("n0.cursor.sh").host == "n0.cursor.sh"  # signed again after it was dropped

@@ -263,7 +263,7 @@ async def raw_exchange(port: int, data: bytes, *, timeout: float = 5) -> bytes:
 
 
 async def test_oversized_request_head_is_refused(proxy):
-    reply = await raw_exchange(proxy.port, b"GET http://x.invalid/ HTTP/1.1\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n")
+    reply = await raw_exchange(proxy.port, b"GET http://x.invalid/ HTTP/1.1\r\nHost: x.invalid\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 431")
 
 
@@ -286,12 +286,12 @@ async def test_connect_to_a_closed_port_is_a_bad_gateway(proxy):
     from interceptor_support import free_port
 
     port = free_port()
-    reply = await raw_exchange(proxy.port, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+    reply = await raw_exchange(proxy.port, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
     assert reply.startswith(b"HTTP/1.1 502")
 
 
 async def test_idle_connections_are_closed(ca, gateway):
-    proxy = InterceptingProxy(ca, gateway.url, limits=ProxyLimits(idle_seconds=0.3))
+    proxy = InterceptingProxy(ca, gateway.url, limits=ProxyLimits(first_byte_seconds=0.3))
     await proxy.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
@@ -330,7 +330,7 @@ async def test_health_endpoint_and_stop_releases_the_port(ca, gateway):
 @pytest.mark.parametrize(("offered", "chosen"), [(["h2", "http/1.1"], "h2"), (["http/1.1"], "http/1.1")])
 async def test_tls_handshake_speaks_http2_when_the_client_offers_it(proxy, ca, offered, chosen):
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-    writer.write(b"CONNECT api2.cursor.sh:443 HTTP/1.1\r\n\r\n")
+    writer.write(b"CONNECT api2.cursor.sh:443 HTTP/1.1\r\nHost: api2.cursor.sh:443\r\n\r\n")
     await reader.readuntil(b"\r\n\r\n")
     ctx = client_context(ca.paths.cert)
     ctx.set_alpn_protocols(offered)
@@ -343,7 +343,7 @@ async def test_tls_handshake_speaks_http2_when_the_client_offers_it(proxy, ca, o
 @pytest.mark.parametrize("target", [b"*", b"/caf\xc3\xa9", b"ftp://api2.cursor.sh/x"])
 async def test_bad_targets_inside_a_tunnel_get_400(proxy, ca, gateway, target):
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-    writer.write(b"CONNECT api2.cursor.sh:443 HTTP/1.1\r\n\r\n")
+    writer.write(b"CONNECT api2.cursor.sh:443 HTTP/1.1\r\nHost: api2.cursor.sh:443\r\n\r\n")
     await reader.readuntil(b"\r\n\r\n")
     await writer.start_tls(client_context(ca.paths.cert), server_hostname="api2.cursor.sh")
     writer.write(b"GET " + target + b" HTTP/1.1\r\nHost: api2.cursor.sh\r\n\r\n")
@@ -389,7 +389,7 @@ async def test_a_corporate_proxy_carries_everything_not_intercepted(ca, gateway)
             async with httpx.AsyncClient(proxy=proxy.url, trust_env=False) as client:
                 plain = await client.get("http://example.test/page")
 
-            refused = await raw_exchange(proxy.port, b"CONNECT gone.test:443 HTTP/1.1\r\n\r\n")
+            refused = await raw_exchange(proxy.port, b"CONNECT gone.test:443 HTTP/1.1\r\nHost: gone.test:443\r\n\r\n")
         finally:
             await proxy.stop()
             remote.close()

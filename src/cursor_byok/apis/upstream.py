@@ -97,10 +97,13 @@ def _h2_context() -> ssl.SSLContext:
 
 
 class Upstream:
-    def __init__(self, base_url: str, client: httpx.AsyncClient, *, body_idle_seconds: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, client: httpx.AsyncClient, *, body_idle_seconds: float = 30.0, body_deadline_seconds: float = 300.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.client = client
         self.body_idle_seconds = body_idle_seconds  # a streamed-through request body may pause this long
+        self.body_deadline_seconds = body_deadline_seconds  # and must be whole within this
         self._relay_tls: asyncio.Future[ssl.SSLContext] | None = None
 
     async def _relay_context(self) -> ssl.SSLContext:
@@ -147,11 +150,14 @@ class Upstream:
         url = await self._target_or_refuse(scope, send)
         if url is None:
             return
-        content: bytes | _StreamedBody
+        content: bytes | _StreamedBody | None
         if body is None:
-            # Streamed through unchanged, so the client's own Content-Length (if any) stays exact.
-            content = _StreamedBody(receive, self.body_idle_seconds)
             length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+            if length == b"0" or (length is None and _bodiless(scope)):
+                content = None  # sent on without a body (a GET must not gain chunked framing)
+            else:
+                # Streamed through unchanged, so the client's own Content-Length (if any) stays exact.
+                content = _StreamedBody(receive, self.body_idle_seconds, self.body_deadline_seconds)
             headers = forward_headers(scope["headers"], int(length) if length and length.isdigit() else None)
         else:
             content = body
@@ -160,9 +166,10 @@ class Upstream:
         response = await _sent(self.client, request)
         if isinstance(response, Exception):
             if isinstance(content, _StreamedBody) and content.stalled:
-                message = f"request body stalled for {self.body_idle_seconds:g}s (server.body_read_timeout_seconds)"
-                await _plain_error(send, 408, "deadline_exceeded", message, close=True)
+                await _plain_error(send, 408, "deadline_exceeded", content.stalled, close=True)
                 return
+            if isinstance(response, _UploadAborted):
+                return  # the client is gone; the upstream request was cut before its end
             if not isinstance(response, httpx.HTTPError):
                 raise response
             log.warning("upstream request failed", extra={"url": str(url), "error": type(response).__name__})
@@ -249,29 +256,50 @@ async def _pump(stream: H2Stream, first: bytes, next_message: Callable[[], Await
         stream.reset()
 
 
+def _bodiless(scope: Scope) -> bool:
+    """No body to stream, by the request's framing: HTTP/1.x says so (no transfer-encoding either);
+    HTTP/2 frames a body without saying, so there only a GET or HEAD counts as bodiless."""
+    if scope.get("http_version") == "2":
+        return scope["method"] in ("GET", "HEAD")
+    return not any(k == b"transfer-encoding" for k, _ in scope["headers"])
+
+
 class _BodyStalled(Exception):
     pass
 
 
-class _StreamedBody:
-    """The client's request body as it arrives; a pause past `idle_seconds` ends the upload."""
+class _UploadAborted(Exception):
+    """The client went away mid-body: the upstream request is cut off, never ended as if whole."""
 
-    def __init__(self, receive: Receive, idle_seconds: float) -> None:
+
+class _StreamedBody:
+    """The client's request body as it arrives; a pause past `idle_seconds`, or the whole body
+    taking longer than `deadline_seconds`, ends the upload (`stalled` says which)."""
+
+    def __init__(self, receive: Receive, idle_seconds: float, deadline_seconds: float) -> None:
         self._receive = receive
         self._idle_seconds = idle_seconds
-        self.stalled = False
+        self._deadline_seconds = deadline_seconds
+        self.stalled = ""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._deadline_seconds
         try:
             while True:
+                idle_until = loop.time() + self._idle_seconds
                 try:
-                    async with asyncio.timeout(self._idle_seconds):
+                    async with asyncio.timeout_at(min(idle_until, deadline)):
                         message = await self._receive()
                 except TimeoutError:
-                    self.stalled = True
+                    self.stalled = (
+                        f"request body stalled for {self._idle_seconds:g}s (server.body_read_timeout_seconds)"
+                        if idle_until <= deadline
+                        else f"request body not whole within {self._deadline_seconds:g}s (server.body_deadline_seconds)"
+                    )
                     raise _BodyStalled from None
                 if message["type"] == "http.disconnect":
-                    return
+                    raise _UploadAborted
                 chunk = message.get("body", b"")
                 if chunk:
                     yield chunk

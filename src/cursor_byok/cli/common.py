@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from ..config import Config, ConfigError, ModelConfig, load, resolve_api_key
+from ..log_flood import LogFloodFilter
 
 PROG = "cursor-byok"
 REQUIRE_COMPILED_ENV = "CURSOR_BYOK_REQUIRE_COMPILED"
@@ -91,6 +92,7 @@ def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None 
     for old in list(root.handlers):
         if getattr(old, "_cursor_byok", False):
             root.removeHandler(old)
+    handler.addFilter(LogFloodFilter())  # what an attack can repeat at will: one line per kind and minute
     handler._cursor_byok = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())

@@ -5,9 +5,20 @@ import argparse
 import json
 import sys
 
-from ..config import config_path, enable_proxy_in_file
+from .. import local_trust
+from ..config import Config, config_path, enable_proxy_in_file
 from .chain import corporate_proxy, cursor_settings, shown_url
 from .common import CommandError, echo, load_config, proxy_url
+
+PROXY_USER = "cursor-byok"
+
+
+def cursor_proxy_url(cfg: Config) -> str:
+    """The `http.proxy` value for Cursor: our proxy, with the server's auth token as the proxy
+    password when one is required (the proxy answers 407 without it)."""
+    url = proxy_url(cfg)
+    token = local_trust.auth_token(cfg)
+    return url.replace("http://", f"http://{PROXY_USER}:{token}@", 1) if token else url
 
 
 def cmd_cursor_enable(args: argparse.Namespace) -> int:
@@ -23,16 +34,16 @@ def cmd_cursor_enable(args: argparse.Namespace) -> int:
         )
     if trust.state is CAState.UNTRUSTED:
         echo(f"warning: the local CA is not trusted yet: {trust.detail}", file=sys.stderr)
-    url = args.proxy_url or proxy_url(cfg)
+    url = args.proxy_url or cursor_proxy_url(cfg)
     # Never point Cursor at a port nothing will serve: our proxy must be on in the config first
     # (a ConfigError here says how to do it by hand).
-    turned_on = url == proxy_url(cfg) and enable_proxy_in_file(config_path(args.config))
+    turned_on = url == cursor_proxy_url(cfg) and enable_proxy_in_file(config_path(args.config))
     settings = cursor_settings(cfg, args.settings)
     try:
         changed = settings.enable(url, proxy_support=args.proxy_support, create_user_dir=args.force, http2=args.http2)
     except SettingsError as exc:
         raise CommandError(str(exc)) from None
-    echo(f"enabled: {settings.path} now points Cursor at {url}")
+    echo(f"enabled: {settings.path} now points Cursor at {shown_url(url)}")
     echo(f"transport: {'HTTP/2 (the agent runs as one Run stream)' if args.http2 else 'HTTP/1.1 (cursor.general.disableHttp2 = true)'}")
     echo(f"changed: {', '.join(changed) if changed else 'nothing (already set)'}")
     if turned_on:
@@ -66,16 +77,18 @@ def cmd_cursor_status(args: argparse.Namespace) -> int:
 
     cfg = load_config(args)
     settings = cursor_settings(cfg, args.settings)
-    url = args.proxy_url or proxy_url(cfg)
+    url = args.proxy_url or cursor_proxy_url(cfg)
     try:
         status = settings.status(url)
     except SettingsError as exc:
         raise CommandError(str(exc)) from None
     echo(f"settings: {status.path}{'' if status.exists else ' (does not exist)'}")
-    echo(f"state: {status.state.value} (expected proxy {url})")
+    echo(f"state: {status.state.value} (expected proxy {shown_url(url)})")
     echo(f"transport: {'HTTP/2 (Run)' if status.http2 else 'HTTP/1.1 (RunSSE + BidiAppend)'}")
     for key in MANAGED_KEYS:
         value = status.values.get(key)
+        if isinstance(value, str):
+            value = shown_url(value)  # a proxy URL may carry the token
         echo(f"  {key}: {'(unset)' if key not in status.values else json.dumps(value)}")
     echo(f"backup: {'present' if status.backup_present else 'none'} ({settings.backup_path})")
     for warning in status.warnings:

@@ -22,6 +22,7 @@ from ..instance import (
     PortUnavailable,
     bind_listener,
     busy_port_advice,
+    connection_cap,
     display_address,
     ensure_port_free,
     lock_holder,
@@ -139,6 +140,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
         CAState,
         InterceptingProxy,
         LocalCA,
+        ProxyLimits,
         ProxyThread,
         ca_trust_state,
     )
@@ -161,8 +163,15 @@ def _start_proxy(cfg: Config) -> ProxyThread:
         gateway_url(cfg),
         cfg.proxy.host,
         cfg.proxy.port,
+        limits=ProxyLimits(
+            first_byte_seconds=cfg.server.first_byte_timeout_seconds,
+            head_seconds=cfg.server.header_read_timeout_seconds,
+            body_seconds=cfg.server.body_deadline_seconds,
+            max_connections=connection_cap(cfg.server.max_connections),
+        ),
         upstream_proxy=corporate_proxy(cfg),
         gateway_headers=local_trust.proxy_headers(cfg),
+        client_token=local_trust.auth_token(cfg),
     )
     thread = ProxyThread(proxy)
     try:

@@ -57,6 +57,15 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     auth_token_env: str = ""  # or the name of the environment variable holding it
     body_read_timeout_seconds: float = 30.0  # a request body still incomplete then: 408, connection closed
     header_read_timeout_seconds: float = 10.0  # a request head still incomplete then: connection closed
+    # A connection (on the server's or the proxy's port) that sent no byte this long is closed.
+    first_byte_timeout_seconds: float = 10.0
+    # A streamed-through body (passthrough, both ports) must be whole within this, however it trickles.
+    body_deadline_seconds: float = 300.0
+    # Open connections per port (fewer when the open-file limit is low: a third of it); past it
+    # the oldest idle ones close first, those that gave the auth token last.
+    max_connections: int = 4096
+    # Bytes of request bodies still being read, over all requests; past it the oldest is dropped.
+    max_pending_body_bytes: int = 64 * 1024 * 1024
     max_header_bytes: int = 64 * 1024
     # Requests still waiting for their body or their transport (junk cannot exhaust them: the
     # oldest is evicted first); one connection may hold at most max_pending_per_connection of them.

@@ -120,7 +120,8 @@ def default_settings_path(
 def desired_values(proxy_url: str, proxy_support: str = "override", *, http2: bool = False) -> dict[str, Any]:
     parts = urlsplit(proxy_url)
     if parts.scheme != "http" or not parts.hostname or parts.port is None:
-        raise SettingsError(f"proxy URL must look like http://127.0.0.1:8788, got {proxy_url!r}")
+        shown = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else proxy_url
+        raise SettingsError(f"proxy URL must look like http://127.0.0.1:8788, got {shown!r}")
     if proxy_support not in PROXY_SUPPORT_VALUES:
         raise SettingsError(f"http.proxySupport must be one of {', '.join(PROXY_SUPPORT_VALUES)}")
     wanted: dict[str, Any] = {
@@ -197,6 +198,7 @@ class CursorSettings:
     def __init__(self, settings_path: str | Path, backup_path: str | Path) -> None:
         self.path = Path(settings_path).expanduser()
         self.backup_path = Path(backup_path).expanduser()
+        self._private = False  # set by `enable`: the proxy URL it writes carries credentials
 
     # ---- reading --------------------------------------------------------------------------
     def _target(self) -> Path:
@@ -272,6 +274,8 @@ class CursorSettings:
         user?) unless `create_user_dir`. With `http2` Cursor's own disableHttp2 is left as the user
         had it (restored if an earlier `enable` set it)."""
         wanted = desired_values(proxy_url, proxy_support, http2=http2)
+        # Credentials in the URL (the server's auth token): the settings and the backup are kept private.
+        self._private = urlsplit(proxy_url).password is not None
         text = self._read()
         backup = self._load_backup()
         if backup is not None and Path(backup.settings_path) != self.path:
@@ -378,20 +382,23 @@ class CursorSettings:
 
     def _write_backup(self, backup: _Backup) -> None:
         self.backup_path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.backup_path, json.dumps(backup.to_json(), indent=2).encode("utf-8"), default_mode=0o600)
+        _atomic_write(self.backup_path, json.dumps(backup.to_json(), indent=2).encode("utf-8"), default_mode=0o600, private=self._private)
 
     def _write(self, text: str) -> None:
         target = self._target()
         target.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(target, text.encode("utf-8"))
+        _atomic_write(target, text.encode("utf-8"), private=self._private)
 
 
-def _atomic_write(path: Path, data: bytes, default_mode: int = 0o644) -> None:
-    """Temp file in the same directory, fsync, rename over; the file keeps its mode."""
+def _atomic_write(path: Path, data: bytes, default_mode: int = 0o644, *, private: bool = False) -> None:
+    """Temp file in the same directory, fsync, rename over; the file keeps its mode (less group and
+    other access when `private`)."""
     try:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = default_mode
+    if private:
+        mode &= 0o7700
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

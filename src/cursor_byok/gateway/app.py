@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -14,6 +15,7 @@ from ..apis import LocalRpcs, Upstream
 from ..capture import Capture
 from ..config import Config, ServerConfig
 from ..conversation import ConversationService, Phase
+from ..instance import ConnectionBook, PeerState
 from ..observability import Dashboard, GatewayGauges, Metrics
 from ..protocol import ConnectError, internal_error, new_error_id
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
@@ -71,7 +73,9 @@ class Gateway:
         self.transports = Transports(
             config.server.max_transports, config.server.transport_idle_seconds, run_is_live=self._run_is_live
         )
-        self.pending = Pending(config.server.max_pending_requests, config.server.max_pending_per_connection)
+        self.pending = Pending(
+            config.server.max_pending_requests, config.server.max_pending_per_connection, config.server.max_pending_body_bytes
+        )
         keep_large_blocks_out_of_the_heap()
         self._trimmer = Trimmer()
         self.capture: Capture | None = None  # on while `cursor-byok capture start` says so (the composition root sets it)
@@ -79,6 +83,7 @@ class Gateway:
         self.stopping = False
         self._cut = False
         self._requests: set[asyncio.Task[Any]] = set()  # every HTTP request being handled
+        self.connections = ConnectionBook()  # which connections requests came on (the warden's view)
         self.waiting_readers: set[asyncio.Task[Any]] = set()  # RunSSE requests still waiting for their stream
         self.gauges = GatewayGauges(
             active_conversations=lambda: sum(rt.phase is not Phase.IDLE or bool(rt.queued) for rt in conversations.registry.runtimes()),
@@ -138,19 +143,21 @@ class Gateway:
         me = asyncio.current_task()
         assert me is not None
         self._requests.add(me)
+        peer = self.connections.enter(scope)
         try:
             if self.capture is None:
-                await self._route(scope, receive, send)
+                await self._route(scope, receive, send, peer)
             else:
-                await self.capture.around(scope, receive, send, self._route)
+                await self.capture.around(scope, receive, send, functools.partial(self._route, peer=peer))
         except asyncio.CancelledError:
             if not self._cut:
                 raise
             # cut at the stop deadline: no error to report, the connection just ends
         finally:
+            self.connections.leave(peer)
             self._requests.discard(me)
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _route(self, scope: Scope, receive: Receive, send: Send, peer: PeerState | None = None) -> None:
         path = self.guard.route_path(scope)
         method = scope["method"]
         local = method == "POST" and path in _AGENT_ROUTES
@@ -170,6 +177,8 @@ class Gateway:
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
             return
+        if peer is not None and self.guard.requires_token and path not in HEALTH_PATHS:
+            peer.trusted = True  # it gave the token: the IDE's, the last closed for room
         try:
             if (local or side_rpc) and is_grpc_web(scope):  # written as Connect, framed as gRPC-Web
                 send = GrpcWebSend(send)

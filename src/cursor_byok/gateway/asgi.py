@@ -25,11 +25,29 @@ STREAM_HEADERS = [
 DISCARD_AFTER_REFUSAL = 64 * 1024 * 1024
 
 
-async def read_body(receive: Receive, limit: int, expected: int | None = None) -> bytes:
-    """The whole request body; ConnectError resource_exhausted past `limit` (checked per chunk).
-    `expected`: the content-length the request declared. Granian hands over a body's bytes with
-    more_body set and its end as a separate empty message, a wait of its own: once the declared
-    bytes are in, the body is whole and that end is not waited for."""
+class BodyTooLarge(ConnectError):
+    """A body declared larger than its route takes: refused before any of it is read, and the
+    connection is closed (the body is never read off it)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__("resource_exhausted", f"request body exceeds the {limit}-byte limit")
+
+
+def declared_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def read_body(receive: Receive, limit: int, expected: int | None = None, on_chunk: Callable[[int], None] | None = None) -> bytes:
+    """The whole request body; ConnectError resource_exhausted past `limit`, from the declared
+    length before reading and per chunk while reading. `expected`: the content-length the request
+    declared. Granian hands over a body's bytes with more_body set and its end as a separate empty
+    message, a wait of its own: once the declared bytes are in, the body is whole and that end is
+    not waited for. `on_chunk(size)`: told of each chunk before it is kept (it may refuse it)."""
+    if expected is not None and expected > limit:
+        raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -46,6 +64,8 @@ async def read_body(receive: Receive, limit: int, expected: int | None = None) -
                 if more:
                     await _discard(receive, DISCARD_AFTER_REFUSAL)
                 raise ConnectError("resource_exhausted", f"request body exceeds the {limit}-byte limit")
+            if on_chunk is not None:
+                on_chunk(len(chunk))
             chunks.append(chunk)
         if not more:
             break
@@ -102,6 +122,9 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
         await reply(send, 408, error_body(err), CLOSE_HEADERS)
         return
     headers = ERROR_HEADERS
+    if isinstance(err, BodyTooLarge):
+        await reply(send, 413, error_body(err), CLOSE_HEADERS)
+        return
     if status is None:
         status = http_status_for(err.code)
         if err.code == "unimplemented":

@@ -91,7 +91,7 @@ class LoadingFront:
 
     async def _answered_health(self, scope: Scope, send: Send) -> bool:
         """The health probe, before the gateway is up: the guard the gateway takes over, and its answer."""
-        path = self._guard.route_path(dict(scope))  # a copy: the gateway routes the original again
+        path = self._guard.route_path(scope)  # cut once: the gateway routes by what is left
         if path not in HEALTH_PATHS:
             return False
         refusal = self._guard.check(scope, frozenset(), needs_token=False)

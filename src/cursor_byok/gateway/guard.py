@@ -109,6 +109,7 @@ class RequestGuard:
         self.origins = IDE_ORIGINS | frozenset(b"http://" + h for h in hosts)
         self._secret = proxy_secret.encode()
         self._token = auth_token.encode()
+        self.requires_token = bool(auth_token)
         self._bearer = b"Bearer " + self._token
         self._path_prefix = f"{local_trust.TOKEN_PATH_PREFIX}{auth_token}/" if auth_token else ""
         self._seen_origins: set[bytes] = set()
@@ -152,6 +153,8 @@ class RequestGuard:
             return _refuse(405, "unimplemented", "OPTIONS is not served: cross-origin requests are refused")
         if self._token and needs_token and not self._authorized(scope, auth, token):
             return _refuse(401, "unauthenticated", "missing or wrong auth token (see server.auth_token)")
+        if scope.get(_TOKEN_IN_PATH) is False:
+            return _refuse(401, "unauthenticated", "wrong auth token in the path prefix (see server.auth_token)")
         if upstream_url is not None and not marked:
             return _refuse(403, "permission_denied", "x-server-upstream-url is only accepted from the cursor-byok proxy")
         if method not in _BODYLESS_METHODS and not (content_types is None and marked):
@@ -188,19 +191,23 @@ class RequestGuard:
 
     def route_path(self, scope: Scope) -> str:
         """The path to route by. A client that can only be given a base URL (the Cursor CLI)
-        presents the token as a path prefix: a matching prefix is cut off here (and counts as
-        the token); anything else under the prefix stays as it is and routes nowhere local."""
+        presents the token as a path prefix: a matching prefix is cut off here, once per request
+        (and counts as the token), from the decoded path and from the raw one (where the token
+        may be percent-encoded); a prefix with another token is refused (`check`), never routed
+        or forwarded, and never echoed."""
         path: str = scope["path"]
         prefix = self._path_prefix
-        if not (prefix and path.startswith(local_trust.TOKEN_PATH_PREFIX)):
+        if not (prefix and path.startswith(local_trust.TOKEN_PATH_PREFIX)) or _TOKEN_IN_PATH in scope:
             return path
-        if hmac.compare_digest(path[: len(prefix)].encode("utf-8", "replace"), prefix.encode()):
-            cut = len(prefix) - 1
-            path = scope["path"] = path[cut:]
-            raw = scope.get("raw_path")
+        matched = hmac.compare_digest(path[: len(prefix)].encode("utf-8", "replace"), prefix.encode())
+        scope[_TOKEN_IN_PATH] = matched
+        if matched:
+            path = scope["path"] = path[len(prefix) - 1 :]
+            raw: bytes | None = scope.get("raw_path")
             if raw:
-                scope["raw_path"] = raw[cut:]
-            scope[_TOKEN_IN_PATH] = True
+                # The raw prefix ends at the first "/" after the token (a token has none, encoded or not).
+                end = raw.find(b"/", len(local_trust.TOKEN_PATH_PREFIX))
+                scope["raw_path"] = raw[end:] if end >= 0 else b"/"
         return path
 
     def _unsupported(self, content_type: bytes | None, allowed: frozenset[bytes]) -> Refusal:

@@ -1,6 +1,7 @@
 """Bounds the HTTP server itself enforces, before any of our code runs: how long a request head
 may take and how large it may be (hyper also caps a head at 100 header lines, answering 431), and
-how many requests it serves at once. Request bodies and waits are bounded in our code (`Pending`)."""
+how many requests it serves at once. Request bodies and waits are bounded in our code (`Pending`),
+and so are connections: granian has no first-byte deadline and no cap on them (`instance.connections`)."""
 from __future__ import annotations
 
 from typing import Any

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from ..protocol import ConnectError
-from .asgi import BodyTimeout, Receive, Scope, read_body
+from .asgi import BodyTimeout, Receive, Scope, declared_length, read_body
 
 EVICTED_MESSAGE = "too many pending requests: this one was the oldest and was dropped"
 # A timer may go off up to the loop clock's grain before its time (uvloop keeps milliseconds).
@@ -32,7 +32,7 @@ _CLOCK_GRAIN = 0.001
 class _Slot:
     """One pending wait (`async with`): held by the task that entered it."""
 
-    __slots__ = ("connection", "evicted", "expired", "seconds", "task", "_cancelling", "_on_timeout", "_pending")
+    __slots__ = ("body_bytes", "connection", "evicted", "expired", "seconds", "task", "_cancelling", "_on_timeout", "_pending")
 
     def __init__(self, pending: Pending, connection: Hashable, seconds: float, on_timeout: Callable[[], ConnectError]) -> None:
         self._pending = pending
@@ -43,6 +43,7 @@ class _Slot:
         self._cancelling = 0
         self.expired = False  # its wait was cut (deadline or eviction): its task was cancelled for it
         self.evicted = False
+        self.body_bytes = 0  # of its request body, read and held so far
 
     async def __aenter__(self) -> None:
         task = asyncio.current_task()
@@ -75,9 +76,12 @@ def connection_of(scope: Scope) -> Hashable:
 
 
 class Pending:
-    def __init__(self, max_total: int, per_connection: int) -> None:
+    def __init__(self, max_total: int, per_connection: int, max_body_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_total = max_total
         self.per_connection = per_connection
+        # Bytes of bodies being read, over all slots: past it the oldest body is dropped (as for slots).
+        self.max_body_bytes = max_body_bytes
+        self.body_bytes = 0
         self._slots: dict[_Slot, None] = {}  # insertion order: oldest first
         self._per_connection: dict[Hashable, int] = {}
         self.evictions = 0
@@ -137,14 +141,26 @@ class Pending:
             heapq.heappop(deadlines)
 
     def _evict_oldest(self) -> None:
-        oldest = next(iter(self._slots))
-        self._release(oldest)
-        oldest.evicted = True
+        self._evict(next(iter(self._slots)))
+
+    def _evict(self, entry: _Slot) -> None:
+        self._release(entry)
+        entry.evicted = True
         self.evictions += 1
-        oldest.cut()
+        entry.cut()
+
+    def _hold_body_bytes(self, entry: _Slot, size: int) -> None:
+        """`size` more bytes of `entry`'s body are held: make room by dropping the oldest bodies."""
+        entry.body_bytes += size
+        self.body_bytes += size
+        if entry.body_bytes > self.max_body_bytes:  # no room to make: it alone is over
+            raise ConnectError("resource_exhausted", f"request bodies being read exceed {self.max_body_bytes} bytes")
+        while self.body_bytes > self.max_body_bytes:
+            self._evict(next(s for s in self._slots if s.body_bytes and s is not entry))
 
     def _release(self, entry: _Slot) -> None:
         if self._slots.pop(entry, False) is None:
+            self.body_bytes -= entry.body_bytes
             left = self._per_connection[entry.connection] - 1
             if left:
                 self._per_connection[entry.connection] = left
@@ -152,7 +168,11 @@ class Pending:
                 del self._per_connection[entry.connection]
 
     async def read_body(self, scope: Scope, receive: Receive, limit: int, seconds: float, expected: int | None = None) -> bytes:
-        """The whole request body, read within `seconds` while holding a slot (BodyTimeout after);
-        `expected`: its declared content-length (see `asgi.read_body`)."""
-        async with self.slot(scope, seconds, lambda: BodyTimeout(seconds)):
-            return await read_body(receive, limit, expected)
+        """The whole request body, read within `seconds` while holding a slot (BodyTimeout after),
+        its bytes counted against `max_body_bytes`; `expected`: its declared content-length (read
+        from the headers when not given; see `asgi.read_body`)."""
+        if expected is None:
+            expected = declared_length(scope)
+        entry = self.slot(scope, seconds, lambda: BodyTimeout(seconds))
+        async with entry:
+            return await read_body(receive, limit, expected, lambda size: self._hold_body_bytes(entry, size))

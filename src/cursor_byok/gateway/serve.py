@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
-from ..instance import BACKLOG, DataDirError, storage_problem
+from ..instance import BACKLOG, ConnectionWarden, DataDirError, WardenLimits, connection_cap, raise_open_file_limit, storage_problem
 from .front import LoadingFront
 from .limits import granian_limits
 from .memory import freeze_startup_objects
@@ -36,6 +36,7 @@ def serve(config: Config, listener: socket.socket, root: str) -> int:
     """Serve on `listener` (bound by the caller, handed over) until SIGINT/SIGTERM what the
     composition root, the module `root`, starts; returns the exit status. Raises DataDirError (one
     line) when the database cannot be opened."""
+    raise_open_file_limit()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - Windows: no uvloop
@@ -92,6 +93,7 @@ async def _serve(config: Config, listener: socket.socket, root: str) -> int:
     gateway = running.gateway
     signals.on_reload = running.reload
     freeze_startup_objects()
+    _start_warden(config, running)
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
     stop_asked = asyncio.create_task(signals.received.wait())
     await asyncio.wait((serving, stop_asked), return_when=asyncio.FIRST_COMPLETED)
@@ -114,6 +116,17 @@ async def _serve(config: Config, listener: socket.socket, root: str) -> int:
         await asyncio.wait((serving,), timeout=CUT_GRACE_SECONDS)
     await running.stop()
     return 1 if failed else 0
+
+
+def _start_warden(config: Config, running: Any) -> None:
+    """The server port's connection limits, which granian does not enforce (see instance.connections),
+    supervised with the server's other background tasks (stopped with them)."""
+    if not ConnectionWarden.available():
+        return
+    server = config.server
+    cap = connection_cap(server.max_connections)
+    limits = WardenLimits(server.port, server.first_byte_timeout_seconds, server.header_read_timeout_seconds, cap)
+    running.supervisor.start("connection-warden", ConnectionWarden(limits, running.gateway.connections).run)
 
 
 def _embedded_server(app: LoadingFront, listener: socket.socket) -> Any:

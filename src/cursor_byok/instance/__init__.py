@@ -8,12 +8,19 @@ shares, and storage faults explained in one line.
 """
 from __future__ import annotations
 
+from .connections import ConnectionBook, ConnectionWarden, PeerState, WardenLimits, connection_cap, raise_open_file_limit
 from .listener import BACKLOG, PortUnavailable, bind_listener, busy_port_advice, display_address, ensure_port_free, port_holder
 from .lock import LOCK_FILE_NAME, DataDirBusy, DataDirError, DataDirLock, Holder, lock_holder
 from .storage import database_problem, is_damage, storage_problem
 
 __all__ = [
     "BACKLOG",
+    "ConnectionBook",
+    "ConnectionWarden",
+    "PeerState",
+    "WardenLimits",
+    "connection_cap",
+    "raise_open_file_limit",
     "LOCK_FILE_NAME",
     "DataDirBusy",
     "DataDirError",

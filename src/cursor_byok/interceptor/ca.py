@@ -8,6 +8,7 @@ cannot impersonate any other site to this machine.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import os
@@ -33,6 +34,9 @@ CA_VALIDITY = dt.timedelta(days=3650)
 PERMITTED_DOMAINS = ("cursor.sh",)
 # Apple rejects TLS server certificates valid for more than 825 days; stay well under it.
 LEAF_VALIDITY = dt.timedelta(days=397)
+# Leaves (and their TLS contexts) kept for reuse, least recently used dropped first: any local
+# client can ask for any number of names under cursor.sh (~21 kB each); the IDE uses a handful.
+MAX_CACHED_LEAVES = 256
 # Tolerate a client clock that runs a little behind ours.
 CLOCK_SKEW = dt.timedelta(days=1)
 
@@ -109,9 +113,9 @@ class LocalCA:
         self._key = key
         self.paths = paths
         self._leaf_key: ec.EllipticCurvePrivateKey | None = None
-        self._leaves: dict[str, LeafCertificate] = {}
-        self._contexts: dict[str, ssl.SSLContext] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the one leaf key is made once
+        self._leaf = functools.lru_cache(maxsize=MAX_CACHED_LEAVES)(self._sign_leaf)
+        self._context = functools.lru_cache(maxsize=MAX_CACHED_LEAVES)(self._server_context)
 
     # ---- creation / loading -------------------------------------------------------------
     @classmethod
@@ -247,23 +251,22 @@ class LocalCA:
 
     # ---- leaf certificates ---------------------------------------------------------------
     def issue(self, host: str) -> LeafCertificate:
-        """A server certificate for `host` (cached per host for the life of this object). Only for
-        permitted hosts: verifiers would refuse anything else (name constraints)."""
+        """A server certificate for `host` (the recently used ones cached). Only for permitted
+        hosts: verifiers would refuse anything else (name constraints)."""
         host = host.lower().rstrip(".")
         if not is_permitted_host(host):
             raise CAError(f"{host}: the local CA signs only for {', '.join(PERMITTED_DOMAINS)} and its subdomains")
-        with self._lock:
-            leaf = self._leaves.get(host)
-            if leaf is None:
-                leaf = self._sign_leaf(host)
-                self._leaves[host] = leaf
-            return leaf
+        return self._leaf(host)
+
+    def cached_leaves(self) -> int:
+        return self._leaf.cache_info().currsize
 
     def _sign_leaf(self, host: str) -> LeafCertificate:
         # One key for all leaves of this process: generating is cheap, but nothing gains from many.
-        if self._leaf_key is None:
-            self._leaf_key = ec.generate_private_key(ec.SECP256R1())
-        key = self._leaf_key
+        with self._lock:
+            if self._leaf_key is None:
+                self._leaf_key = ec.generate_private_key(ec.SECP256R1())
+            key = self._leaf_key
         try:
             san: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
         except ValueError:
@@ -311,18 +314,15 @@ class LocalCA:
 
     def server_context(self, host: str) -> ssl.SSLContext:
         """A TLS server context presenting the leaf for `host`; ALPN offers HTTP/2 and HTTP/1.1."""
-        host = host.lower().rstrip(".")
-        with self._lock:
-            ctx = self._contexts.get(host)
-        if ctx is not None:
-            return ctx
+        return self._context(host.lower().rstrip("."))
+
+    def _server_context(self, host: str) -> ssl.SSLContext:
         leaf = self.issue(host)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.set_alpn_protocols(["h2", "http/1.1"])
         _load_chain_from_memory(ctx, leaf.cert_pem, leaf.key_pem)
-        with self._lock:
-            return self._contexts.setdefault(host, ctx)
+        return ctx
 
 
 def _load_chain_from_memory(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import httpx
 
-from .http1 import HttpError, RequestBody, RequestHead, forwardable_headers, response_head
+from .http1 import ClientHttp, HttpError, RequestHead, forwardable_headers
 from .limits import ProxyLimits, ProxyStats
 
 UPSTREAM_URL_HEADER = "x-server-upstream-url"
-_NO_BODY_STATUSES = frozenset({204, 304})
-
-
-@dataclass(slots=True)
-class Exchange:
-    keep_alive: bool
-    leftover: bytes = b""
 
 
 class ClientGone(Exception):
@@ -27,7 +19,9 @@ class ClientGone(Exception):
 
 class RequestForwarder:
     """Sends a request on with its body streamed, and relays the response back to the client.
-    `gateway_headers` go on every request to the gateway (a client's own copies are dropped)."""
+    `gateway_headers` go on every request to the gateway (a client's own copies are dropped).
+    A body the client cuts short ends the request to the upstream unfinished: the upstream sees
+    its connection close mid-body, never a complete request."""
 
     def __init__(self, limits: ProxyLimits, stats: ProxyStats, gateway_headers: Sequence[tuple[str, str]]) -> None:
         self.limits = limits
@@ -36,20 +30,19 @@ class RequestForwarder:
 
     async def forward(
         self,
+        http: ClientHttp,
         head: RequestHead,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
         client: httpx.AsyncClient,
         url: httpx.URL,
         upstream_url: str | None,
         *,
         to_gateway: bool,
-    ) -> Exchange:
-        body = RequestBody(reader, head, self.limits.max_body_bytes)
+    ) -> bool:
+        """Forward one request; whether the client connection can carry another one."""
+        body = http.body(head, self.limits.max_body_bytes, self.limits.body_seconds)
         drop = {"expect", UPSTREAM_URL_HEADER, *(name for name, _ in self._gateway_headers)}
-        if (head.get("expect") or "").lower() == "100-continue":
-            # We stream the body on as it comes; tell the client not to wait.
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if http.expects_continue:
+            http.informational(100)  # we stream the body on as it comes: the client need not wait
         headers = forwardable_headers(head.headers, drop)
         if upstream_url is not None:
             headers.append((UPSTREAM_URL_HEADER, upstream_url))
@@ -66,80 +59,58 @@ class RequestForwarder:
         except httpx.HTTPError as exc:
             raise HttpError(502, f"{url.host}:{url.port or ''} unreachable: {exc.__class__.__name__}") from None
         try:
-            return await self._relay_response(head, body, reader, writer, response)
+            return await self._relay_response(http, head, response)
         finally:
             await response.aclose()
 
-    async def _relay_response(
-        self,
-        head: RequestHead,
-        body: RequestBody,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        response: httpx.Response,
-    ) -> Exchange:
+    async def _relay_response(self, http: ClientHttp, head: RequestHead, response: httpx.Response) -> bool:
         raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
         headers = forwardable_headers(raw_headers)
-        has_body = head.method != "HEAD" and response.status_code not in _NO_BODY_STATUSES and response.status_code >= 200
-        has_length = any(k.lower() == "content-length" for k, _ in headers)
-        chunked = has_body and not has_length
         # A request body the upstream did not read to the end leaves the connection unusable.
-        keep_alive = head.keep_alive and body.done
-        if chunked:
-            headers.append(("Transfer-Encoding", "chunked"))
-        if not keep_alive:
+        if not (head.keep_alive and http.request_done):
             headers.append(("Connection", "close"))
-        writer.write(response_head(response.status_code, response.reason_phrase, headers))
-        await self.drain(writer)
-        if not has_body:
-            return Exchange(keep_alive=keep_alive)
+        http.start_response(response.status_code, response.reason_phrase, headers)
+        await self.drain(http.writer)
 
         # While we wait on the upstream, watch the client: a hang-up must close the upstream
         # response promptly (for RunSSE that is how the gateway learns the transport detached).
         task = asyncio.current_task()
         assert task is not None
         state = {"gone": False}
-        watch = asyncio.ensure_future(reader.read(1))
+        watch = asyncio.ensure_future(http.reader.read(1))
 
         def on_watch(done: asyncio.Future[bytes]) -> None:
-            if not done.cancelled() and done.exception() is None and done.result() == b"":
-                state["gone"] = True
-                task.cancel()
-            elif not done.cancelled() and done.exception() is not None:
+            if done.cancelled():
+                return
+            if done.exception() is not None or done.result() == b"":
                 state["gone"] = True
                 task.cancel()
 
         watch.add_done_callback(on_watch)
         try:
             async for chunk in response.aiter_raw():
-                if not chunk:
-                    continue
-                if chunked:
-                    writer.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
-                else:
-                    writer.write(chunk)
-                await self.drain(writer)
-            if chunked:
-                writer.write(b"0\r\n\r\n")
-            await self.drain(writer)
+                if chunk:
+                    http.send_body(chunk)
+                    await self.drain(http.writer)
+            http.end_response()
+            await self.drain(http.writer)
         except asyncio.CancelledError:
             if state["gone"] and task.uncancel() == 0:
                 raise ClientGone() from None
             raise
         except httpx.HTTPError:
-            # The upstream broke mid-response: closing without the final chunk tells the client.
+            # The upstream broke mid-response: closing without the body's end tells the client.
             self.stats.errors += 1
-            return Exchange(keep_alive=False)
+            return False
         finally:
             watch.remove_done_callback(on_watch)
             if not watch.done():
                 watch.cancel()
                 # Let the read unwind before anyone reads this stream again (unread data stays buffered).
                 await asyncio.gather(watch, return_exceptions=True)
-        leftover = b""
         if watch.done() and not watch.cancelled() and watch.exception() is None:
-            leftover = watch.result()  # the first byte of a pipelined next request
-        return Exchange(keep_alive=keep_alive, leftover=leftover)
+            http.take_pipelined(watch.result())  # the first byte of a pipelined next request
+        return http.reusable
 
     async def drain(self, writer: asyncio.StreamWriter) -> None:
         async with asyncio.timeout(self.limits.write_seconds):

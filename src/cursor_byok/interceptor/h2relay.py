@@ -66,6 +66,9 @@ class H2Relay:
         self._client: H2Client | None = None
         self._closed = False
 
+    def open_streams(self) -> int:
+        return len(self._streams)
+
     async def serve(self, idle_seconds: float) -> None:
         self._conn.initiate_connection()
         self._conn.increment_flow_control_window(WINDOW - 65535)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import ssl
 from collections.abc import Callable, Sequence
@@ -22,11 +24,13 @@ from collections.abc import Callable, Sequence
 import httpx
 
 from ..http_client import passthrough_client
+from .access import REALM, ProxyAuthRequired, credentials_match, refuse_local_target
 from .ca import LocalCA
+from .clients import Client, ClientConnections
 from .dialer import UpstreamDialer
-from .exchange import UPSTREAM_URL_HEADER, ClientGone, Exchange, RequestForwarder
+from .exchange import UPSTREAM_URL_HEADER, ClientGone, RequestForwarder
 from .h2relay import H2Relay
-from .http1 import HttpError, RequestHead, parse_request_head, read_request_head, simple_response
+from .http1 import ClientHttp, HttpError, RequestHead, simple_response
 from .limits import ProxyLimits, ProxyStats
 from .targets import TunnelOrigin, format_host, is_cursor_host, origin_form, parse_authority
 from .tunnel import pipe
@@ -34,6 +38,7 @@ from .tunnel import pipe
 log = logging.getLogger("cursor_byok.interceptor")
 
 HEALTH_PATH = "/__byok-proxy__/healthz"
+STATS_PATH = "/__byok-proxy__/stats"  # its counters and bounded resources, as JSON (authenticated)
 
 
 class InterceptingProxy:
@@ -52,6 +57,8 @@ class InterceptingProxy:
         upstream_address: Callable[[str, int], tuple[str, int]] | None = None,
         upstream_proxy: str | None = None,
         gateway_headers: Sequence[tuple[str, str]] = (),
+        client_token: str = "",
+        relay_loopback: bool = False,
     ) -> None:
         self._ca = ca
         self._gateway = httpx.URL(gateway_url)
@@ -68,10 +75,16 @@ class InterceptingProxy:
         # Added to every request sent to the gateway (its mark of our requests, the auth token);
         # a client's own copies of these headers are dropped.
         self._gateway_headers = list(gateway_headers)
+        # The server's auth token: when set, every client must present it (see access.py).
+        self._client_token = client_token
+        # Tests relay to stand-ins on loopback; a real proxy relays there only to the gateway.
+        self._relay_loopback = relay_loopback
+        self._local_allowed = {(self._gateway.host.lower(), self._gateway.port or 80)}
         self.stats = ProxyStats()
         self._forwarder = RequestForwarder(self.limits, self.stats, self._gateway_headers)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._clients = ClientConnections(self.limits.max_connections)
         self._gateway_client: httpx.AsyncClient | None = None
         self._origin_client: httpx.AsyncClient | None = None
 
@@ -140,11 +153,13 @@ class InterceptingProxy:
         assert task is not None
         self._tasks.add(task)
         self.stats.connections += 1
+        client = self._clients.open(writer)
         try:
-            await self._serve_connection(reader, writer)
+            await self._serve_connection(client, reader, writer)
         except HttpError as exc:
-            await self._send_error(writer, exc.status, str(exc))
-        except (ConnectionError, ssl.SSLError, TimeoutError, ClientGone, asyncio.IncompleteReadError):
+            extra = [("Proxy-Authenticate", f'Basic realm="{REALM}"')] if isinstance(exc, ProxyAuthRequired) else []
+            await self._send_error(writer, exc.status, str(exc), extra)
+        except (ConnectionError, ssl.SSLError, TimeoutError, ClientGone):
             pass
         except asyncio.CancelledError:
             # Only stop() cancels connection tasks. Ending normally keeps asyncio's stream
@@ -154,111 +169,112 @@ class InterceptingProxy:
             self.stats.errors += 1
             log.exception("proxy connection failed")
         finally:
+            self._clients.close(client)
             self._tasks.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 2)
 
-    async def _send_error(self, writer: asyncio.StreamWriter, status: int, message: str) -> None:
+    async def _send_error(self, writer: asyncio.StreamWriter, status: int, message: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         self.stats.errors += 1
         with contextlib.suppress(Exception):
-            writer.write(simple_response(status, f"cursor-byok proxy: {message}"))
+            writer.write(simple_response(status, f"cursor-byok proxy: {message}", headers=headers))
             await asyncio.wait_for(writer.drain(), 2)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async with asyncio.timeout(self.limits.idle_seconds):
-            raw = await read_request_head(reader)
-        if raw is None:
-            return
-        head = parse_request_head(raw)
-        if head.method == "CONNECT":
-            await self._on_connect(head, reader, writer)
-        else:
-            await self._serve_requests(reader, writer, None, first=(head, raw))
+    def _http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> ClientHttp:
+        return ClientHttp(reader, writer, max_head_bytes=self.limits.max_head_bytes, head_seconds=self.limits.head_seconds)
 
-    async def _on_connect(self, head: RequestHead, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_connection(self, client: Client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        http = self._http(reader, writer)
+        head = await http.next_request(self.limits.first_byte_seconds)  # a timeout closes quietly
+        if head is None:
+            return
+        if head.method == "CONNECT":
+            self._authenticate(head)  # once: every request inside the tunnel is the client's
+            client.authenticated = bool(self._client_token)
+            await self._on_connect(client, head, http.take_tunnel_bytes(), reader, writer)
+        else:
+            await self._serve_requests(client, http, None, first=head)
+
+    async def _on_connect(
+        self, client: Client, head: RequestHead, early: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """`early`: what the client sent past the CONNECT head before our answer."""
         host, port = parse_authority(head.target)
         if self._intercept(host):
+            if early:
+                raise HttpError(400, "data sent before the tunnel was established")
             self.stats.intercepted_tunnels += 1
             writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             await writer.drain()
             ctx = self._ca.server_context(host)
             await writer.start_tls(ctx, ssl_handshake_timeout=self.limits.handshake_seconds)
             if writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2":
-                await self._relay_h2(reader, writer, TunnelOrigin(host, port))
+                await self._relay_h2(client, reader, writer, TunnelOrigin(host, port))
             else:
-                await self._serve_requests(reader, writer, TunnelOrigin(host, port))
+                await self._serve_requests(client, self._http(reader, writer), TunnelOrigin(host, port))
             return
+        await self._refuse_local(host, port)
         up_reader, up_writer = await self.dialer.open(host, port)
         self.stats.raw_tunnels += 1
         try:
             writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             await writer.drain()
+            if early:
+                up_writer.write(early)
+            client.busy += 1  # a tunnel's traffic is opaque: never taken for idle
             await self._pipe(reader, writer, up_reader, up_writer)
         finally:
             up_writer.close()
 
-    async def _relay_h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, origin: TunnelOrigin) -> None:
+    async def _relay_h2(self, client: Client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, origin: TunnelOrigin) -> None:
         def counted() -> None:
             self.stats.gateway_requests += 1
 
         relay = H2Relay(reader, writer, origin, self._gateway, self._gateway_headers, UPSTREAM_URL_HEADER, counted)
+        client.streams = relay.open_streams
         await relay.serve(self.limits.idle_seconds)
 
     # ---- HTTP exchanges ------------------------------------------------------------------
-    async def _serve_requests(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        origin: TunnelOrigin | None,
-        first: tuple[RequestHead, bytes] | None = None,
-    ) -> None:
+    async def _serve_requests(self, client: Client, http: ClientHttp, origin: TunnelOrigin | None, first: RequestHead | None = None) -> None:
         """Serve requests on one client connection (keep-alive) until it closes or must close."""
-        leftover = b""
         while True:
-            if first is not None:
-                head, raw = first
-                first = None
-            else:
-                try:
-                    async with asyncio.timeout(self.limits.idle_seconds):
-                        got = await read_request_head(reader, leftover)
-                except TimeoutError:
-                    return  # idle keep-alive connection: close quietly
-                leftover = b""
-                if got is None:
-                    return
-                raw = got
-                head = parse_request_head(raw)
-            result = await self._exchange(head, raw, reader, writer, origin)
-            if not result.keep_alive:
+            head = first or await http.next_request(self.limits.idle_seconds)  # a timeout closes quietly
+            first = None
+            if head is None:
                 return
-            leftover = result.leftover
+            client.busy += 1
+            try:
+                reusable = await self._exchange(http, head, origin)
+            finally:
+                client.busy -= 1
+                self._clients.touch(client)
+            client.authenticated = bool(self._client_token)  # it passed `_authenticate`: it gave the token
+            if not reusable:
+                return
 
-    async def _exchange(
-        self,
-        head: RequestHead,
-        raw: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        origin: TunnelOrigin | None,
-    ) -> Exchange:
+    async def _exchange(self, http: ClientHttp, head: RequestHead, origin: TunnelOrigin | None) -> bool:
+        """Answer one request; whether the connection can carry another one."""
         if origin is not None:
             path = origin_form(head.target)
             if head.is_upgrade:
-                await self._upgrade_to_upstream(origin, raw, reader, writer)
-                return Exchange(keep_alive=False)
+                await self._upgrade_to_upstream(origin, head.raw() + http.take_tunnel_bytes(), http.reader, http.writer)
+                return False
             url = self._gateway.copy_with(raw_path=path.encode("ascii"))
             assert self._gateway_client is not None
             self.stats.gateway_requests += 1
-            return await self._forwarder.forward(head, reader, writer, self._gateway_client, url, origin.url(path), to_gateway=True)
+            return await self._forwarder.forward(http, head, self._gateway_client, url, origin.url(path), to_gateway=True)
 
         if head.target.startswith("/"):
             if head.method in ("GET", "HEAD") and head.target == HEALTH_PATH:
-                writer.write(b"HTTP/1.1 204 No Content\r\nx-cursor-byok-proxy: 1\r\n\r\n")
-                await writer.drain()
-                return Exchange(keep_alive=head.keep_alive)
+                return await self._answer_locally(http, head, 204, [("x-cursor-byok-proxy", "1")])
+            if head.method == "GET" and head.target == STATS_PATH:
+                self._authenticate(head)
+                stats = {**dataclasses.asdict(self.stats), "open_connections": len(self._clients), "connections_shed": self._clients.shed}
+                body = json.dumps({**stats, "cached_leaves": self._ca.cached_leaves()}).encode()
+                return await self._answer_locally(http, head, 200, [("content-type", "application/json")], body)
             raise HttpError(400, "this is a proxy: send absolute-form requests or CONNECT")
+        self._authenticate(head)
         try:
             head.target.encode("ascii")
             target = httpx.URL(head.target)
@@ -272,10 +288,29 @@ class InterceptingProxy:
             url = self._gateway.copy_with(raw_path=target.raw_path)
             assert self._gateway_client is not None
             self.stats.gateway_requests += 1
-            return await self._forwarder.forward(head, reader, writer, self._gateway_client, url, str(target), to_gateway=True)
+            return await self._forwarder.forward(http, head, self._gateway_client, url, str(target), to_gateway=True)
+        await self._refuse_local(target.host, target.port or 80)
         assert self._origin_client is not None
         self.stats.origin_requests += 1
-        return await self._forwarder.forward(head, reader, writer, self._origin_client, target, None, to_gateway=False)
+        return await self._forwarder.forward(http, head, self._origin_client, target, None, to_gateway=False)
+
+    async def _answer_locally(self, http: ClientHttp, head: RequestHead, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
+        if head.has_body:
+            raise HttpError(400, "no body is taken here")
+        http.start_response(status, "", [*headers, ("content-length", str(len(body)))] if status != 204 else headers)
+        if body and head.method != "HEAD":
+            http.send_body(body)
+        http.end_response()
+        await http.writer.drain()
+        return http.reusable
+
+    def _authenticate(self, head: RequestHead) -> None:
+        if self._client_token and not credentials_match(head.get("proxy-authorization"), self._client_token):
+            raise ProxyAuthRequired()
+
+    async def _refuse_local(self, host: str, port: int) -> None:
+        if not self._relay_loopback and self.dialer.http_proxy is None:
+            await refuse_local_target(host, port, self._local_allowed)
 
     # ---- pass-through --------------------------------------------------------------------
     async def _upgrade_to_upstream(

@@ -6,9 +6,23 @@ handlers); the proxy lives beside it and is stopped after the gateway returns.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+from typing import Any
 
 from .proxy import InterceptingProxy
+
+log = logging.getLogger("cursor_byok.interceptor")
+
+
+def _quiet_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Out of file descriptors, asyncio pauses accepting for a second and reports it with a
+    traceback each time: one line instead (and the log's flood filter keeps it to one a minute)."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and "accept" in context.get("message", ""):
+        log.warning("proxy cannot accept connections for now: %s", exc)
+        return
+    loop.default_exception_handler(context)
 
 
 class ProxyThread:
@@ -36,6 +50,7 @@ class ProxyThread:
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_quiet_accept_errors)
         self._loop = loop
         try:
             loop.run_until_complete(self._main())

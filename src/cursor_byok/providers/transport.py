@@ -170,7 +170,7 @@ class HttpStreamProvider(abc.ABC):
                 if call is not None:
                     call.response_ns = time.monotonic_ns()
                     call.status = response.status
-                    call.provider_request_id = _request_id(response)
+                    call.provider_request_id = _request_id(response, self._redact)
                     if call.keep_bodies:
                         kept = call.response_body = bytearray()
                 try:
@@ -300,7 +300,7 @@ class HttpStreamProvider(abc.ABC):
             provider=self.family,
             retry_after=parse_retry_after(response.headers),
         )
-        err.request_id = _request_id(response)
+        err.request_id = _request_id(response, self._redact)
         return err
 
     async def _unexpected_body(self, response: ProviderResponse, content_type: str) -> ProviderError:
@@ -310,10 +310,10 @@ class HttpStreamProvider(abc.ABC):
             err = classify(status=None, info=info, redact=self._redact, provider=self.family)
         else:
             err = MismatchError(
-                f"{self.family}: expected an event stream, got {content_type or 'no content type'!r}",
+                f"{self.family}: expected an event stream, got {self._redact(content_type)[:200] or 'no content type'!r}",
                 status=response.status,
             )
-        err.request_id = _request_id(response)
+        err.request_id = _request_id(response, self._redact)
         return err
 
     def _describe(self, exc: BaseException) -> str:
@@ -323,10 +323,12 @@ class HttpStreamProvider(abc.ABC):
         return self._redact(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)
 
 
-def _request_id(response: ProviderResponse) -> str | None:
+def _request_id(response: ProviderResponse, redact: Callable[[str], str]) -> str | None:
+    """The provider's id of the request, as stored and shown: a provider may echo anything here,
+    the key among it."""
     for name in _REQUEST_ID_HEADERS:
         if value := response.headers.get(name):
-            return value[:200]
+            return redact(value)[:200]
     return None
 
 

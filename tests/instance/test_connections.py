@@ -1,0 +1,116 @@
+"""The connection warden on real sockets of this process: what it ends, and in which order."""
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from cursor_byok.instance import ConnectionBook, ConnectionWarden, PeerState, WardenLimits, raise_open_file_limit
+
+pytestmark = pytest.mark.skipif(not ConnectionWarden.available(), reason="the warden reads /proc/self/fd (Linux)")
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock
+
+
+def connect(listener: socket.socket, send: bytes = b"") -> tuple[socket.socket, socket.socket]:
+    """(client side, accepted side): the accepted one is what the warden looks after."""
+    client = socket.create_connection(listener.getsockname(), timeout=5)
+    accepted, _ = listener.accept()
+    if send:
+        client.sendall(send)
+        assert accepted.recv(len(send)) == send  # read, as the server reads it at once
+    return client, accepted
+
+
+def ended(client: socket.socket) -> bool:
+    client.settimeout(5)
+    try:
+        return client.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_no_byte_and_no_head_are_ended_a_request_keeps_it(listener: socket.socket) -> None:
+    book = ConnectionBook()
+    book.enabled = True
+    warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 0.0, 3600.0, 100), book)
+    silent, silent_side = connect(listener)
+    talking, talking_side = connect(listener, b"GET / HT")
+    warden.sweep()
+    assert ended(silent)
+    assert warden.ended == {"no byte within server.first_byte_timeout_seconds": 1}
+    book.peers[talking.getsockname()] = PeerState(trusted=True)
+    warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 0.0, 0.0, 100), book)
+    warden.sweep()  # its head came: no deadline ends it
+    talking.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        talking.recv(1)
+    for sock in (silent, silent_side, talking, talking_side):
+        sock.close()
+
+
+def test_over_the_cap_the_untrusted_idle_go_first_and_a_busy_one_never(listener: socket.socket) -> None:
+    book = ConnectionBook()
+    book.enabled = True
+    pairs = [connect(listener, b"x") for _ in range(4)]
+    (busy, _), (ide, _), (junk, _), (old_junk, _) = pairs
+    book.peers[busy.getsockname()] = PeerState(active=1, trusted=False, last_active=0.0)
+    book.peers[ide.getsockname()] = PeerState(trusted=True, last_active=1.0)
+    book.peers[junk.getsockname()] = PeerState(last_active=3.0)
+    book.peers[old_junk.getsockname()] = PeerState(last_active=2.0)
+    warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 3600.0, 3600.0, 2), book)
+    warden.sweep()
+    assert ended(old_junk) and ended(junk)
+    for still in (busy, ide):
+        still.settimeout(0.05)
+        with pytest.raises(TimeoutError):
+            still.recv(1)
+    for pair in pairs:
+        for sock in pair:
+            sock.close()
+
+
+def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+        raised = raise_open_file_limit()[0]
+        assert raised == hard if hard != resource.RLIM_INFINITY else raised > 256
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_reused_client_port_keeps_what_the_gateway_noted_for_the_new_connection(listener: socket.socket) -> None:
+    book = ConnectionBook()
+    book.enabled = True
+    warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 3600.0, 0.0, 100), book)
+    old, old_side = connect(listener, b"x")
+    peer = old.getsockname()
+    book.peers[peer] = PeerState()
+    warden.sweep()
+    old.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset: no TIME_WAIT holds the port
+    old.close()
+    old_side.close()
+    new = socket.socket()
+    new.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    new.bind(peer)  # the same client port, as the kernel may hand it out again
+    new.connect(listener.getsockname())
+    new_side, _ = listener.accept()
+    book.peers[peer] = PeerState(active=1)  # the gateway saw the new connection's request
+    warden.sweep()  # the old socket is gone, the new one has its port: its request must count
+    assert book.peers.get(peer) is not None
+    new.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        new.recv(1)
+    new.close()
+    new_side.close()
