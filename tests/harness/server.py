@@ -72,7 +72,7 @@ class ServerConfig:
     upstream: str = "http://127.0.0.1:9"  # nothing listens: upstream calls fail fast unless a test sets it
     runsse_wait_seconds: float = 5.0
     output_retention_seconds: float = 60.0
-    continuation_window_seconds: float = 0.2
+    continuation_window_seconds: float | None = None  # None: the server's default (no window)
     extra_server: dict[str, object] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)  # Cursor-hosted model id → one of `models`
     # Where the server keeps its state, when not in data_dir (which then holds only the config and
@@ -88,8 +88,9 @@ class ServerConfig:
             f'data_dir = "{self.state_dir or self.data_dir}"',
             f"runsse_wait_seconds = {self.runsse_wait_seconds}",
             f"output_retention_seconds = {self.output_retention_seconds}",
-            f"continuation_window_seconds = {self.continuation_window_seconds}",
         ]
+        if self.continuation_window_seconds is not None:
+            lines.append(f"continuation_window_seconds = {self.continuation_window_seconds}")
         for k, v in self.extra_server.items():
             lines.append(f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"')
         lines += ["", "[upstream]", f'base_url = "{self.upstream}"', ""]
