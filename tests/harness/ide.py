@@ -8,6 +8,7 @@ read, so tests check what the IDE saw.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import uuid
@@ -241,7 +242,22 @@ class ScriptedIDE:
         return await self.client.post(BIDI_APPEND, content=req.SerializeToString(), headers={"content-type": "application/proto"})
 
     async def stream(self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None) -> StreamLog:
-        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect)."""
+        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect, made
+        at once even while the server sends nothing; a Run stream is reset with CANCEL)."""
+        reading = asyncio.ensure_future(self._stream(request_id, log, enveloped, stop))
+        if stop is None:
+            return await reading
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait((reading, stopping), return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not reading.done():
+            self.run_streams.reset(request_id)
+            reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        return log
+
+    async def _stream(self, request_id: str, log: StreamLog, enveloped: bool, stop: asyncio.Event | None) -> StreamLog:
         if self.transport == "run":
             log.broken = not await self.run_streams.read(request_id, lambda rid, decoder, data: self._take(rid, log, decoder, data), stop)
             return log
