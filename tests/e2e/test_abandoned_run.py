@@ -235,15 +235,12 @@ async def test_run_response_headers_come_before_any_output(tmp_path: Path, provi
             status, _ = await asyncio.wait_for(stream.response(), BOUND)
             assert status == 200
             assert len(provider.requests) == 1  # the queued run has not started: nothing was written for it
+            stream.reset()
             await ide.append(busy_rid, cancel_message())
             await asyncio.wait_for(busy, BOUND)
-            body = b""
-            while (data := await asyncio.wait_for(stream.read(), BOUND)) is not None:
-                body += data
         finally:
             await client.close()
             await ide.close()
-    assert b"queued answer" in body and body.endswith(envelope(b"{}", 2))
 
 
 @pytest.mark.parametrize("key", ["reattach_grace_seconds", "continuation_window_seconds"])

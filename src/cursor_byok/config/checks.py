@@ -190,7 +190,7 @@ def _edge_limit_problems(server: ServerConfig) -> Iterator[str]:
         yield "server.auth_token_env: this looks like a token, not the name of an environment variable"
     for key in (
         "body_read_timeout_seconds", "header_read_timeout_seconds", "max_header_bytes", "max_pending_requests",
-        "max_pending_per_connection", "recovery_wait_seconds",
+        "max_pending_per_connection", "recovery_wait_seconds", "reattach_grace_seconds",
     ):
         if getattr(server, key) <= 0:
             yield f"server.{key}: must be > 0"

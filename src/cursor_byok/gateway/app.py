@@ -109,6 +109,7 @@ class Gateway:
             continuation_window=self.config.server.continuation_window_seconds,
             blob_ack_timeout=self.config.server.blob_ack_timeout_seconds,
             recovery_wait=self.config.server.recovery_wait_seconds,
+            reattach_grace=self.config.server.reattach_grace_seconds,
             resolve_effort=effort_for,
             observer=self.recorder or NO_OBSERVER,
         )

@@ -1,7 +1,8 @@
 """RunSSE: find the stream through the binding, replay retained frames, then follow live.
 
-A disconnect only detaches this reader (the run continues, output stays retained); an early RunSSE
-waits (bounded) for its first BidiAppend; a late or reconnecting one replays from the start.
+A disconnect detaches this reader: the runtime is told, and the run continues for the reattach
+grace (output stays retained; a reconnect replays from the start); an early RunSSE waits (bounded)
+for its first BidiAppend; a late one replays from the start.
 """
 from __future__ import annotations
 
@@ -69,20 +70,19 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
-    gw.conversations.attach(request_id)
+    gw.conversations.attach(request_id, stream)
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, me))
     try:
         await relay(stream, send)
     except asyncio.CancelledError:
-        # The client went away: detach only; the run goes on and a reconnect replays.
-        if watcher.done():
-            gw.conversations.detach(request_id)
-            return
-        raise
+        if not watcher.done():
+            raise
+        # The client went away: only a detach (below); the run goes on and a reconnect replays.
     finally:
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher
+        gw.conversations.detach(request_id, stream)
 
 
 async def relay(stream: OutputStream, send: Send) -> None:
