@@ -111,10 +111,8 @@ class ConversationRuntime(CommandInbox):
             case Reader():
                 self._on_reader(cmd)
             case ReattachExpired():
-                run = self.run
-                if self.is_current(cmd.run_id) and run is not None and run.unread is not None and not run.output.readers:
-                    log.info("run cancelled: its client left and did not come back", extra={"conversation_id": self.conversation_id})
-                    self._cancel(run)
+                if self.is_current(cmd.run_id) and self.run is not None and not self.run.output.readers:
+                    self._cancel(self.run, "its client left and did not come back")
             case Shutdown():
                 self._on_shutdown(cmd)
                 return True
@@ -145,10 +143,7 @@ class ConversationRuntime(CommandInbox):
         elif self.phase is Phase.FINALIZING:
             self._finish_finalizing()
         elif self.run is not None and self.run.unread is not None and cmd.output is not self.run.output:
-            # The client left the running run's stream (Cursor's SDK cancels so) and sends its next
-            # prompt: that run ends now, as a cancel ends it, and this one starts.
-            log.info("run cancelled: a new run request came after its client left", extra={"conversation_id": self.conversation_id})
-            self._cancel(self.run)
+            self._cancel(self.run, "its client left and sent a new run request")  # Cursor's SDK cancels so
 
     def _begin_next(self) -> None:
         """Start the oldest queued run whose stream is still open (a cancel or failure closed the
@@ -326,11 +321,9 @@ class ConversationRuntime(CommandInbox):
         self._on_start_run(StartRun(output.request_id, output, rr, follow_up=True))
 
     def _on_reader(self, cmd: Reader) -> None:
-        """A reader came to the run's stream (a resumed run goes on; a grace running stops) or
-        left it: with no reader left and the run still going, the reattach grace starts. Detach
-        is not cancel within it (a reader back replays the stream); its end is."""
-        run = self.run
-        if run is None or run.output is not cmd.output:
+        """A reader came to the run's stream (a resumed run goes on) or left it: with none left,
+        the reattach grace starts; detach is not cancel within it, its end is."""
+        if (run := self.run) is None or run.output is not cmd.output:
             return
         if cmd.attached:
             run.claimed(True)
@@ -338,9 +331,11 @@ class ConversationRuntime(CommandInbox):
         elif not cmd.output.readers and not cmd.output.closed and run.unread is None:
             run.unread = asyncio.get_running_loop().call_later(self.s.reattach_grace, self.take_now, ReattachExpired(run.run_id))
 
-    def _cancel(self, run: ActiveRun) -> None:
-        """Cancel the run in whatever phase it is: before the model it ends once prepared; a
-        finished one's stream ends; any other ends now, its steps so far kept."""
+    def _cancel(self, run: ActiveRun, why: str = "") -> None:
+        """Cancel the run in any phase: before the model it ends once prepared; a finished one's
+        stream ends; any other ends now, its steps so far kept."""
+        if why:
+            log.info("run cancelled: %s", why, extra={"conversation_id": self.conversation_id})
         if self.phase is Phase.PREPARING:
             self._cancel_preparing(run)
         elif self.phase is Phase.FINALIZING:
@@ -406,9 +401,8 @@ class ConversationRuntime(CommandInbox):
         self._succeed()
 
     def _succeed(self) -> None:
-        """The run succeeded. FINALIZING: its stream ends now, right after its settled checkpoint
-        (Cursor's SDK holds the run finished only then), or with a continuation window set, stays
-        open that long for a follow-up (one already waiting runs at once)."""
+        """The run succeeded. FINALIZING: its stream ends now (Cursor's SDK holds a run finished
+        only then) or, with a continuation window, stays open for a follow-up (one waiting runs)."""
         run = self.run
         assert run is not None
         self._transition(Phase.FINALIZING)
@@ -445,7 +439,6 @@ class ConversationRuntime(CommandInbox):
         self._cancel_timer()
         run = self.run
         if run is not None:
-            run.end_grace()
             self._close_stream(run.output, END_STREAM_OK)
         self.run = None
         self._transition(Phase.IDLE)
