@@ -258,24 +258,34 @@ class ScriptedIDE:
         return log
 
     async def _stream(self, request_id: str, log: StreamLog, enveloped: bool, stop: asyncio.Event | None) -> StreamLog:
+        def take(rid: str, decoder: hotpath.FrameDecoder, data: bytes) -> Awaitable[None]:
+            # What a chunk makes the IDE do (acks, exec results: appends with their seqnos) is done
+            # whole even when a stop cuts the read meanwhile: a seqno taken and never sent would
+            # leave a gap the server waits on.
+            work = self._take(rid, log, decoder, data)
+            return work if stop is None else asyncio.shield(work)
+
         if self.transport == "run":
-            log.broken = not await self.run_streams.read(request_id, lambda rid, decoder, data: self._take(rid, log, decoder, data), stop)
+            log.broken = not await self.run_streams.read(request_id, take, stop)
             return log
         body = pb.BidiRequestId(request_id=request_id).SerializeToString()
         if enveloped:
             body = envelope(body)
         decoder = hotpath.FrameDecoder()
         try:
-            return await self._read_stream(request_id, log, body, decoder, stop)
+            return await self._read_stream(request_id, log, body, decoder, take, stop)
         except httpx.TransportError:
             log.broken = True  # the connection died (e.g. the server was killed)
             return log
 
-    async def _read_stream(self, request_id: str, log: StreamLog, body: bytes, decoder: hotpath.FrameDecoder, stop: asyncio.Event | None) -> StreamLog:
+    async def _read_stream(
+        self, request_id: str, log: StreamLog, body: bytes, decoder: hotpath.FrameDecoder,
+        take: Callable[[str, hotpath.FrameDecoder, bytes], Awaitable[None]], stop: asyncio.Event | None,
+    ) -> StreamLog:
         async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as resp:
             assert resp.status_code == 200, resp.status_code
             async for chunk in resp.aiter_raw():
-                await self._take(request_id, log, decoder, chunk)
+                await take(request_id, decoder, chunk)
                 if stop is not None and stop.is_set():
                     return log
         decoder.close()
