@@ -66,38 +66,30 @@ async def left_mid_stream(ide: ScriptedIDE, rid: str, conv: str, log: StreamLog)
     assert log.terminals == 0
 
 
-@direct_transports
-async def test_a_stream_closed_mid_answer_ends_its_run_cancelled_after_the_grace(
-    tmp_path: Path, provider: FakeProviderServer, workspace: Path, transport: str
-) -> None:
-    """RunSSE closed (or the Run stream reset) while the model still streams: once the grace is
-    out the provider stream is cut and the run is recorded cancelled."""
-    provider.enqueue(held_text("first "))
-    with ServerProcess(config_with(tmp_path, provider, GRACE)) as server:
-        ide = ScriptedIDE(server.base_url, workspace, transport=transport)
-        try:
-            await left_mid_stream(ide, uuid.uuid4().hex, uuid.uuid4().hex, StreamLog())
-            await wait_until(provider.requests[0].disconnected.is_set, BOUND)
-            await ended(server, "canceled")
-        finally:
-            await ide.close()
-
-
-@direct_transports
-async def test_a_client_gone_before_the_end_is_not_waited_for_acks(
-    tmp_path: Path, provider: FakeProviderServer, workspace: Path, transport: str
-) -> None:
-    """The model finishes after the client left: the turn's checkpoint blobs are never acked, and
-    the run ends after the grace, not after the (long) ack timeout."""
-    reply = OPENAI_CHAT.text(["first ", "second"])
+def finishing_text(*pieces: str) -> Reply:
+    """A provider stream that ends a moment after the client left (at its first delta)."""
+    reply = OPENAI_CHAT.text(list(pieces))
     reply.chunk_delay = 0.05
-    provider.enqueue(reply)
+    return reply
+
+
+@direct_transports
+@pytest.mark.parametrize("model", ["still streaming", "finishing"])
+async def test_a_stream_closed_mid_answer_ends_its_run_cancelled_after_the_grace(
+    tmp_path: Path, provider: FakeProviderServer, workspace: Path, transport: str, model: str
+) -> None:
+    """RunSSE closed (or the Run stream reset) mid answer. The model still streaming: once the
+    grace is out the provider stream is cut and the run is recorded cancelled. The model finishing
+    after the client left: the turn's checkpoint blobs are never acked, and the run ends after the
+    grace, not after the (long) ack timeout."""
+    provider.enqueue(held_text("first ") if model == "still streaming" else finishing_text("first ", "second"))
     with ServerProcess(config_with(tmp_path, provider, GRACE)) as server:
         ide = ScriptedIDE(server.base_url, workspace, transport=transport)
-        ide.hold_kv = True
         try:
             await left_mid_stream(ide, uuid.uuid4().hex, uuid.uuid4().hex, StreamLog())
             await ended(server, "canceled")
+            if model == "still streaming":
+                await wait_until(provider.requests[0].disconnected.is_set, BOUND)
         finally:
             await ide.close()
 
@@ -131,9 +123,7 @@ async def test_a_reader_back_inside_the_grace_gets_the_whole_run(
     tmp_path: Path, provider: FakeProviderServer, workspace: Path, transport: str
 ) -> None:
     """Detach is not cancel within the grace: a reconnect replays from the start and follows live."""
-    reply = OPENAI_CHAT.text(["one ", "two ", "three"])
-    reply.chunk_delay = 0.05
-    provider.enqueue(reply)
+    provider.enqueue(finishing_text("one ", "two ", "three"))
     with ServerProcess(config_with(tmp_path, provider, LONG)) as server:
         ide = ScriptedIDE(server.base_url, workspace, transport=transport)
         rid = uuid.uuid4().hex
@@ -161,10 +151,10 @@ async def test_a_new_run_request_takes_over_a_run_whose_stream_is_gone(
             await left_mid_stream(ide, uuid.uuid4().hex, conv, StreamLog())
             second = await ide.turn(run_request("next prompt", model=MODEL, conversation_id=conv), timeout=BOUND)
             await ended(server, "canceled")
+            await wait_until(provider.requests[0].disconnected.is_set, BOUND)
         finally:
             await ide.close()
         assert second.text == "second answer" and second.terminal is None
-        assert provider.requests[0].disconnected.is_set()
         assert "long one" in provider.requests[1].body.decode()
 
 
