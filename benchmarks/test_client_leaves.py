@@ -49,6 +49,7 @@ class Reader:
         self.seqno = 0
         self.streamer: Connection | None = None
         self.appender: Connection | None = None
+        self.appending = asyncio.Lock()  # one request at a time on the appender's connection
 
     async def open(self) -> None:
         self.streamer = await Connection.open("127.0.0.1", self.port)
@@ -56,9 +57,16 @@ class Reader:
 
     async def append(self, message: pb.AgentClientMessage) -> None:
         assert self.appender is not None
-        status, _ = await self.appender.post(BIDI_APPEND, append_body(self.rid, self.seqno, message))
-        self.seqno += 1
-        assert status == 200, status
+        async with self.appending:
+            body = append_body(self.rid, self.seqno, message)
+            self.seqno += 1
+            try:
+                status, body = await self.appender.post(BIDI_APPEND, body)
+            except (asyncio.IncompleteReadError, ConnectionError):  # the server closed it, idle: as a client does, again
+                self.appender.close()
+                self.appender = await Connection.open("127.0.0.1", self.port)
+                status, body = await self.appender.post(BIDI_APPEND, body)
+        assert status == 200, (status, body)
 
     async def frames(self) -> AsyncIterator[tuple[int, pb.AgentServerMessage | None]]:
         assert self.streamer is not None
