@@ -208,7 +208,7 @@ async def test_the_stream_ends_with_the_settled_checkpoint(tmp_path: Path, provi
 async def test_run_response_headers_come_before_any_output(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
     """A Run queued behind an attached run writes nothing until it starts: its response HEADERS are
     sent at once all the same, not with its first DATA frame."""
-    provider.enqueue(held_text("busy "))
+    provider.enqueue(held_text("busy "), OPENAI_CHAT.text(["queued answer"]))  # the queued run's, once it starts
     conv = uuid.uuid4().hex
     with ServerProcess(config_with(tmp_path, provider, LONG)) as server:
         ide = ScriptedIDE(server.base_url, workspace)
