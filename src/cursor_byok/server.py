@@ -63,6 +63,7 @@ class Server:
             continuation_window=config.server.continuation_window_seconds,
             blob_ack_timeout=config.server.blob_ack_timeout_seconds,
             recovery_wait=config.server.recovery_wait_seconds,
+            reattach_grace=config.server.reattach_grace_seconds,
             resolve_effort=effort_for,
             observer=recorder or NO_OBSERVER,
         )

@@ -7,6 +7,7 @@ import asyncio
 import re
 import uuid
 
+from cursor_byok.conversation import OutputStream
 from cursor_byok.conversation.commands import Reader
 from cursor_byok.conversation.state import Phase
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
@@ -46,7 +47,7 @@ async def test_a_run_request_waits_behind_a_command_queued_before_it(rig: Rig, p
     provider.enqueue(OPENAI_CHAT.text(["second answer"]))
     rid = uuid.uuid4().hex
     await rig.service.resolve(rid)
-    runtime.post(Reader("someone-else", False))  # any command, not yet taken
+    runtime.post(Reader("someone-else", False, OutputStream("someone-else", 0)))  # any command, not yet taken
     rig.service.open_run(rid, run_request("second", model=MODEL, conversation_id=conv).run_request)
     assert runtime.phase is Phase.IDLE and runtime.run is None  # queued behind it, not taken first
     log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
@@ -67,7 +68,7 @@ async def test_a_reader_attaching_is_taken_in_the_callers_step(rig: Rig, provide
     assert runtime is not None and runtime.run is not None
     claim = runtime.run.claim
     assert claim is not None and not claim.done()
-    rig.service.attach(rid)
+    rig.service.attach(rid, rig.service.hub.get(rid))
     assert claim.done() and claim.result() is True
     log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
     assert log.terminal is None and log.text == "second answer"
@@ -96,7 +97,7 @@ async def test_a_new_conversations_turn_needs_no_task_of_its_runtime(rig: Rig, p
     runtime = rig.runtime(conv)
     assert runtime is not None and runtime.running and runtime.phase is Phase.IDLE
     assert made and "ConversationRuntime._loop" not in made
-    runtime.post(Reader("someone-else", False))  # a command that waits in the queue gets its task
+    runtime.post(Reader("someone-else", False, OutputStream("someone-else", 0)))  # a command that waits in the queue gets its task
     await asyncio.sleep(0)
     await answered_turn(rig, provider, conv, "third")
 

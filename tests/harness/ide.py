@@ -8,6 +8,7 @@ read, so tests check what the IDE saw.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import os
 import subprocess
@@ -329,11 +330,36 @@ class ScriptedIDE:
         self, request_id: str, log: StreamLog, *, enveloped: bool = True, stop: asyncio.Event | None = None, headers: dict[str, str] | None = None,
         gzip_request: bool = False,
     ) -> StreamLog:
-        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect).
+        """Read one RunSSE (or Run) stream to its end (or until `stop` is set: a disconnect, made
+        at once even while the server sends nothing; a Run stream is reset with CANCEL).
         `gzip_request`: the request's envelope compressed (connect-content-encoding or
         grpc-encoding: gzip)."""
+        reading = asyncio.ensure_future(self._stream(request_id, log, enveloped, stop, headers, gzip_request))
+        if stop is None:
+            return await reading
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait((reading, stopping), return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not reading.done():
+            self.run_streams.reset(request_id)
+            reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        return log
+
+    async def _stream(
+        self, request_id: str, log: StreamLog, enveloped: bool, stop: asyncio.Event | None, headers: dict[str, str] | None,
+        gzip_request: bool,
+    ) -> StreamLog:
+        def take(rid: str, decoder: hotpath.FrameDecoder, data: bytes) -> Awaitable[None]:
+            # What a chunk makes the IDE do (acks, exec results: appends with their seqnos) is done
+            # whole even when a stop cuts the read meanwhile: a seqno taken and never sent would
+            # leave a gap the server waits on.
+            work = self._take(rid, log, decoder, data)
+            return work if stop is None else asyncio.shield(work)
+
         if self.transport == "run":
-            log.broken = not await self.run_streams.read(request_id, lambda rid, decoder, data: self._take(rid, log, decoder, data), stop)
+            log.broken = not await self.run_streams.read(request_id, take, stop)
             return log
         body = pb.BidiRequestId(request_id=request_id).SerializeToString()
         headers = {"content-type": GRPC_WEB_PROTO if self.grpc_web else "application/connect+proto", **(headers or {})}
@@ -344,18 +370,19 @@ class ScriptedIDE:
             body = envelope(body)
         decoder = hotpath.FrameDecoder()
         try:
-            return await self._read_stream(request_id, log, body, decoder, stop, headers)
+            return await self._read_stream(request_id, log, body, decoder, take, stop, headers)
         except httpx.TransportError:
             log.broken = True  # the connection died (e.g. the server was killed)
             return log
 
     async def _read_stream(
-        self, request_id: str, log: StreamLog, body: bytes, decoder: hotpath.FrameDecoder, stop: asyncio.Event | None, headers: dict[str, str]
+        self, request_id: str, log: StreamLog, body: bytes, decoder: hotpath.FrameDecoder,
+        take: Callable[[str, hotpath.FrameDecoder, bytes], Awaitable[None]], stop: asyncio.Event | None, headers: dict[str, str],
     ) -> StreamLog:
         async with self.client.stream("POST", RUN_SSE, content=body, headers=headers) as resp:
             assert resp.status_code == 200, resp.status_code
             async for chunk in resp.aiter_raw():
-                await self._take(request_id, log, decoder, chunk)
+                await take(request_id, decoder, chunk)
                 if stop is not None and stop.is_set():
                     return log
         decoder.close()

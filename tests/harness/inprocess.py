@@ -73,6 +73,7 @@ class InProcessIDE(ScriptedIDE):
         decoder = hotpath.FrameDecoder()
         position = 0
         output.readers += 1
+        self.rig.service.attach(request_id, output)
         try:
             while True:
                 result = await output.read(position)
@@ -82,8 +83,7 @@ class InProcessIDE(ScriptedIDE):
                     return log
         finally:
             output.readers -= 1
-            if not output.closed:
-                self.rig.service.detach(request_id)
+            self.rig.service.detach(request_id, output)  # as the gateway does: the runtime decides what it means
 
 
 class Rig:

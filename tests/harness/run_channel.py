@@ -100,6 +100,12 @@ class RunStreams:
         channel.queued.set()
         return Appended()
 
+    def reset(self, request_id: str) -> None:
+        """The IDE gives up the request id's open Run stream: RST_STREAM CANCEL."""
+        channel = self.channels.get(request_id)
+        if channel is not None and channel.stream is not None:
+            channel.stream.reset()
+
     async def read(self, request_id: str, take: Take, stop: asyncio.Event | None) -> bool:
         """Open the request id's Run stream (once its first message is there; a reopened stream
         starts with the first message again), send what was queued, hand what arrives to `take`

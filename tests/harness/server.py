@@ -72,7 +72,7 @@ class ServerConfig:
     upstream: str = "http://127.0.0.1:9"  # nothing listens: upstream calls fail fast unless a test sets it
     runsse_wait_seconds: float = 5.0
     output_retention_seconds: float = 60.0
-    continuation_window_seconds: float | None = 0.2  # None: the server's default
+    continuation_window_seconds: float | None = None  # None: the server's default (no window)
     extra_server: dict[str, object] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)  # Cursor-hosted model id → one of `models`
     # Where the server keeps its state, when not in data_dir (which then holds only the config and

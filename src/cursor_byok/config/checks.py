@@ -236,7 +236,7 @@ def _edge_limit_problems(server: ServerConfig) -> Iterator[str]:
     for key in (
         "body_read_timeout_seconds", "header_read_timeout_seconds", "max_header_bytes", "max_pending_requests",
         "max_pending_per_connection", "recovery_wait_seconds", "first_byte_timeout_seconds", "body_deadline_seconds",
-        "max_connections", "max_pending_body_bytes",
+        "max_connections", "max_pending_body_bytes", "reattach_grace_seconds",
     ):
         if getattr(server, key) <= 0:
             yield f"server.{key}: must be > 0"

@@ -47,8 +47,12 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Idle conversations' histories kept in memory beyond this much text leave it sooner, least
     # recently active first (the next turn reads the history again).
     idle_history_bytes: int = 4 * 1024 * 1024
-    # After a turn the stream stays open this long for a follow-up on the same request id.
-    continuation_window_seconds: float = 2.0
+    # After a turn the stream stays open this long for a follow-up on the same request id (0: it
+    # ends with the settled checkpoint; Cursor's SDK marks a run finished only when its stream ends).
+    continuation_window_seconds: float = 0.0
+    # A run whose stream is gone (RunSSE closed, Run reset) and not read again within this long
+    # ends as cancelled; a new run request for the conversation takes over before that.
+    reattach_grace_seconds: float = 3.0
     blob_ack_timeout_seconds: float = 15.0  # how long a checkpoint waits for the IDE's set_blob acks
     # After a restart, how long a resumed run waits for tool results the IDE still owes it.
     recovery_wait_seconds: float = 10.0

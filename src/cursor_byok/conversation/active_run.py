@@ -72,6 +72,8 @@ class ActiveRun:
     checkpoint_stored: int = 0  # the newest one given to the store (each replaces the one before)
     call_model: bool = True  # False: the input was answered already; finish without the model
     cancelled: bool = False  # cancelled while preparing: it ends once prepared, before the model
+    # Its stream lost its last reader: the reattach grace running out ends the run (see runtime).
+    unread: asyncio.TimerHandle | None = None
     input_stored: asyncio.Future[Any] | None = None  # the turn's input being written: the model waits for it
     tool_ctx: tools.ToolContext | None = None
     context_query: ContextQuery | None = None  # the client asked for its request context (its request had none)
@@ -106,6 +108,13 @@ class ActiveRun:
             task.cancel()
         for side in list(self.side_tasks):
             side.cancel()
+        self.end_grace()
+
+    def end_grace(self) -> None:
+        """No reattach grace runs out for it any more: its stream has a reader again, or it ended."""
+        if self.unread is not None:
+            self.unread.cancel()
+            self.unread = None
 
 
 def write_to(output: OutputStream, *messages: pb.AgentServerMessage) -> None:

@@ -78,11 +78,19 @@ class RecoveryExpired:
 
 
 @dataclass(slots=True)
+class ReattachExpired:
+    """The run's stream has had no reader for the reattach grace: its client is gone."""
+
+    run_id: str
+
+
+@dataclass(slots=True)
 class Reader:
-    """A RunSSE reader came to (`attached`) or went from the request id's stream."""
+    """A reader (RunSSE, or a Run stream's response side) came to (`attached`) or left `output`."""
 
     request_id: str
     attached: bool
+    output: OutputStream
 
 
 @dataclass(slots=True)
@@ -93,7 +101,7 @@ class Shutdown:
 
 Command = (
     StartRun | ClientInput | Heartbeat | ToolBatch | Prepared | EngineDone | InjectionsTaken | CheckpointDone
-    | FinalizeExpired | RecoveryExpired | Reader | Shutdown
+    | FinalizeExpired | RecoveryExpired | ReattachExpired | Reader | Shutdown
 )
 
 

@@ -43,10 +43,11 @@ class RuntimeServices:
     store: Any = None  # cursor_byok.store.Store, or None for a memory-only runtime
     # (model, requested model id, requested parameters) → effort; the model catalog's rule.
     resolve_effort: Callable[[ModelConfig, str, list[tuple[str, str]]], str] | None = None
-    continuation_window: float = 2.0
+    continuation_window: float = 0.0
     blob_ack_timeout: float = 15.0
     observer: RunObserver = NO_OBSERVER  # told of runs, provider calls and tools (observability)
     recovery_wait: float = 10.0  # how long a resumed run waits for tool results the IDE still owes
+    reattach_grace: float = 3.0  # how long a run whose stream is gone waits for a reader to come back
 
 
 class ConversationData:

@@ -32,8 +32,8 @@ from ..run import Interrupted, start_now
 from . import actions, updates
 from .active_run import ActiveRun, begin_run
 from .commands import (
-    CheckpointDone, ClientInput, Command, EngineDone, FinalizeExpired, Heartbeat, InjectionsTaken, Prepared, Reader, RecoveryExpired,
-    Shutdown, StartRun, ToolBatch,
+    CheckpointDone, ClientInput, Command, EngineDone, FinalizeExpired, Heartbeat, InjectionsTaken, Prepared, ReattachExpired, Reader,
+    RecoveryExpired, Shutdown, StartRun, ToolBatch,
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
@@ -107,14 +107,12 @@ class ConversationRuntime(CommandInbox):
                 self.data.give_up_resume(self.run if self.is_current(cmd.run_id) else None)
             case FinalizeExpired():
                 if self.is_current(cmd.run_id) and self.phase is Phase.FINALIZING:
-                    assert self.run is not None
-                    if self.run.output in self._unhandled:
-                        self.post(cmd)  # the window closes after the input already accepted for it
-                    else:
-                        self._end_output_and_idle()
-            case Reader():  # gone: the run continues (output stays for a reconnect); come: a resumed run goes on
-                if cmd.attached and self.run is not None and self.run.request_id == cmd.request_id:
-                    self.run.claimed(True)
+                    self._close_window(cmd)
+            case Reader():
+                self._on_reader(cmd)
+            case ReattachExpired():
+                if self.is_current(cmd.run_id) and self.run is not None and not self.run.output.readers:
+                    self._cancel(self.run, "its client left and did not come back")
             case Shutdown():
                 self._on_shutdown(cmd)
                 return True
@@ -144,6 +142,8 @@ class ConversationRuntime(CommandInbox):
             self._begin_next()
         elif self.phase is Phase.FINALIZING:
             self._finish_finalizing()
+        elif self.run is not None and self.run.unread is not None and cmd.output is not self.run.output:
+            self._cancel(self.run, "its client left and sent a new run request")  # Cursor's SDK cancels so
 
     def _begin_next(self) -> None:
         """Start the oldest queued run whose stream is still open (a cancel or failure closed the
@@ -266,10 +266,8 @@ class ConversationRuntime(CommandInbox):
         decision = actions.decide(self._situation(), stream, action)
         run = self.run
         match decision:
-            case actions.CancelRun() if run is not None and self.phase is Phase.PREPARING:
-                self._cancel_preparing(run)
-            case actions.CancelRun():
-                self._end_run(Outcome.CANCELED, END_STREAM_CANCELED)
+            case actions.CancelRun() if run is not None:
+                self._cancel(run)
             case actions.EndStream():
                 self._end_output_and_idle()
             case actions.CancelQueued():
@@ -323,6 +321,29 @@ class ConversationRuntime(CommandInbox):
         if decision.injection_id:
             output.write(encode_server_message(updates.injection_queued_for_next_turn(decision.injection_id)))
         self._on_start_run(StartRun(output.request_id, output, rr, follow_up=True))
+
+    def _on_reader(self, cmd: Reader) -> None:
+        """A reader came to the run's stream (a resumed run goes on) or left it: with none left,
+        the reattach grace starts; detach is not cancel within it, its end is."""
+        if (run := self.run) is None or run.output is not cmd.output:
+            return
+        if cmd.attached:
+            run.claimed(True)
+            run.end_grace()
+        elif not cmd.output.readers and not cmd.output.closed and run.unread is None:
+            run.unread = asyncio.get_running_loop().call_later(self.s.reattach_grace, self.take_now, ReattachExpired(run.run_id))
+
+    def _cancel(self, run: ActiveRun, why: str = "") -> None:
+        """Cancel the run in any phase: before the model it ends once prepared; a finished one's
+        stream ends; any other ends now, its steps so far kept."""
+        if why:
+            log.info("run cancelled: %s", why, extra={"conversation_id": self.conversation_id})
+        if self.phase is Phase.PREPARING:
+            self._cancel_preparing(run)
+        elif self.phase is Phase.FINALIZING:
+            self._end_output_and_idle()
+        else:
+            self._end_run(Outcome.CANCELED, END_STREAM_CANCELED)
 
     def _cancel_preparing(self, run: ActiveRun) -> None:
         """A cancel before the model was called: the run never calls it, and ends (cancelled) once
@@ -384,16 +405,26 @@ class ConversationRuntime(CommandInbox):
         self._succeed()
 
     def _succeed(self) -> None:
-        """The run succeeded. FINALIZING: its stream stays open a moment for a follow-up (one
-        already waiting runs at once)."""
+        """The run succeeded. FINALIZING: its stream ends now (Cursor's SDK holds a run finished
+        only then) or, with a continuation window, stays open for a follow-up (one waiting runs)."""
         run = self.run
         assert run is not None
         self._transition(Phase.FINALIZING)
         self._finish_run(run, Outcome.SUCCEEDED)
         if any(q.output is run.output for q in self.queued):
             self._finish_finalizing()
-            return
-        self._timer = asyncio.get_running_loop().call_later(self.s.continuation_window, self.take_now, FinalizeExpired(run.run_id))
+        elif self.s.continuation_window > 0:
+            self._timer = asyncio.get_running_loop().call_later(self.s.continuation_window, self.take_now, FinalizeExpired(run.run_id))
+        else:
+            self._close_window(FinalizeExpired(run.run_id))
+
+    def _close_window(self, expired: FinalizeExpired) -> None:
+        """End the finished run's stream, after the input already accepted for it."""
+        assert self.run is not None
+        if self.run.output in self._unhandled:
+            self.post(expired)
+        else:
+            self._end_output_and_idle()
 
     def _finish_finalizing(self) -> None:
         """Leave FINALIZING: a follow-up queued on the same stream continues it (no terminal in

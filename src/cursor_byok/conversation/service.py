@@ -241,16 +241,19 @@ class ConversationService:
         stream = self.hub.get(request_id)
         return stream is None or stream.closed
 
-    def attach(self, request_id: str) -> None:
-        """A RunSSE reader is on the request id's stream: a run resumed on it after a restart goes on."""
-        self._reader(request_id, True)
+    def attach(self, request_id: str, output: OutputStream) -> None:
+        """A reader is on the request id's stream `output`: a run resumed on it after a restart
+        goes on; one whose reader had left is no longer given up."""
+        self._reader(Reader(request_id, True, output))
 
-    def detach(self, request_id: str) -> None:
-        """A RunSSE reader went away: the run continues; the runtime only takes note."""
-        self._reader(request_id, False)
+    def detach(self, request_id: str, output: OutputStream) -> None:
+        """A reader left `output` (its client closed or reset the stream, or it read the end): the
+        runtime decides what that means for the run (a stream left unread ends its run after the
+        reattach grace)."""
+        self._reader(Reader(request_id, False, output))
 
-    def _reader(self, request_id: str, attached: bool) -> None:
-        binding = self.registry.binding(request_id)
+    def _reader(self, cmd: Reader) -> None:
+        binding = self.registry.binding(cmd.request_id)
         rt = self.registry.runtime(binding.conversation_id) if binding is not None else None
         if rt is not None:
-            rt.take_now(Reader(request_id, attached))
+            rt.take_now(cmd)

@@ -3,8 +3,11 @@
 The request side is the appends: each Connect envelope is one AgentClientMessage, the first must
 select a model (seqno 0), and each later one is the next append in order. The response side is the
 run's output stream, exactly as a RunSSE reader gets it (replay, then live, one terminal). The
-client closing the stream or its connection only detaches, like a RunSSE disconnect: the run goes
-on. A new Run with the same `x-request-id` and the same first message reattaches and replays.
+client resetting the stream (RST_STREAM CANCEL: a Connect client's cancel) or losing its connection
+detaches, like a RunSSE disconnect: both reach us as the same `http.disconnect`, and a lost
+connection must still be able to come back, so both go through the reattach grace, whose end
+cancels the run (a new run request for the conversation takes over before that). A new Run with
+the same `x-request-id` and the same first message reattaches within it and replays.
 A run routed upstream (a model we do not serve) is relayed to Cursor as the same bidi stream.
 """
 from __future__ import annotations
@@ -17,7 +20,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
-from ..protocol import ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers
+from ..protocol import (
+    SERVER_HEARTBEAT_FRAME, ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers,
+)
 from .asgi import Receive, Scope, Send
 from .bidi import _parent_ref, _seqno0_transport, deliver_local
 from .deadline import Deadline
@@ -130,6 +135,11 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"), RUN_HEADERS)
         return
     await send({"type": "http.response.start", "status": 200, "headers": RUN_HEADERS})
+    if not stream.end:
+        # Nothing to send yet (a run queued behind another): granian sends the headers only with
+        # the first non-empty body chunk, and the client waits for them; a heartbeat carries them.
+        await send({"type": "http.response.body", "body": SERVER_HEARTBEAT_FRAME, "more_body": True})
+    gw.conversations.attach(request_id, stream)
     me = asyncio.current_task()
     assert me is not None
     inbound = asyncio.get_running_loop().create_task(_inbound(gw, transport, frames, request_id, me, failure))
@@ -138,20 +148,19 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         await relay(stream, send)
     except asyncio.CancelledError:
         if deadline.took(me):
-            await end_at_deadline(gw, request_id, send, deadline)
+            await end_at_deadline(send, deadline)
             return
         if not inbound.done():
             raise
         if failure:  # the client sent something we cannot take: the stream ends with that error
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": end_stream_error(failure[0]), "more_body": False})
-        else:
-            gw.conversations.detach(request_id)
     finally:
         deadline.stop()
         inbound.cancel()
         with contextlib.suppress(BaseException):
             await inbound
+        gw.conversations.detach(request_id, stream)
 
 
 async def _inbound(

@@ -1,7 +1,8 @@
 """RunSSE: find the stream through the binding, replay retained frames, then follow live.
 
-A disconnect only detaches this reader (the run continues, output stays retained); an early RunSSE
-waits (bounded) for its first BidiAppend; a late or reconnecting one replays from the start.
+A disconnect detaches this reader: the runtime is told, and the run continues for the reattach
+grace (output stays retained; a reconnect replays from the start); an early RunSSE waits (bounded)
+for its first BidiAppend; a late one replays from the start.
 """
 from __future__ import annotations
 
@@ -93,29 +94,27 @@ async def _serve_run_sse(
         await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
-    gw.conversations.attach(request_id)
+    gw.conversations.attach(request_id, stream)
     watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
     try:
         await relay(stream, send)
     except asyncio.CancelledError:
-        # The client went away: detach only; the run goes on and a reconnect replays.
         if watcher.done():
-            gw.conversations.detach(request_id)
-            return
+            return  # the client went away: only a detach (below); the run goes on and a reconnect replays
         if deadline.took(me):
-            await end_at_deadline(gw, request_id, send, deadline)
+            await end_at_deadline(send, deadline)
             return
         raise
     finally:
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher
+        gw.conversations.detach(request_id, stream)
 
 
-async def end_at_deadline(gw: Gateway, request_id: str, send: Send, deadline: Deadline) -> None:
+async def end_at_deadline(send: Send, deadline: Deadline) -> None:
     """The client's deadline passed while its stream relayed the run: the stream ends with
-    deadline_exceeded, and the run goes on as at a disconnect (detached)."""
-    gw.conversations.detach(request_id)
+    deadline_exceeded, and the run goes on as at a disconnect (its caller detaches the stream)."""
     ERROR_REPLIES["deadline_exceeded"] += 1
     with contextlib.suppress(Exception):  # the client may be gone as well
         await send({"type": "http.response.body", "body": end_stream_error(deadline.error()), "more_body": False})
