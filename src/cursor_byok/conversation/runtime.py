@@ -236,8 +236,6 @@ class ConversationRuntime(CommandInbox):
             # stream than the active run's (an earlier run's, before a restart) is late.
             if not on_run_stream:
                 log.info("ignoring a tool result from another stream", extra={"conversation_id": self.conversation_id})
-            elif run.context_query is not None and run.context_query.takes(kind, getattr(msg, kind)):  # type: ignore[union-attr]
-                pass  # the client's request context: its run's preparation waits for it
             elif self.data.tool_rounds.on_client_message(run, kind, getattr(msg, kind), replayed=cmd.replayed):  # type: ignore[arg-type]
                 self._batch_done()
         elif kind == "kv_client_message":
@@ -346,10 +344,8 @@ class ConversationRuntime(CommandInbox):
             self._end_run(Outcome.CANCELED, END_STREAM_CANCELED)
 
     def _cancel_preparing(self, run: ActiveRun) -> None:
-        """A cancel before the model was called: the run never calls it, and ends (cancelled) once
-        its preparation is done, so what the user typed is in the history, as it is for a turn
-        cancelled later. The calls a resumed run still owed results for end now (their execs
-        aborted), so its preparation does not wait for them."""
+        """A cancel before the model: the run ends (cancelled) once prepared, what the user typed in
+        its history; what its preparation waits on (calls a resumed run owed, the context ask) ends now."""
         run.cancelled = True
         self.data.tool_rounds.abort_pending(run, CANCELED_TOOL_TEXT)
         if run.context_query is not None:

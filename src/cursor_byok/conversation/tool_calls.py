@@ -148,7 +148,10 @@ class ToolRounds:
 
     def on_client_message(self, run: ActiveRun, kind: str, msg: Any, *, replayed: bool = False) -> bool:
         """A result, stream control or interaction answer from the IDE; True when it completed the
-        batch. `replayed`: journaled before a restart (what it leads to was sent then)."""
+        batch. `replayed`: journaled before a restart (what it leads to was sent then). The answer
+        to the ask for the client's request context goes to the run's preparation, which waits on it."""
+        if run.context_query is not None and run.context_query.takes(kind, msg):
+            return False
         send = not replayed
         if kind == "exec_client_message":
             if which(msg, "message") is None:
