@@ -1,0 +1,107 @@
+"""Refused input is never kept: an append the server refuses leaves nothing behind, so no later
+start replays it, and an append that reuses a seqno with other content is refused by name.
+
+Each test holds a run open (the IDE holds its exec request: the stream is live, so what is
+appended to it would be journaled), sends what the server must refuse, stops the real server
+(Ctrl-C or a kill) and starts it again on the same data dir: it must serve a new turn."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.protocol import agent_pb2 as pb
+from tests.fakes import OPENAI_CHAT, FakeProviderServer
+from tests.harness.ide import ScriptedIDE, StreamLog, heartbeat_message, run_request
+from tests.harness.server import ServerConfig, ServerProcess, one_model_config
+
+from .test_crash_recovery import wait_until
+from .test_journal import read_call
+
+MODEL = "byok-crash"
+
+
+@pytest.fixture
+def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
+    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server={"recovery_wait_seconds": 1.0})
+
+
+async def a_held_read(server: ServerProcess, provider: FakeProviderServer, workspace: Path) -> tuple[ScriptedIDE, str, pb.ExecServerMessage, asyncio.Task[StreamLog]]:
+    """A turn whose model reads a file; the IDE holds the exec request (the run stays live)."""
+    (workspace / "a.txt").write_text("ALPHA\n")
+    ide = ScriptedIDE(server.base_url, workspace)
+    ide.hold_execs = True
+    provider.enqueue(OPENAI_CHAT.tool_calls([read_call("call_a", workspace / "a.txt")]))
+    rid = uuid.uuid4().hex
+    reader = asyncio.create_task(ide.stream(rid, StreamLog()))
+    ok = await ide.append(rid, run_request("read it", model=MODEL, conversation_id=uuid.uuid4().hex, message_id="m1"))
+    assert ok.status_code == 200
+    await wait_until(lambda: len(ide.held) == 1)
+    return ide, rid, ide.held[0][1], reader
+
+
+def stop(server: ServerProcess, how: str) -> None:
+    if how == "kill":
+        server.kill()
+        return
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGINT)
+    server.proc.wait(15)
+
+
+async def a_new_turn_is_served(server: ServerProcess, provider: FakeProviderServer, workspace: Path) -> None:
+    provider.enqueue(OPENAI_CHAT.text(["served again"]))
+    ide = ScriptedIDE(server.base_url, workspace)
+    try:
+        log = await ide.turn(run_request("hello again", model=MODEL, conversation_id=uuid.uuid4().hex))
+    finally:
+        await ide.close()
+    assert log.terminal is None and log.text == "served again"
+
+
+@pytest.mark.parametrize("how", ["sigint", "kill"])
+async def test_an_append_far_past_the_window_is_refused_and_never_replayed(
+    config: ServerConfig, provider: FakeProviderServer, workspace: Path, how: str
+) -> None:
+    server = ServerProcess(config).start()
+    ide, rid, _, reader = await a_held_read(server, provider, workspace)
+    try:
+        far = ide.seqnos[rid] + 200
+        refused = await ide.append(rid, heartbeat_message(), seqno=far)
+        assert refused.status_code == 429 and refused.json()["code"] == "resource_exhausted", refused.text
+        stop(server, how)
+        await asyncio.wait_for(reader, 10)
+        server.start()  # a refused append must not keep any later start from serving
+        await a_new_turn_is_served(server, provider, workspace)
+    finally:
+        await ide.close()
+        server.stop()
+    assert f"seqno {far}" not in server.log()  # nothing refused was taken again
+
+
+async def test_a_seqno_reused_with_other_content_is_refused_naming_it(
+    config: ServerConfig, provider: FakeProviderServer, workspace: Path
+) -> None:
+    """Taken (delivered) or held behind a gap: the same seqno with other content is a client bug it
+    must hear of; the same append again stays an idempotent resend."""
+    server = ServerProcess(config).start()
+    ide, rid, _, reader = await a_held_read(server, provider, workspace)
+    try:
+        taken = ide.seqnos[rid]
+        assert (await ide.append(rid, heartbeat_message(), seqno=taken)).status_code == 200
+        held = taken + 2  # behind a gap at taken + 1
+        assert (await ide.append(rid, heartbeat_message(), seqno=held)).status_code == 200
+        other = pb.AgentClientMessage()
+        other.conversation_action.cancel_action.SetInParent()
+        for seqno in (taken, held):
+            reused = await ide.append(rid, other, seqno=seqno)
+            assert reused.status_code == 400, reused.text
+            assert reused.json()["code"] == "invalid_argument" and f"seqno {seqno}" in reused.json()["message"], reused.text
+            assert (await ide.append(rid, heartbeat_message(), seqno=seqno)).status_code == 200  # a resend
+        assert not reader.done()  # the refused cancel was not applied: the run goes on
+    finally:
+        await ide.close()
+        server.stop()
