@@ -1,7 +1,7 @@
 """A transport's seqno-0 fingerprint: the same event again matches, any other does not."""
 from __future__ import annotations
 
-from cursor_byok.gateway.transport import fingerprint
+from cursor_byok.conversation import fingerprint
 from cursor_byok.protocol import client_message
 from tests.harness.ide import run_request
 

@@ -24,14 +24,13 @@ from ..run import RunEngine
 from ..trust_store import verified
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
-from .journal import resume_journaled
 from .guard import JSON_TYPES, LOCAL_RPC_TYPES, PROTO_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
-from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, RUN_PATH, RUN_SSE_PATH, UI_PREFIX
+from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, RUN_PATH, RUN_SSE_PATH, UI_PREFIX, route_for
 from .run_stream import handle_run
 from .stream import handle_run_sse
-from .transport import Transports
+from .transport import Route, Transports
 from .ui import handle_metrics, handle_ui
 
 log = logging.getLogger("cursor_byok.gateway")
@@ -125,7 +124,8 @@ class Gateway:
         if self.recorder is not None:
             self.dashboard = Dashboard(self.config, self.store, self.recorder, self._adapter, gauges)
         await self.conversations.restore()
-        await resume_journaled(self)
+        for order in await self.conversations.appends.resume_journaled(lambda message: route_for(message, self.config) is Route.LOCAL):
+            self.transports.restore(order)
         loop = asyncio.get_running_loop()
         retention = keep_retention(
             self.store, self.config.retention.ages_ms(), first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS
