@@ -7,7 +7,9 @@ appended to it would be journaled), sends what the server must refuse, stops the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -105,3 +107,38 @@ async def test_a_seqno_reused_with_other_content_is_refused_naming_it(
     finally:
         await ide.close()
         server.stop()
+
+
+def damage_history(database: Path) -> None:
+    """A stored history row this version cannot read (written by hand, or by a newer version)."""
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        conn.execute("DROP TRIGGER history_events_no_update")
+        conn.execute("UPDATE history_events SET kind = 'from-the-future'")
+        conn.commit()
+
+
+@pytest.mark.parametrize("how", ["sigint", "kill"])
+async def test_a_journaled_stream_that_cannot_be_resumed_is_quarantined_and_the_server_starts(
+    config: ServerConfig, provider: FakeProviderServer, workspace: Path, how: str
+) -> None:
+    server = ServerProcess(config).start()
+    ide, rid, _, reader = await a_held_read(server, provider, workspace)
+    try:
+        stop(server, how)
+        await asyncio.wait_for(reader, 10)
+        damage_history(config.data_dir / "state.db")
+        server.start()
+        await a_new_turn_is_served(server, provider, workspace)
+        doctor = server.run_to_exit("doctor")
+        stats = server.run_to_exit("db", "stats")
+    finally:
+        await ide.close()
+        server.stop()
+    warnings = [line for line in server.log().splitlines() if "quarantined" in line and " WARNING " in line]
+    assert len(warnings) == 1 and rid in warnings[0], server.log()
+    with contextlib.closing(sqlite3.connect(config.data_dir / "state.db")) as conn:
+        (named,) = conn.execute("SELECT DISTINCT conversation_id FROM quarantined_appends WHERE request_id = ?", (rid,)).fetchone()
+        assert conn.execute("SELECT COUNT(*) FROM inbound_appends WHERE request_id = ?", (rid,)).fetchone() == (0,)
+    assert named and named in warnings[0]
+    assert named in doctor.stdout and "quarantined" in doctor.stdout, doctor.stdout
+    assert named in stats.stdout and "quarantined" in stats.stdout, stats.stdout
