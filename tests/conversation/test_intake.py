@@ -1,0 +1,64 @@
+"""The inbox's append path: admit → journal → hand over. What admission refuses, or what could not be
+journaled, leaves nothing behind (no row, no change to the order), so a resend is taken afresh and
+no later start replays it."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from cursor_byok import hotpath
+from cursor_byok.conversation import AppendOrder
+from cursor_byok.protocol import ConnectError, client_message
+from cursor_byok.store import StoreClosedError
+from tests.fakes import OPENAI_CHAT
+from tests.harness.ide import heartbeat_message, run_request
+from tests.harness.inprocess import MODEL, Rig
+
+
+def appended(request_id: str, seqno: int, message) -> object:  # noqa: ANN001 - a protobuf message
+    return client_message(request_id, seqno, message.SerializeToString())
+
+
+async def test_a_seqno0_whose_journal_write_failed_is_taken_afresh_when_sent_again(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store refused the first try (it was closing): the IDE got unavailable and sends it again.
+    The resend must open the run, not be answered as a duplicate of an append nothing took."""
+    assert rig.store is not None
+    record = rig.store.record_append
+    failures = [StoreClosedError("the store is closing")]
+
+    def flaky(*args: object) -> object:
+        if failures:
+            raise failures.pop()
+        return record(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rig.store, "record_append", flaky)
+    rig.provider.enqueue(OPENAI_CHAT.text(["opened"]))
+    rid = uuid.uuid4().hex
+    first = appended(rid, 0, run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex))
+    order = AppendOrder(rid)
+    intake = rig.service.appends
+    await rig.service.resolve(rid)
+    with pytest.raises(ConnectError) as refused:
+        intake.take(order, first, None)
+    assert refused.value.code == "unavailable"
+    assert rig.service.hub.get(rid) is None and order.seqno0 is None  # nothing of it was kept
+    await intake.stored(intake.take(order, first, None))
+    assert rig.service.hub.get(rid) is not None  # the run opened
+
+
+def test_admission_refuses_without_changing_the_order() -> None:
+    order = AppendOrder("r", window=8)
+    seqno0 = appended("r", 0, run_request("hi", model=MODEL, conversation_id="c"))
+    order.take(seqno0, *order.admit(seqno0))
+    beat = appended("r", 1, heartbeat_message())
+    assert len(order.take(beat, *order.admit(beat))) == 1
+    far = appended("r", 10, heartbeat_message())  # next is 2: [2, 10) is the window
+    with pytest.raises(hotpath.SeqnoOutOfWindow):
+        order.admit(far)
+    other = run_request("other", model=MODEL, conversation_id="c")
+    with pytest.raises(ConnectError) as reused:
+        order.admit(appended("r", 1, other))
+    assert reused.value.code == "invalid_argument" and "seqno 1" in reused.value.message
+    assert order.next_seqno == 2 and order.buffer.held == 0
+    assert order.admit(appended("r", 1, heartbeat_message()))[0].value == "resend"
