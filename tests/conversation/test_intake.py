@@ -3,6 +3,7 @@ journaled, leaves nothing behind (no row, no change to the order), so a resend i
 no later start replays it."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -62,3 +63,32 @@ def test_admission_refuses_without_changing_the_order() -> None:
     assert reused.value.code == "invalid_argument" and "seqno 1" in reused.value.message
     assert order.next_seqno == 2 and order.buffer.held == 0
     assert order.admit(appended("r", 1, heartbeat_message()))[0].value == "resend"
+
+
+async def test_a_resumed_runs_recovery_clock_starts_when_the_server_serves(tmp_path, provider, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001 - fixtures
+    """While a start still resumes other streams no IDE can come back: a resumed run's recovery
+    wait (here: none at all) runs out only once the server serves, not while it starts."""
+    monkeypatch.setenv("CURSOR_BYOK_STRICT_PREFIX", "1")
+    rig = await Rig(tmp_path, provider, recovery_wait=0.0).start()
+    try:
+        slow = OPENAI_CHAT.text(["zulu "] * 40)
+        slow.chunk_delay = 0.05  # still answering when the server stops
+        provider.enqueue(slow)
+        rid, conversation = uuid.uuid4().hex, uuid.uuid4().hex
+        await rig.service.resolve(rid)
+        order = AppendOrder(rid)
+        await rig.service.appends.stored(rig.service.appends.take(order, appended(rid, 0, run_request("hi", model=MODEL, conversation_id=conversation)), None))
+        await rig.restart()  # the stream was cut: its run request stays journaled
+        rig.service.services.serving = False  # as a server's start: not serving until it says so
+        [resumed] = await rig.service.appends.resume_journaled(lambda _: True)
+        runtime = rig.runtime(conversation)
+        assert resumed.request_id == rid and runtime is not None and runtime.run is not None
+        claim = runtime.run.claim
+        assert claim is not None
+        for _ in range(20):  # let every ready callback run: a clock already started would fire now
+            await asyncio.sleep(0)
+        assert not claim.done()
+        rig.service.services.begin_serving()
+        assert await asyncio.wait_for(claim, 5) is False  # then it runs: nobody came back
+    finally:
+        await rig.close()
