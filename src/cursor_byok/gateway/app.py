@@ -110,6 +110,7 @@ class Gateway:
             recovery_wait=self.config.server.recovery_wait_seconds,
             resolve_effort=effort_for,
             observer=self.recorder or NO_OBSERVER,
+            serving=False,  # until every journaled stream is resumed: their recovery waits start then
         )
         hub = OutputHub(self.config.server.output_retention_seconds)
         self.conversations = ConversationService(services, hub)
@@ -126,6 +127,7 @@ class Gateway:
         await self.conversations.restore()
         for order in await self.conversations.appends.resume_journaled(lambda message: route_for(message, self.config) is Route.LOCAL):
             self.transports.restore(order)
+        services.begin_serving()
         loop = asyncio.get_running_loop()
         retention = keep_retention(
             self.store, self.config.retention.ages_ms(), first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS
