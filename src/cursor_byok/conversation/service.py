@@ -203,6 +203,7 @@ class ConversationService:
     async def shutdown(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
         """End every runtime (open streams get one terminal). Idempotent: the drain before the HTTP
         server stops and the gateway's shutdown after it both call this."""
+        self.appends.stopping = True  # streams end cut now: what still comes for them is journaled with them
         loop = asyncio.get_running_loop()
         waits = []
         for rt in self.registry.runtimes():
