@@ -1,0 +1,40 @@
+"""A start never fails because of stored data, whatever came before the stop: the restart fuzz
+(restart_fuzz.py) over the real server, bounded here; `make soak` runs it 500 times."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import FakeProviderServer
+from tests.harness.server import ServerConfig, one_model_config
+
+from .restart_fuzz import MODEL, restart_fuzz
+
+
+@pytest.fixture
+def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
+    # A resumed run nobody comes back for ends soon: streams of earlier cycles do not pile up.
+    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server={"recovery_wait_seconds": 1.0, "blob_ack_timeout_seconds": 1.0})
+
+
+def check(figures) -> None:  # noqa: ANN001 - Figures
+    print(figures.summary())
+    for lost in figures.lost:
+        print("LOST", lost)
+    assert not figures.lost, figures.lost
+    assert not figures.kept, figures.kept
+    assert figures.acknowledged and figures.refused
+
+
+async def test_restarts_after_random_appends_and_stops_always_serve(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    check(await restart_fuzz(config, provider, workspace, restarts=20, seed=32))
+
+
+@pytest.mark.soak
+async def test_soak_restart_fuzz(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
+    """500 restarts; every start within twice the usual (median) ready time."""
+    figures = await restart_fuzz(config, provider, workspace, restarts=500, seed=3200)
+    check(figures)
+    starts = sorted(figures.start_seconds)
+    assert starts[-1] <= 2 * starts[len(starts) // 2], figures.summary()
