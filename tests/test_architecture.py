@@ -93,3 +93,14 @@ def test_only_the_runtime_changes_a_conversations_phase() -> None:
 def test_conversation_modules_stay_small() -> None:
     sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in (SRC / "conversation").rglob("*.py")}
     assert not {name: lines for name, lines in sizes.items() if lines > 500}
+
+
+def test_the_gateway_never_writes_state() -> None:
+    """The gateway decodes and routes; journaling an append, like every other write, is the
+    conversation side's. Outside the composition root it takes nothing from the store but its errors."""
+    allowed = {"cursor_byok.store", "cursor_byok.store.StoreError"}
+    offenders = {
+        str(p.relative_to(SRC)): sorted(n for n in imported_modules(p) if n.startswith("cursor_byok.store") and n not in allowed)
+        for p in files("gateway") if p.name != "app.py"
+    }
+    assert not {k: v for k, v in offenders.items() if v}
