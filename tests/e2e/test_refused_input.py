@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sqlite3
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, heartbeat_message, run_request
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
 
+from .restart_fuzz import stop
 from .test_crash_recovery import wait_until
 from .test_journal import read_call
 
@@ -45,15 +45,6 @@ async def a_held_read(server: ServerProcess, provider: FakeProviderServer, works
     return ide, rid, ide.held[0][1], reader
 
 
-def stop(server: ServerProcess, how: str) -> None:
-    if how == "kill":
-        server.kill()
-        return
-    assert server.proc is not None
-    server.proc.send_signal(signal.SIGINT)
-    server.proc.wait(15)
-
-
 async def a_new_turn_is_served(server: ServerProcess, provider: FakeProviderServer, workspace: Path) -> None:
     provider.enqueue(OPENAI_CHAT.text(["served again"]))
     ide = ScriptedIDE(server.base_url, workspace)
@@ -64,7 +55,7 @@ async def a_new_turn_is_served(server: ServerProcess, provider: FakeProviderServ
     assert log.terminal is None and log.text == "served again"
 
 
-@pytest.mark.parametrize("how", ["sigint", "kill"])
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
 async def test_an_append_far_past_the_window_is_refused_and_never_replayed(
     config: ServerConfig, provider: FakeProviderServer, workspace: Path, how: str
 ) -> None:
@@ -117,7 +108,7 @@ def damage_history(database: Path) -> None:
         conn.commit()
 
 
-@pytest.mark.parametrize("how", ["sigint", "kill"])
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
 async def test_a_journaled_stream_that_cannot_be_resumed_is_quarantined_and_the_server_starts(
     config: ServerConfig, provider: FakeProviderServer, workspace: Path, how: str
 ) -> None:

@@ -20,8 +20,6 @@ def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
 
 def check(figures) -> None:  # noqa: ANN001 - Figures
     print(figures.summary())
-    for lost in figures.lost:
-        print("LOST", lost)
     assert not figures.lost, figures.lost
     assert not figures.kept, figures.kept
     assert figures.acknowledged and figures.refused

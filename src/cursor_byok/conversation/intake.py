@@ -8,7 +8,8 @@ refused input is never kept, so no later start can take it again. The IDE gets i
 journal row is durable; appends that come in the same instant share one commit.
 
 What is journaled is the transport's view of an append (request id, generation, seqno, the
-message's bytes), so a restart rebuilds each order as it stood (`Resumer`).
+message's bytes), so a restart rebuilds each order as it stood (`AppendIntake.resume_journaled`): a
+stream it cannot resume is quarantined, never a reason not to start.
 """
 from __future__ import annotations
 
