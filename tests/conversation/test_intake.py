@@ -4,6 +4,7 @@ no later start replays it."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
 
 import pytest
@@ -92,3 +93,14 @@ async def test_a_resumed_runs_recovery_clock_starts_when_the_server_serves(tmp_p
         assert await asyncio.wait_for(claim, 5) is False  # then it runs: nobody came back
     finally:
         await rig.close()
+
+
+async def test_a_journal_that_cannot_be_read_resumes_nothing_and_the_start_goes_on(rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    assert rig.store is not None
+
+    async def unreadable() -> list[object]:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(rig.store, "inbound_streams", unreadable)
+    assert await rig.service.appends.resume_journaled(lambda _: True) == []
+    assert [r.levelname for r in caplog.records if "journal" in r.getMessage()] == ["WARNING"]
