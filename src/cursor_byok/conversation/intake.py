@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ from ..protocol import BidiAppend, ConnectError, client_message
 from ..store import StoreError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..protocol import agent_pb2 as pb
     from ..store import InboundStream
     from .identity import ParentConversationRef
@@ -166,8 +169,12 @@ class AppendIntake:
         except StoreError as exc:  # the store is closing: the IDE sends the append again
             raise self._unjournaled(exc) from None
 
+    @property
+    def _database(self) -> Path:
+        return self.service.services.config.database_path
+
     def _unjournaled(self, exc: BaseException) -> ConnectError:
-        problem = storage_problem(exc, self.service.services.config.database_path)
+        problem = storage_problem(exc, self._database)
         return ConnectError("unavailable", f"the append was not stored: {problem}; send it again")
 
     def _heartbeat(self, append: BidiAppend) -> None:
@@ -192,7 +199,11 @@ class AppendIntake:
             return []
         orders: list[AppendOrder] = []
         replayed = 0
-        streams = await store.inbound_streams()
+        try:
+            streams = await store.inbound_streams()
+        except (StoreError, sqlite3.Error, OSError) as exc:  # its rows stay: the next start tries again
+            log.warning("the inbound journal could not be read; no cut stream is resumed: %s", storage_problem(exc, self._database))
+            return []
         for stream in streams:
             try:
                 order, taken = await self._resume(stream, runs_locally)
