@@ -30,6 +30,7 @@ async def test_restarts_after_random_appends_and_stops_always_serve(config: Serv
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(3600)
 async def test_soak_restart_fuzz(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:
     """500 restarts; every start within twice the usual (median) ready time."""
     figures = await restart_fuzz(config, provider, workspace, restarts=500, seed=3200)
