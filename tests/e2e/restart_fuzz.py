@@ -50,10 +50,12 @@ class Figures:
 
     def summary(self) -> str:
         starts = sorted(self.start_seconds)
+        p50 = statistics.median(starts)
         return (
             f"restart fuzz: {self.restarts} restarts ({', '.join(f'{k} {v}' for k, v in sorted(self.stops.items()))}), "
             f"appends acknowledged {self.acknowledged}, refused {self.refused}, lost {len(self.lost)}, "
-            f"refused kept {len(self.kept)}; start p50 {statistics.median(starts):.3f} s, max {starts[-1]:.3f} s"
+            f"refused kept {len(self.kept)}; start p50 {p50:.3f} s, p95 {starts[int(len(starts) * 0.95)]:.3f} s, "
+            f"max {starts[-1]:.3f} s, over 2x p50: {sum(s > 2 * p50 for s in starts)}"
         )
 
 
