@@ -107,3 +107,14 @@ def test_only_the_composition_root_opens_the_store_in_a_server() -> None:
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Store.open"):
                 offenders.append(f"{where}:{node.lineno}")
     assert not offenders
+
+
+def test_the_gateway_never_writes_state() -> None:
+    """The gateway decodes and routes; journaling an append, like every other write, is the
+    conversation side's. Outside the composition root it takes nothing from the store but its errors."""
+    allowed = {"cursor_byok.store", "cursor_byok.store.StoreError"}
+    offenders = {
+        str(p.relative_to(SRC)): sorted(n for n in imported_modules(p) if n.startswith("cursor_byok.store") and n not in allowed)
+        for p in files("gateway") if p.name != "app.py"
+    }
+    assert not {k: v for k, v in offenders.items() if v}

@@ -64,6 +64,7 @@ class Server:
             blob_ack_timeout=config.server.blob_ack_timeout_seconds,
             recovery_wait=config.server.recovery_wait_seconds,
             reattach_grace=config.server.reattach_grace_seconds,
+            serving=False,  # until every journaled stream is resumed: their recovery waits start then
             resolve_effort=effort_for,
             observer=recorder or NO_OBSERVER,
         )
@@ -162,6 +163,7 @@ async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = 
         server.gateway.capture = sync_capture(None, config)[0]  # off: one failed open; on: a writer thread starts
         await server.gateway.conversations.restore()
         await server.gateway.resume_journaled()
+        server.services.begin_serving()
         server._run_background()
     except BaseException:
         await server.stop()

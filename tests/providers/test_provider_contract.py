@@ -367,3 +367,23 @@ async def test_proxy_from_the_environment_carries_provider_streams(fake_server, 
         events = await collect(provider_for(OPENAI_CHAT, fake_server, client), request())
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "through the proxy"
     assert request_lines == [f"POST {fake_server.url}/v1/chat/completions HTTP/1.1".encode()]
+
+
+async def test_a_call_cancelled_while_its_request_waits_leaves_the_shared_commit_alone(fake_server: FakeProviderServer, http_client: ProviderHttp) -> None:
+    """`ready` is the turn's input commit, shared with every write in that commit (the appends'
+    journal rows among them): cancelling the call that waits on it must not cancel it."""
+    provider = make_provider(fake_model(OPENAI_CHAT.kind, fake_server.url), CANARY, http_client)
+    commit: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    entered = asyncio.Event()
+
+    async def consume() -> None:
+        entered.set()
+        async for _ in provider.stream(request(), ready=commit):
+            pass
+
+    call = asyncio.create_task(consume())
+    await entered.wait()  # its first step ran on to the wait for the commit
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not commit.cancelled()

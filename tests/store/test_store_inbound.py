@@ -44,3 +44,24 @@ async def test_a_finished_generation_is_forgotten_whole(store: Store) -> None:
     store.record_append("r", "g2", 0, b"n")
     await store.forget_appends("r", "g1")
     assert await store.inbound_streams() == [InboundStream("r", "g2", [InboundAppend(0, b"n")])]
+
+
+async def test_the_settle_mark_is_kept_even_for_a_row_never_journaled(store: Store) -> None:
+    """A Run stream's message whose journal write failed was still applied; once the run settles
+    through it, a restart must start after it, not wait behind a gap for a row that never comes."""
+    for seqno in (0, 1, 2, 4):  # 3: its write failed
+        store.record_append("r", "g", seqno, f"m{seqno}".encode())
+    await store.settle_appends("r", "g", 3)
+    assert (await store.inbound_streams())[0].appends == [InboundAppend(0, b"m0"), InboundAppend(3, None), InboundAppend(4, b"m4")]
+
+
+async def test_a_quarantined_generation_leaves_the_journal_and_is_listed(store: Store, db_path) -> None:
+    from cursor_byok.store import database_stats
+
+    for seqno in range(3):
+        store.record_append("r", "g", seqno, b"m")
+    store.record_append("r", "g2", 0, b"n")
+    await store.quarantine_appends("r", "g", "conv-1", "KeyError: 'x'")
+    assert await store.inbound_streams() == [InboundStream("r", "g2", [InboundAppend(0, b"n")])]
+    [listed] = database_stats(db_path).quarantined
+    assert (listed.conversation_id, listed.request_id, listed.appends, listed.reason) == ("conv-1", "r", 3, "KeyError: 'x'")

@@ -57,6 +57,7 @@ def cmd_db_stats(args: argparse.Namespace) -> int:
             "page_size": stats.page_size, "pages": stats.pages, "free_pages": stats.free_pages,
             "used_bytes": stats.used_bytes, "turns": stats.turns, "bytes_per_turn": stats.bytes_per_turn,
             "rows": stats.rows, "table_bytes": stats.table_bytes,
+            "quarantined": [{"conversation_id": q.conversation_id, "request_id": q.request_id, "appends": q.appends, "reason": q.reason} for q in stats.quarantined],
             "retention_days": {k: v / 86_400_000 for k, v in ages.items()},
         }, indent=2))
         return 0
@@ -70,6 +71,8 @@ def cmd_db_stats(args: argparse.Namespace) -> int:
         rows.append((name, f"{count:,}", size(stats.table_bytes[name]) if name in stats.table_bytes else ""))
     for line in table(rows):
         echo(line)
+    for q in stats.quarantined:
+        echo(f"quarantined: conversation {q.conversation_id or 'unknown'} (request {q.request_id}), {q.appends} append(s): {q.reason}")
     kept = ", ".join(f"{k} {'forever' if v == 0 else f'{v / 86_400_000:g} days'}" for k, v in ages.items())
     echo(f"retention: {kept} ([retention] in the config; history is kept until `conversations delete|prune`)")
     return 0

@@ -279,7 +279,21 @@ def _data_dir_checks(cfg: Config) -> list[Check]:
         checks.append(Check("database", CheckStatus.FAIL, problem))
     elif cfg.database_path.exists():
         checks.append(Check("database", CheckStatus.OK, f"{cfg.database_path} passes SQLite's quick check"))
+        checks += _quarantine_checks(cfg.database_path)
     return checks
+
+
+def _quarantine_checks(database: Path) -> list[Check]:
+    """Journaled streams a start could not resume: kept aside, one line each."""
+    from ..store import database_stats
+
+    return [
+        Check(
+            "quarantined input", CheckStatus.WARN,
+            f"conversation {q.conversation_id or 'unknown'} (request {q.request_id}): {q.appends} append(s) not resumed: {q.reason}",
+        )
+        for q in database_stats(database).quarantined
+    ]
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

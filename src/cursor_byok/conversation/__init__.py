@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .identity import ParentConversationRef, new_run_id
+from .intake import AppendIntake, AppendOrder, fingerprint
 from .observation import NO_OBSERVER, NoObserver, ObservedRun, ObservedTool, RunObserver
 from .output import OutputHub, OutputStream, ReadResult, ReplayUnavailable
 from .registry import Binding, BindingConflict, BindKind, Registry
@@ -12,6 +13,8 @@ from .state import TRANSITIONS, IllegalTransition, Outcome, Phase, check_transit
 
 __all__ = [
     "TRANSITIONS",
+    "AppendIntake",
+    "AppendOrder",
     "Binding",
     "BindKind",
     "BindingConflict",
@@ -34,5 +37,6 @@ __all__ = [
     "RunObserver",
     "RuntimeServices",
     "check_transition",
+    "fingerprint",
     "new_run_id",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import prompting
@@ -48,6 +48,23 @@ class RuntimeServices:
     observer: RunObserver = NO_OBSERVER  # told of runs, provider calls and tools (observability)
     recovery_wait: float = 10.0  # how long a resumed run waits for tool results the IDE still owes
     reattach_grace: float = 3.0  # how long a run whose stream is gone waits for a reader to come back
+    # Whether IDEs can reach the server: a start that resumes cut streams sets it False until it
+    # serves (`begin_serving`), so their recovery waits do not run out while it resumes others.
+    serving: bool = True
+    _clocks: list[Callable[[], object]] = field(default_factory=list)  # recovery clocks waiting for that
+
+    def when_serving(self, start: Callable[[], object]) -> None:
+        """`start` now when the server serves, else once it does."""
+        if self.serving:
+            start()
+        else:
+            self._clocks.append(start)
+
+    def begin_serving(self) -> None:
+        self.serving = True
+        clocks, self._clocks = self._clocks, []
+        for start in clocks:
+            start()
 
 
 class ConversationData:
@@ -100,9 +117,10 @@ class ConversationData:
     def resume(self, run: ActiveRun, expire: Callable[[], None]) -> None:
         """A run resumed after a restart (its history loaded), before it takes any input: it waits
         for its IDE to come back for the stream (`run.claim`), `expire` called if none has by the
-        recovery wait, and rebuilds the batch its stream had in flight."""
-        run.claim = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_later(self.services.recovery_wait, expire)
+        recovery wait (counted from when the server serves), and rebuilds the batch its stream had in flight."""
+        loop = asyncio.get_running_loop()
+        run.claim = loop.create_future()
+        self.services.when_serving(lambda: loop.call_later(self.services.recovery_wait, expire))
         self._recover_batch(run)
 
     def input_taken(self, cmd: ClientInput, run: ActiveRun | None) -> None:

@@ -22,6 +22,7 @@ from .output import OutputHub, OutputStream
 from .registry import BindingConflict, BindKind, Registry
 from .commands import ClientInput, Command, Heartbeat, Reader, Shutdown, StartRun
 from .data import RuntimeServices
+from .intake import AppendIntake
 from .runtime import ConversationRuntime
 
 log = logging.getLogger("cursor_byok.conversation")
@@ -46,6 +47,7 @@ class ConversationService:
         self.registry: Registry[ConversationRuntime] = Registry(self._make_runtime, services.store)
         hub.on_forget = self.registry.forget  # the registry keeps a binding while the hub keeps its stream
         self._holding: list[ConversationRuntime] | None = None  # runtimes held by `together`
+        self.appends = AppendIntake(self)  # an append's path: admit, journal, hand over
 
     def _make_runtime(self, conversation_id: str) -> ConversationRuntime:
         rt = ConversationRuntime(conversation_id, self.services)
@@ -201,6 +203,7 @@ class ConversationService:
     async def shutdown(self, reason: str = "server shutting down", timeout: float = 5.0) -> None:
         """End every runtime (open streams get one terminal). Idempotent: the drain before the HTTP
         server stops and the gateway's shutdown after it both call this."""
+        self.appends.stopping = True  # streams end cut now: what still comes for them is journaled with them
         loop = asyncio.get_running_loop()
         waits = []
         for rt in self.registry.runtimes():

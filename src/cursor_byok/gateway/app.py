@@ -20,15 +20,14 @@ from ..observability import Dashboard, GatewayGauges, Metrics
 from ..protocol import ConnectError, internal_error, new_error_id
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
-from .journal import resume_journaled
 from .grpc_web import GrpcWebSend, is_grpc_web
 from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
-from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, ROOT_PATH, RUN_PATH, RUN_SSE_PATH, UI_PATH, UI_PREFIX
+from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, ROOT_PATH, RUN_PATH, RUN_SSE_PATH, UI_PATH, UI_PREFIX, route_for
 from .run_stream import handle_run
 from .stream import handle_run_sse
-from .transport import Transports
+from .transport import Route, Transports
 from .ui import handle_metrics, handle_root, handle_ui
 
 log = logging.getLogger("cursor_byok.gateway")
@@ -100,8 +99,10 @@ class Gateway:
         metrics.attach(self.gauges)
 
     async def resume_journaled(self) -> None:
-        """At start: resume every stream the journal names."""
-        await resume_journaled(self)
+        """At start: rebuild the transport of every stream the journal names (the conversation side
+        resumes their runs; the composition root then starts their recovery clocks)."""
+        for order in await self.conversations.appends.resume_journaled(lambda message: route_for(message, self.config) is Route.LOCAL):
+            self.transports.restore(order)
 
     def sweep(self) -> None:
         """Let go of finished output, idle transports and idle runtimes (every `sweep_seconds`)."""

@@ -1,10 +1,10 @@
-"""BidiAppend: decode, route, order by append_seqno, answer heartbeats at once, hand over to the runtime.
+"""BidiAppend: decode and route; the conversation's inbox admits, journals and hands over.
 
-An append is checked completely (decode, identifiers, seqno, the first-message rule, the binding)
-before a transport is created or touched: refused input allocates nothing. A locally served one is
-journaled before it is handed over and answered 200 only once that row is durable (journal.py):
-what the IDE has been told was received survives a crash. Appends that come in the same instant
-share one commit.
+An append is decoded and its identifiers, the first-message rule and the binding checked before a
+transport is created or touched: refused input allocates nothing. A locally served one then goes
+to the conversation side in one step (`AppendIntake.take`: admit → journal → hand over), which
+keeps nothing of what it refuses, and is answered 200 only once its journal row is durable: what
+the IDE has been told was received survives a crash.
 """
 from __future__ import annotations
 
@@ -12,15 +12,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..conversation import ConversationService, ParentConversationRef
+from ..conversation import ParentConversationRef, fingerprint
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
-from ..store import StoreError
 from .asgi import Receive, Scope, Send, reply_error, reply_proto, watch_disconnect
 from .deadline import Deadline
-from .journal import journal, unjournaled
 from .routing import route_for
-from .transport import EarlyAppend, Route, Transport, Waiter, fingerprint
+from .transport import EarlyAppend, Route, Transport, Waiter
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -51,16 +49,15 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             return
         if durable is None:
             durable = deliver_local(gw, transport, append, _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id))
-        try:
-            if deadline.timeout_ms is None:
-                await durable
-            else:  # shielded: the row's future is its commit's, shared with other appends
+        stored = gw.conversations.appends.stored(durable)
+        if deadline.timeout_ms is None:
+            await stored
+        else:
+            try:  # shielded: the row's future is its commit's, shared with other appends
                 async with asyncio.timeout_at(deadline.when):
-                    await asyncio.shield(durable)
-        except TimeoutError:
-            raise deadline.error() from None
-        except StoreError as exc:  # taken, but not durable: not acknowledged (a resend is a duplicate)
-            raise unjournaled(gw, exc) from None
+                    await asyncio.shield(stored)
+            except TimeoutError:
+                raise deadline.error() from None
         gw.appends += 1
         if append.append_seqno == 0:
             # The commit that made this durable released the run's model request as well: that
@@ -79,7 +76,7 @@ def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     """The transport a valid seqno-0 append opens or continues; ConnectError (nothing allocated)
     when it does not select a model or conflicts with the request id's binding."""
     transport = gw.transports.get(append.request_id)
-    if transport is not None and fingerprint(append) == transport.seqno0:
+    if transport is not None and fingerprint(append) == transport.order.seqno0:
         return transport  # the same event again: idempotent
     route = route_for(append.message, gw.config)
     if (transport.route if transport is not None else route) is Route.LOCAL:
@@ -147,66 +144,23 @@ async def _later_before_seqno0(
 
 
 def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> asyncio.Future[Any]:
-    """Journal the append, order it and hand every deliverable message to the conversation domain;
-    the returned future resolves once the journal row is durable."""
-    service = gw.conversations
-    if append.append_seqno == 0 and transport.seqno0 is not None:
-        seqno0 = fingerprint(append)
-        if seqno0 == transport.seqno0:
-            return journal(gw, transport, append)  # the same event again: idempotent
-        rr = append.message.run_request
-        run_id = rr.run_id if rr.HasField("run_id") else ""
-        if not run_id or run_id == transport.cursor_run_id:
-            raise ConnectError(
-                "failed_precondition", "a different seqno-0 message for the same request and run; refusing to guess"
-            )
-        transport.new_generation(seqno0, run_id)
-    elif append.append_seqno == 0:
-        rr = append.message.run_request
-        transport.seqno0 = fingerprint(append)
-        transport.cursor_run_id = rr.run_id if rr.HasField("run_id") else ""
-    durable = _journaled(gw, transport, append)
+    """The append to its conversation's inbox (admitted, journaled, handed over; refused: raises and
+    nothing is kept), with the later appends that waited for it when it is their seqno 0; the
+    returned future resolves once its journal row is durable."""
+    intake = gw.conversations.appends
     parked = gw.transports.early  # later appends waiting for their seqno 0: it takes them along
-    early = parked.pop(append.request_id, ()) if parked and append.append_seqno == 0 else ()
-    ready = transport.buffer.push(append.append_seqno, append)
-    if len(ready) == 1 and not early:
-        hand_over(service, ready[0], parent)
-    elif ready:
-        # Appends that waited for this one reach the runtime with it: a cancel among them is
-        # seen before the model is called.
-        with service.together():
-            for item in ready:
-                hand_over(service, item, parent)
-            for waiting in early:
-                _take_along(gw, transport, waiting)
+    if not (parked and append.append_seqno == 0 and append.request_id in parked):
+        return intake.take(transport.order, append, parent)
+    # Appends that waited for this one reach the runtime with it: a cancel among them is seen
+    # before the model is called.
+    with gw.conversations.together():
+        durable = intake.take(transport.order, append, parent)
+        for early in parked.pop(append.request_id):
+            try:
+                early.durable = intake.take(transport.order, early.append, None)
+            except (ConnectError, HotPathError) as exc:  # its own request's answer
+                early.error = exc
     return durable
-
-
-def _take_along(gw: Gateway, transport: Transport, early: EarlyAppend) -> None:
-    """A parked later append, journaled and handed over after its seqno 0 (in order); what goes
-    wrong with it is its own request's answer."""
-    try:
-        early.durable = _journaled(gw, transport, early.append)
-        for item in transport.buffer.push(early.append.append_seqno, early.append):
-            hand_over(gw.conversations, item, None)
-    except (ConnectError, HotPathError) as exc:
-        early.error = exc
-
-
-def _journaled(gw: Gateway, transport: Transport, append: BidiAppend) -> asyncio.Future[Any]:
-    """The append journaled (its durable future); a heartbeat also counts as one."""
-    durable = journal(gw, transport, append)
-    if append.variant == "client_heartbeat":
-        gw.conversations.heartbeat(append.request_id)
-    return durable
-
-
-def hand_over(service: ConversationService, item: BidiAppend, parent: ParentConversationRef | None) -> None:
-    """One append, in order, to the conversation domain."""
-    if item.append_seqno == 0 and item.variant == "run_request":
-        service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw)
-    elif item.variant != "client_heartbeat":
-        service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
 
 
 def _parent_ref(gw: Gateway, parent_request_id: str | None, tool_call_id: str | None) -> ParentConversationRef | None:

@@ -190,7 +190,7 @@ def _refused(exc: ConnectError | HotPathError, request_id: str) -> ConnectError:
 
 def _deliver_next(gw: Gateway, transport: Transport, request_id: str, raw: bytes) -> None:
     """A later message of the stream, as the next append."""
-    _journaled(deliver_local(gw, transport, client_message(request_id, transport.buffer.next_seqno, raw), None), request_id)
+    _journaled(deliver_local(gw, transport, client_message(request_id, transport.order.next_seqno, raw), None), request_id)
 
 
 def _journaled(durable: asyncio.Future[Any], request_id: str) -> None:

@@ -6,8 +6,9 @@ later seqno, or a RunSSE, that arrives before seqno 0 waits for the transport (b
 id here, and overall by `Pending`) and holds nothing once its wait ends.
 
 A transport generation starts at append_seqno 0; a seqno-0 run request with a new Cursor run id on the
-same request_id starts a new generation (fresh reorder buffer). Routing and ordering only: the
-conversation runtime owns every lifecycle decision.
+same request_id starts a new generation (fresh reorder buffer). Routing only: the order of its
+appends is the conversation's (`AppendOrder`, admitted and taken by its inbox), as is every
+lifecycle decision.
 """
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import hotpath
 from ..protocol import ConnectError
 
 if TYPE_CHECKING:
+    from ..conversation import AppendOrder
     from ..protocol import BidiAppend
 
 log = logging.getLogger("cursor_byok.gateway.transport")
@@ -45,39 +46,18 @@ class Waiter(str, enum.Enum):
 WAITERS_PER_REQUEST = {Waiter.APPEND: 64, Waiter.RUN_SSE: 4}
 
 
-def fingerprint(append: BidiAppend) -> int:
-    """What tells a seqno-0 append sent again from a different one. A digest, not the bytes: a
-    transport lives for up to `transport_idle_seconds`, and its run request (the whole user turn,
-    often tens of KiB) would stay in memory all that time. Python's own hash of the bytes (SipHash,
-    keyed with this process's secret; a transport lives in memory only), at half a SHA-256's cost
-    over a whole turn on every run start: two different appends agree by chance once in 2**64,
-    and agreeing on purpose needs the key. All a match does is answer the append as a resend."""
-    return hash(append.raw)
-
-
 @dataclass(eq=False)
 class Transport:
     request_id: str
     route: Route
-    window: int = 64
-    buffer: hotpath.ReorderBuffer = field(init=False)
-    seqno0: int | None = None  # the fingerprint of this generation's seqno-0 append
-    cursor_run_id: str = ""
+    order: AppendOrder
     last_seen: float = field(default_factory=time.monotonic)
-
-    def __post_init__(self) -> None:
-        self.buffer = hotpath.ReorderBuffer(self.window)
-
-    def new_generation(self, seqno0: int, cursor_run_id: str) -> None:
-        self.buffer = hotpath.ReorderBuffer(self.window)
-        self.seqno0 = seqno0
-        self.cursor_run_id = cursor_run_id
 
 
 @dataclass(eq=False, slots=True)
 class EarlyAppend:
-    """A later append waiting for its seqno 0. A locally served seqno 0 takes it along: journaled
-    and into the reorder buffer in its own step, so it is handed over with the run request (a
+    """A later append waiting for its seqno 0. A locally served seqno 0 takes it along: admitted,
+    journaled and into the order in its own step, so it is handed over with the run request (a
     cancel that came first is seen before the model is called)."""
 
     append: BidiAppend
@@ -111,15 +91,20 @@ class Transports:
 
     def create(self, request_id: str, route: Route) -> Transport:
         """A new routed transport (its seqno 0 was valid); wakes whatever waits for it. At the
-        limit the least recently seen transport gives way: a valid run is never refused."""
+        limit the least recently seen transport whose run has ended gives way; when every one
+        still has a live run, the new one is refused (ConnectError, nothing allocated): dropping
+        a live run's transport would leave its next append nowhere to go."""
         if len(self._by_request) >= self.max_transports:
             self.expire()
-            while len(self._by_request) >= self.max_transports:
-                idle = (rid for rid in self._by_request if not self.run_is_live(rid))
-                oldest = next(idle, None) or next(iter(self._by_request))
+            ended = [rid for rid in self._by_request if not self.run_is_live(rid)]
+            for oldest in ended[: len(self._by_request) - self.max_transports + 1]:
                 del self._by_request[oldest]
                 log.warning("transport limit reached; dropped the least recently used", extra={"request_id": oldest})
-        t = Transport(request_id, route, self.window)
+            if len(self._by_request) >= self.max_transports:
+                raise ConnectError("resource_exhausted", f"too many live runs ({self.max_transports}); try again when one has ended")
+        from ..conversation import AppendOrder  # loaded with the gateway, not with its health probe's routing
+
+        t = Transport(request_id, route, AppendOrder(request_id, self.window))
         self._by_request[request_id] = t
         for waiters in self._waiting.pop(request_id, {}).values():
             for fut in waiters:
@@ -127,10 +112,10 @@ class Transports:
                     fut.set_result(t)
         return t
 
-    def restore(self, transport: Transport) -> None:
-        """A transport rebuilt from the journal after a restart (a later generation replaces it)."""
-        self._by_request.pop(transport.request_id, None)
-        self._by_request[transport.request_id] = transport
+    def restore(self, order: AppendOrder) -> None:
+        """A local transport rebuilt from the journal after a restart (a later generation replaces it)."""
+        self._by_request.pop(order.request_id, None)
+        self._by_request[order.request_id] = Transport(order.request_id, Route.LOCAL, order)
 
     def park(self, append: BidiAppend) -> EarlyAppend:
         """Park a later append while it waits for its seqno 0 (`unpark` when the wait ends)."""

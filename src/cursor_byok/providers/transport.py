@@ -151,7 +151,9 @@ class HttpStreamProvider(abc.ABC):
             if call.keep_bodies:
                 call.request_body = self._redact(body.decode("utf-8", "replace")).encode()
         if ready is not None:
-            await ready
+            # Shielded: `ready` is shared (the turn's input commit is every write's in that
+            # commit): cancelling this call must not cancel it for the others.
+            await asyncio.shield(ready)
             if call is not None:  # the call starts when its request may leave: our own wait is not the provider's time
                 call.started_ns = time.monotonic_ns()
         attempt = 0

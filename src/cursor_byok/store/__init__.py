@@ -18,7 +18,7 @@ from .errors import (
     StoreError,
     WriteFailedError,
 )
-from .inbound import InboundAppend, InboundStream
+from .inbound import InboundAppend, InboundStream, QuarantinedStream
 from .maintenance import Deletion, delete_conversations, prune_conversations
 from .migrations import MIGRATIONS, SCHEMA_VERSION, Migration
 from .records import (
@@ -75,6 +75,7 @@ __all__ = [
     "FlushError",
     "InboundAppend",
     "InboundStream",
+    "QuarantinedStream",
     "Migration",
     "MigrationError",
     "NothingToSalvage",

@@ -8,8 +8,10 @@ again (the conversation layer decides what each one means then).
 
 Rows go once their effect is durable: all of a generation when its stream has ended, and the
 middle of one (`settle`) while a long run goes on: rows 1..S-1 are deleted and row S keeps only its
-seqno (`message` NULL), so a restart knows where the stream stood. Row 0, the run request, stays
-until the stream ends: it is what a restart resumes.
+seqno (`message` NULL; written even when row S itself never was, e.g. a Run stream's message whose
+journal write failed), so a restart knows where the stream stood. Row 0, the run request, stays
+until the stream ends: it is what a restart resumes. A generation a start could not resume is moved
+to `quarantined_appends` (`quarantine`): kept for a look, never replayed.
 """
 from __future__ import annotations
 
@@ -29,7 +31,21 @@ ON CONFLICT (request_id, generation, seqno) DO NOTHING
 FORGET_GENERATION = "DELETE FROM inbound_appends WHERE request_id = ? AND generation = ?"
 
 SETTLE_BEFORE = "DELETE FROM inbound_appends WHERE request_id = ? AND generation = ? AND seqno > 0 AND seqno < ?"
-SETTLE_MARK = "UPDATE inbound_appends SET message = NULL WHERE request_id = ? AND generation = ? AND seqno = ?"
+SETTLE_MARK = """
+INSERT INTO inbound_appends (request_id, generation, seqno, message, received_at_ms) VALUES (?, ?, ?, NULL, ?)
+ON CONFLICT (request_id, generation, seqno) DO UPDATE SET message = NULL
+"""
+
+QUARANTINE = """
+INSERT OR REPLACE INTO quarantined_appends
+    (request_id, generation, seqno, message, received_at_ms, conversation_id, reason, quarantined_at_ms)
+SELECT request_id, generation, seqno, message, received_at_ms, ?, ?, ? FROM inbound_appends WHERE request_id = ? AND generation = ?
+"""
+
+SELECT_QUARANTINED = """
+SELECT conversation_id, request_id, reason, COUNT(*), MAX(quarantined_at_ms) FROM quarantined_appends
+GROUP BY request_id, generation ORDER BY MAX(quarantined_at_ms)
+"""
 
 
 class InboundAppend(msgspec.Struct, frozen=True):
@@ -45,13 +61,24 @@ class InboundStream(msgspec.Struct, frozen=True):
     appends: list[InboundAppend]
 
 
-class _Settle(WriteOp):
-    __slots__ = ("_generation", "_request_id", "_through")
+class QuarantinedStream(msgspec.Struct, frozen=True):
+    """A journaled stream a start could not resume (`doctor` and `db stats` list them)."""
 
-    def __init__(self, request_id: str, generation: str, through: int) -> None:
+    conversation_id: str | None
+    request_id: str
+    reason: str
+    appends: int
+    quarantined_at_ms: int
+
+
+class _Settle(WriteOp):
+    __slots__ = ("_generation", "_now", "_request_id", "_through")
+
+    def __init__(self, request_id: str, generation: str, through: int, now: int) -> None:
         self._request_id = request_id
         self._generation = generation
         self._through = through
+        self._now = now
 
     def describe(self) -> str:
         return f"settle inbound appends of {self._request_id} through {self._through}"
@@ -59,7 +86,26 @@ class _Settle(WriteOp):
     def plan(self, ctx: BatchContext, out: list[Statement]) -> None:
         key = (self._request_id, self._generation, self._through)
         out.append((Stage.INBOUND, SETTLE_BEFORE, key))
-        out.append((Stage.INBOUND, SETTLE_MARK, key))
+        out.append((Stage.INBOUND, SETTLE_MARK, (*key, self._now)))
+
+
+class _Quarantine(WriteOp):
+    __slots__ = ("_conversation_id", "_generation", "_now", "_reason", "_request_id")
+
+    def __init__(self, request_id: str, generation: str, conversation_id: str | None, reason: str, now: int) -> None:
+        self._request_id = request_id
+        self._generation = generation
+        self._conversation_id = conversation_id
+        self._reason = reason
+        self._now = now
+
+    def describe(self) -> str:
+        return f"quarantine inbound appends of {self._request_id}"
+
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> None:
+        key = (self._request_id, self._generation)
+        out.append((Stage.INBOUND, QUARANTINE, (self._conversation_id, self._reason, self._now, *key)))
+        out.append((Stage.INBOUND, FORGET_GENERATION, key))
 
 
 class InboundRecords(StoreCore):
@@ -77,7 +123,11 @@ class InboundRecords(StoreCore):
 
     def settle_appends(self, request_id: str, generation: str, through: int) -> asyncio.Future[None]:
         """Appends 1..`through` of the generation have had their durable effect (queued before this)."""
-        return self._enqueue(_Settle(request_id, generation, through))
+        return self._enqueue(_Settle(request_id, generation, through, self._clock()))
+
+    def quarantine_appends(self, request_id: str, generation: str, conversation_id: str | None, reason: str) -> asyncio.Future[None]:
+        """The generation could not be resumed: its rows move aside, out of every later start's way."""
+        return self._enqueue(_Quarantine(request_id, generation, conversation_id, reason[:500], self._clock()))
 
     async def inbound_streams(self) -> list[InboundStream]:
         """Every journaled generation, oldest first (by its first append's arrival)."""
@@ -93,3 +143,10 @@ def select_inbound(conn: sqlite3.Connection) -> list[InboundStream]:
         streams.setdefault(key, []).append(InboundAppend(seqno, message))
         first[key] = min(rowid, first.get(key, rowid))
     return [InboundStream(request_id, generation, streams[(request_id, generation)]) for request_id, generation in sorted(streams, key=first.__getitem__)]
+
+
+def select_quarantined(conn: sqlite3.Connection) -> list[QuarantinedStream]:
+    """The quarantined streams, oldest first (none in a database from before the table)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantined_appends'").fetchone() is None:
+        return []
+    return [QuarantinedStream(*row) for row in conn.execute(SELECT_QUARANTINED)]

@@ -338,8 +338,31 @@ _INBOUND = Migration(
 # stored inline, and the IDE keeps the KV blobs it is sent.
 _NO_BLOBS = Migration(9, "drop the unused blobs table", ("DROP TABLE IF EXISTS blobs",))
 
+# Journaled streams a start could not resume: kept aside (not deleted, not replayed), named by
+# `doctor` and `db stats`, so one bad row never keeps the server from starting (inbound.py).
+_QUARANTINE = Migration(
+    10,
+    "quarantined inbound appends",
+    (
+        """
+        CREATE TABLE quarantined_appends (
+            request_id       TEXT NOT NULL,
+            generation       TEXT NOT NULL,
+            seqno            INTEGER NOT NULL,
+            message          BLOB,
+            received_at_ms   INTEGER NOT NULL,
+            conversation_id  TEXT,
+            reason           TEXT NOT NULL,
+            quarantined_at_ms INTEGER NOT NULL,
+            PRIMARY KEY (request_id, generation, seqno)
+        ) STRICT
+        """,
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS, _INBOUND, _NO_BLOBS,
+    _QUARANTINE,
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -14,8 +14,12 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .inbound import QuarantinedStream, select_quarantined
+
 # Tables counted by `database_stats`, in the order they are shown.
-COUNTED = ("conversations", "request_bindings", "runs", "history_events", "checkpoints", "usage", "traces")
+COUNTED = (
+    "conversations", "request_bindings", "runs", "history_events", "checkpoints", "usage", "traces", "quarantined_appends",
+)
 
 
 @dataclass(slots=True)
@@ -28,6 +32,7 @@ class DatabaseStats:
     free_pages: int  # reusable inside the file; `vacuum_database` gives them back to the disk
     rows: dict[str, int] = field(default_factory=dict)  # table → rows
     table_bytes: dict[str, int] = field(default_factory=dict)  # table → bytes with its indexes (when asked)
+    quarantined: list[QuarantinedStream] = field(default_factory=list)  # journaled streams a start could not resume
 
     @property
     def used_bytes(self) -> int:
@@ -66,6 +71,7 @@ def database_stats(path: Path, *, table_sizes: bool = False) -> DatabaseStats:
         )
         present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         stats.rows = {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in COUNTED if t in present}
+        stats.quarantined = select_quarantined(conn)
         if table_sizes:
             stats.table_bytes = dict(conn.execute(
                 "SELECT COALESCE(m.tbl_name, s.name), SUM(s.pgsize) FROM dbstat AS s "
