@@ -38,6 +38,13 @@ SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
         "agent.v1.ExecClientMessage.message", "agent.v1.ExecClientControlMessage.message",
     ),
     ("conversation/sync.py", "BlobSync.on_reply", "message"): ("agent.v1.KvClientMessage.message",),
+    # `cursor-byok replay` plays a capture's client side: which recorded message answers what
+    ("capture/replay.py", "_Session.__init__", "message"): ("agent.v1.AgentClientMessage.message",),
+    ("capture/replay.py", "_Session._continue_conversation", "message"): ("agent.v1.AgentClientMessage.message",),
+    ("capture/replay.py", "_answered_id", "message"): ("agent.v1.ExecClientControlMessage.message",),
+    ("capture/replay.py", "_readdress", "message"): (
+        "agent.v1.AgentClientMessage.message", "agent.v1.ExecClientControlMessage.message", "agent.v1.KvClientMessage.message",
+    ),
     ("conversation/history/request.py", "background_completion_messages", "BackgroundTaskKind"): ("agent.v1.BackgroundTaskCompletion.kind",),
     ("conversation/history/request.py", "background_completion_messages", "BackgroundTaskStatus"): ("agent.v1.BackgroundTaskCompletion.status",),
     ("conversation/persistence.py", "ConversationRecords.run_started", "AgentMode"): ("agent.v1.UserMessage.mode",),

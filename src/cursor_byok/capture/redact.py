@@ -230,8 +230,10 @@ def _oneofs(message: Message) -> list[str]:
 
 
 def _member(message: Message) -> str | None:
-    for oneof in _oneofs(message):
-        chosen = message.WhichOneof(oneof)
-        if chosen is not None:
-            return chosen
+    """The set member of the message's first set (non-synthetic) oneof, read generically from its
+    fields (a label for any message: not a switch on a wire oneof, so not through protocol.which)."""
+    oneofs = _oneofs(message)
+    for field, _ in message.ListFields():
+        if field.containing_oneof is not None and field.containing_oneof.name in oneofs:
+            return field.name
     return None

@@ -1,7 +1,9 @@
 """Small ASGI helpers shared by the gateway's handlers (body reading with a cap, unary replies)."""
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -23,14 +25,19 @@ STREAM_HEADERS = [
 # After refusing an oversized body, up to this much more of it is read and dropped, so that a client
 # still sending gets to read the refusal (closing on it mid-upload resets the connection first).
 DISCARD_AFTER_REFUSAL = 64 * 1024 * 1024
+# A body refused from its declared length is answered at once, then read and dropped for at most this
+# long before the connection closes (a lingering close, as nginx does): a client still sending reads
+# the refusal instead of a reset, and one that sends nothing holds nothing for longer than this.
+LINGER_SECONDS = 5.0
 
 
 class BodyTooLarge(ConnectError):
-    """A body declared larger than its route takes: refused before any of it is read, and the
-    connection is closed (the body is never read off it)."""
+    """A body declared larger than its route takes: refused before any of it is read (413), then
+    the connection is closed after a bounded lingering read (`reply_error`); nothing is kept."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, receive: Receive) -> None:
         super().__init__("resource_exhausted", f"request body exceeds the {limit}-byte limit")
+        self.receive = receive
 
 
 def declared_length(scope: Scope) -> int | None:
@@ -47,7 +54,7 @@ async def read_body(receive: Receive, limit: int, expected: int | None = None, o
     message, a wait of its own: once the declared bytes are in, the body is whole and that end is
     not waited for. `on_chunk(size)`: told of each chunk before it is kept (it may refuse it)."""
     if expected is not None and expected > limit:
-        raise BodyTooLarge(limit)
+        raise BodyTooLarge(limit, receive)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -124,6 +131,9 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
     headers = ERROR_HEADERS
     if isinstance(err, BodyTooLarge):
         await reply(send, 413, error_body(err), CLOSE_HEADERS)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER_SECONDS):
+                await _discard(err.receive, DISCARD_AFTER_REFUSAL)
         return
     if status is None:
         status = http_status_for(err.code)
