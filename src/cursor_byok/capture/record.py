@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
-from ..protocol import ConnectError, agent_pb2, aiserver_pb2, decode_unary
+from ..protocol import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH, ConnectError, agent_pb2, aiserver_pb2, decode_unary
 from .redact import Redactor
-from .tap import BIDI_APPEND, RUN, RUN_SSE, Exchange
+from .tap import Exchange
 
 __all__ = ["record_of"]
 
@@ -38,11 +38,11 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int, pace: Callabl
         out["client_disconnected_at"] = exchange.disconnected
     body = b"".join(chunk for _, chunk in exchange.incoming)
     at = exchange.incoming[0][0] if exchange.incoming else exchange.started
-    if exchange.path == BIDI_APPEND:
+    if exchange.path == BIDI_APPEND_PATH:
         key, frame = _append(body, encoding, redactor)
         out["frames"] = [{"dir": "client", "at": at, **frame}, *_unary_answer(exchange, redactor)]
         return ("agent-sse", key), out
-    if exchange.path == RUN_SSE:
+    if exchange.path == RUN_SSE_PATH:
         try:
             request = decode_unary(body, agent_pb2.BidiRequestId, content_encoding=encoding)
             key, first = request.request_id, redactor.frame(request.SerializeToString(), agent_pb2.BidiRequestId)
@@ -50,7 +50,7 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int, pace: Callabl
             key, first = f"undecodable-{serial}", redactor.opaque(body)
         out["frames"] = [{"dir": "client", "at": at, **first}, *_stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor, pace)]
         return ("agent-sse", redactor.scrub(key)), out
-    if exchange.path == RUN:
+    if exchange.path == RUN_PATH:
         client = _stream(exchange.incoming, "client", agent_pb2.AgentClientMessage, redactor, pace)
         server = _stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor, pace)
         out["frames"] = sorted(client + server, key=lambda f: f["at"])

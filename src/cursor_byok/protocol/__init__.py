@@ -29,6 +29,7 @@ from .errors import (
     new_error_id,
     provider_error,
 )
+from .paths import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
 
 if TYPE_CHECKING:
     from .bidi import BidiAppend, client_message, decode_bidi_append
@@ -89,11 +90,14 @@ __getattr__ = lazy_names(
 )
 
 __all__ = [
+    "BIDI_APPEND_PATH",
     "CONNECT_CODES",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "MAX_ID_BYTES",
     "ERROR_DETAILS_TYPE",
     "GRPC_STATUS",
+    "RUN_PATH",
+    "RUN_SSE_PATH",
     "SERVER_HEARTBEAT_FRAME",
     "AgentSessionId",
     "BidiAppend",
