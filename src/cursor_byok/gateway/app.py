@@ -181,7 +181,8 @@ class Gateway:
         if peer is not None and self.guard.requires_token and path not in HEALTH_PATHS:
             peer.trusted = True  # it gave the token: the IDE's, the last closed for room
         try:
-            if (local or side_rpc) and is_grpc_web(scope):  # written as Connect, framed as gRPC-Web
+            grpc_web = (local or side_rpc) and is_grpc_web(scope)
+            if grpc_web:  # written as Connect, framed as gRPC-Web
                 send = GrpcWebSend(send)
             if local:
                 await _AGENT_ROUTES[path](self, scope, receive, send)
@@ -197,7 +198,7 @@ class Gateway:
             elif root:
                 await handle_root(self, send)
             elif side_rpc:
-                await self.local_rpcs.handle(scope, receive, send)
+                await self.local_rpcs.handle(scope, receive, send, grpc_web=grpc_web)
             else:
                 await self.upstream.forward(scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - a bug must answer an opaque error, never a traceback
