@@ -8,7 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
-from ..protocol import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH, ConnectError, agent_pb2, aiserver_pb2, decode_unary
+from ..protocol import (
+    BIDI_APPEND_PATH, FLAG_TRAILER, RUN_PATH, RUN_SSE_PATH, ConnectError, agent_pb2, aiserver_pb2, decode_unary, error_body,
+    parse_request_headers, parse_trailer,
+)
 from .redact import Redactor
 from .tap import Exchange
 
@@ -21,8 +24,10 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int, pace: Callabl
     """The stream an exchange belongs to and what the capture keeps of it (times absolute, in the
     loop's clock: the writer makes them offsets from the stream's start). `serial`: a number no
     other exchange of this capture has; `pace()` is called after each frame of a stream."""
-    headers = dict(exchange.request_headers)
-    encoding = headers.get(b"connect-content-encoding", headers.get(b"content-encoding", b"identity")).decode("latin-1")
+    try:  # Connect's encoding headers or gRPC-Web's, read as the gateway reads them
+        encoding = parse_request_headers(exchange.request_headers).content_encoding
+    except ConnectError:  # refused by the gateway too: its body is kept undecoded
+        encoding = "identity"
     out: dict[str, Any] = {
         "path": redactor.path(exchange.path),
         "method": exchange.method,
@@ -101,6 +106,9 @@ def _stream(
         for flags, payload in parsed:
             if flags & FLAG_END_STREAM:
                 frames.append({"dir": direction, "at": at, "end_stream": _error_json(payload, redactor)})
+            elif flags & FLAG_TRAILER:  # gRPC-Web's end of stream: recorded as Connect's
+                error = parse_trailer(payload)
+                frames.append({"dir": direction, "at": at, "end_stream": {} if error is None else _error_json(error_body(error), redactor)})
             else:
                 frames.append({"dir": direction, "at": at, **redactor.frame(payload, message_type)})
             pace()
