@@ -19,7 +19,7 @@ from tests.harness.capture import (
     capturing,
     replay,
 )
-from tests.harness.ide import ScriptedIDE, run_request
+from tests.harness.ide import BIDI_APPEND, GRPC_WEB_PROTO, ScriptedIDE, envelope, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
 
 MODEL = "byok-capture"
@@ -230,8 +230,13 @@ async def test_a_grpc_web_session_is_captured_decoded(tmp_path: Path, provider: 
             finally:
                 await ide.close()
             assert log.terminal is None and log.text == "Hello there."
-        [stream] = [f for f in captured.files if json.loads(f.read_text())["kind"] == "agent-sse"]
-        frames = [fr for ex in json.loads(stream.read_text())["exchanges"] for fr in ex["frames"]]
+            refused = httpx.post(server.base_url + BIDI_APPEND, content=envelope(b"\xff\xff"), headers={"content-type": GRPC_WEB_PROTO})
+            assert refused.status_code == 200  # gRPC-Web: the error is in the trailer frame
+        streams = [json.loads(f.read_text()) for f in captured.files if json.loads(f.read_text())["kind"] == "agent-sse"]
+        [doc] = [d for d in streams if any(fr.get("kind") == "run_request" for ex in d["exchanges"] for fr in ex["frames"])]
+        frames = [fr for ex in doc["exchanges"] for fr in ex["frames"]]
+        answers = [fr for d in streams for ex in d["exchanges"] for fr in ex["frames"] if fr["dir"] == "server" and "status" in fr]
+    assert {a.get("error", {}).get("code") for a in answers} == {None, "invalid_argument"}, answers  # the refusal's code kept
     assert ("client", "run_request") in {(fr["dir"], fr.get("kind")) for fr in frames}, frames
     server_frames = [fr for fr in frames if fr["dir"] == "server" and "status" not in fr]
     assert server_frames[-1].get("end_stream") == {}, server_frames[-1]  # ended normally
