@@ -89,7 +89,20 @@ def _unary_answer(exchange: Exchange, redactor: Redactor) -> list[dict[str, Any]
         answer["error"] = _error_json(body, redactor)
     elif body:
         answer.update(redactor.opaque(body))
+        if (error := _grpc_web_error(exchange, body)) is not None:
+            answer["error"] = _error_json(error_body(error), redactor)
     return [answer]
+
+
+def _grpc_web_error(exchange: Exchange, body: bytes) -> ConnectError | None:
+    """A gRPC-Web reply's error: in its trailer frame, the body's last (its status is 200)."""
+    if not dict(exchange.response_headers).get(b"content-type", b"").startswith(b"application/grpc-web"):
+        return None
+    try:
+        frames = FrameDecoder().feed(body)
+    except HotPathError:
+        return None
+    return parse_trailer(frames[-1][1]) if frames and frames[-1][0] & FLAG_TRAILER else None
 
 
 def _stream(
