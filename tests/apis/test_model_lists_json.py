@@ -36,9 +36,7 @@ def upstream() -> Iterator[FakeProviderServer]:
 
 @pytest.fixture
 def stand_in(upstream: FakeProviderServer) -> FakeProviderServer:
-    with upstream._lock:
-        upstream.requests.clear()
-        upstream._replies.clear()
+    upstream.forget()
     return upstream
 
 

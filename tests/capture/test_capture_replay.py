@@ -19,7 +19,7 @@ from tests.harness.capture import (
     capturing,
     replay,
 )
-from tests.harness.ide import ScriptedIDE, run_request
+from tests.harness.ide import BIDI_APPEND, GRPC_WEB_PROTO, ScriptedIDE, envelope, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
 
 MODEL = "byok-capture"
@@ -216,3 +216,28 @@ async def test_a_session_through_the_interceptor_is_captured_and_replays(tmp_pat
         provider.enqueue(*replies)
         result = replay([path], server.base_url)
     assert result.returncode == 0 and "no divergence (1 stream(s) replayed, 0 skipped)" in result.stdout, result.stdout
+
+
+async def test_a_grpc_web_session_is_captured_decoded(tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """gRPC-Web's requests are enveloped and its stream ends in a trailer frame: the capture still
+    holds each append's message and the stream's end, as it does for Connect."""
+    provider.enqueue(OPENAI_CHAT.text(["Hello ", "there."]))
+    with ServerProcess(config(tmp_path, provider)) as server:
+        async with capturing(server) as captured:
+            ide = ScriptedIDE(server.base_url, workspace, grpc_web=True)
+            try:
+                log = await ide.turn(run_request("say hello", model=MODEL, conversation_id=uuid.uuid4().hex, workspace=str(workspace)))
+            finally:
+                await ide.close()
+            assert log.terminal is None and log.text == "Hello there."
+            refused = httpx.post(server.base_url + BIDI_APPEND, content=envelope(b"\xff\xff"), headers={"content-type": GRPC_WEB_PROTO})
+            assert refused.status_code == 200  # gRPC-Web: the error is in the trailer frame
+        streams = [json.loads(f.read_text()) for f in captured.files if json.loads(f.read_text())["kind"] == "agent-sse"]
+        [doc] = [d for d in streams if any(fr.get("kind") == "run_request" for ex in d["exchanges"] for fr in ex["frames"])]
+        frames = [fr for ex in doc["exchanges"] for fr in ex["frames"]]
+        answers = [fr for d in streams for ex in d["exchanges"] for fr in ex["frames"] if fr["dir"] == "server" and "status" in fr]
+    assert {a.get("error", {}).get("code") for a in answers} == {None, "invalid_argument"}, answers  # the refusal's code kept
+    assert ("client", "run_request") in {(fr["dir"], fr.get("kind")) for fr in frames}, frames
+    server_frames = [fr for fr in frames if fr["dir"] == "server" and "status" not in fr]
+    assert server_frames[-1].get("end_stream") == {}, server_frames[-1]  # ended normally
+    assert all("message" in fr for fr in server_frames[:-1]), server_frames

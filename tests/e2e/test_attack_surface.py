@@ -43,9 +43,7 @@ def upstream() -> Iterator[FakeProviderServer]:
 @pytest.fixture
 def clean(provider: FakeProviderServer, upstream: FakeProviderServer) -> tuple[FakeProviderServer, FakeProviderServer]:
     for fake in (provider, upstream):
-        with fake._lock:
-            fake.requests.clear()
-            fake._replies.clear()
+        fake.forget()
     return provider, upstream
 
 

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from tests.fakes import OPENAI_CHAT, FakeProviderServer, Reply
-from tests.harness.ide import BIDI_APPEND, ScriptedIDE, run_request
+from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, run_request
 from tests.harness.server import ServerProcess
 
 from .edge_support import PROTO, EdgeServerConfig, LoopbackServer, edge_config, free_port, raw_http
@@ -301,13 +301,15 @@ async def test_idle_connections_do_not_lock_the_ide_out(desktop_limits: ServerPr
 # -- 3. bodies -----------------------------------------------------------------------------------------
 
 
-async def test_a_body_over_the_limit_is_refused_from_its_declared_length(proxied: ServerProcess) -> None:
+@pytest.mark.parametrize(("path", "content_type"), [(BIDI_APPEND, "application/proto"), (RUN_SSE, "application/connect+proto")])
+async def test_a_body_over_the_limit_is_refused_from_its_declared_length(proxied: ServerProcess, path: str, content_type: str) -> None:
     head = (
-        f"POST {BIDI_APPEND} HTTP/1.1\r\nHost: 127.0.0.1:{proxied.port}\r\nx-cursor-byok-token: {TOKEN}\r\n"
-        f"content-type: application/proto\r\ncontent-length: {5 * 1024 * 1024}\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{proxied.port}\r\nx-cursor-byok-token: {TOKEN}\r\n"
+        f"content-type: {content_type}\r\ncontent-length: {5 * 1024 * 1024}\r\n\r\n"
     )
     resp = await asyncio.to_thread(raw_http, proxied.port, head.encode(), timeout=2.0)  # no body byte is sent
-    assert resp.status == 413 and b"resource_exhausted" in resp.body
+    # RunSSE's refusals are 200 streams, but not this one: its body is never read, so its connection closes.
+    assert resp.status == 413 and b"resource_exhausted" in resp.body and resp.closed, resp.head
 
 
 def stalled_upload(port: int, size: int, sent: int) -> socket.socket:

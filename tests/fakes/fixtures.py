@@ -32,9 +32,7 @@ def shared_provider() -> Iterator[FakeProviderServer]:
 @pytest.fixture
 def provider(shared_provider: FakeProviderServer) -> FakeProviderServer:
     """The module's fake provider, with no recorded requests and no scripted replies left over."""
-    with shared_provider._lock:
-        shared_provider.requests.clear()
-        shared_provider._replies.clear()
+    shared_provider.forget()
     shared_provider.respond_with(None)
     return shared_provider
 

@@ -126,6 +126,12 @@ class FakeProviderServer:
         with self._lock:
             self._replies.extend(replies)
 
+    def forget(self) -> None:
+        """No recorded requests and no scripted replies left (a server shared by several tests)."""
+        with self._lock:
+            self.requests.clear()
+            self._replies.clear()
+
     def respond_with(self, responder: Responder | None) -> None:
         """Answer with `responder(request)` once the queue is empty."""
         self._responder = responder

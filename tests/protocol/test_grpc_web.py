@@ -20,6 +20,7 @@ from cursor_byok.protocol import (
     end_stream_error,
     end_stream_ok,
     parse_request_headers,
+    parse_trailer,
     provider_error,
     trailer_frame,
 )
@@ -58,6 +59,15 @@ def test_a_detail_of_another_type_keeps_its_type() -> None:
     fields = trailer_fields(trailer_frame(ConnectError("internal", "x", [RawErrorDetail("acme.v1.Thing", b"\x08\x01")])))
     [detail] = Status.FromString(base64.b64decode(fields["grpc-status-details-bin"] + "==")).details
     assert (detail.type_url, detail.value) == ("type.googleapis.com/acme.v1.Thing", b"\x08\x01")
+
+
+def test_a_trailer_reads_back_as_the_error_it_was_made_of() -> None:
+    [(_, ok)] = hotpath.FrameDecoder().feed(trailer_frame(None))
+    assert parse_trailer(ok) is None
+    err = ConnectError("resource_exhausted", "slow down: 50% / minute", [RawErrorDetail("x.v1.Other", b"\x08\x01")])
+    [(_, payload)] = hotpath.FrameDecoder().feed(trailer_frame(err))
+    back = parse_trailer(payload)
+    assert back is not None and (back.code, back.message, back.details) == (err.code, err.message, err.details)
 
 
 def test_the_end_of_a_connect_body_becomes_the_trailer() -> None:

@@ -147,9 +147,10 @@ class LocalRpcs:
     def handles(self, path: str) -> bool:
         return self.route(path) is not None
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send, *, grpc_web: bool = False) -> None:
+        """`grpc_web`: the request is gRPC-Web, whose framing the gateway's `send` writes."""
         try:
-            await self._handle(scope, _within(receive, self.body_timeout), send)
+            await self._handle(scope, _within(receive, self.body_timeout), send, grpc_web)
         except _ClientGone:
             log.debug("client left before its request was read", extra={"path": scope["path"]})
         except _BodyTimeout:
@@ -158,7 +159,7 @@ class LocalRpcs:
             body = json.dumps({"code": "deadline_exceeded", "message": message}).encode()
             await _reply(send, 408, body, [(b"content-type", b"application/json"), (b"connection", b"close")])
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, grpc_web: bool) -> None:
         rpc = self.route(scope["path"])
         verb = "GET" if rpc is Rpc.REST_MODELS else "POST"  # what a model list is asked with
         if rpc is None or (rpc in MERGED_RPCS | CATALOG_RPCS and scope["method"] != verb):
@@ -167,7 +168,7 @@ class LocalRpcs:
             await _drain(receive)
             if _is_json(scope):  # an empty message in the codec it was asked in
                 await _reply(send, 200, b"{}", [(b"content-type", b"application/json")])
-            elif rpc is Rpc.IS_CONNECTED and not _is_grpc_web(scope):  # the gateway frames gRPC-Web's itself
+            elif rpc is Rpc.IS_CONNECTED and not grpc_web:  # the gateway frames gRPC-Web's itself
                 await _reply(send, 200, IS_CONNECTED_BODY, [(b"content-type", PROTO)])
             else:
                 await _reply(send, 200, b"", [(b"content-type", PROTO)])
@@ -175,7 +176,7 @@ class LocalRpcs:
             await _drain(receive)
             await self._ours(rpc, _is_json(scope), send)
         else:
-            await self._merged(rpc, scope, receive, send)
+            await self._merged(rpc, scope, receive, send, grpc_web)
 
     async def _ours(self, rpc: Rpc, as_json: bool, send: Send) -> None:
         if as_json:
@@ -184,13 +185,13 @@ class LocalRpcs:
             await _reply(send, 200, self._bodies[rpc], [(b"content-type", PROTO)])
 
     # -- upstream reply + ours -----------------------------------------------------------------------
-    async def _merged(self, rpc: Rpc, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _merged(self, rpc: Rpc, scope: Scope, receive: Receive, send: Send, grpc_web: bool) -> None:
         as_json = rpc is Rpc.REST_MODELS or _is_json(scope)
         body = await _read_body(receive, self.max_body_bytes)
         if body is None:
             await _reply_json_error(send, 429, "resource_exhausted", "request body too large")
             return
-        if _is_grpc_web(scope):
+        if grpc_web:
             # Upstream's gRPC-Web reply ends in its trailer frame, which our bytes cannot follow:
             # the list is ours alone (the gateway frames it).
             await self._ours(rpc, False, send)
@@ -309,10 +310,6 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
 
 def _is_json(scope: Scope) -> bool:
     return b"json" in _header(scope["headers"], b"content-type")
-
-
-def _is_grpc_web(scope: Scope) -> bool:
-    return _header(scope["headers"], b"content-type").startswith(b"application/grpc-web")
 
 
 async def _drain(receive: Receive) -> None:

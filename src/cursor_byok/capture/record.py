@@ -8,9 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..hotpath import FLAG_END_STREAM, FrameDecoder, HotPathError
-from ..protocol import ConnectError, agent_pb2, aiserver_pb2, decode_unary
+from ..protocol import (
+    BIDI_APPEND_PATH, FLAG_TRAILER, RUN_PATH, RUN_SSE_PATH, ConnectError, agent_pb2, aiserver_pb2, decode_unary, error_body,
+    parse_request_headers, parse_trailer,
+)
 from .redact import Redactor
-from .tap import BIDI_APPEND, RUN, RUN_SSE, Exchange
+from .tap import Exchange
 
 __all__ = ["record_of"]
 
@@ -21,8 +24,10 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int, pace: Callabl
     """The stream an exchange belongs to and what the capture keeps of it (times absolute, in the
     loop's clock: the writer makes them offsets from the stream's start). `serial`: a number no
     other exchange of this capture has; `pace()` is called after each frame of a stream."""
-    headers = dict(exchange.request_headers)
-    encoding = headers.get(b"connect-content-encoding", headers.get(b"content-encoding", b"identity")).decode("latin-1")
+    try:  # Connect's encoding headers or gRPC-Web's, read as the gateway reads them
+        encoding = parse_request_headers(exchange.request_headers).content_encoding
+    except ConnectError:  # refused by the gateway too: its body is kept undecoded
+        encoding = "identity"
     out: dict[str, Any] = {
         "path": redactor.path(exchange.path),
         "method": exchange.method,
@@ -38,11 +43,11 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int, pace: Callabl
         out["client_disconnected_at"] = exchange.disconnected
     body = b"".join(chunk for _, chunk in exchange.incoming)
     at = exchange.incoming[0][0] if exchange.incoming else exchange.started
-    if exchange.path == BIDI_APPEND:
+    if exchange.path == BIDI_APPEND_PATH:
         key, frame = _append(body, encoding, redactor)
         out["frames"] = [{"dir": "client", "at": at, **frame}, *_unary_answer(exchange, redactor)]
         return ("agent-sse", key), out
-    if exchange.path == RUN_SSE:
+    if exchange.path == RUN_SSE_PATH:
         try:
             request = decode_unary(body, agent_pb2.BidiRequestId, content_encoding=encoding)
             key, first = request.request_id, redactor.frame(request.SerializeToString(), agent_pb2.BidiRequestId)
@@ -50,7 +55,7 @@ def record_of(exchange: Exchange, redactor: Redactor, serial: int, pace: Callabl
             key, first = f"undecodable-{serial}", redactor.opaque(body)
         out["frames"] = [{"dir": "client", "at": at, **first}, *_stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor, pace)]
         return ("agent-sse", redactor.scrub(key)), out
-    if exchange.path == RUN:
+    if exchange.path == RUN_PATH:
         client = _stream(exchange.incoming, "client", agent_pb2.AgentClientMessage, redactor, pace)
         server = _stream(exchange.outgoing, "server", agent_pb2.AgentServerMessage, redactor, pace)
         out["frames"] = sorted(client + server, key=lambda f: f["at"])
@@ -84,7 +89,20 @@ def _unary_answer(exchange: Exchange, redactor: Redactor) -> list[dict[str, Any]
         answer["error"] = _error_json(body, redactor)
     elif body:
         answer.update(redactor.opaque(body))
+        if (error := _grpc_web_error(exchange, body)) is not None:
+            answer["error"] = _error_json(error_body(error), redactor)
     return [answer]
+
+
+def _grpc_web_error(exchange: Exchange, body: bytes) -> ConnectError | None:
+    """A gRPC-Web reply's error: in its trailer frame, the body's last (its status is 200)."""
+    if not dict(exchange.response_headers).get(b"content-type", b"").startswith(b"application/grpc-web"):
+        return None
+    try:
+        frames = FrameDecoder().feed(body)
+    except HotPathError:
+        return None
+    return parse_trailer(frames[-1][1]) if frames and frames[-1][0] & FLAG_TRAILER else None
 
 
 def _stream(
@@ -101,6 +119,9 @@ def _stream(
         for flags, payload in parsed:
             if flags & FLAG_END_STREAM:
                 frames.append({"dir": direction, "at": at, "end_stream": _error_json(payload, redactor)})
+            elif flags & FLAG_TRAILER:  # gRPC-Web's end of stream: recorded as Connect's
+                error = parse_trailer(payload)
+                frames.append({"dir": direction, "at": at, "end_stream": {} if error is None else _error_json(error_body(error), redactor)})
             else:
                 frames.append({"dir": direction, "at": at, **redactor.frame(payload, message_type)})
             pace()

@@ -27,9 +27,8 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from ..hotpath import encode_frame
-from ..protocol import ConnectError, StreamDecoder, agent_pb2, aiserver_pb2, which
+from ..protocol import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH, ConnectError, StreamDecoder, agent_pb2, aiserver_pb2, which
 from ..local_trust import AUTH_TOKEN_HEADER
-from .tap import BIDI_APPEND, RUN, RUN_SSE
 from .writer import FORMAT
 from .redact import Redactor, kind_of, names_an_id
 
@@ -424,10 +423,10 @@ class _SseSession(_Session):
         super().__init__(doc, ids, report)
 
     def recorded(self, doc: dict[str, Any]) -> tuple[list[_Sent], list[dict[str, Any]]]:
-        stream = next((e for e in doc["exchanges"] if e["path"] == RUN_SSE), None)
+        stream = next((e for e in doc["exchanges"] if e["path"] == RUN_SSE_PATH), None)
         sent = []
         for exchange in doc["exchanges"]:
-            if exchange["path"] != BIDI_APPEND:
+            if exchange["path"] != BIDI_APPEND_PATH:
                 continue
             frame, answer = exchange["frames"][0], exchange["frames"][-1]
             kind = frame.get("kind", "?")
@@ -440,12 +439,12 @@ class _SseSession(_Session):
             self.seqno += 1
             request = aiserver_pb2.BidiAppendRequest(data=message.SerializeToString().hex(), append_seqno=seqno)
             request.request_id.request_id = self.request_id
-            answer = await self.client.post(BIDI_APPEND, content=request.SerializeToString(), headers={"content-type": "application/proto"})
+            answer = await self.client.post(BIDI_APPEND_PATH, content=request.SerializeToString(), headers={"content-type": "application/proto"})
         self.append_answers.append((seqno, f"append {kind_of(message)} -> {answer.status_code}"))
 
     async def chunks(self) -> AsyncIterator[bytes]:
         body = encode_frame(agent_pb2.BidiRequestId(request_id=self.request_id).SerializeToString())
-        async with self.client.stream("POST", RUN_SSE, content=body, headers={"content-type": "application/connect+proto"}) as answer:
+        async with self.client.stream("POST", RUN_SSE_PATH, content=body, headers={"content-type": "application/connect+proto"}) as answer:
             if answer.status_code != 200:
                 raise _Refused(answer.status_code)
             async for chunk in answer.aiter_raw():
@@ -478,7 +477,7 @@ class _RunSession(_Session):
 
                 tls = ssl.create_default_context()
             self.h2 = await H2Client.connect(self.url.host, self.url.port or (443 if tls else 80), tls=tls, server_hostname=self.url.host)
-            head = [(":method", "POST"), (":scheme", self.url.scheme), (":authority", self.url.netloc.decode()), (":path", RUN)]
+            head = [(":method", "POST"), (":scheme", self.url.scheme), (":authority", self.url.netloc.decode()), (":path", RUN_PATH)]
             head += [("content-type", "application/connect+proto"), ("connect-protocol-version", "1"), *self.headers.items()]
             self.stream = await self.h2.request(head)
             self.opened.set()

@@ -8,11 +8,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["BIDI_APPEND", "RUN", "RUN_SSE", "Exchange", "recorded_path", "tap"]
+from ..local_trust import TOKEN_PATH_PREFIX
 
-RUN_SSE = "/agent.v1.AgentService/RunSSE"
-RUN = "/agent.v1.AgentService/Run"
-BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+__all__ = ["Exchange", "recorded_path", "tap"]
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -20,14 +18,13 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Route = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_EXCHANGE_BYTES = 64 * 1024 * 1024  # beyond: the chunks are counted, not kept
-_TOKEN_PREFIX = "/_token/"
 _RPC_PREFIXES = ("/agent.v1.", "/aiserver.v1.")
 
 
 def recorded_path(path: str) -> str | None:
     """The RPC path to record (a token prefix taken off), None for what is not a Cursor RPC."""
-    if path.startswith(_TOKEN_PREFIX):
-        path = "/" + path[len(_TOKEN_PREFIX):].partition("/")[2]
+    if path.startswith(TOKEN_PATH_PREFIX):
+        path = "/" + path[len(TOKEN_PATH_PREFIX):].partition("/")[2]
     return path if path.startswith(_RPC_PREFIXES) else None
 
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import msgspec
 
+from ..protocol import BIDI_APPEND_PATH
 from .redact import Redactor
-from .tap import BIDI_APPEND, Exchange
+from .tap import Exchange
 
 __all__ = ["FORMAT", "CaptureWriter"]
 
@@ -145,7 +146,7 @@ class CaptureWriter:
             self._evict()
         group.records.append(record)
         group.wall = min(group.wall, exchange.wall)
-        if record["path"] != BIDI_APPEND:
+        if record["path"] != BIDI_APPEND_PATH:
             group.ready = True
         group.dirty = group.ready
 

@@ -35,20 +35,21 @@ from .common import PROG, CommandError, echo, setup_logging
 COMMAND_GROUPS = (serve, doctor, config, models, conversations, usage, db, cursor, ca, service, capture, completion)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # Options every subcommand accepts, before or after its name.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
-    common.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS, help="log line format (default: text, or the config's observability.log_format)")
-    common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help="least severe log lines shown (default: info, or the config's observability.log_level for serve)")
-    common.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug", default=argparse.SUPPRESS, help="the same as --log-level debug")
+def _shared_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """--config and the log options, given before a subcommand's name (`default` None) or after it
+    (SUPPRESS: absent there, the value given before stays)."""
+    parser.add_argument("--config", metavar="PATH", default=default, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
+    parser.add_argument("--log-format", choices=("text", "json"), default=default, help="log line format (default: text, or the config's observability.log_format)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=default, help="least severe log lines shown (default: info, or the config's observability.log_level for serve)")
+    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug", default=default, help="the same as --log-level debug")
 
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)  # options every subcommand accepts after its name too
+    _shared_options(common, argparse.SUPPRESS)
     parser = argparse.ArgumentParser(prog=PROG, description="Cursor's agent backend, run locally on your own model keys.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    parser.add_argument("--config", metavar="PATH", default=None, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
-    parser.add_argument("--log-format", choices=("text", "json"), default=None, help="log line format (default: text, or the config's observability.log_format)")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None, help="least severe log lines shown (default: info, or the config's observability.log_level for serve)")
-    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug", help="the same as --log-level debug")
+    _shared_options(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(sub, common)

@@ -2,11 +2,11 @@
 type, worded as `<toml key>: <problem>`), then what a well-formed config can still get wrong."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import typing
 from collections.abc import Iterable, Iterator
-import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 

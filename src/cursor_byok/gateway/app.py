@@ -17,14 +17,14 @@ from ..config import Config, ServerConfig
 from ..conversation import ConversationService, Phase
 from ..instance import ConnectionBook, PeerState
 from ..observability import Dashboard, GatewayGauges, Metrics
-from ..protocol import ConnectError, internal_error, new_error_id
+from ..protocol import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH, ConnectError, internal_error, new_error_id
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .grpc_web import GrpcWebSend, is_grpc_web
 from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
-from .routing import BIDI_APPEND_PATH, HEALTH_PATHS, METRICS_PATH, ROOT_PATH, RUN_PATH, RUN_SSE_PATH, UI_PATH, UI_PREFIX, route_for
+from .routing import HEALTH_PATHS, METRICS_PATH, ROOT_PATH, UI_PATH, UI_PREFIX, route_for
 from .run_stream import handle_run
 from .stream import handle_run_sse
 from .transport import Route, Transports
@@ -181,7 +181,8 @@ class Gateway:
         if peer is not None and self.guard.requires_token and path not in HEALTH_PATHS:
             peer.trusted = True  # it gave the token: the IDE's, the last closed for room
         try:
-            if (local or side_rpc) and is_grpc_web(scope):  # written as Connect, framed as gRPC-Web
+            grpc_web = (local or side_rpc) and is_grpc_web(scope)
+            if grpc_web:  # written as Connect, framed as gRPC-Web
                 send = GrpcWebSend(send)
             if local:
                 await _AGENT_ROUTES[path](self, scope, receive, send)
@@ -197,7 +198,7 @@ class Gateway:
             elif root:
                 await handle_root(self, send)
             elif side_rpc:
-                await self.local_rpcs.handle(scope, receive, send)
+                await self.local_rpcs.handle(scope, receive, send, grpc_web=grpc_web)
             else:
                 await self.upstream.forward(scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - a bug must answer an opaque error, never a traceback

@@ -25,6 +25,7 @@ from .guard import RequestGuard
 from .routing import HEALTH_PATHS
 
 if TYPE_CHECKING:
+    from ..supervision import Supervisor
     from .app import Gateway
 
 log = logging.getLogger("cursor_byok.gateway")
@@ -35,10 +36,14 @@ STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
 
 
 class Running(Protocol):
-    """What the composition root's `start(config, guard, tls)` returns: the gateway it wired, and
-    how to close everything."""
+    """What the composition root's `start(config, guard, tls)` returns: the gateway it wired, the
+    supervisor of its background tasks (`serve` adds the connection warden), how to read the config
+    again (SIGHUP) and how to close everything."""
 
     gateway: Gateway
+    supervisor: Supervisor
+
+    def reload(self) -> None: ...
 
     async def stop(self) -> None: ...
 

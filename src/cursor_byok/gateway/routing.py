@@ -10,9 +10,6 @@ from .transport import Route
 if TYPE_CHECKING:  # protobuf: not loaded before the server listens (the probe's answer needs these paths)
     from ..protocol import agent_pb2 as pb
 
-RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
-RUN_PATH = "/agent.v1.AgentService/Run"  # the same agent stream as one HTTP/2 bidi call
-BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 HEALTH_PATHS = frozenset({"/__byok-api__/healthz", "/healthz"})
 UI_PREFIX = "/ui/"  # the dashboard and its API (/ui/api/): local only, behind the same guard
 UI_PATH = "/ui"  # redirected to UI_PREFIX

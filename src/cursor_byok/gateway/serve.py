@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import Config
 from ..instance import BACKLOG, ConnectionWarden, DataDirError, WardenLimits, connection_cap, raise_open_file_limit, storage_problem
-from .front import LoadingFront
+from .front import LoadingFront, Running
 from .limits import granian_limits
 from .memory import freeze_startup_objects
 
@@ -118,7 +118,7 @@ async def _serve(config: Config, listener: socket.socket, root: str) -> int:
     return 1 if failed else 0
 
 
-def _start_warden(config: Config, running: Any) -> None:
+def _start_warden(config: Config, running: Running) -> None:
     """The server port's connection limits, which granian does not enforce (see instance.connections),
     supervised with the server's other background tasks (stopped with them)."""
     if not ConnectionWarden.available():

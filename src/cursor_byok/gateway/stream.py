@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conversation import OutputStream, ReplayUnavailable
 from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error, parse_request_headers
-from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, Receive, Scope, Send, reply_error, watch_disconnect
+from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, BodyTooLarge, Receive, Scope, Send, reply_error, watch_disconnect
 from .deadline import Deadline
 from .transport import Route, Waiter
 
@@ -36,8 +36,8 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         if not request_id:
             raise ConnectError("invalid_argument", "protocol error: RunSSE request_id is required")
         check_id("request_id", request_id)
-    except BodyTimeout as err:
-        await reply_error(send, err)  # the connection closes: a slow client must not pin it
+    except (BodyTimeout, BodyTooLarge) as err:
+        await reply_error(send, err)  # the connection closes: a slow client must not pin it, nor an unread body
         return
     except ConnectError as err:
         # A stream's error is a 200 whose stream ends in it: clients ignore a non-200 stream's body.

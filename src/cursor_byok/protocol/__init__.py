@@ -29,6 +29,7 @@ from .errors import (
     new_error_id,
     provider_error,
 )
+from .paths import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
 
 if TYPE_CHECKING:
     from .bidi import BidiAppend, client_message, decode_bidi_append
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
         parse_end_stream,
     )
     from .compat import enum_name, unknown_fields, which
-    from .grpc_web import GRPC_STATUS, connect_end_to_trailer, trailer_frame
+    from .grpc_web import FLAG_TRAILER, GRPC_STATUS, connect_end_to_trailer, parse_trailer, trailer_frame
     from .headers import RequestHeaders, parse_request_headers
     from .ids import (
         MAX_ID_BYTES,
@@ -78,7 +79,7 @@ __getattr__ = lazy_names(
             "end_stream_error", "end_stream_ok", "parse_end_stream",
         ),
         "compat": ("enum_name", "unknown_fields", "which"),
-        "grpc_web": ("GRPC_STATUS", "connect_end_to_trailer", "trailer_frame"),
+        "grpc_web": ("FLAG_TRAILER", "GRPC_STATUS", "connect_end_to_trailer", "parse_trailer", "trailer_frame"),
         "headers": ("RequestHeaders", "parse_request_headers"),
         "ids": (
             "MAX_ID_BYTES", "AgentSessionId", "ConversationId", "CursorRunId", "ExecId", "InjectionId", "MessageId",
@@ -89,11 +90,15 @@ __getattr__ = lazy_names(
 )
 
 __all__ = [
+    "BIDI_APPEND_PATH",
     "CONNECT_CODES",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "MAX_ID_BYTES",
     "ERROR_DETAILS_TYPE",
+    "FLAG_TRAILER",
     "GRPC_STATUS",
+    "RUN_PATH",
+    "RUN_SSE_PATH",
     "SERVER_HEARTBEAT_FRAME",
     "AgentSessionId",
     "BidiAppend",
@@ -138,6 +143,7 @@ __all__ = [
     "new_trace_id",
     "parse_end_stream",
     "parse_request_headers",
+    "parse_trailer",
     "provider_error",
     "side_pb2",
     "trailer_frame",

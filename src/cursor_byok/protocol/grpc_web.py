@@ -17,7 +17,7 @@ from cursor_byok.hotpath import FLAG_END_STREAM, encode_frame
 from .codec import parse_end_stream
 from .errors import ERROR_DETAILS_TYPE, ConnectError, ErrorDetailsSpec, RawErrorDetail
 
-__all__ = ["GRPC_STATUS", "connect_end_to_trailer", "trailer_frame"]
+__all__ = ["FLAG_TRAILER", "GRPC_STATUS", "connect_end_to_trailer", "parse_trailer", "trailer_frame"]
 
 FLAG_TRAILER = 0x80
 # gRPC status numbers; Connect's codes are the same list under lower-case names.
@@ -31,6 +31,7 @@ GRPC_STATUS: dict[str, int] = {
         )
     )
 }
+_CODES = {number: code for code, number in GRPC_STATUS.items()}
 _TYPE_PREFIX = "type.googleapis.com/"
 _OK_TRAILER = encode_frame(b"grpc-status: 0\r\n", FLAG_TRAILER)
 _HEADER = 5
@@ -47,6 +48,28 @@ def trailer_frame(err: ConnectError | None) -> bytes:
     if err.details:
         lines.append(f"grpc-status-details-bin: {_status_details(status, err)}")
     return encode_frame(("\r\n".join(lines) + "\r\n").encode("ascii"), FLAG_TRAILER)
+
+
+def parse_trailer(payload: bytes) -> ConnectError | None:
+    """The error a trailer frame's payload (`trailer_frame`'s) carries; None for grpc-status 0."""
+    fields: dict[str, str] = {}
+    for line in payload.decode("latin-1").split("\r\n"):
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip().lower(), value.strip())
+    status = fields.get("grpc-status", "")
+    if status == "0":
+        return None
+    code = _CODES.get(int(status), "unknown") if status.isdigit() else "unknown"
+    details: list[RawErrorDetail] = []
+    if encoded := fields.get("grpc-status-details-bin"):
+        from google.rpc.status_pb2 import Status
+
+        try:
+            message = Status.FromString(base64.b64decode(encoded + "=" * (-len(encoded) % 4)))
+        except ValueError:  # binascii.Error and protobuf's DecodeError alike
+            message = Status()
+        details = [RawErrorDetail(d.type_url.removeprefix(_TYPE_PREFIX), d.value) for d in message.details]
+    return ConnectError(code, urllib.parse.unquote(fields.get("grpc-message", "")), details)
 
 
 def _status_details(status: int, err: ConnectError) -> str:

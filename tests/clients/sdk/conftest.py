@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import FakeProviderServer
-from tests.fakes.fixtures import provider, shared_provider  # noqa: F401  (fixtures)
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .client import NodeUnavailable, SdkDriver, find_node, install_sdk, stand_in_upstream
@@ -41,13 +40,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, shared_provider: FakeProvid
     )
     with ServerProcess(cfg) as proc:
         yield proc
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "workspace"
-    ws.mkdir()
-    return ws
 
 
 @pytest.fixture
