@@ -107,6 +107,8 @@ async def test_a_turn_cut_by_the_stop_says_server_shutting_down_once(tmp_path: P
 
 def test_ui_redirect_keeps_a_token_prefix(tmp_path: Path) -> None:
     token = "first-hour-token-0123456789"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "config.toml").touch(0o600)  # an inline token is kept only in a private config
     with ServerProcess(ServerConfig(data_dir=tmp_path / "data", extra_server={"auth_token": token})) as proc:
         followed = httpx.get(f"{proc.base_url}/_token/{token}/ui", follow_redirects=True)
     assert followed.status_code == 200 and followed.url.path == f"/_token/{token}/ui/"

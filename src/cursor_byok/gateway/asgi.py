@@ -25,10 +25,12 @@ STREAM_HEADERS = [
 # After refusing an oversized body, up to this much more of it is read and dropped, so that a client
 # still sending gets to read the refusal (closing on it mid-upload resets the connection first).
 DISCARD_AFTER_REFUSAL = 64 * 1024 * 1024
-# A body refused from its declared length is answered at once, then read and dropped for at most this
-# long before the connection closes (a lingering close, as nginx does): a client still sending reads
-# the refusal instead of a reset, and one that sends nothing holds nothing for longer than this.
+# A body refused from its declared length is answered at once, then read and dropped while the client
+# keeps sending (a lingering close, as nginx does): a client still uploading reads the refusal instead
+# of a reset. The linger ends at the body's end, after LINGER_SECONDS, or once nothing came for
+# LINGER_IDLE_SECONDS: a client that sends nothing holds the connection no longer than that.
 LINGER_SECONDS = 5.0
+LINGER_IDLE_SECONDS = 0.5
 
 
 class BodyTooLarge(ConnectError):
@@ -79,10 +81,15 @@ async def read_body(receive: Receive, limit: int, expected: int | None = None, o
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def _discard(receive: Receive, budget: int) -> None:
-    """Read and drop the rest of a request body (at most `budget` bytes; nothing is kept)."""
+async def _discard(receive: Receive, budget: int, idle: float | None = None) -> None:
+    """Read and drop the rest of a request body (at most `budget` bytes; nothing is kept), until
+    nothing came for `idle` seconds if given."""
     while budget > 0:
-        message = await receive()
+        try:
+            async with asyncio.timeout(idle):
+                message = await receive()
+        except TimeoutError:
+            return
         if message["type"] == "http.disconnect":
             return
         budget -= len(message.get("body", b""))
@@ -133,7 +140,7 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
         await reply(send, 413, error_body(err), CLOSE_HEADERS)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(LINGER_SECONDS):
-                await _discard(err.receive, DISCARD_AFTER_REFUSAL)
+                await _discard(err.receive, DISCARD_AFTER_REFUSAL, LINGER_IDLE_SECONDS)
         return
     if status is None:
         status = http_status_for(err.code)
