@@ -13,13 +13,14 @@ from tests.fakes import FakeProviderServer
 from tests.harness.capture import replay
 from tests.harness.server import ServerProcess
 
+from .sdk_session import SDK_SESSION
 from .sessions import FIXTURES, SESSIONS, enqueue, server_config
 
 CAPTURED = sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.exists() else []
 
 
 def test_every_recorded_session_has_its_fixture() -> None:
-    assert {p.name for p in CAPTURED} >= set(SESSIONS)
+    assert {p.name for p in CAPTURED} >= {*SESSIONS, SDK_SESSION}
 
 
 @pytest.fixture(scope="module")
