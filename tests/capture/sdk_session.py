@@ -20,7 +20,7 @@ from tests.fakes import FakeProviderServer
 from tests.harness.capture import capturing
 from tests.harness.server import ServerProcess, free_port
 
-from .sessions import FIXTURES, MODEL, enqueue, server_config
+from .sessions import FIXTURES, MODEL, NOTES, enqueue, server_config
 
 SDK_SESSION = "sdk-through-proxy"
 REPLIES: list[dict[str, Any]] = [
@@ -54,7 +54,7 @@ async def record(into: Path = FIXTURES) -> list[Path]:
         workspace, home = root / "workspace", root / "home"
         workspace.mkdir()
         home.mkdir()
-        (workspace / "notes.txt").write_text("fixture notes\n")
+        (workspace / "notes.txt").write_text(NOTES)
         base = server_config(root / "server", provider)
         cfg = EdgeServerConfig(**{**vars(base), "upstream": upstream.url}, proxy_port=free_port())
         with ServerProcess(cfg) as server:
