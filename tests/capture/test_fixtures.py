@@ -6,21 +6,44 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.clients.sdk.client import API_KEY
 from tests.fakes import FakeProviderServer
 from tests.harness.capture import replay
 from tests.harness.server import ServerProcess
 
-from .sdk_session import SDK_SESSION
-from .sessions import FIXTURES, SESSIONS, enqueue, server_config
+from .sdk_session import SDK_SESSION, STEPS
+from .sessions import FIXTURES, NOTES, SESSIONS, enqueue, server_config
+from .test_redaction import survivors
 
 CAPTURED = sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.exists() else []
 
 
 def test_every_recorded_session_has_its_fixture() -> None:
     assert {p.name for p in CAPTURED} >= {*SESSIONS, SDK_SESSION}
+
+
+def session_content(replies: list[dict[str, Any]]) -> set[str]:
+    """What a recorded session said that a redacted capture must not hold: the model's text, the
+    tool arguments, the notes file, the prompts (the SDK's), the SDK's API key."""
+    said = {piece.strip() for reply in replies for piece in reply.get("text", [])}
+    said |= {str(value) for reply in replies for _, _, args in reply.get("tool_calls", []) for value in args.values()}
+    return {*said, NOTES.strip(), *(step["prompt"] for step in STEPS), API_KEY} - {""}
+
+
+@pytest.mark.parametrize("fixture", CAPTURED, ids=[p.name for p in CAPTURED])
+def test_a_fixture_holds_no_content_and_no_secret(fixture: Path) -> None:
+    """The fixtures are public: each was recorded redacted, and none of what its session said
+    survives in it, in the JSON or in the raw bytes."""
+    content = session_content(json.loads((fixture / "provider.json").read_text()))
+    for path in sorted(fixture.glob("0*.json")):
+        text = path.read_text()
+        assert json.loads(text)["redacted"] is True, path.name
+        found = {needle: spots for needle in content if (spots := survivors(text, needle))}
+        assert not found, (path.name, found)
 
 
 @pytest.fixture(scope="module")
