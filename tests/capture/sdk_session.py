@@ -23,6 +23,7 @@ from tests.harness.server import ServerProcess, free_port
 from .sessions import FIXTURES, MODEL, NOTES, enqueue, server_config
 
 SDK_SESSION = "sdk-through-proxy"
+BACKEND = "https://api2.cursor.sh"  # Cursor's own host: the SDK then speaks HTTP/2 `Run`
 REPLIES: list[dict[str, Any]] = [
     {"text": ["Hello ", "from the SDK."]},
     {"tool_calls": [["c_read", "Read", {"path": "notes.txt"}]]},
@@ -37,7 +38,7 @@ H2_VIA_PROXY = Path(__file__).with_name("h2_via_proxy.cjs")
 def proxied_env(proxy_port: int, ca_cert: Path) -> dict[str, str]:
     """The SDK's environment for the interceptor: Cursor's real backend host, the proxy, our CA."""
     return {
-        "CURSOR_BACKEND_URL": "https://api2.cursor.sh",
+        "CURSOR_BACKEND_URL": BACKEND,
         "HTTPS_PROXY": f"http://127.0.0.1:{proxy_port}",
         "NODE_USE_ENV_PROXY": "1",
         "NODE_EXTRA_CA_CERTS": str(ca_cert),
@@ -59,13 +60,16 @@ async def record(into: Path = FIXTURES) -> list[Path]:
         cfg = EdgeServerConfig(**{**vars(base), "upstream": upstream.url}, proxy_port=free_port())
         with ServerProcess(cfg) as server:
             enqueue(provider, REPLIES)
-            driver = SdkDriver(node=node, sdk=sdk, backend="https://api2.cursor.sh", home=home)
+            driver = SdkDriver(node=node, sdk=sdk, backend=BACKEND, home=home)
             driver.env.update(proxied_env(cfg.proxy_port, cfg.data_dir / "ca" / "ca.crt"))
             async with capturing(server) as captured:
                 run = await asyncio.to_thread(driver.run, MODEL, workspace, STEPS)
             results = [run.result(step)["status"] for step in range(len(STEPS))]
             assert results == ["finished"] * len(STEPS), (results, run.errors(), run.stderr[-2000:])
         streams = [f for f in captured.files if json.loads(f.read_text())["kind"].startswith("agent-")]
+        for path in streams:
+            headers = dict(json.loads(path.read_text())["exchanges"][0]["request_headers"])
+            assert headers.get("x-server-upstream-url", "").startswith(BACKEND), (path.name, "not through the interceptor")
         target = into / SDK_SESSION
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)

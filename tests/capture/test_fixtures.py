@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.clients.sdk.client import API_KEY
+from tests.clients.sdk.client import API_KEY, NodeUnavailable
 from tests.fakes import FakeProviderServer
 from tests.harness.capture import replay
 from tests.harness.server import ServerProcess
 
-from .sdk_session import SDK_SESSION, STEPS
+from .sdk_session import REPLIES, SDK_SESSION, STEPS, record
 from .sessions import FIXTURES, NOTES, SESSIONS, enqueue, server_config
 from .test_redaction import survivors
 
@@ -59,3 +59,17 @@ def test_a_fixture_replays_with_no_divergence(fixture: Path, server: ServerProce
     result = replay([fixture], server.base_url)  # the folder, as a user passes it: provider.json is not a capture
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"no divergence ({len(files)} stream(s) replayed, 0 skipped)" in result.stdout, result.stdout
+
+
+async def test_the_sdk_session_records_through_the_interceptor_and_replays(tmp_path: Path, server: ServerProcess, provider: FakeProviderServer) -> None:
+    """The SDK fixture's recording, done again as `python -m tests.capture.sdk_session` does it:
+    it still goes through the interceptor, yields the fixture's streams, and replays as recorded."""
+    try:
+        files = await record(into=tmp_path)
+    except NodeUnavailable as exc:
+        pytest.skip(f"CURSOR SDK CAPTURE NOT RUN: {exc}")
+    kinds = [json.loads(f.read_text())["kind"] for f in files]
+    assert kinds == [json.loads(f.read_text())["kind"] for f in sorted((FIXTURES / SDK_SESSION).glob("0*.json"))]
+    enqueue(provider, REPLIES)
+    result = replay([tmp_path / SDK_SESSION], server.base_url)
+    assert result.returncode == 0 and f"no divergence ({len(files)} stream(s) replayed, 0 skipped)" in result.stdout, result.stdout
