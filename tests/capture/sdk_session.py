@@ -66,9 +66,10 @@ async def record(into: Path = FIXTURES) -> list[Path]:
                 run = await asyncio.to_thread(driver.run, MODEL, workspace, STEPS)
             results = [run.result(step)["status"] for step in range(len(STEPS))]
             assert results == ["finished"] * len(STEPS), (results, run.errors(), run.stderr[-2000:])
-        streams = [f for f in captured.files if json.loads(f.read_text())["kind"].startswith("agent-")]
+        docs = {path: json.loads(path.read_text()) for path in captured.files}
+        streams = [path for path, doc in docs.items() if doc["kind"].startswith("agent-")]
         for path in streams:
-            headers = dict(json.loads(path.read_text())["exchanges"][0]["request_headers"])
+            headers = dict(docs[path]["exchanges"][0]["request_headers"])
             assert headers.get("x-server-upstream-url", "").startswith(BACKEND), (path.name, "not through the interceptor")
         target = into / SDK_SESSION
         shutil.rmtree(target, ignore_errors=True)

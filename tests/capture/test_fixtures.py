@@ -1,6 +1,7 @@
 """The captures in `tests/fixtures/captures/` replay against today's server with no divergence:
-each was recorded from a real client session (`sessions.py`), and each replays with its provider
-answering as it did then (`provider.json`)."""
+each was recorded from a real client session (`sessions.py`: the scripted IDE; `sdk_session.py`:
+Cursor's SDK through the interceptor), and each replays with its provider answering as it did then
+(`provider.json`)."""
 from __future__ import annotations
 
 import json
