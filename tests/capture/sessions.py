@@ -22,6 +22,7 @@ from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 MODEL = "byok-fixture"
+NOTES = "fixture notes\n"  # notes.txt in every recorded session's workspace
 
 Drive = Callable[[str, Path], Awaitable[None]]
 
@@ -75,7 +76,7 @@ async def record(name: str, into: Path = FIXTURES) -> list[Path]:
     with tempfile.TemporaryDirectory() as tmp, FakeProviderServer() as provider:
         workspace = Path(tmp) / "workspace"
         workspace.mkdir()
-        (workspace / "notes.txt").write_text("fixture notes\n")
+        (workspace / "notes.txt").write_text(NOTES)
         with ServerProcess(server_config(Path(tmp) / "server", provider)) as server:
             enqueue(provider, replies)
             async with capturing(server) as captured:

@@ -113,16 +113,16 @@ def samples(descriptor: Descriptor, filled: set[str]) -> Iterator[Message]:
         filled |= filler.filled
 
 
-def survivors(text: str) -> list[str]:
-    """Where a canary survives in a capture document: its text, and every base64 string in it
-    decoded (the raw bytes)."""
-    found = [text[max(0, i - 40): i + 40] for i in _find_all(text, MARK)]
+def survivors(text: str, mark: str = MARK) -> list[str]:
+    """Where a canary (`mark`) survives in a capture document: its text, and every base64 string
+    in it decoded (the raw bytes)."""
+    found = [text[max(0, i - 40): i + 40] for i in _find_all(text, mark)]
     for value in _strings(json.loads(text)):
         try:
             decoded = base64.b64decode(value, validate=True)
         except ValueError:
             continue
-        if MARK.encode() in decoded:
+        if mark.encode() in decoded:
             found.append(f"raw bytes {value[:60]}")
     return found
 
