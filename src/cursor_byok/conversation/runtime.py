@@ -46,6 +46,8 @@ from .tool_calls import TOOL_RESULT_KINDS
 from .turn_input import stored_as
 
 log = logging.getLogger("cursor_byok.runtime")
+# Why a run whose stream is gone ends at once: a run request on another stream is waiting behind it.
+TAKEN_OVER = "its client left and sent a new run request"
 
 INTERRUPTED_TOOL_TEXT = "Tool execution was interrupted by a newer user message."
 CANCELED_TOOL_TEXT = "Tool execution was cancelled."
@@ -143,7 +145,7 @@ class ConversationRuntime(CommandInbox):
         elif self.phase is Phase.FINALIZING:
             self._finish_finalizing()
         elif self.run is not None and self.run.unread is not None and cmd.output is not self.run.output:
-            self._cancel(self.run, "its client left and sent a new run request")  # Cursor's SDK cancels so
+            self._cancel(self.run, TAKEN_OVER)  # Cursor's SDK cancels so
 
     def _begin_next(self) -> None:
         """Start the oldest queued run whose stream is still open (a cancel or failure closed the
@@ -329,6 +331,10 @@ class ConversationRuntime(CommandInbox):
             run.claimed(True)
             run.end_grace()
         elif not cmd.output.readers and not cmd.output.closed and run.unread is None:
+            if any(q.output is not run.output for q in self.queued):
+                # the next prompt came before the close of this stream (the SDK sends both at once)
+                self._cancel(run, TAKEN_OVER)
+                return
             run.unread = asyncio.get_running_loop().call_later(self.s.reattach_grace, self.take_now, ReattachExpired(run.run_id))
 
     def _cancel(self, run: ActiveRun, why: str = "") -> None:
