@@ -70,7 +70,6 @@ class SdkConnection:
                 assert event.status_code == 200, event
                 continue
             if isinstance(event, h11.EndOfMessage):
-                read.ended = True
                 return read
             assert isinstance(event, h11.Data), event
             for flags, payload in self.frames.feed(bytes(event.data)):
@@ -86,11 +85,11 @@ class SdkConnection:
             event = self.http.next_event()
             if event is not h11.NEED_DATA:
                 return event  # type: ignore[return-value]
-            # a connection the server ended mid-stream: h11 raises on the premature end
+            # a connection ended before the response did makes h11 raise RemoteProtocolError
             self.http.receive_data(self.sock.recv(65536))
 
     def close(self) -> None:
-        """The SDK's cancel: the socket goes (no zero chunk of a response read to its end)."""
+        """The SDK's cancel: the socket is closed in the middle of the response."""
         self.sock.close()
 
 
@@ -101,7 +100,6 @@ class StreamRead:
     text: str = ""
     terminal: ConnectError | None = None
     terminals: int = 0
-    ended: bool = False  # the response's zero chunk came
 
     def take(self, message: pb.AgentServerMessage) -> None:
         if message.WhichOneof("message") == "interaction_update" and message.interaction_update.WhichOneof("message") == "text_delta":

@@ -46,7 +46,6 @@ from .tool_calls import TOOL_RESULT_KINDS
 from .turn_input import stored_as
 
 log = logging.getLogger("cursor_byok.runtime")
-# Why a run whose stream is gone ends at once: a run request on another stream is waiting behind it.
 TAKEN_OVER = "its client left and sent a new run request"
 
 INTERRUPTED_TOOL_TEXT = "Tool execution was interrupted by a newer user message."
@@ -271,7 +270,9 @@ class ConversationRuntime(CommandInbox):
             case actions.EndStream():
                 self._end_output_and_idle()
             case actions.CancelQueued():
-                self._cancel_queued(decision.stream)
+                for q in [q for q in self.queued if (q.request_id, q.output.generation) == decision.stream]:
+                    self.queued.remove(q)
+                    self._close_stream(q.output, END_STREAM_CANCELED)
             case actions.CancelSubagent() if run is not None:
                 if self.data.tool_rounds.cancel_subagent(run, decision.subagent_id):
                     self._batch_done()
@@ -323,19 +324,17 @@ class ConversationRuntime(CommandInbox):
         self._on_start_run(StartRun(output.request_id, output, rr, follow_up=True))
 
     def _on_reader(self, cmd: Reader) -> None:
-        """A reader came to the run's stream (a resumed run goes on) or left it: with none left,
-        the reattach grace starts; detach is not cancel within it, its end is."""
+        """A reader came to the run's stream (a resumed run goes on) or left it: with none left, the
+        reattach grace starts (detach is not cancel within it, its end is), unless a run request waits."""
         if (run := self.run) is None or run.output is not cmd.output:
             return
         if cmd.attached:
             run.claimed(True)
             run.end_grace()
         elif not cmd.output.readers and not cmd.output.closed and run.unread is None:
-            if any(q.output is not run.output for q in self.queued):
-                # the next prompt came before the close of this stream (the SDK sends both at once)
-                self._cancel(run, TAKEN_OVER)
-                return
             run.unread = asyncio.get_running_loop().call_later(self.s.reattach_grace, self.take_now, ReattachExpired(run.run_id))
+            if any(q.output is not run.output for q in self.queued):  # its next prompt came before this close
+                self._cancel(run, TAKEN_OVER)
 
     def _cancel(self, run: ActiveRun, why: str = "") -> None:
         """Cancel the run in any phase: before the model it ends once prepared; a finished one's
@@ -356,11 +355,6 @@ class ConversationRuntime(CommandInbox):
         self.data.tool_rounds.abort_pending(run, CANCELED_TOOL_TEXT)
         if run.context_query is not None:
             run.context_query.give_up()
-
-    def _cancel_queued(self, stream: actions.StreamKey) -> None:
-        for q in [q for q in self.queued if (q.request_id, q.output.generation) == stream]:
-            self.queued.remove(q)
-            self._close_stream(q.output, END_STREAM_CANCELED)
 
     # -- ending runs -----------------------------------------------------------------------------------------------
     def _on_engine_done(self, cmd: EngineDone) -> None:
