@@ -158,6 +158,33 @@ async def test_a_new_run_request_takes_over_a_run_whose_stream_is_gone(
         assert "long one" in provider.requests[1].body.decode()
 
 
+async def test_a_run_request_queued_behind_a_read_run_takes_over_when_its_reader_leaves(
+    tmp_path: Path, provider: FakeProviderServer, workspace: Path
+) -> None:
+    """The SDK's next prompt may reach the server before its close of the last stream does: queued
+    behind a run still read, it takes over as soon as that reader leaves, not a grace later."""
+    provider.enqueue(held_text("partial answer"), OPENAI_CHAT.text(["second answer"]))
+    conv = uuid.uuid4().hex
+    with ServerProcess(config_with(tmp_path, provider, LONG)) as server:
+        ide = ScriptedIDE(server.base_url, workspace)
+        try:
+            stop, first_log, first_rid = asyncio.Event(), StreamLog(), uuid.uuid4().hex
+            first = asyncio.create_task(ide.stream(first_rid, first_log, stop=stop))
+            assert (await ide.append(first_rid, run_request("long one", model=MODEL, conversation_id=conv))).status_code == 200
+            await wait_until(lambda: bool(first_log.text), BOUND)
+            second_log, second_rid = StreamLog(), uuid.uuid4().hex
+            second = asyncio.create_task(ide.stream(second_rid, second_log))
+            assert (await ide.append(second_rid, run_request("next prompt", model=MODEL, conversation_id=conv))).status_code == 200
+            stop.set()  # the first stream's close comes after the next prompt was queued
+            await asyncio.wait_for(first, BOUND)
+            await asyncio.wait_for(second, BOUND)
+            await ended(server, "canceled")
+        finally:
+            await ide.close()
+    assert second_log.text == "second answer" and second_log.terminal is None
+    assert "long one" in provider.requests[1].body.decode()
+
+
 async def test_a_run_request_behind_an_attached_run_still_waits_for_it(
     tmp_path: Path, provider: FakeProviderServer, workspace: Path
 ) -> None:

@@ -114,3 +114,22 @@ def test_a_reused_client_port_keeps_what_the_gateway_noted_for_the_new_connectio
         new.recv(1)
     new.close()
     new_side.close()
+
+
+def test_a_request_noted_as_the_http_server_names_its_client_keeps_the_connection(listener: socket.socket) -> None:
+    """Granian's ASGI scope gives the client port as a string: a request the gateway noted under it
+    is the connection the warden sees (with an int port), not one that never sent a head."""
+    book = ConnectionBook()
+    book.enabled = True
+    warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 0.0, 0.0, 100), book)
+    client, accepted = connect(listener, b"POST /agent.v1.AgentService/RunSSE HTTP/1.1\r\n\r\n")
+    host, port = client.getsockname()
+    state = book.enter({"type": "http", "client": (host, str(port))})
+    warden.sweep()  # the request is in progress: no deadline ends its connection
+    client.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        client.recv(1)
+    book.leave(state)
+    assert book.peers[(host, port)].active == 0
+    client.close()
+    accepted.close()

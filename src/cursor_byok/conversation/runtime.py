@@ -46,6 +46,7 @@ from .tool_calls import TOOL_RESULT_KINDS
 from .turn_input import stored_as
 
 log = logging.getLogger("cursor_byok.runtime")
+TAKEN_OVER = "its client left and sent a new run request"
 
 INTERRUPTED_TOOL_TEXT = "Tool execution was interrupted by a newer user message."
 CANCELED_TOOL_TEXT = "Tool execution was cancelled."
@@ -143,7 +144,7 @@ class ConversationRuntime(CommandInbox):
         elif self.phase is Phase.FINALIZING:
             self._finish_finalizing()
         elif self.run is not None and self.run.unread is not None and cmd.output is not self.run.output:
-            self._cancel(self.run, "its client left and sent a new run request")  # Cursor's SDK cancels so
+            self._cancel(self.run, TAKEN_OVER)  # Cursor's SDK cancels so
 
     def _begin_next(self) -> None:
         """Start the oldest queued run whose stream is still open (a cancel or failure closed the
@@ -269,7 +270,9 @@ class ConversationRuntime(CommandInbox):
             case actions.EndStream():
                 self._end_output_and_idle()
             case actions.CancelQueued():
-                self._cancel_queued(decision.stream)
+                for q in [q for q in self.queued if (q.request_id, q.output.generation) == decision.stream]:
+                    self.queued.remove(q)
+                    self._close_stream(q.output, END_STREAM_CANCELED)
             case actions.CancelSubagent() if run is not None:
                 if self.data.tool_rounds.cancel_subagent(run, decision.subagent_id):
                     self._batch_done()
@@ -321,8 +324,8 @@ class ConversationRuntime(CommandInbox):
         self._on_start_run(StartRun(output.request_id, output, rr, follow_up=True))
 
     def _on_reader(self, cmd: Reader) -> None:
-        """A reader came to the run's stream (a resumed run goes on) or left it: with none left,
-        the reattach grace starts; detach is not cancel within it, its end is."""
+        """A reader came to the run's stream (a resumed run goes on) or left it: with none left, the
+        reattach grace starts (detach is not cancel within it, its end is), unless a run request waits."""
         if (run := self.run) is None or run.output is not cmd.output:
             return
         if cmd.attached:
@@ -330,6 +333,8 @@ class ConversationRuntime(CommandInbox):
             run.end_grace()
         elif not cmd.output.readers and not cmd.output.closed and run.unread is None:
             run.unread = asyncio.get_running_loop().call_later(self.s.reattach_grace, self.take_now, ReattachExpired(run.run_id))
+            if any(q.output is not run.output for q in self.queued):  # its next prompt came before this close
+                self._cancel(run, TAKEN_OVER)
 
     def _cancel(self, run: ActiveRun, why: str = "") -> None:
         """Cancel the run in any phase: before the model it ends once prepared; a finished one's
@@ -350,11 +355,6 @@ class ConversationRuntime(CommandInbox):
         self.data.tool_rounds.abort_pending(run, CANCELED_TOOL_TEXT)
         if run.context_query is not None:
             run.context_query.give_up()
-
-    def _cancel_queued(self, stream: actions.StreamKey) -> None:
-        for q in [q for q in self.queued if (q.request_id, q.output.generation) == stream]:
-            self.queued.remove(q)
-            self._close_stream(q.output, END_STREAM_CANCELED)
 
     # -- ending runs -----------------------------------------------------------------------------------------------
     def _on_engine_done(self, cmd: EngineDone) -> None:

@@ -86,7 +86,9 @@ class ConnectionBook:
         client = scope.get("client")
         if not client:
             return None
-        key = (client[0], client[1])
+        # The warden looks a socket up by its peer name (an int port); granian's scope gives the
+        # port as a string.
+        key = (client[0], int(client[1]))
         state = self.peers.get(key)
         if state is None:
             state = self.peers[key] = PeerState()

@@ -79,7 +79,7 @@ def test_cancel_by_closing_then_the_next_prompt(sdk: SdkDriver, provider: FakePr
         if len(provider.requests) > 1:  # the abandoned turn tried again: let it end
             return OPENAI_CHAT.text(["late"])
         stalled = OPENAI_CHAT.text(["working on it", " and on"])
-        stalled.stall_after = 1  # the first piece, then the provider holds the stream
+        stalled.stall_after = 2  # the role chunk and the first piece, then the provider holds the stream
         return stalled
 
     provider.respond_with(answer)
