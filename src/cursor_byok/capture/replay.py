@@ -12,6 +12,8 @@ counted only with a slack factor.
 """
 from __future__ import annotations
 
+import abc
+
 import asyncio
 import base64
 import difflib
@@ -241,7 +243,7 @@ def _raw(frame: dict[str, Any]) -> bytes | None:
     return base64.b64decode(frame["raw"]) if "raw" in frame and "kind" in frame else None
 
 
-class _Session:
+class _Session(abc.ABC):
     """One captured agent stream, replayed: the wire (RunSSE + BidiAppend, or one HTTP/2 `Run`)
     is the subclass's."""
 
@@ -283,17 +285,17 @@ class _Session:
             else:
                 ask.answers.append(message)
 
+    @abc.abstractmethod
     def recorded(self, doc: dict[str, Any]) -> tuple[list[_Sent], list[dict[str, Any]]]:
         """What the client sent, and the server's frames, as recorded."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def send(self, message: agent_pb2.AgentClientMessage) -> None:
-        raise NotImplementedError
+        """Send one client message to the live server."""
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    @abc.abstractmethod
+    def chunks(self) -> AsyncIterator[bytes]:
         """The live server's stream, as it arrives (opened by the first `send` for `Run`)."""
-        raise NotImplementedError
-        yield b""
 
     async def close(self) -> None:
         pass
