@@ -37,7 +37,7 @@ def _answer(request: RecordedRequest) -> Reply:
     if "long task" in last and last not in _STALLED:
         _STALLED.add(last)
         stalled = OPENAI_CHAT.text(["working", " on it"])
-        stalled.stall_after = 1
+        stalled.stall_after = 2  # the role-only chunk, then the first text: the SDK cancels on it
         return stalled
     return OPENAI_CHAT.text(["short answer"])
 
