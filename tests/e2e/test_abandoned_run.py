@@ -52,7 +52,11 @@ def runs(server: ServerProcess, outcome: str) -> int:
 
 
 async def ended(server: ServerProcess, outcome: str) -> None:
-    await wait_until(lambda: runs(server, outcome) >= 1, BOUND)
+    try:
+        await wait_until(lambda: runs(server, outcome) >= 1, BOUND)
+    except TimeoutError:
+        metrics = [line for line in httpx.get(server.base_url + "/metrics").text.splitlines() if line.startswith("cursor_byok_")]
+        raise AssertionError(f"no run ended {outcome} within {BOUND}s\n" + "\n".join(metrics[:60]) + "\n" + server.log()[-4000:]) from None
 
 
 async def left_mid_stream(ide: ScriptedIDE, rid: str, conv: str, log: StreamLog) -> None:
