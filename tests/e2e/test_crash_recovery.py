@@ -54,8 +54,9 @@ def texts(body: dict) -> list[str]:
 
 
 @pytest.fixture
-def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return one_model_config(tmp_path / "data", provider.url, MODEL)
+def config(tmp_path: Path, provider: FakeProviderServer, store_url: str) -> ServerConfig:
+    """On both store backends: SIGKILL and restart lose nothing acknowledged on PostgreSQL too."""
+    return one_model_config(tmp_path / "data", provider.url, MODEL, store_url=store_url)
 
 
 async def first_turn(ide: ScriptedIDE, provider: FakeProviderServer, conv: str) -> StreamLog:
