@@ -1,4 +1,11 @@
-"""Fixtures for the store tests: real SQLite files under tmp_path."""
+"""Fixtures for the store tests: real SQLite files under tmp_path, and real PostgreSQL databases.
+
+The store's contract is one for both backends: a test that takes `store` or `store_location` runs
+once on each (`[sqlite]`, `[postgres]`: a fresh database of the session's throwaway cluster). A test
+about SQLite's files (it takes `db_path` or `raw_db`: WAL, checkpoints, page cache, salvage, raw
+peeks at the file) or marked `embedded_only` (how that backend works: reads and commits the event
+loop makes itself) runs on SQLite only.
+"""
 from __future__ import annotations
 
 import sqlite3
@@ -9,6 +16,15 @@ import pytest
 
 from cursor_byok.store import ConversationRecord, Store
 
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store_backend" in metafunc.fixturenames:
+        file_bound = {"db_path", "raw_db"} & set(metafunc.fixturenames)
+        embedded = file_bound or metafunc.definition.get_closest_marker("embedded_only") is not None
+        metafunc.parametrize("store_backend", BACKENDS[:1] if embedded else BACKENDS)
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
@@ -16,8 +32,16 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(db_path)
+def store_location(store_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path | str:
+    """What `Store.open` takes: the SQLite file, or a fresh PostgreSQL database's url."""
+    if store_backend == "postgres":
+        return request.getfixturevalue("postgres_url")
+    return tmp_path / "data" / "state.db"
+
+
+@pytest.fixture
+async def store(store_location: Path | str) -> AsyncIterator[Store]:
+    opened = await Store.open(store_location)
     try:
         yield opened
     finally:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.store import (
+    ConstraintViolation,
     EventKind,
     FlushError,
     NewEvent,
@@ -82,7 +83,7 @@ async def test_one_failing_write_does_not_fail_its_neighbours(store: Store, conv
 
     assert results[0].results[0].seq == 1
     assert isinstance(results[1], WriteFailedError)
-    assert isinstance(results[1].__cause__, sqlite3.IntegrityError)
+    assert isinstance(results[1].__cause__, (sqlite3.IntegrityError, ConstraintViolation))
     assert isinstance(results[2], WriteFailedError)
     assert results[3].results[0].seq == 2  # no gap left by the failed append
     assert results[4].state == b"state" and results[4].through_event_seq == 2

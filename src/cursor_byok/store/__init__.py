@@ -1,7 +1,7 @@
-"""Persistence: SQLite (WAL) on the standard sqlite3 module, one group-committing writer thread per
-database.
+"""Persistence: SQLite (WAL) on the standard sqlite3 module, or PostgreSQL on psycopg 3 (postgres/),
+one group-committing writer thread per store.
 
-    store = await Store.open(data_dir / "state.db")
+    store = await Store.open(data_dir / "state.db")       # or Store.open("postgresql://…")
     store.upsert_conversation(ConversationRecord(...))          # fire and forget
     result = await store.append_events(conversation_id, events)  # durable once awaited
     await store.close()
@@ -11,6 +11,8 @@ from __future__ import annotations
 from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
 from .errors import (
     BindingConflict,
+    ConstraintViolation,
+    DatabaseError,
     FlushError,
     MigrationError,
     SchemaTooNewError,
@@ -46,6 +48,7 @@ from .records import (
 )
 from .retention import Retained, keep_retention
 from .salvage import NothingToSalvage, Salvage, salvage_database
+from .core import is_postgres_url
 from .store import Store, StoreStats
 from .upkeep import DatabaseStats, backup_database, database_stats, vacuum_database
 
@@ -59,6 +62,8 @@ __all__ = [
     "AppendResult",
     "BindOutcome",
     "BindingConflict",
+    "ConstraintViolation",
+    "DatabaseError",
     "BindingRecord",
     "CheckpointKind",
     "CheckpointRecord",
@@ -96,6 +101,7 @@ __all__ = [
     "UsageTotals",
     "WriteFailedError",
     "backup_database",
+    "is_postgres_url",
     "database_stats",
     "delete_conversations",
     "keep_retention",
