@@ -218,11 +218,13 @@ class WriterThread:
 
         The events' ids are not looked up first: a new event's insert is its own check (an id is
         unique in its conversation), and events are new but for a replay. Only a transaction whose
-        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate)."""
+        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate),
+        and with the seq counters read again: on a shared PostgreSQL database another server may
+        have taken the next seq of a conversation this one wrote before (its insert is refused)."""
         try:
             return self._attempt(ops, wait, look_up_events=False)
         except (sqlite3.IntegrityError, ConstraintViolation):
-            if not any(op.event_keys() for op in ops):
+            if not any(op.event_keys() or op.seq_conversations() for op in ops):
                 raise
         return self._attempt(ops, wait, look_up_events=True)
 
