@@ -93,7 +93,7 @@ def is_postgres_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
 
 
-def _postgres() -> Any:
+def postgres_backend() -> Any:
     """The PostgreSQL backend, imported on first use (psycopg is in the `team` extra)."""
     try:
         from . import postgres
@@ -185,7 +185,7 @@ class StoreCore:
         sync = Synchronous(synchronous.upper() if isinstance(synchronous, str) else synchronous)
         if is_postgres_url(path):
             url = str(path)
-            backend = _postgres()
+            backend = postgres_backend()
             pg_writer, version, pg_reader = await asyncio.to_thread(
                 backend.open_connections, url, migrations=migrations, read_only=read_only
             )
