@@ -276,7 +276,7 @@ def _data_dir_checks(cfg: Config) -> list[Check]:
     else:
         checks.append(Check("data dir", CheckStatus.OK, f"{data_dir} writable, {free // 2**20} MiB free"))
     if not cfg.embedded_store:
-        return [*checks, *_postgres_checks(cfg)]
+        return checks  # the database is PostgreSQL's (`_postgres_checks`)
     problem = database_problem(cfg.database_path)
     if problem:
         checks.append(Check("database", CheckStatus.FAIL, problem))
@@ -335,6 +335,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if cfg.proxy.enabled or cursor_pointed:
         checks.append(Check("proxy chain", CheckStatus.INFO, describe_chain(cfg, corporate_proxy(cfg), os.environ)))
     checks.extend(_data_dir_checks(cfg))
+    if not cfg.embedded_store:
+        checks.extend(_postgres_checks(cfg))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
     echo(f"{len(failed)} check(s) failed" if failed else "all required checks passed")
