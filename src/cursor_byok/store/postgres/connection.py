@@ -10,10 +10,11 @@ writer's probes over a JSON list, `rowid` reads, the schema probes) have their P
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -88,6 +89,16 @@ class PgConnection:
         try:
             with self._conn.cursor() as cursor:
                 cursor.executemany(text, rows)  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            raise _wrapped(exc) from exc
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Statements sent without waiting for each one's answer until a result is read or the
+        block ends (where a failed one's error is raised)."""
+        try:
+            with self._conn.pipeline():
+                yield
         except psycopg.Error as exc:
             raise _wrapped(exc) from exc
 
