@@ -44,3 +44,31 @@ async def test_a_second_opener_is_not_refused(postgres_url: str) -> None:
     finally:
         await one.close()
         await two.close()
+
+
+async def test_a_connection_the_database_dropped_is_opened_again(postgres_url: str) -> None:
+    """The database restarted, or a network hiccup: the writes after it go through (and so do reads)."""
+    import psycopg
+
+    store = await Store.open(postgres_url)
+    try:
+        store.upsert_conversation(ConversationRecord("c", 1, 1))
+        await store.append_events("c", _events("a", 1))
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        try:  # the first use of each dead connection fails: it is how the store learns
+            await store.append_events("c", _events("b", 1))
+        except Exception:  # noqa: BLE001 - either way, what follows must go through
+            pass
+        try:
+            await store.load_events("c")
+        except Exception:  # noqa: BLE001
+            pass
+        appended = await store.append_events("c", _events("c", 1))
+        stored = [e.event_id for e in await store.load_events("c")]
+    finally:
+        await store.close()
+    assert appended.results[0].duplicate is False
+    assert stored[0] == "a0" and stored[-1] == "c0"
