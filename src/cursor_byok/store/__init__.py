@@ -9,6 +9,7 @@ one group-committing writer thread per store.
 from __future__ import annotations
 
 from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
+from .core import is_postgres_url
 from .errors import (
     BindingConflict,
     ConstraintViolation,
@@ -48,7 +49,6 @@ from .records import (
 )
 from .retention import Retained, keep_retention
 from .salvage import NothingToSalvage, Salvage, salvage_database
-from .core import is_postgres_url
 from .store import Store, StoreStats
 from .upkeep import DatabaseStats, backup_database, database_stats, vacuum_database
 
@@ -62,11 +62,11 @@ __all__ = [
     "AppendResult",
     "BindOutcome",
     "BindingConflict",
-    "ConstraintViolation",
-    "DatabaseError",
     "BindingRecord",
     "CheckpointKind",
     "CheckpointRecord",
+    "ConstraintViolation",
+    "DatabaseError",
     "DatabaseStats",
     "ConversationPage",
     "ConversationRecord",
@@ -101,9 +101,9 @@ __all__ = [
     "UsageTotals",
     "WriteFailedError",
     "backup_database",
-    "is_postgres_url",
     "database_stats",
     "delete_conversations",
+    "is_postgres_url",
     "keep_retention",
     "salvage_database",
     "prune_conversations",
