@@ -115,3 +115,29 @@ async def test_a_password_never_shows_in_what_the_store_says(postgres_url: str) 
         assert "s3cret" not in store.location
     finally:
         await store.close()
+
+
+async def test_an_older_database_is_upgraded_keeping_its_data(postgres_url: str) -> None:
+    old = await Store.open(postgres_url, migrations=MIGRATIONS[:1])
+    assert old.schema_version == 1
+    await old.upsert_conversation(ConversationRecord("c1", 1, 1))
+    await old.append_events("c1", [NewEvent("e1", "user", b"x")])
+    await old.close()
+    new = await Store.open(postgres_url)
+    try:
+        assert new.schema_version == SCHEMA_VERSION
+        assert [e.event_id for e in await new.load_events("c1")] == ["e1"]
+        appended = await new.append_events("c1", [NewEvent("e2", "user", b"y")])  # the triggers re-made by v4 hold
+        assert appended.results[0].seq == 2
+    finally:
+        await new.close()
+
+
+async def test_a_read_only_opener_creates_nothing(postgres_url: str) -> None:
+    reader = await Store.open(postgres_url, read_only=True)
+    try:
+        assert reader.schema_version == 0
+    finally:
+        await reader.close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None
