@@ -120,13 +120,18 @@ def connect(url: str, *, application_name: str) -> PgConnection:
 
 
 def _open(url: str, application_name: str) -> psycopg.Connection[Any]:
-    """An autocommit connection whose local day is this process's (SQLite's 'localtime')."""
+    """An autocommit connection whose local day is this process's (SQLite's 'localtime') and whose
+    COMMIT returns once the commit is durable (a database set to `synchronous_commit = off` would
+    let a crash of PostgreSQL lose what the IDE was told; a stricter setting is kept)."""
     try:
         conn = psycopg.connect(url, autocommit=True, application_name=application_name)
         conn.adapters.register_loader("numeric", _NumberLoader)
         offset = time.localtime().tm_gmtoff
         sign = "-" if offset < 0 else "+"
-        conn.execute(f"SET TIME ZONE INTERVAL '{sign}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}' HOUR TO MINUTE")
+        conn.execute(
+            f"SET TIME ZONE INTERVAL '{sign}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}' HOUR TO MINUTE; "
+            "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'"
+        )
     except psycopg.Error as exc:
         raise _wrapped(exc) from exc
     return conn
