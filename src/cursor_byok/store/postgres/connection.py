@@ -21,11 +21,19 @@ import psycopg
 from psycopg.adapt import Loader
 
 from ..errors import ConstraintViolation, DatabaseError
+from .schema import UntranslatableStatement
 from .statements import OVERRIDES
 
 __all__ = ["PgConnection", "connect", "redacted", "translate"]
 
 _LITERAL = re.compile(r"('[^']*')")
+_INSERT_OR_IGNORE = re.compile(r"^(\s*)INSERT OR IGNORE INTO (.*?);?\s*$", re.S)
+# SQLite spellings PostgreSQL does not know: a statement using one needs a text in statements.py.
+_SQLITE_ONLY = re.compile(
+    r"\b(INSERT OR REPLACE|REPLACE INTO|json_each|json_extract|rowid|sqlite_master|strftime|julianday|unixepoch|GLOB|PRAGMA)\b"
+    r"|LIMIT -1\b",
+    re.I,
+)
 _LOCAL_DAY = re.compile(r"date\((\w+) / 1000, 'unixepoch', 'localtime'\)")
 _BEGINS = {"BEGIN": "BEGIN ISOLATION LEVEL REPEATABLE READ", "BEGIN IMMEDIATE": "BEGIN"}
 
@@ -42,8 +50,11 @@ def translate(sql: str) -> str:
     parts = _LITERAL.split(sql.replace("%", "%%"))  # psycopg reads % inside literals too
     for i in range(0, len(parts), 2):  # placeholders: outside string literals
         parts[i] = parts[i].replace("?", "%s")
-    text = "".join(parts)
-    return _LOCAL_DAY.sub(r"to_char(to_timestamp(\1 / 1000), 'YYYY-MM-DD')", text)
+    text = _LOCAL_DAY.sub(r"to_char(to_timestamp(\1 / 1000), 'YYYY-MM-DD')", "".join(parts))
+    text = _INSERT_OR_IGNORE.sub(r"\1INSERT INTO \2 ON CONFLICT DO NOTHING", text)
+    if (found := _SQLITE_ONLY.search("".join(_LITERAL.split(text)[::2]))) is not None:
+        raise UntranslatableStatement(f"{found.group(0)!r} is SQLite's (give its PostgreSQL text in statements.py): {sql.strip()}")
+    return text
 
 
 class _NumberLoader(Loader):
