@@ -28,6 +28,7 @@ def test_every_migration_has_a_postgresql_form(migration: Migration) -> None:
         "CREATE VIRTUAL TABLE docs USING fts5(body)",
         "CREATE TABLE t (id INTEGER PRIMARY KEY) WITHOUT ROWID",
         "CREATE TABLE t (v ANY) STRICT",
+        "CREATE TABLE t (name TEXT COLLATE NOCASE) STRICT",
         "PRAGMA user_version = 3",
         "CREATE VIEW v AS SELECT 1",
         "CREATE TRIGGER t AFTER INSERT ON x BEGIN UPDATE x SET a = 1; END",

@@ -47,7 +47,9 @@ _AUTOINCREMENT = re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b")
 _TYPES = {"INTEGER": "BIGINT", "BLOB": "BYTEA", "TEXT": 'TEXT COLLATE "C"', "REAL": "DOUBLE PRECISION"}
 _TYPE = re.compile(r"\b(INTEGER|BLOB|TEXT|REAL)\b")
 # SQLite-only words that must not reach PostgreSQL unnoticed.
-_SQLITE_ONLY = re.compile(r"\b(WITHOUT ROWID|AUTOINCREMENT|PRAGMA|GLOB|ANY|rowid|json_each|json_extract)\b", re.I)
+_SQLITE_ONLY = re.compile(
+    r"\b(WITHOUT ROWID|AUTOINCREMENT|PRAGMA|GLOB|ANY|rowid|json_each|json_extract|NOCASE|RTRIM|strftime|julianday)\b", re.I
+)
 
 
 def _is_ops(text: str) -> str:
