@@ -1,6 +1,7 @@
 """A psycopg 3 connection behind the part of `sqlite3.Connection`'s interface the store uses
-(`execute`, `executemany`, `close`, `in_transaction`, `set_trace_callback`), so the writer and reader
-threads, the record families' SQL and the deletions run unchanged on either backend.
+(`execute`, `executemany`, `close`, `set_trace_callback`; and `pipeline`, which the writer uses
+where the connection has it), so the writer and reader threads, the record families' SQL and the
+deletions run unchanged on either backend.
 
 The store's statements are written for SQLite; each SQL text is translated once and cached:
 placeholders `?` → `%s`, a read snapshot's `BEGIN` → REPEATABLE READ, `BEGIN IMMEDIATE` → `BEGIN`,
@@ -88,10 +89,6 @@ class PgConnection:
         if self._conn.broken:
             self._conn = _open(self._url, self._application_name)
         return self._conn
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
     def set_trace_callback(self, trace: Callable[[str], None] | None) -> None:
         self._trace = trace
