@@ -1,0 +1,150 @@
+"""Several `cursor-byok serve` instances on one PostgreSQL database (issue 37): a conversation has one
+owner at a time (a lease in the database); requests that land on another instance reach the owner
+through the database (LISTEN/NOTIFY), and an owner killed mid-turn is taken over once its lease ends.
+
+Each test runs two real servers on a fresh database of the session's throwaway cluster, a fake
+provider, and the scripted IDE (behind a deterministic balancer where a turn is split)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.protocol import agent_pb2 as pb
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
+from tests.e2e.test_crash_recovery import wait_until
+from tests.harness.balancer import balanced_client, by_path
+from tests.harness.ide import ScriptedIDE, StreamLog, run_request
+from tests.harness.server import ServerConfig, ServerProcess, one_model_config
+
+MODEL = "byok-cluster"
+LEASE_SECONDS = 1.0  # short, so a takeover after a kill comes soon (the test waits for its turn, not a time)
+
+
+def instance_config(data_dir: Path, provider: FakeProviderServer, store_url: str) -> ServerConfig:
+    return one_model_config(
+        data_dir, provider.url, MODEL,
+        runsse_wait_seconds=5.0,
+        extra_toml=f'[store]\nurl = "{store_url}"\n\n[cluster]\nlease_seconds = {LEASE_SECONDS}\n',
+    )
+
+
+@pytest.fixture
+def pair(tmp_path: Path, provider: FakeProviderServer, postgres_url: str):
+    servers = [ServerProcess(instance_config(tmp_path / name, provider, postgres_url)) for name in ("a", "b")]
+    for server in servers:
+        server.start()
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def texts(body: dict) -> list[str]:
+    return [json.dumps(m, sort_keys=True) for m in body["messages"]]
+
+
+def assert_history_once(body: dict, *needles: str) -> None:
+    joined = texts(body)
+    for needle in needles:
+        hits = [t for t in joined if needle in t]
+        assert len(hits) == 1, (needle, hits)
+
+
+def ended_well(log: StreamLog) -> bool:
+    return log.terminals == 1 and log.terminal is None and "turn_ended" in log.kinds()
+
+
+def resume_request(conv: str) -> pb.AgentClientMessage:
+    msg = pb.AgentClientMessage()
+    rr = msg.run_request
+    rr.conversation_id = conv
+    rr.run_id = uuid.uuid4().hex
+    rr.requested_model.model_id = MODEL
+    rr.action.resume_action.SetInParent()
+    return msg
+
+
+async def test_a_conversation_continues_on_the_other_instance_and_back(pair, provider: FakeProviderServer, workspace: Path) -> None:
+    """Turn 1 on A, turn 2 on B, turn 3 on A again: each turn's model call holds every earlier turn
+    once (B read what A saved; A does not answer from what it held before B's turn)."""
+    a, b = pair
+    conv = uuid.uuid4().hex
+    ide_a, ide_b = ScriptedIDE(a.base_url, workspace), ScriptedIDE(b.base_url, workspace)
+    try:
+        for ide, question, answer in ((ide_a, "alpha question", "bravo answer"), (ide_b, "charlie question", "delta answer"),
+                                      (ide_a, "echo question", "foxtrot answer")):
+            provider.enqueue(OPENAI_CHAT.text([answer]))
+            log = await ide.turn(run_request(question, model=MODEL, conversation_id=conv, message_id=question))
+            assert ended_well(log), (log.kinds(), log.terminal)
+            assert log.text == answer
+    finally:
+        await ide_a.close()
+        await ide_b.close()
+    assert_history_once(provider.requests[1].json(), "alpha question", "bravo answer", "charlie question")
+    assert_history_once(provider.requests[2].json(), "alpha question", "bravo answer", "charlie question", "delta answer", "echo question")
+
+
+async def test_a_turn_split_across_instances_completes(pair, provider: FakeProviderServer, workspace: Path) -> None:
+    """No affinity: the RunSSE on A, every BidiAppend on B (the run request, the tool's result and
+    the blob acks). The turn runs where its appends went and its output reaches A's stream; a
+    resend of an acknowledged append is answered as a duplicate, with no effect."""
+    a, b = pair
+    (workspace / "x.txt").write_text("kilo content\n")
+    provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_x", "Read", [f'{{"path": "{workspace}/x.txt"}}'])]))
+    provider.enqueue(OPENAI_CHAT.text(["lima answer"]))
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(a.base_url, workspace)
+    await ide.client.aclose()
+    ide.client = balanced_client(by_path(run_sse=a.base_url, appends=b.base_url))
+    try:
+        rid = uuid.uuid4().hex
+        log = await ide.turn(run_request("kilo question", model=MODEL, conversation_id=conv, message_id="m1"), request_id=rid)
+        assert ended_well(log), (log.kinds(), log.terminal)
+        assert log.text == "lima answer"
+        assert [ex.WhichOneof("message") for ex in ide.exec_log].count("read_args") == 1
+        first_rid, first_seqno, first = ide.acked[1]  # a reply after the run request, sent again
+        again = await ide.append(first_rid, first, seqno=first_seqno)
+        assert again.status_code == 200
+    finally:
+        await ide.close()
+    assert len(provider.requests) == 2
+    tool_results = [m for m in provider.requests[1].json()["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_results] == ["call_x"] and "kilo content" in tool_results[0]["content"]
+
+
+async def test_the_owner_killed_mid_turn_is_taken_over(pair, provider: FakeProviderServer, workspace: Path) -> None:
+    """B owns the conversation and is SIGKILLed while it streams turn 2. The IDE's retry goes to A:
+    A takes the conversation over once B's lease ends, resumes it from the journal as a restart
+    does, and the turn goes on; nothing B acknowledged is lost or doubled."""
+    a, b = pair
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(b.base_url, workspace)
+    ide.tolerate_crashes = True
+    try:
+        provider.enqueue(OPENAI_CHAT.text(["bravo answer"]))
+        assert ended_well(await ide.turn(run_request("alpha question", model=MODEL, conversation_id=conv, message_id="m1")))
+        slow = OPENAI_CHAT.text(["zulu "] * 200)
+        slow.chunk_delay = 0.05
+        provider.enqueue(slow)
+        rid, log = uuid.uuid4().hex, StreamLog()
+        reader = asyncio.create_task(ide.stream(rid, log))
+        assert (await ide.append(rid, run_request("charlie question", model=MODEL, conversation_id=conv, message_id="m2"))).status_code == 200
+        await wait_until(lambda: "zulu" in log.text)  # the model streams on B
+        b.kill()
+        await asyncio.wait_for(reader, 10)
+        assert log.terminals == 0  # the stream died with B
+        await ide.reconnect(a.base_url)  # the balancer's retry lands on A
+        await ide.resend_unacked()
+        provider.enqueue(OPENAI_CHAT.text(["resumed fine"]))
+        resumed = await ide.turn(resume_request(conv), timeout=30)
+    finally:
+        await ide.close()
+    assert resumed.terminals == 1 and resumed.terminal is None and "resumed fine" in resumed.text
+    body = provider.requests[-1].json()
+    assert_history_once(body, "alpha question", "bravo answer", "charlie question")
+    assert not any("zulu" in t for t in texts(body))  # an unfinished stream is not history
