@@ -1,0 +1,298 @@
+"""One instance's part of a cluster: who owns which conversation, and the requests that cross.
+
+A conversation runs in one instance at a time, its owner (a lease, `leases.py`). A request that lands
+on an instance that does not own its conversation goes to the owner over the bus: a BidiAppend is
+taken by the owner's inbox as if it had come there (admitted, journaled, answered once durable); a
+RunSSE reads the owner's output stream, frames relayed as they come. A new turn landing elsewhere
+first asks an idle owner to let the conversation go, so with affinity per request id (the balancer
+hashing `x-request-id`) a turn's requests all stay on the instance its run request reached.
+
+An owner that stops renewing loses its leases when they end: the next instance that needs one of
+its conversations takes it over (`Local.take_over`: what a restart does for it, from the journal).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
+
+import msgspec
+
+from .bus import Bus
+from .leases import Leases
+from .notes import Kind, Message
+
+log = logging.getLogger("cursor_byok.cluster")
+
+YIELDED, BUSY = b"yielded", b"busy"
+
+
+class Forwarded(msgspec.Struct, frozen=True):
+    """A BidiAppend as it came: its body and the headers its handling reads."""
+
+    body: bytes
+    content_encoding: str | None = None
+    parent_request_id: str | None = None
+    parent_tool_call_id: str | None = None
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """An append's answer: code "" is taken (its journal row durable), else a Connect error."""
+
+    code: str = ""
+    message: str = ""
+
+
+class OwnerGone(Exception):
+    """The owner a request was relayed to stopped answering and its lease ended."""
+
+
+Sink = Callable[[bytes, bool], Awaitable[None]]  # output frames, and whether more follow
+
+
+class Local(Protocol):
+    """What the instance's gateway does for the cluster (`gateway.peers`)."""
+
+    async def take_append(self, forwarded: Forwarded) -> Answer: ...
+
+    async def serve_read(self, request_id: str, sink: Sink) -> None: ...
+
+    async def let_go(self, conversation_id: str) -> bool: ...
+
+    async def take_over(self, conversation_id: str) -> None: ...
+
+
+class Cluster:
+    def __init__(self, url: str, lease_seconds: float) -> None:
+        self.me = uuid.uuid4().hex[:16]
+        self.lease_seconds = lease_seconds
+        self.bus = Bus(url, self.me, self._on_message)
+        self.leases: Leases | None = None
+        self.local: Local | None = None  # set by the composition root before `start`
+        self._answers: dict[str, asyncio.Future[bytes]] = {}
+        self._readers: dict[str, asyncio.Queue[Message]] = {}
+        self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}  # (reader's instance, reader) → its relay
+        self._bound: dict[str, list[asyncio.Future[str]]] = {}  # request id → who waits to learn its owner
+        self._taking: dict[str, asyncio.Future[None]] = {}  # conversations being taken over here
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._renewing: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.bus.open()
+        assert self.bus.talk is not None
+        self.leases = Leases(self.bus.talk, self.me, self.lease_seconds)
+        self._renewing = asyncio.get_running_loop().create_task(self._renew(), name="cluster-leases")
+        log.info("cluster member", extra={"instance": self.me, "lease_seconds": self.lease_seconds})
+
+    async def stop(self) -> None:
+        """After the conversations stopped: their leases end now (not in lease_seconds), so another
+        instance takes over what was cut at once."""
+        for task in (self._renewing, *self._tasks, *self._serving.values()):
+            if task is not None:
+                task.cancel()
+        if self.leases is not None:
+            with contextlib.suppress(Exception):
+                await self.leases.expire_all()
+        await self.bus.close()
+
+    # -- ownership ----------------------------------------------------------------------------------
+    async def claim(self, conversation_id: str, within: float) -> str:
+        """The instance a new turn of the conversation runs in: this one when the conversation is
+        free, ours, its owner's lease has ended (taken over first), or its idle owner lets it go;
+        else its owner (busy with a run, or silent until `within` runs out)."""
+        leases = self._leases()
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            taking = self._taking.get(conversation_id)
+            if taking is not None:
+                await asyncio.shield(taking)
+            claim = await leases.claim(conversation_id)
+            if claim.owner == self.me:
+                if claim.taken_from is not None:
+                    await self._take_over(conversation_id, claim.taken_from)
+                return self.me
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return claim.owner
+            try:  # a dead owner never answers: by then its lease has ended and the claim takes it
+                answer = await self.ask(claim.owner, Kind.YIELD, conversation_id.encode(), timeout=min(left, self.lease_seconds))
+            except TimeoutError:
+                continue
+            if answer != YIELDED:
+                return claim.owner
+
+    async def _take_over(self, conversation_id: str, previous: str) -> None:
+        done = self._taking[conversation_id] = asyncio.get_running_loop().create_future()
+        log.warning("conversation taken over from an instance whose lease ended",
+                    extra={"conversation_id": conversation_id, "previous_owner": previous, "instance": self.me})
+        try:
+            assert self.local is not None
+            await self.local.take_over(conversation_id)
+        finally:
+            del self._taking[conversation_id]
+            done.set_result(None)
+
+    async def owner_of_request(self, request_id: str, wait: float) -> str | None:
+        """The instance that runs the request id's conversation (claimed here when none does); None
+        when the request id is not bound within `wait` (its run request may be on its way: the
+        instance that takes it says so, `bound_here`)."""
+        bound = asyncio.get_running_loop().create_future()
+        self._bound.setdefault(request_id, []).append(bound)  # before the read: a BOUND after it is not missed
+        try:
+            found = await self._leases().of_request(request_id)
+            if found is None:
+                try:
+                    return await asyncio.wait_for(bound, wait)
+                except TimeoutError:
+                    found = await self._leases().of_request(request_id)
+        finally:
+            waiting = self._bound.get(request_id, [])
+            if bound in waiting:
+                waiting.remove(bound)
+            if not waiting:
+                self._bound.pop(request_id, None)
+        if found is None:
+            return None
+        if found.owner is None:
+            return await self.claim(found.conversation_id, wait)
+        return found.owner
+
+    def bound_here(self, request_id: str) -> None:
+        """A run request for the request id was just taken here: what waits for it, here or in
+        another instance (its RunSSE or a later append), learns that it runs here."""
+        self._wake(request_id, self.me)
+        self._spawn(self._send_quietly(None, Message(Kind.BOUND, self.me, request_id)))
+
+    def _wake(self, request_id: str, owner: str) -> None:
+        for waiter in self._bound.pop(request_id, ()):
+            if not waiter.done():
+                waiter.set_result(owner)
+
+    async def _renew(self) -> None:
+        leases = self._leases()
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await leases.renew()
+            except Exception as exc:  # noqa: BLE001 - the next round tries again; the lease may end meanwhile
+                log.error("conversation leases not renewed: %s", exc)
+
+    def _leases(self) -> Leases:
+        assert self.leases is not None, "the cluster has not started"
+        return self.leases
+
+    # -- requests to other instances -----------------------------------------------------------------
+    async def ask(self, to: str, kind: Kind, body: bytes, timeout: float) -> bytes:
+        corr = uuid.uuid4().hex
+        answer = self._answers[corr] = asyncio.get_running_loop().create_future()
+        try:
+            await self.bus.send(to, Message(kind, self.me, corr, body))
+            return await asyncio.wait_for(answer, timeout)
+        finally:
+            self._answers.pop(corr, None)
+
+    async def forward_append(self, owner: str, forwarded: Forwarded, timeout: float) -> Answer:
+        """The owner's answer to an append that came here; a silent owner: `unavailable` (the IDE
+        sends it again, and by then another instance may have taken the conversation over)."""
+        try:
+            raw = await self.ask(owner, Kind.APPEND, msgspec.msgpack.encode(forwarded), timeout)
+        except TimeoutError:
+            return Answer("unavailable", "the instance running this conversation did not answer; send it again")
+        return msgspec.msgpack.decode(raw, type=Answer)
+
+    async def read(self, owner: str, request_id: str) -> AsyncIterator[tuple[bytes, bool]]:
+        """The owner's output stream for the request id, from its start: (frames, more) until the
+        last. Raises OwnerGone when the owner goes silent and its lease on the conversation ends."""
+        corr = uuid.uuid4().hex
+        inbox = self._readers[corr] = asyncio.Queue()
+        leases = self._leases()
+        last = False
+        try:
+            await self.bus.send(owner, Message(Kind.READ, self.me, corr, request_id.encode()))
+            while True:
+                try:
+                    message = await asyncio.wait_for(inbox.get(), self.lease_seconds)
+                except TimeoutError:  # quiet is fine while the owner holds the lease (a tool may run for minutes)
+                    found = await leases.of_request(request_id)
+                    if found is None or found.owner != owner:
+                        raise OwnerGone(owner) from None
+                    continue
+                last = message.kind is Kind.END
+                yield message.body, not last
+                if last:
+                    return
+        finally:
+            self._readers.pop(corr, None)
+            if not last:  # the reader went away first: the owner's relay ends (its stream is detached)
+                self._spawn(self._send_quietly(owner, Message(Kind.LEAVE, self.me, corr)))
+
+    async def _send_quietly(self, to: str | None, message: Message) -> None:
+        try:
+            await self.bus.send(to, message)
+        except Exception as exc:  # noqa: BLE001 - the other side finds out by itself (its reader's lease ends)
+            log.info("cluster message not sent: %s", exc)
+
+    # -- requests from other instances ---------------------------------------------------------------
+    def _on_message(self, message: Message) -> None:
+        match message.kind:
+            case Kind.ANSWER:
+                answer = self._answers.get(message.corr)
+                if answer is not None and not answer.done():
+                    answer.set_result(message.body)
+            case Kind.OUT | Kind.END:
+                inbox = self._readers.get(message.corr)
+                if inbox is not None:
+                    inbox.put_nowait(message)
+            case Kind.BOUND:
+                self._wake(message.corr, message.sender)
+            case Kind.LEAVE:
+                relay = self._serving.pop((message.sender, message.corr), None)
+                if relay is not None:
+                    relay.cancel()
+            case Kind.APPEND:
+                self._spawn(self._answer(message, self._take_append(message.body)))
+            case Kind.YIELD:
+                self._spawn(self._answer(message, self._yield(message.body.decode())))
+            case Kind.READ:
+                key = (message.sender, message.corr)
+                self._serving[key] = self._spawn(self._serve_read(message, key))
+
+    def _spawn(self, work: Awaitable[None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _answer(self, question: Message, answering: Awaitable[bytes]) -> None:
+        body = await answering
+        await self._send_quietly(question.sender, Message(Kind.ANSWER, self.me, question.corr, body))
+
+    async def _take_append(self, body: bytes) -> bytes:
+        assert self.local is not None
+        try:
+            answer = await self.local.take_append(msgspec.msgpack.decode(body, type=Forwarded))
+        except Exception as exc:  # noqa: BLE001 - the asking instance answers its IDE with it
+            log.exception("a forwarded append failed")
+            answer = Answer("internal", f"{type(exc).__name__} on the instance running the conversation")
+        return msgspec.msgpack.encode(answer)
+
+    async def _yield(self, conversation_id: str) -> bytes:
+        assert self.local is not None
+        if not await self.local.let_go(conversation_id):
+            return BUSY
+        await self._leases().release(conversation_id)
+        return YIELDED
+
+    async def _serve_read(self, question: Message, key: tuple[str, str]) -> None:
+        assert self.local is not None
+
+        async def sink(frames: bytes, more: bool) -> None:
+            await self.bus.send(question.sender, Message(Kind.OUT if more else Kind.END, self.me, question.corr, frames))
+
+        try:
+            await self.local.serve_read(question.body.decode(), sink)
+        finally:
+            self._serving.pop(key, None)

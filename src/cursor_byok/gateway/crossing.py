@@ -1,0 +1,80 @@
+"""Several instances on one database: where a request goes when its conversation runs in another
+instance. Routing only, as for any request: an append for a conversation another instance owns goes
+there and its answer comes back; a RunSSE for a stream another instance writes relays its frames.
+With affinity (one instance per request id) nothing leaves the instance: a run request claims its
+conversation here and the rest finds its transport here. What this instance does for the others is
+`peers.Peers`.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..cluster import Forwarded, OwnerGone
+from ..protocol import BidiAppend, ConnectError, end_stream_error
+from .asgi import STREAM_HEADERS, Receive, Send, watch_disconnect
+from .routing import route_for
+from .transport import Route
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..protocol import RequestHeaders
+    from .app import Gateway
+
+OWNER_GONE = ConnectError("unavailable", "the instance running this conversation stopped; send it again")
+
+
+async def owner_elsewhere(gw: Gateway, cluster: Cluster, append: BidiAppend) -> str | None:
+    """The other instance that runs the append's conversation; None: it is taken here (its
+    transport is here, or its run request claims the conversation here)."""
+    request_id = append.request_id
+    if gw.transports.get(request_id) is not None:
+        return None  # the fast path: this request id's stream is here
+    wait = gw.config.server.runsse_wait_seconds
+    if append.append_seqno == 0:
+        if route_for(append.message, gw.config) is not Route.LOCAL:
+            return None
+        conversation_id = append.message.run_request.conversation_id
+        owner = await cluster.claim(conversation_id, wait) if conversation_id else await cluster.owner_of_request(request_id, wait)
+    else:
+        owner = await cluster.owner_of_request(request_id, wait)
+    return None if owner in (None, cluster.me) else owner
+
+
+async def stream_elsewhere(cluster: Cluster, request_id: str, wait: float, unbound: Callable[[], ConnectError]) -> str | None:
+    """The other instance that writes the request id's stream; None: it is written here. Raises
+    `unbound()` when no instance binds the request id within `wait`."""
+    owner = await cluster.owner_of_request(request_id, wait)
+    if owner is None:
+        raise unbound()
+    return None if owner == cluster.me else owner
+
+
+async def forward_append(gw: Gateway, cluster: Cluster, owner: str, body: bytes, headers: RequestHeaders) -> None:
+    """The append to its owner; raises its refusal as the owner worded it."""
+    forwarded = Forwarded(body, headers.content_encoding, headers.parent_request_id, headers.parent_tool_call_id)
+    answer = await cluster.forward_append(owner, forwarded, gw.config.server.body_read_timeout_seconds)
+    if answer.code:
+        raise ConnectError(answer.code, answer.message)
+
+
+async def relay_remote(cluster: Cluster, owner: str, request_id: str, receive: Receive, send: Send) -> None:
+    """A RunSSE whose stream another instance writes: its frames, as they come, through its terminal."""
+    await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
+    me = asyncio.current_task()
+    assert me is not None
+    watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
+    try:
+        async for frames, more in cluster.read(owner, request_id):
+            await send({"type": "http.response.body", "body": frames, "more_body": more})
+    except OwnerGone:
+        await send({"type": "http.response.body", "body": end_stream_error(OWNER_GONE), "more_body": False})
+    except asyncio.CancelledError:
+        if not watcher.done():
+            raise  # the client left otherwise: the reader's LEAVE told the owner
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(BaseException):
+            await watcher
