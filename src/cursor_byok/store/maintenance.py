@@ -66,7 +66,7 @@ def _delete_batch(conn: sqlite3.Connection, roots: Sequence[str], result: Deleti
             else:
                 doomed += family
         if doomed:
-            conn.executemany("INSERT OR IGNORE INTO conversation_deletions VALUES (?)", [(c,) for c in doomed])
+            conn.executemany("INSERT INTO conversation_deletions VALUES (?) ON CONFLICT DO NOTHING", [(c,) for c in doomed])
             for table in _OWNED_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE conversation_id IN ({_marks(doomed)})", doomed)
             result.erased_bodies += conn.execute(
