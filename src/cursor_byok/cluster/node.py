@@ -124,6 +124,12 @@ class Cluster:
             if answer != YIELDED:
                 return claim.owner
 
+    async def claim_free(self, conversation_id: str | None) -> bool:
+        """At start: whether this instance resumes the conversation's cut runs and streams, which it
+        does when no live instance owns it (claimed here). A stream whose conversation cannot be
+        read is any instance's to quarantine."""
+        return conversation_id is None or (await self._leases().claim(conversation_id)).owner == self.me
+
     async def _take_over(self, conversation_id: str, previous: str) -> None:
         done = self._taking[conversation_id] = asyncio.get_running_loop().create_future()
         log.warning("conversation taken over from an instance whose lease ended",
