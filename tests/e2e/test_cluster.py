@@ -117,10 +117,10 @@ async def test_a_turn_split_across_instances_completes(pair, provider: FakeProvi
     assert [m["tool_call_id"] for m in tool_results] == ["call_x"] and "kilo content" in tool_results[0]["content"]
 
 
-async def test_the_owner_killed_mid_turn_is_taken_over(pair, provider: FakeProviderServer, workspace: Path) -> None:
-    """B owns the conversation and is SIGKILLed while it streams turn 2. The IDE's retry goes to A:
-    A takes the conversation over once B's lease ends, resumes it from the journal as a restart
-    does, and the turn goes on; nothing B acknowledged is lost or doubled."""
+async def test_the_owner_killed_while_modeling_is_taken_over(pair, provider: FakeProviderServer, workspace: Path) -> None:
+    """B owns the conversation and is SIGKILLed while the model streams turn 2. The IDE's retry
+    goes to A, which takes the conversation over once B's lease ends: the turn goes on from what B
+    saved, nothing it acknowledged lost or doubled, nothing unfinished kept."""
     a, b = pair
     conv = uuid.uuid4().hex
     ide = ScriptedIDE(b.base_url, workspace)
@@ -139,7 +139,6 @@ async def test_the_owner_killed_mid_turn_is_taken_over(pair, provider: FakeProvi
         await asyncio.wait_for(reader, 10)
         assert log.terminals == 0  # the stream died with B
         await ide.reconnect(a.base_url)  # the balancer's retry lands on A
-        await ide.resend_unacked()
         provider.enqueue(OPENAI_CHAT.text(["resumed fine"]))
         resumed = await ide.turn(resume_request(conv), timeout=30)
     finally:
@@ -148,3 +147,42 @@ async def test_the_owner_killed_mid_turn_is_taken_over(pair, provider: FakeProvi
     body = provider.requests[-1].json()
     assert_history_once(body, "alpha question", "bravo answer", "charlie question")
     assert not any("zulu" in t for t in texts(body))  # an unfinished stream is not history
+
+
+async def test_a_tool_result_the_killed_owner_acknowledged_is_applied_by_the_other(pair, provider: FakeProviderServer, workspace: Path) -> None:
+    """Two Reads in one batch on B; the IDE answers the first (B's 200: journaled), then B is
+    SIGKILLed. The IDE's retry — RunSSE on the same request id and the second result — lands on A,
+    which takes the cut stream over from the journal: both results reach the model, the first as
+    the IDE sent it (not "did not finish"), and the model is asked once more, not twice."""
+    a, b = pair
+    (workspace / "a.txt").write_text("ALPHA-CONTENT\n")
+    (workspace / "b.txt").write_text("BRAVO-CONTENT\n")
+    conv = uuid.uuid4().hex
+    ide = ScriptedIDE(b.base_url, workspace)
+    ide.hold_execs = True
+    reads = [CallSpec(call, "Read", [f'{{"path": "{workspace / name}"}}']) for call, name in (("call_a", "a.txt"), ("call_b", "b.txt"))]
+    provider.enqueue(OPENAI_CHAT.tool_calls(reads))
+    try:
+        rid = uuid.uuid4().hex
+        reader = asyncio.create_task(ide.stream(rid, StreamLog()))
+        assert (await ide.append(rid, run_request("read both", model=MODEL, conversation_id=conv, message_id="m1"))).status_code == 200
+        await wait_until(lambda: len(ide.held) == 2)
+        by_call = {ex.exec_id: ex for _, ex in ide.held}
+        for reply in ide.execute(by_call["call_a"]):
+            assert (await ide.append(rid, reply)).status_code == 200  # acknowledged by B
+        b.kill()
+        assert (await asyncio.wait_for(reader, 10)).terminals == 0
+        provider.enqueue(OPENAI_CHAT.text(["read them both"]))
+        calls_before = len(provider.requests)
+        await ide.reconnect(a.base_url)
+        log = StreamLog()
+        reader = asyncio.create_task(ide.stream(rid, log))
+        for reply in ide.execute(by_call["call_b"]):
+            assert (await ide.append(rid, reply)).status_code == 200
+        await asyncio.wait_for(reader, 30)
+    finally:
+        await ide.close()
+    assert log.terminals == 1 and log.terminal is None and log.text == "read them both"
+    assert len(provider.requests) == calls_before + 1
+    results = {m["tool_call_id"]: m["content"] for m in provider.requests[-1].json()["messages"] if m["role"] == "tool"}
+    assert "ALPHA-CONTENT" in results["call_a"] and "BRAVO-CONTENT" in results["call_b"], results

@@ -76,7 +76,7 @@ class Cluster:
         self._readers: dict[str, asyncio.Queue[Message]] = {}
         self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}  # (reader's instance, reader) → its relay
         self._bound: dict[str, list[asyncio.Future[str]]] = {}  # request id → who waits to learn its owner
-        self._taking: dict[str, asyncio.Future[None]] = {}  # conversations being taken over here
+        self._taking: dict[str, asyncio.Future[None]] = {}  # conversations being claimed here
         self._tasks: set[asyncio.Task[None]] = set()
         self._renewing: asyncio.Task[None] | None = None
 
@@ -103,43 +103,43 @@ class Cluster:
         """The instance a new turn of the conversation runs in: this one when the conversation is
         free, ours, its owner's lease has ended (taken over first), or its idle owner lets it go;
         else its owner (busy with a run, or silent until `within` runs out)."""
-        leases = self._leases()
-        deadline = asyncio.get_running_loop().time() + within
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
         while True:
-            taking = self._taking.get(conversation_id)
-            if taking is not None:
-                await asyncio.shield(taking)
-            claim = await leases.claim(conversation_id)
-            if claim.owner == self.me:
-                if claim.taken_from is not None:
-                    await self._take_over(conversation_id, claim.taken_from)
-                return self.me
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                return claim.owner
+            owner = await self._claim_once(conversation_id)
+            left = deadline - loop.time()
+            if owner == self.me or left <= 0:
+                return owner
             try:  # a dead owner never answers: by then its lease has ended and the claim takes it
-                answer = await self.ask(claim.owner, Kind.YIELD, conversation_id.encode(), timeout=min(left, self.lease_seconds))
+                answer = await self.ask(owner, Kind.YIELD, conversation_id.encode(), timeout=min(left, self.lease_seconds))
             except TimeoutError:
                 continue
             if answer != YIELDED:
-                return claim.owner
+                return owner
+
+    async def _claim_once(self, conversation_id: str) -> str:
+        """One claim; a takeover it wins is done before it returns. One at a time per conversation
+        here: a second request must not find the conversation ours before its takeover is done."""
+        while (taking := self._taking.get(conversation_id)) is not None:
+            await asyncio.shield(taking)
+        done = self._taking[conversation_id] = asyncio.get_running_loop().create_future()
+        try:
+            claim = await self._leases().claim(conversation_id)
+            if claim.owner == self.me and claim.taken_from is not None:
+                log.warning("conversation taken over from an instance whose lease ended",
+                            extra={"conversation_id": conversation_id, "previous_owner": claim.taken_from, "instance": self.me})
+                assert self.local is not None
+                await self.local.take_over(conversation_id)
+            return claim.owner
+        finally:
+            del self._taking[conversation_id]
+            done.set_result(None)
 
     async def claim_free(self, conversation_id: str | None) -> bool:
         """At start: whether this instance resumes the conversation's cut runs and streams, which it
         does when no live instance owns it (claimed here). A stream whose conversation cannot be
         read is any instance's to quarantine."""
         return conversation_id is None or (await self._leases().claim(conversation_id)).owner == self.me
-
-    async def _take_over(self, conversation_id: str, previous: str) -> None:
-        done = self._taking[conversation_id] = asyncio.get_running_loop().create_future()
-        log.warning("conversation taken over from an instance whose lease ended",
-                    extra={"conversation_id": conversation_id, "previous_owner": previous, "instance": self.me})
-        try:
-            assert self.local is not None
-            await self.local.take_over(conversation_id)
-        finally:
-            del self._taking[conversation_id]
-            done.set_result(None)
 
     async def owner_of_request(self, request_id: str, wait: float) -> str | None:
         """The instance that runs the request id's conversation (claimed here when none does); None
@@ -162,7 +162,7 @@ class Cluster:
                 self._bound.pop(request_id, None)
         if found is None:
             return None
-        if found.owner is None:
+        if found.owner in (None, self.me):  # ours: once a takeover of it going on here is done
             return await self.claim(found.conversation_id, wait)
         return found.owner
 
@@ -200,13 +200,13 @@ class Cluster:
         finally:
             self._answers.pop(corr, None)
 
-    async def forward_append(self, owner: str, forwarded: Forwarded, timeout: float) -> Answer:
-        """The owner's answer to an append that came here; a silent owner: `unavailable` (the IDE
-        sends it again, and by then another instance may have taken the conversation over)."""
+    async def forward_append(self, owner: str, forwarded: Forwarded) -> Answer | None:
+        """The owner's answer to an append that came here; None when the owner stays silent for a
+        lease (it may have stopped: the caller looks again where the conversation runs)."""
         try:
-            raw = await self.ask(owner, Kind.APPEND, msgspec.msgpack.encode(forwarded), timeout)
+            raw = await self.ask(owner, Kind.APPEND, msgspec.msgpack.encode(forwarded), self.lease_seconds)
         except TimeoutError:
-            return Answer("unavailable", "the instance running this conversation did not answer; send it again")
+            return None
         return msgspec.msgpack.decode(raw, type=Answer)
 
     async def read(self, owner: str, request_id: str) -> AsyncIterator[tuple[bytes, bool]]:

@@ -37,8 +37,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         cluster = gw.cluster
         if cluster is not None:  # several instances on one database: this append's conversation may run in another
             owner = await owner_elsewhere(gw, cluster, append)
-            if owner is not None:
-                await forward_append(gw, cluster, owner, body, headers)
+            if owner is not None and await forward_append(gw, cluster, owner, append, body, headers):
                 gw.appends += 1
                 await reply_proto(send)
                 return

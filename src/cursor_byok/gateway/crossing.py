@@ -52,24 +52,38 @@ async def stream_elsewhere(cluster: Cluster, request_id: str, wait: float, unbou
     return None if owner == cluster.me else owner
 
 
-async def forward_append(gw: Gateway, cluster: Cluster, owner: str, body: bytes, headers: RequestHeaders) -> None:
-    """The append to its owner; raises its refusal as the owner worded it."""
+async def forward_append(gw: Gateway, cluster: Cluster, owner: str, append: BidiAppend, body: bytes, headers: RequestHeaders) -> bool:
+    """The append to its owner: True once the owner took it (its refusal raised as the owner worded
+    it); False when the owner went silent and its lease ended: the conversation was taken over
+    here, and the append is to be taken here (a copy the owner journaled first is a resend)."""
     forwarded = Forwarded(body, headers.content_encoding, headers.parent_request_id, headers.parent_tool_call_id)
-    answer = await cluster.forward_append(owner, forwarded, gw.config.server.body_read_timeout_seconds)
-    if answer.code:
-        raise ConnectError(answer.code, answer.message)
+    while owner is not None:
+        answer = await cluster.forward_append(owner, forwarded)
+        if answer is not None:
+            if answer.code:
+                raise ConnectError(answer.code, answer.message)
+            return True
+        owner = await owner_elsewhere(gw, cluster, append)
+    return False
 
 
-async def relay_remote(cluster: Cluster, owner: str, request_id: str, receive: Receive, send: Send) -> None:
-    """A RunSSE whose stream another instance writes: its frames, as they come, through its terminal."""
-    await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
+async def relay_remote(cluster: Cluster, owner: str, request_id: str, receive: Receive, send: Send) -> bool:
+    """A RunSSE whose stream another instance writes: its frames, as they come, through its
+    terminal. False when the owner went silent and its lease ended before any frame came: nothing
+    was sent, and the stream is to be found again (another instance, or this one, took it over)."""
     me = asyncio.current_task()
     assert me is not None
     watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
+    started = False
     try:
         async for frames, more in cluster.read(owner, request_id):
+            if not started:
+                await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
+                started = True
             await send({"type": "http.response.body", "body": frames, "more_body": more})
     except OwnerGone:
+        if not started:
+            return False
         await send({"type": "http.response.body", "body": end_stream_error(OWNER_GONE), "more_body": False})
     except asyncio.CancelledError:
         if not watcher.done():
@@ -78,3 +92,4 @@ async def relay_remote(cluster: Cluster, owner: str, request_id: str, receive: R
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher
+    return True
