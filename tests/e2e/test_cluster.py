@@ -69,12 +69,14 @@ def resume_request(conv: str) -> pb.AgentClientMessage:
     return msg
 
 
-async def test_a_conversation_continues_on_the_other_instance_and_back(pair, provider: FakeProviderServer, workspace: Path) -> None:
-    """Turn 1 on A, turn 2 on B, turn 3 on A again: each turn's model call holds every earlier turn
-    once (B read what A saved; A does not answer from what it held before B's turn)."""
+@pytest.mark.parametrize("transport", ["sse", "run"])
+async def test_a_conversation_continues_on_the_other_instance_and_back(pair, provider: FakeProviderServer, workspace: Path, transport: str) -> None:
+    """Turn 1 on A, turn 2 on B, turn 3 on A again (RunSSE + BidiAppend, or one HTTP/2 Run stream a
+    turn): each turn's model call holds every earlier turn once (B read what A saved; A does not
+    answer from what it held before B's turn)."""
     a, b = pair
     conv = uuid.uuid4().hex
-    ide_a, ide_b = ScriptedIDE(a.base_url, workspace), ScriptedIDE(b.base_url, workspace)
+    ide_a, ide_b = (ScriptedIDE(server.base_url, workspace, transport=transport) for server in (a, b))
     try:
         for ide, question, answer in ((ide_a, "alpha question", "bravo answer"), (ide_b, "charlie question", "delta answer"),
                                       (ide_a, "echo question", "foxtrot answer")):

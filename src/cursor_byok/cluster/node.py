@@ -28,6 +28,9 @@ from .notes import Kind, Message
 log = logging.getLogger("cursor_byok.cluster")
 
 YIELDED, BUSY = b"yielded", b"busy"
+# A turn claimed here that has not reached its runtime by then was refused on its way: it no longer
+# keeps its conversation from going to another instance.
+ARRIVING_SECONDS = 30.0
 
 
 class Forwarded(msgspec.Struct, frozen=True):
@@ -76,7 +79,8 @@ class Cluster:
         self._readers: dict[str, asyncio.Queue[Message]] = {}
         self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}  # (reader's instance, reader) → its relay
         self._bound: dict[str, list[asyncio.Future[str]]] = {}  # request id → who waits to learn its owner
-        self._taking: dict[str, asyncio.Future[None]] = {}  # conversations being claimed here
+        self._taking: dict[str, asyncio.Future[None]] = {}  # conversations being claimed (or let go) here
+        self._arriving: dict[str, tuple[str, float]] = {}  # a turn's request id → (its conversation, when claimed)
         self._tasks: set[asyncio.Task[None]] = set()
         self._renewing: asyncio.Task[None] | None = None
 
@@ -99,14 +103,18 @@ class Cluster:
         await self.bus.close()
 
     # -- ownership ----------------------------------------------------------------------------------
-    async def claim(self, conversation_id: str, within: float) -> str:
+    async def claim(self, conversation_id: str, within: float, turn: str | None = None) -> str:
         """The instance a new turn of the conversation runs in: this one when the conversation is
         free, ours, its owner's lease has ended (taken over first), or its idle owner lets it go;
-        else its owner (busy with a run, or silent until `within` runs out)."""
+        else its owner (busy with a run, or silent until `within` runs out). `turn`: the request
+        id of the run request that claims it, which holds the conversation here until it reaches
+        its runtime (`bound_here`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
         while True:
             owner = await self._claim_once(conversation_id)
+            if owner == self.me and turn is not None:
+                self._arriving[turn] = (conversation_id, loop.time())
             left = deadline - loop.time()
             if owner == self.me or left <= 0:
                 return owner
@@ -167,8 +175,10 @@ class Cluster:
         return found.owner
 
     def bound_here(self, request_id: str) -> None:
-        """A run request for the request id was just taken here: what waits for it, here or in
-        another instance (its RunSSE or a later append), learns that it runs here."""
+        """A run request for the request id was just taken here (its run handed to the runtime):
+        what waits for it, here or in another instance (its RunSSE or a later append), learns that
+        it runs here."""
+        self._arriving.pop(request_id, None)
         self._wake(request_id, self.me)
         self._spawn(self._send_quietly(None, Message(Kind.BOUND, self.me, request_id)))
 
@@ -286,11 +296,27 @@ class Cluster:
         return msgspec.msgpack.encode(answer)
 
     async def _yield(self, conversation_id: str) -> bytes:
-        assert self.local is not None
-        if not await self.local.let_go(conversation_id):
+        """Let an idle conversation go. Not while a turn claimed here is on its way to its runtime,
+        nor while it is being claimed here; and no claim here while it goes (it waits, then finds
+        the conversation free or the other instance's)."""
+        loop = asyncio.get_running_loop()
+        for request_id, (arriving, since) in list(self._arriving.items()):
+            if loop.time() - since > ARRIVING_SECONDS:
+                del self._arriving[request_id]  # its run request was refused on its way
+            elif arriving == conversation_id:
+                return BUSY
+        if conversation_id in self._taking:
             return BUSY
-        await self._leases().release(conversation_id)
-        return YIELDED
+        done = self._taking[conversation_id] = loop.create_future()
+        try:
+            assert self.local is not None
+            if not await self.local.let_go(conversation_id):
+                return BUSY
+            await self._leases().release(conversation_id)
+            return YIELDED
+        finally:
+            del self._taking[conversation_id]
+            done.set_result(None)
 
     async def _serve_read(self, question: Message, key: tuple[str, str]) -> None:
         assert self.local is not None

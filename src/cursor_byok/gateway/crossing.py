@@ -37,10 +37,17 @@ async def owner_elsewhere(gw: Gateway, cluster: Cluster, append: BidiAppend) -> 
         if route_for(append.message, gw.config) is not Route.LOCAL:
             return None
         conversation_id = append.message.run_request.conversation_id
-        owner = await cluster.claim(conversation_id, wait) if conversation_id else await cluster.owner_of_request(request_id, wait)
+        owner = await cluster.claim(conversation_id, wait, request_id) if conversation_id else await cluster.owner_of_request(request_id, wait)
     else:
         owner = await cluster.owner_of_request(request_id, wait)
     return None if owner in (None, cluster.me) else owner
+
+
+async def claim_for_run(gw: Gateway, cluster: Cluster, first: BidiAppend) -> None:
+    """A `Run` stream (HTTP/2, one stream per turn, never split) is served where it lands: its
+    conversation is claimed here. ConnectError unavailable when another instance is busy with it."""
+    if await owner_elsewhere(gw, cluster, first) is not None:
+        raise ConnectError("unavailable", "another instance is running this conversation; send it again when its turn has ended")
 
 
 async def stream_elsewhere(cluster: Cluster, request_id: str, wait: float, unbound: Callable[[], ConnectError]) -> str | None:

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..cluster import Answer
 from ..hotpath import HotPathError
-from ..protocol import ConnectError, connect_error_from, decode_bidi_append, end_stream_error
+from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, end_stream_error
 from .bidi import deliver_local, local_parent, seqno0_transport
+from .routing import route_for
 from .stream import relay
 from .transport import Route
 
@@ -31,6 +32,8 @@ class Peers:
         try:
             append = decode_bidi_append(forwarded.body, max_size=server.max_frame_bytes, content_encoding=forwarded.content_encoding)
             request_id = append.request_id
+            if append.append_seqno == 0 and not await self._still_owned(append):
+                raise ConnectError("unavailable", "the conversation moved to another instance on the way; send it again")
             await gw.conversations.resolve(request_id)
             transport = seqno0_transport(gw, append) if append.append_seqno == 0 else gw.transports.get(request_id)
             if transport is None or transport.route is not Route.LOCAL:
@@ -47,6 +50,14 @@ class Peers:
             return Answer(error.code, error.message)
         gw.appends += 1
         return Answer()
+
+    async def _still_owned(self, run_request: BidiAppend) -> bool:
+        """A turn forwarded here because this instance owned its conversation: it still does (the
+        claim renews it, and holds it here until the turn reaches its runtime)."""
+        conversation_id = run_request.message.run_request.conversation_id
+        if not conversation_id or route_for(run_request.message, self.gw.config) is not Route.LOCAL:
+            return True
+        return await self.cluster.claim(conversation_id, 0.0, run_request.request_id) == self.cluster.me
 
     async def serve_read(self, request_id: str, sink: Sink) -> None:
         """Another instance's RunSSE on a stream written here: relayed as a local reader would read it."""

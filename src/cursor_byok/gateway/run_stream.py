@@ -25,6 +25,7 @@ from ..protocol import (
 )
 from .asgi import Receive, Scope, Send
 from .bidi import local_parent, seqno0_transport, deliver_local
+from .crossing import claim_for_run
 from .deadline import Deadline
 from .stream import SHUTTING_DOWN, end_at_deadline, only_terminal, relay
 from .transport import Route, Transport
@@ -110,6 +111,8 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         if raw is None:
             raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")
         first = client_message(request_id, 0, raw)
+        if gw.cluster is not None:
+            await claim_for_run(gw, gw.cluster, first)
         transport = seqno0_transport(gw, first)
         if transport.route is Route.UPSTREAM:
             await gw.upstream.relay_stream(scope, send, raw, frames.next)
@@ -120,6 +123,8 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         failure: list[ConnectError] = []
         with gw.conversations.together():
             _journaled(deliver_local(gw, transport, first, parent), request_id)
+            if gw.cluster is not None:
+                gw.cluster.bound_here(request_id)
             try:
                 for raw in frames.received():
                     _deliver_next(gw, transport, request_id, raw)
