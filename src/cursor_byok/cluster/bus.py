@@ -61,6 +61,13 @@ class Bus:
         await self.talk.execute(f"SELECT {calls}", [v for p in payloads for v in (target, p)])
 
     async def _listen(self, conn: psycopg.AsyncConnection) -> None:
+        try:
+            await self._hear(conn)
+        except Exception as exc:
+            log.error("the cluster's listening connection failed: this instance no longer hears the others: %s", exc, exc_info=exc)
+            raise
+
+    async def _hear(self, conn: psycopg.AsyncConnection) -> None:
         assembler = Assembler()
         async for note in conn.notifies():
             try:

@@ -13,6 +13,7 @@ its conversations takes it over (`Local.take_over`: what a restart does for it, 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import uuid
@@ -31,6 +32,9 @@ YIELDED, BUSY = b"yielded", b"busy"
 # A turn claimed here that has not reached its runtime by then was refused on its way: it no longer
 # keeps its conversation from going to another instance.
 ARRIVING_SECONDS = 30.0
+# BOUNDs nobody waited for, kept for a reader that asks a moment later (a turn's RunSSE and run
+# request race each other): the latest ones, a few per conversation at once.
+TOLD_KEPT = 4096
 
 
 class Forwarded(msgspec.Struct, frozen=True):
@@ -79,6 +83,7 @@ class Cluster:
         self._readers: dict[str, asyncio.Queue[Message]] = {}
         self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}  # (reader's instance, reader) → its relay
         self._bound: dict[str, list[asyncio.Future[str]]] = {}  # request id → who waits to learn its owner
+        self._told: collections.OrderedDict[str, str] = collections.OrderedDict()  # request id → owner, as BOUND said
         self._taking: dict[str, asyncio.Future[None]] = {}  # conversations being claimed (or let go) here
         self._arriving: dict[str, tuple[str, float]] = {}  # a turn's request id → (its conversation, when claimed)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -153,6 +158,9 @@ class Cluster:
         """The instance that runs the request id's conversation (claimed here when none does); None
         when the request id is not bound within `wait` (its run request may be on its way: the
         instance that takes it says so, `bound_here`)."""
+        told = self._told.pop(request_id, None)  # its BOUND came before this asked (before its binding was durable)
+        if told is not None:
+            return told
         bound = asyncio.get_running_loop().create_future()
         self._bound.setdefault(request_id, []).append(bound)  # before the read: a BOUND after it is not missed
         try:
@@ -183,7 +191,14 @@ class Cluster:
         self._spawn(self._send_quietly(None, Message(Kind.BOUND, self.me, request_id)))
 
     def _wake(self, request_id: str, owner: str) -> None:
-        for waiter in self._bound.pop(request_id, ()):
+        waiters = self._bound.pop(request_id, None)
+        if waiters is None:  # kept a while for a RunSSE or append that has yet to ask
+            told = self._told
+            told[request_id] = owner
+            if len(told) > TOLD_KEPT:
+                told.popitem(last=False)
+            return
+        for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(owner)
 
@@ -279,8 +294,13 @@ class Cluster:
     def _spawn(self, work: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cluster request failed: %s", task.exception(), exc_info=task.exception())
 
     async def _answer(self, question: Message, answering: Awaitable[bytes]) -> None:
         body = await answering

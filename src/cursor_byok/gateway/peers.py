@@ -72,7 +72,7 @@ class Peers:
 
         gw.conversations.attach(request_id, stream)
         try:
-            await relay(stream, send)
+            await relay(stream, send, direct_send=False)  # each send is a statement on the database: it suspends
         finally:
             gw.conversations.detach(request_id, stream)
 

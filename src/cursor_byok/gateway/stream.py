@@ -133,16 +133,17 @@ async def end_at_deadline(send: Send, deadline: Deadline) -> None:
         await send({"type": "http.response.body", "body": end_stream_error(deadline.error()), "more_body": False})
 
 
-async def relay(stream: OutputStream, send: Send) -> None:
+async def relay(stream: OutputStream, send: Send, *, direct_send: bool = True) -> None:
     """Send the stream's frames from the start (replay, then live) through its terminal, after
-    the response has started."""
-    direct = DirectSend(send)
+    the response has started. `direct_send`: the stream's writer may call `send` itself (see
+    `DirectSend`: only for a send that never suspends, as granian's)."""
+    direct = DirectSend(send)  # unused (nothing to settle) when not lent to the writer
     stream.readers += 1
     position = 0
     try:
         while True:
             try:
-                result = await stream.read(position, direct)
+                result = await stream.read(position, direct if direct_send else None)
             except ReplayUnavailable:
                 await direct.settle()
                 ERROR_REPLIES["unavailable"] += 1
