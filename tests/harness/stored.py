@@ -38,6 +38,22 @@ def history_holds(config: ServerConfig, needle: bytes) -> bool:
     ))
 
 
+def change_stored(config: ServerConfig, sqlite: Sequence[str], postgres: Sequence[str]) -> None:
+    """Change the server's stored state by hand (as a person or another release would), in one
+    transaction: `sqlite`'s statements on the embedded store, `postgres`'s on PostgreSQL."""
+    if config.store_url:
+        import psycopg
+
+        with psycopg.connect(config.store_url) as conn:  # committed when the block ends
+            for statement in postgres:
+                conn.execute(statement)  # type: ignore[arg-type]
+        return
+    with contextlib.closing(sqlite3.connect(_database(config))) as conn:
+        for statement in sqlite:
+            conn.execute(statement)
+        conn.commit()
+
+
 @contextlib.contextmanager
 def writes_held(config: ServerConfig) -> Iterator[None]:
     """Another connection holds the store's write lock meanwhile (as a slow disk or a busy database

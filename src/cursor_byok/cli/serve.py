@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .. import local_trust
-from ..config import Config, ConfigError, config_path, store_url_problem
+from ..config import Config, ConfigError, config_path
 from ..datadir import secure_data_dir, use_private_umask
 from ..instance import (
     DataDirBusy,
@@ -54,10 +54,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = msgspec.structs.replace(server, port=args.port)
     if args.data_dir is not None:
         server = msgspec.structs.replace(server, data_dir=str(Path(args.data_dir).expanduser().absolute()))
-    if args.store_url is not None:
-        cfg = msgspec.structs.replace(cfg, store=msgspec.structs.replace(cfg.store, url=args.store_url))
-        if problem := store_url_problem(args.store_url):
-            raise ConfigError(f"--store-url: {problem}")
     proxy_cfg = cfg.proxy
     if args.proxy is not None:
         proxy_cfg = msgspec.structs.replace(proxy_cfg, enabled=args.proxy)
@@ -192,7 +188,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--host", help="address to listen on (default: [server] host, 127.0.0.1)")
     p.add_argument("--port", type=port_number, help="port to listen on (default: [server] port, 8787)")
     p.add_argument("--data-dir", metavar="DIR", help="where the database, the local CA and the lock live (default: [server] data_dir, the user data dir)")
-    p.add_argument("--store-url", metavar="URL", help="keep conversations in this PostgreSQL database (postgresql://…; default: [store] url, else the SQLite file in the data dir)")
     p.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=None, help="also run the intercepting proxy the IDE uses (default: [proxy] enabled)")
     p.add_argument("--proxy-port", type=port_number, metavar="N", help="port of the intercepting proxy (default: [proxy] port, 8788)")
     p.set_defaults(handler=cmd_serve)

@@ -31,6 +31,10 @@ the binding of a request id memory does not hold (every turn comes on a fresh on
 primary-key lookup the loop makes itself on a third connection (`_read_now`) when the store's
 threads are idle: a thread round trip costs more than the read. That connection never waits for a
 lock (busy timeout 0); whatever it cannot answer at once goes to the reader thread.
+
+On PostgreSQL (a `postgresql://` url, postgres/) the writer and reader threads each hold a psycopg
+connection instead, and the loop never uses a connection itself: every commit and read is a network
+round trip, which the threads make while the loop goes on.
 """
 from __future__ import annotations
 
@@ -93,7 +97,7 @@ def is_postgres_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
 
 
-def _postgres() -> Any:
+def postgres_backend() -> Any:
     """The PostgreSQL backend, imported on first use (psycopg is in the `team` extra)."""
     try:
         from . import postgres
@@ -185,7 +189,7 @@ class StoreCore:
         sync = Synchronous(synchronous.upper() if isinstance(synchronous, str) else synchronous)
         if is_postgres_url(path):
             url = str(path)
-            backend = _postgres()
+            backend = postgres_backend()
             pg_writer, version, pg_reader = await asyncio.to_thread(
                 backend.open_connections, url, migrations=migrations, read_only=read_only
             )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -85,6 +86,10 @@ class WriterThread:
         self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
         self._busy_timeout_s = busy_timeout_s
         self._commits_on_loop = commits_on_loop
+        # A network connection sends a transaction's statements without waiting for each answer
+        # (PostgreSQL's pipeline: BEGIN and the probes in one round trip, the rows and COMMIT in
+        # another); SQLite's calls are function calls.
+        self._round_trips: Callable[[], contextlib.AbstractContextManager[Any]] = getattr(conn, "pipeline", contextlib.nullcontext)
         self._checkpoint: Callable[[sqlite3.Connection], None] | None = None  # asked for by it
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
@@ -218,22 +223,25 @@ class WriterThread:
 
         The events' ids are not looked up first: a new event's insert is its own check (an id is
         unique in its conversation), and events are new but for a replay. Only a transaction whose
-        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate)."""
+        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate),
+        and with the seq counters read again: on a shared PostgreSQL database another server may
+        have taken the next seq of a conversation this one wrote before (its insert is refused)."""
         try:
             return self._attempt(ops, wait, look_up_events=False)
         except (sqlite3.IntegrityError, ConstraintViolation):
-            if not any(op.event_keys() for op in ops):
+            if not any(op.event_keys() or op.seq_conversations() for op in ops):
                 raise
         return self._attempt(ops, wait, look_up_events=True)
 
     def _attempt(self, ops: list[WriteOp], wait: bool, *, look_up_events: bool) -> list[Any]:
         conn = self._conn
-        self._begin(wait)
         try:
-            ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
-            for sql, rows in group_statements(statements):
-                conn.executemany(sql, rows)
-            conn.execute("COMMIT")
+            with self._round_trips():
+                self._begin(wait)
+                ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
+                for sql, rows in group_statements(statements):
+                    conn.executemany(sql, rows)
+                conn.execute("COMMIT")
         except BaseException:
             try:
                 conn.execute("ROLLBACK")

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from ..migrations import Migration
 from .connection import PgConnection, connect, redacted, translate
 from .schema import UntranslatableStatement, apply_migrations, derive, stored_version
+from .stats import database_stats
 
 __all__ = [
-    "PgConnection", "UntranslatableStatement", "derive", "open_connections", "redacted", "translate",
+    "PgConnection", "UntranslatableStatement", "connect", "database_stats", "derive", "open_connections", "redacted",
+    "translate",
 ]
 
 

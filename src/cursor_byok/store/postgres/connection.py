@@ -10,10 +10,11 @@ writer's probes over a JSON list, `rowid` reads, the schema probes) have their P
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -59,11 +60,20 @@ def _wrapped(exc: psycopg.Error) -> DatabaseError:
 
 
 class PgConnection:
-    """One autocommit psycopg connection, used by one thread at a time (as the store's are)."""
+    """One autocommit psycopg connection, used by one thread at a time (as the store's are). A
+    connection the database or the network broke is opened again at its next statement: the
+    transaction it was in failed (its writes' futures say so), the ones after it go through."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
+    def __init__(self, url: str, application_name: str) -> None:
+        self._url = url
+        self._application_name = application_name
+        self._conn = _open(url, application_name)
         self._trace: Callable[[str], None] | None = None
+
+    def _live(self) -> psycopg.Connection[Any]:
+        if self._conn.broken:
+            self._conn = _open(self._url, self._application_name)
+        return self._conn
 
     @property
     def in_transaction(self) -> bool:
@@ -77,7 +87,7 @@ class PgConnection:
         if self._trace is not None:
             self._trace(text)
         try:
-            return self._conn.execute(text, params)  # type: ignore[arg-type]
+            return self._live().execute(text, params)  # type: ignore[arg-type]
         except psycopg.Error as exc:
             raise _wrapped(exc) from exc
 
@@ -86,8 +96,18 @@ class PgConnection:
         if self._trace is not None:
             self._trace(text)
         try:
-            with self._conn.cursor() as cursor:
+            with self._live().cursor() as cursor:
                 cursor.executemany(text, rows)  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            raise _wrapped(exc) from exc
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Statements sent without waiting for each one's answer until a result is read or the
+        block ends (where a failed one's error is raised)."""
+        try:
+            with self._live().pipeline():
+                yield
         except psycopg.Error as exc:
             raise _wrapped(exc) from exc
 
@@ -96,16 +116,20 @@ class PgConnection:
 
 
 def connect(url: str, *, application_name: str) -> PgConnection:
+    return PgConnection(url, application_name)
+
+
+def _open(url: str, application_name: str) -> psycopg.Connection[Any]:
     """An autocommit connection whose local day is this process's (SQLite's 'localtime')."""
     try:
         conn = psycopg.connect(url, autocommit=True, application_name=application_name)
+        conn.adapters.register_loader("numeric", _NumberLoader)
+        offset = time.localtime().tm_gmtoff
+        sign = "-" if offset < 0 else "+"
+        conn.execute(f"SET TIME ZONE INTERVAL '{sign}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}' HOUR TO MINUTE")
     except psycopg.Error as exc:
         raise _wrapped(exc) from exc
-    conn.adapters.register_loader("numeric", _NumberLoader)
-    offset = time.localtime().tm_gmtoff
-    sign = "-" if offset < 0 else "+"
-    conn.execute(f"SET TIME ZONE INTERVAL '{sign}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}' HOUR TO MINUTE")
-    return PgConnection(conn)
+    return conn
 
 
 def redacted(url: str) -> str:

@@ -126,9 +126,9 @@ def apply_migrations(conn: Any, migrations: Sequence[Migration], *, location: st
     derived = [(migration, derive(migration)) for migration in migrations]  # refuse before writing
     version_table = translate_statement(VERSION_TABLE)[0]
     for migration, statements in [(None, [])] + derived:
-        conn.execute("BEGIN")
+        conn.execute("BEGIN IMMEDIATE")  # read committed: each read after the lock sees what the holder committed
         try:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)" % MIGRATION_LOCK)
+            conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             conn.execute(version_table)
             version = _current_version(conn)
             if version > supported:

@@ -30,8 +30,12 @@ JOIN history_events AS h
   ON h.conversation_id = (j.value->>0) COLLATE "C"
  AND h.event_id = (j.value->>1) COLLATE "C"
 """,
-    # No rowid: a generation's arrival is its first row's receipt time.
-    SELECT_INBOUND: SELECT_INBOUND.replace("SELECT rowid,", "SELECT received_at_ms,"),
+    # No rowid: a generation's arrival is its first row's receipt time, then its place in the heap
+    # (rows of one millisecond: inserted in order into a table that is emptied as streams end).
+    SELECT_INBOUND: SELECT_INBOUND.replace(
+        "SELECT rowid,",
+        "SELECT ARRAY[received_at_ms, (ctid::text::point)[0]::bigint, (ctid::text::point)[1]::bigint],",
+    ),
     HAS_QUARANTINE: "SELECT 1 WHERE to_regclass('quarantined_appends') IS NOT NULL",
 }
 
