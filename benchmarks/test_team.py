@@ -24,13 +24,13 @@ import statistics
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
 from cursor_byok.protocol import RUN_SSE_PATH
+from tests.conftest import postgres_cluster  # noqa: F401  (the fixture)
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.balancer import balanced_client
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
@@ -106,16 +106,7 @@ async def workload(rule: Callable[[httpx.Request], str], workspace: Path) -> tup
             await ide.close()
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[PostgresCluster]:
-    started = PostgresCluster.start()
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-def test_instances_on_one_database_against_the_sqlite_server(tmp_path: Path, cluster: PostgresCluster) -> None:
+def test_instances_on_one_database_against_the_sqlite_server(tmp_path: Path, postgres_cluster: PostgresCluster) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     rows = []
@@ -132,7 +123,7 @@ def test_instances_on_one_database_against_the_sqlite_server(tmp_path: Path, clu
         for index, (name, store, count, rule) in enumerate(setups):
             if only is not None and str(index) not in only.split(","):
                 continue
-            url = cluster.create_database() if store else None
+            url = postgres_cluster.create_database() if store else None
             extra = f'[store]\nurl = "{url}"\n' if url else ""
             servers = [
                 ServerProcess(one_model_config(tmp_path / f"{len(rows)}-{i}", provider.url, MODEL, extra_toml=extra, runsse_wait_seconds=30.0))

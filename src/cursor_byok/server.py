@@ -138,10 +138,10 @@ class Server:
         the `Keep` that claims each conversation it is asked about. None on the embedded store."""
         if self.config.embedded_store:
             return None
-        from .cluster import Cluster
+        from .cluster import Cluster, lasting_id
         from .gateway import Peers
 
-        cluster = Cluster(self.config.store.url, self.config.cluster.lease_seconds)
+        cluster = Cluster(self.config.store.url, self.config.cluster.lease_seconds, lasting_id(self.config.data_path))
         cluster.local = Peers(self.gateway, cluster)
         await cluster.start()
         self.gateway.cluster = cluster

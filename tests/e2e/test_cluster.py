@@ -7,15 +7,13 @@ provider, and the scripted IDE (behind a deterministic balancer where a turn is 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 
 import pytest
 
-from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
-from tests.e2e.test_crash_recovery import wait_until
+from tests.e2e.test_crash_recovery import assert_history_once, resume_request, texts, wait_until
 from tests.harness.balancer import balanced_client, by_path
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
@@ -44,29 +42,8 @@ def pair(tmp_path: Path, provider: FakeProviderServer, postgres_url: str):
             server.stop()
 
 
-def texts(body: dict) -> list[str]:
-    return [json.dumps(m, sort_keys=True) for m in body["messages"]]
-
-
-def assert_history_once(body: dict, *needles: str) -> None:
-    joined = texts(body)
-    for needle in needles:
-        hits = [t for t in joined if needle in t]
-        assert len(hits) == 1, (needle, hits)
-
-
 def ended_well(log: StreamLog) -> bool:
     return log.terminals == 1 and log.terminal is None and "turn_ended" in log.kinds()
-
-
-def resume_request(conv: str) -> pb.AgentClientMessage:
-    msg = pb.AgentClientMessage()
-    rr = msg.run_request
-    rr.conversation_id = conv
-    rr.run_id = uuid.uuid4().hex
-    rr.requested_model.model_id = MODEL
-    rr.action.resume_action.SetInParent()
-    return msg
 
 
 @pytest.mark.parametrize("transport", ["sse", "run"])
@@ -142,7 +119,7 @@ async def test_the_owner_killed_while_modeling_is_taken_over(pair, provider: Fak
         assert log.terminals == 0  # the stream died with B
         await ide.reconnect(a.base_url)  # the balancer's retry lands on A
         provider.enqueue(OPENAI_CHAT.text(["resumed fine"]))
-        resumed = await ide.turn(resume_request(conv), timeout=30)
+        resumed = await ide.turn(resume_request(conv, MODEL), timeout=30)
     finally:
         await ide.close()
     assert resumed.terminals == 1 and resumed.terminal is None and "resumed fine" in resumed.text

@@ -2,6 +2,6 @@
 instances, over LISTEN/NOTIFY. Loaded by the composition root only when the store is PostgreSQL."""
 from __future__ import annotations
 
-from .node import Answer, Cluster, Forwarded, Local, OwnerGone, Sink
+from .node import Answer, Cluster, Forwarded, Local, OwnerGone, Sink, lasting_id
 
-__all__ = ["Answer", "Cluster", "Forwarded", "Local", "OwnerGone", "Sink"]
+__all__ = ["Answer", "Cluster", "Forwarded", "Local", "OwnerGone", "Sink", "lasting_id"]

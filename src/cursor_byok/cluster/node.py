@@ -16,8 +16,10 @@ import asyncio
 import collections
 import contextlib
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Protocol
 
 import msgspec
@@ -29,6 +31,7 @@ from .notes import Kind, Message
 log = logging.getLogger("cursor_byok.cluster")
 
 YIELDED, BUSY = b"yielded", b"busy"
+INSTANCE_FILE = "cluster-instance"
 # A turn claimed here that has not reached its runtime by then was refused on its way: it no longer
 # keeps its conversation from going to another instance.
 ARRIVING_SECONDS = 30.0
@@ -72,9 +75,25 @@ class Local(Protocol):
     async def take_over(self, conversation_id: str) -> None: ...
 
 
+def lasting_id(data_dir: Path) -> str:
+    """This instance's name among the others, kept in its data dir (which has one server at a time:
+    its lock): restarted on the same data dir, an instance holds its leases again at once and
+    resumes what it was cut in, as a single server does, rather than wait for them to end. A file
+    that does not hold a name is replaced: a start never fails because of it."""
+    path = data_dir / INSTANCE_FILE
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        kept = path.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{16}", kept):
+            return kept
+    name = uuid.uuid4().hex[:16]
+    with contextlib.suppress(OSError):  # not kept: the next start takes over what this one held, once its leases end
+        path.write_text(name + "\n")
+    return name
+
+
 class Cluster:
-    def __init__(self, url: str, lease_seconds: float) -> None:
-        self.me = uuid.uuid4().hex[:16]
+    def __init__(self, url: str, lease_seconds: float, me: str | None = None) -> None:
+        self.me = me or uuid.uuid4().hex[:16]
         self.lease_seconds = lease_seconds
         self.bus = Bus(url, self.me, self._on_message)
         self.leases: Leases | None = None
