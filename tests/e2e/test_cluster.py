@@ -10,6 +10,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
@@ -94,6 +95,43 @@ async def test_a_turn_split_across_instances_completes(pair, provider: FakeProvi
     assert len(provider.requests) == 2
     tool_results = [m for m in provider.requests[1].json()["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_results] == ["call_x"] and "kilo content" in tool_results[0]["content"]
+
+
+async def test_instances_whose_database_connections_were_dropped_still_split_a_turn(
+    pair, provider: FakeProviderServer, workspace: Path, postgres_url: str
+) -> None:
+    """The database ends the cluster connections of both instances (an idle-session timeout, a
+    proxy between them restarting): they open them again, and a turn split across them completes as
+    before."""
+    a, b = pair
+    provider.enqueue(OPENAI_CHAT.text(["mike answer"]))
+    provider.enqueue(OPENAI_CHAT.text(["november answer"]))
+    ide = ScriptedIDE(a.base_url, workspace)
+    await ide.client.aclose()
+    ide.client = balanced_client(by_path(run_sse=a.base_url, appends=b.base_url))
+    conv = uuid.uuid4().hex
+    try:
+        assert ended_well(await ide.turn(run_request("mike question", model=MODEL, conversation_id=conv, message_id="m1")))
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            ended = admin.execute(TERMINATE_CLUSTER).fetchall()
+            assert len(ended) == 4  # each instance's listener and talker
+            await wait_until(lambda: admin.execute(LISTENERS).fetchone()[0] == 2)  # both hear again
+        log = await ide.turn(run_request("november question", model=MODEL, conversation_id=conv, message_id="m2"))
+    finally:
+        await ide.close()
+    assert ended_well(log), (log.kinds(), log.terminal)
+    assert log.text == "november answer"
+    assert_history_once(provider.requests[-1].json(), "mike question", "mike answer", "november question")
+
+
+TERMINATE_CLUSTER = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name LIKE 'cursor-byok cluster %'
+"""
+LISTENERS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name LIKE 'cursor-byok cluster %' AND query = 'LISTEN cursor_byok_all'
+"""
 
 
 async def test_the_owner_killed_while_modeling_is_taken_over(pair, provider: FakeProviderServer, workspace: Path) -> None:

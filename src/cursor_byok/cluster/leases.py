@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any, Protocol
+
     import psycopg
+
+    class Connection(Protocol):
+        """What runs a statement: a psycopg connection, or the bus's (which opens itself again)."""
+
+        async def execute(self, query: str, params: Sequence[object] | Mapping[str, object] = ...) -> psycopg.AsyncCursor[Any]: ...
 
 NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
@@ -55,7 +63,7 @@ class RequestOwner:
 class Leases:
     """The lease statements of one instance (`me`), on a connection in autocommit mode."""
 
-    def __init__(self, conn: psycopg.AsyncConnection, me: str, seconds: float) -> None:
+    def __init__(self, conn: Connection, me: str, seconds: float) -> None:
         self.conn = conn
         self.me = me
         self.ms = max(1, int(seconds * 1000))

@@ -110,8 +110,7 @@ class Cluster:
 
     async def start(self) -> None:
         await self.bus.open()
-        assert self.bus.talk is not None
-        self.leases = Leases(self.bus.talk, self.me, self.lease_seconds)
+        self.leases = Leases(self.bus, self.me, self.lease_seconds)
         self._renewing = asyncio.get_running_loop().create_task(self._renew(), name="cluster-leases")
         log.info("cluster member", extra={"instance": self.me, "lease_seconds": self.lease_seconds})
 
