@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cursor_byok.protocol import RUN_SSE_PATH
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.e2e.test_crash_recovery import assert_history_once, resume_request, texts, wait_until
 from tests.harness.balancer import balanced_client, by_path
@@ -95,6 +96,47 @@ async def test_a_turn_split_across_instances_completes(pair, provider: FakeProvi
     assert len(provider.requests) == 2
     tool_results = [m for m in provider.requests[1].json()["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_results] == ["call_x"] and "kilo content" in tool_results[0]["content"]
+
+
+async def test_appends_through_both_instances_keep_their_order_and_are_taken_once(pair, provider: FakeProviderServer, workspace: Path) -> None:
+    """Two Reads in one batch; the IDE answers the second first, through A (not the owner: held in
+    the owner's reorder buffer behind the gap, answered once journaled), then the first through B,
+    then the second again through A: both results reach the model in order, each once."""
+    a, b = pair
+    (workspace / "a.txt").write_text("ALPHA-CONTENT\n")
+    (workspace / "b.txt").write_text("BRAVO-CONTENT\n")
+    reads = [CallSpec(call, "Read", [f'{{"path": "{workspace / name}"}}']) for call, name in (("call_a", "a.txt"), ("call_b", "b.txt"))]
+    provider.enqueue(OPENAI_CHAT.tool_calls(reads))
+    provider.enqueue(OPENAI_CHAT.text(["read them both"]))
+    appends_to = {"url": b.base_url}
+    ide = ScriptedIDE(a.base_url, workspace)
+    ide.hold_execs = True
+    await ide.client.aclose()
+    ide.client = balanced_client(lambda request: a.base_url if request.url.path == RUN_SSE_PATH else appends_to["url"])
+    conv = uuid.uuid4().hex
+    try:
+        rid, log = uuid.uuid4().hex, StreamLog()
+        reader = asyncio.create_task(ide.stream(rid, log))  # on A; the run request makes B the owner
+        assert (await ide.append(rid, run_request("read both", model=MODEL, conversation_id=conv, message_id="m1"))).status_code == 200
+        await wait_until(lambda: len(ide.held) == 2)
+        by_call = {ex.exec_id: ex for _, ex in ide.held}
+        [reply_a], [reply_b] = ide.execute(by_call["call_a"]), ide.execute(by_call["call_b"])
+        first = ide.seqnos[rid]
+        appends_to["url"] = a.base_url
+        assert (await ide.append(rid, reply_b, seqno=first + 1)).status_code == 200
+        appends_to["url"] = b.base_url
+        assert (await ide.append(rid, reply_a, seqno=first)).status_code == 200
+        appends_to["url"] = a.base_url
+        assert (await ide.append(rid, reply_b, seqno=first + 1)).status_code == 200  # a duplicate now: no effect
+        await asyncio.wait_for(reader, 30)
+    finally:
+        await ide.close()
+    assert ended_well(log) and log.text == "read them both", (log.kinds(), log.terminal)
+    messages = provider.requests[-1].json()["messages"]
+    tools = [(m["tool_call_id"], m["content"]) for m in messages if m["role"] == "tool"]
+    assert [call for call, _ in tools] == ["call_a", "call_b"], tools
+    assert "ALPHA-CONTENT" in tools[0][1] and "BRAVO-CONTENT" in tools[1][1]
+    assert len(provider.requests) == 2
 
 
 async def test_instances_whose_database_connections_were_dropped_still_split_a_turn(
