@@ -18,15 +18,15 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Protocol
 
 import msgspec
 
 from .bus import Bus
 from .leases import Leases
 from .notes import Kind, Message
+from .port import Answer, Forwarded, Local, OwnerGone
 
 log = logging.getLogger("cursor_byok.cluster")
 
@@ -38,41 +38,6 @@ ARRIVING_SECONDS = 30.0
 # BOUNDs nobody waited for, kept for a reader that asks a moment later (a turn's RunSSE and run
 # request race each other): the latest ones, a few per conversation at once.
 TOLD_KEPT = 4096
-
-
-class Forwarded(msgspec.Struct, frozen=True):
-    """A BidiAppend as it came: its body and the headers its handling reads."""
-
-    body: bytes
-    content_encoding: str | None = None
-    parent_request_id: str | None = None
-    parent_tool_call_id: str | None = None
-
-
-class Answer(msgspec.Struct, frozen=True):
-    """An append's answer: code "" is taken (its journal row durable), else a Connect error."""
-
-    code: str = ""
-    message: str = ""
-
-
-class OwnerGone(Exception):
-    """The owner a request was relayed to stopped answering and its lease ended."""
-
-
-Sink = Callable[[bytes, bool], Awaitable[None]]  # output frames, and whether more follow
-
-
-class Local(Protocol):
-    """What the instance's gateway does for the cluster (`gateway.peers`)."""
-
-    async def take_append(self, forwarded: Forwarded) -> Answer: ...
-
-    async def serve_read(self, request_id: str, sink: Sink) -> None: ...
-
-    async def let_go(self, conversation_id: str) -> bool: ...
-
-    async def take_over(self, conversation_id: str) -> None: ...
 
 
 def lasting_id(data_dir: Path) -> str:
