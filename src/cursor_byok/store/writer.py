@@ -87,8 +87,8 @@ class WriterThread:
         self._busy_timeout_s = busy_timeout_s
         self._commits_on_loop = commits_on_loop
         # A network connection sends a transaction's statements without waiting for each answer
-        # (PostgreSQL's pipeline: BEGIN and the probes in one round trip, the rows and COMMIT in
-        # another); SQLite's calls are function calls.
+        # (PostgreSQL's pipeline: BEGIN and the probes in one round trip, the rows in another, then
+        # COMMIT); SQLite's calls are function calls.
         self._round_trips: Callable[[], contextlib.AbstractContextManager[Any]] = getattr(conn, "pipeline", contextlib.nullcontext)
         self._checkpoint: Callable[[sqlite3.Connection], None] | None = None  # asked for by it
         threading.Thread(target=self._run, name=name, daemon=True).start()
@@ -241,7 +241,9 @@ class WriterThread:
                 ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
                 for sql, rows in group_statements(statements):
                     conn.executemany(sql, rows)
-                conn.execute("COMMIT")
+            # Sent once every row is in, not queued behind them: a server that holds the rows up
+            # (another's lock) and outlives this process must find no COMMIT waiting.
+            conn.execute("COMMIT")
         except BaseException:
             try:
                 conn.execute("ROLLBACK")

@@ -62,7 +62,10 @@ class _NumberLoader(Loader):
 
     def load(self, data: Any) -> int | float:
         text = bytes(data)
-        return float(text) if b"." in text or b"N" in text else int(text)
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
 
 
 def _wrapped(exc: psycopg.Error) -> DatabaseError:

@@ -125,6 +125,8 @@ def apply_migrations(conn: Any, migrations: Sequence[Migration], *, location: st
     supported = migrations[-1].version if migrations else 0
     derived = [(migration, derive(migration)) for migration in migrations]  # refuse before writing
     version_table = translate_statement(VERSION_TABLE)[0]
+    # A first pass without a migration: the version table, and a too-new schema refused, even when
+    # nothing is pending.
     for migration, statements in [(None, [])] + derived:
         conn.execute("BEGIN IMMEDIATE")  # read committed: each read after the lock sees what the holder committed
         try:
