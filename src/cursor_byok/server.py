@@ -20,7 +20,7 @@ import msgspec
 from .apis import LocalRpcs, Upstream, effort_for
 from .capture import sync_capture
 from .config import Config, ConfigError, ModelConfig, load, resolve_api_key
-from .conversation import NO_OBSERVER, ConversationService, OutputHub, RuntimeServices
+from .conversation import NO_OBSERVER, ConversationService, Keep, OutputHub, RuntimeServices
 from .gateway import Gateway, sweep_seconds
 from .http_client import passthrough_client, streaming_client
 from .instance import database_problem
@@ -124,11 +124,28 @@ class Server:
         rest are closed all the same, so the database is always checkpointed and closed."""
         await self.supervisor.stop()
         await _closing("the conversations", self.gateway.conversations.shutdown("server shutting down"))
+        if self.gateway.cluster is not None:  # its leases end now: what was cut here is taken over at once
+            await _closing("the cluster membership", self.gateway.cluster.stop())
         await _closing("the upstream client", self.http.aclose())
         await _closing("the provider client", self.provider_http.aclose())
         await _closing(f"the database {self.store.location}", self.store.close())
         if self.gateway.capture is not None:  # the requests have ended (or been cut): write what they left
             await _closing("the capture", asyncio.to_thread(self.gateway.capture.stop, 0.0))
+
+    async def _join_cluster(self) -> Keep | None:
+        """On PostgreSQL, several instances may share the database: join them (conversation leases,
+        the bus between instances). What a start resumes is then only what no live instance owns:
+        the `Keep` that claims each conversation it is asked about. None on the embedded store."""
+        if self.config.embedded_store:
+            return None
+        from .cluster import Cluster, lasting_id
+        from .gateway import Peers
+
+        cluster = Cluster(self.config.store.url, self.config.cluster.lease_seconds, lasting_id(self.config.data_path))
+        cluster.local = Peers(self.gateway, cluster)
+        await cluster.start()
+        self.gateway.cluster = cluster
+        return cluster.claim_free
 
     def _run_background(self) -> None:
         gateway, config = self.gateway, self.config
@@ -163,8 +180,9 @@ async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = 
         raise
     try:
         server.gateway.capture = sync_capture(None, config)[0]  # off: one failed open; on: a writer thread starts
-        await server.gateway.conversations.restore()
-        await server.gateway.resume_journaled()
+        keep = await server._join_cluster()
+        await server.gateway.conversations.restore(keep)
+        await server.gateway.resume_journaled(keep)
         server.services.begin_serving()
         server._run_background()
     except BaseException:

@@ -194,6 +194,8 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
     if not 0 < cfg.server.port < 65536:
         yield "server.port: must be between 1 and 65535"
     yield from _edge_limit_problems(cfg.server)
+    if cfg.cluster.lease_seconds <= 0:
+        yield "cluster.lease_seconds: must be > 0"
     for kind in cfg.retention.ages_ms():
         if getattr(cfg.retention, f"{kind}_days") < 0:
             yield f"retention.{kind}_days: must be >= 0 (0 keeps them forever)"

@@ -169,12 +169,21 @@ class ObservabilityConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     log_level: str = ""  # debug | info | warning | error; empty: --log-level (default info). SIGHUP applies it
 
 
+class ClusterConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Several instances on one PostgreSQL database ([store] url); the embedded store ignores it."""
+
+    # A conversation's owner renews its lease a few times within this; an owner that stops (killed,
+    # cut off from the database) has its conversations taken over by another instance after it.
+    lease_seconds: float = 15.0
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     upstream: UpstreamConfig = msgspec.field(default_factory=UpstreamConfig)
     proxy: ProxyConfig = msgspec.field(default_factory=ProxyConfig)
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     models: list[ModelConfig] = []
     aliases: list[AliasConfig] = []

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .identity import ParentConversationRef, new_run_id
-from .intake import AppendIntake, AppendOrder, fingerprint
+from .intake import AppendIntake, AppendOrder, Keep, fingerprint
 from .observation import NO_OBSERVER, NoObserver, ObservedRun, ObservedTool, RunObserver
 from .output import OutputHub, OutputStream, ReadResult, ReplayUnavailable
 from .registry import Binding, BindingConflict, BindKind, Registry
@@ -21,6 +21,7 @@ __all__ = [
     "ConversationRuntime",
     "ConversationService",
     "IllegalTransition",
+    "Keep",
     "NO_OBSERVER",
     "NoObserver",
     "ObservedRun",

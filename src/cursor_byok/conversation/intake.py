@@ -17,7 +17,7 @@ import asyncio
 import enum
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import hotpath
@@ -191,11 +191,13 @@ class AppendIntake:
             service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
 
     # -- after a restart ----------------------------------------------------------------------------
-    async def resume_journaled(self, runs_locally: RunsLocally) -> list[AppendOrder]:
+    async def resume_journaled(self, runs_locally: RunsLocally, keep: Keep | None = None) -> list[AppendOrder]:
         """At start: rebuild the order of every journaled stream and resume its run, oldest first;
         the orders, for the gateway's transports. Each stream on its own: one that cannot be
         resumed, for whatever reason, is quarantined (one WARNING naming its conversation) and the
-        others go on: a start never fails because of a stored row."""
+        others go on: a start never fails because of a stored row. `keep`: whether this server
+        resumes the streams of a conversation (several instances on one database: only those it
+        owns); the others' rows are left as they are."""
         store = self.service.services.store
         if store is None:
             return []
@@ -207,6 +209,8 @@ class AppendIntake:
             log.warning("the inbound journal could not be read; no cut stream is resumed: %s", storage_problem(exc, self._database))
             return []
         for stream in streams:
+            if keep is not None and not await keep(_conversation_of(stream)):
+                continue
             try:
                 order, taken = await self._resume(stream, runs_locally)
             except ConnectError as exc:
@@ -276,3 +280,4 @@ def _conversation_of(stream: InboundStream) -> str | None:
 
 
 RunsLocally = Callable[["pb.AgentClientMessage"], bool]
+Keep = Callable[[str | None], Awaitable[bool]]  # a conversation id (None: unreadable) → resumed here

@@ -22,7 +22,7 @@ from .output import OutputHub, OutputStream
 from .registry import BindingConflict, BindKind, Registry
 from .commands import ClientInput, Command, Heartbeat, Reader, Shutdown, StartRun
 from .data import RuntimeServices
-from .intake import AppendIntake
+from .intake import AppendIntake, Keep
 from .runtime import ConversationRuntime
 
 log = logging.getLogger("cursor_byok.conversation")
@@ -54,14 +54,29 @@ class ConversationService:
         rt.start()
         return rt
 
-    async def restore(self) -> None:
-        """After a restart: runs left without an outcome were cut by a crash; mark them so."""
+    async def restore(self, keep: Keep | None = None) -> None:
+        """After a restart: runs left without an outcome were cut by a crash; mark them so.
+        `keep`: whether a conversation is this server's to restore (see `resume_journaled`)."""
         store = self.services.store
         if store is None:
             return
         for run in await store.find_unfinished_runs():
-            store.finish_run(run.run_id, "interrupted_by_crash")
+            if keep is None or await keep(run.conversation_id):
+                store.finish_run(run.run_id, "interrupted_by_crash")
         await store.flush()
+
+    async def let_go(self, conversation_id: str) -> bool:
+        """Another instance runs the conversation's next turn: drop its runtime, once everything it
+        wrote is stored (the other instance reads it). False while it has a run or one queued."""
+        rt = self.registry.runtime(conversation_id)
+        if rt is not None:
+            if not rt.idle:
+                return False
+            rt.stop()
+            self.registry.evict(conversation_id)
+        if self.services.store is not None:
+            await self.services.store.flush()
+        return True
 
     async def resolve(self, request_id: str) -> None:
         """Await before handing over an append for `request_id`: then its binding, if it has one,

@@ -12,7 +12,8 @@ from .serve import serve
 
 if TYPE_CHECKING:
     from .app import Gateway, sweep_seconds
+    from .peers import Peers
 
-__getattr__ = lazy_names(__name__, {"app": ("Gateway", "sweep_seconds")})
+__getattr__ = lazy_names(__name__, {"app": ("Gateway", "sweep_seconds"), "peers": ("Peers",)})
 
-__all__ = ["Gateway", "Trimmer", "serve", "sweep_seconds"]
+__all__ = ["Gateway", "Peers", "Trimmer", "serve", "sweep_seconds"]

@@ -9,12 +9,12 @@ import asyncio
 import contextlib
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..apis import LocalRpcs, Upstream
 from ..capture import Capture
 from ..config import Config, ServerConfig
-from ..conversation import ConversationService, Phase
+from ..conversation import ConversationService, Keep, Phase
 from ..instance import ConnectionBook, PeerState
 from ..observability import Dashboard, GatewayGauges, Metrics
 from ..protocol import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH, ConnectError, internal_error, new_error_id
@@ -29,6 +29,9 @@ from .run_stream import handle_run
 from .stream import handle_run_sse
 from .transport import Route, Transports
 from .ui import handle_metrics, handle_root, handle_ui
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
 
 log = logging.getLogger("cursor_byok.gateway")
 
@@ -84,6 +87,7 @@ class Gateway:
         self._requests: set[asyncio.Task[Any]] = set()  # every HTTP request being handled
         self.connections = ConnectionBook()  # which connections requests came on (the warden's view)
         self.waiting_readers: set[asyncio.Task[Any]] = set()  # RunSSE requests still waiting for their stream
+        self.cluster: Cluster | None = None  # several instances on one database: the composition root sets it
         self.gauges = GatewayGauges(
             active_conversations=lambda: sum(rt.phase is not Phase.IDLE or bool(rt.queued) for rt in conversations.registry.runtimes()),
             open_streams=lambda: sum(stream.readers for stream in conversations.hub.streams()),
@@ -98,10 +102,11 @@ class Gateway:
         )
         metrics.attach(self.gauges)
 
-    async def resume_journaled(self) -> None:
+    async def resume_journaled(self, keep: Keep | None = None) -> None:
         """At start: rebuild the transport of every stream the journal names (the conversation side
-        resumes their runs; the composition root then starts their recovery clocks)."""
-        for order in await self.conversations.appends.resume_journaled(lambda message: route_for(message, self.config) is Route.LOCAL):
+        resumes their runs; the composition root then starts their recovery clocks). `keep`: of
+        the conversations this instance owns only (several instances on one database)."""
+        for order in await self.conversations.appends.resume_journaled(lambda message: route_for(message, self.config) is Route.LOCAL, keep):
             self.transports.restore(order)
 
     def sweep(self) -> None:

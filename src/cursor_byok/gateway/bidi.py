@@ -16,6 +16,7 @@ from ..conversation import ParentConversationRef, fingerprint
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
 from .asgi import Receive, Scope, Send, reply_error, reply_proto, watch_disconnect
+from .crossing import forward_append, owner_elsewhere
 from .deadline import Deadline
 from .routing import route_for
 from .transport import EarlyAppend, Route, Transport, Waiter
@@ -33,11 +34,18 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         deadline = Deadline.of(headers.timeout_ms)
         body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
+        cluster = gw.cluster
+        if cluster is not None:  # several instances on one database: this append's conversation may run in another
+            owner = await owner_elsewhere(gw, cluster, append)
+            if owner is not None and await forward_append(gw, cluster, owner, append, body, headers):
+                gw.appends += 1
+                await reply_proto(send)
+                return
         # From each resolve to the hand-over below nothing awaits: the checks see the binding it found.
         durable: asyncio.Future[Any] | None = None  # its journal row, when its seqno 0 took it along
         if append.append_seqno == 0:
             await gw.conversations.resolve(append.request_id)
-            transport = _seqno0_transport(gw, append)
+            transport = seqno0_transport(gw, append)
         else:
             transport = gw.transports.get(append.request_id)
             if transport is None:
@@ -48,7 +56,9 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             await gw.upstream.forward(scope, receive, send, body=body)
             return
         if durable is None:
-            durable = deliver_local(gw, transport, append, _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id))
+            durable = deliver_local(gw, transport, append, local_parent(gw, headers.parent_request_id, headers.parent_tool_call_id))
+            if append.append_seqno == 0 and cluster is not None:
+                cluster.bound_here(append.request_id)
         stored = gw.conversations.appends.stored(durable)
         if deadline.timeout_ms is None:
             await stored
@@ -72,7 +82,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
     await reply_proto(send)
 
 
-def _seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
+def seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     """The transport a valid seqno-0 append opens or continues; ConnectError (nothing allocated)
     when it does not select a model or conflicts with the request id's binding."""
     transport = gw.transports.get(append.request_id)
@@ -163,7 +173,7 @@ def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent:
     return durable
 
 
-def _parent_ref(gw: Gateway, parent_request_id: str | None, tool_call_id: str | None) -> ParentConversationRef | None:
+def local_parent(gw: Gateway, parent_request_id: str | None, tool_call_id: str | None) -> ParentConversationRef | None:
     if not parent_request_id or not tool_call_id:
         return None
     return gw.conversations.parent_ref(parent_request_id, tool_call_id)

@@ -24,7 +24,8 @@ from ..protocol import (
     SERVER_HEARTBEAT_FRAME, ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers,
 )
 from .asgi import Receive, Scope, Send
-from .bidi import _parent_ref, _seqno0_transport, deliver_local
+from .bidi import local_parent, seqno0_transport, deliver_local
+from .crossing import claim_for_run
 from .deadline import Deadline
 from .stream import SHUTTING_DOWN, end_at_deadline, only_terminal, relay
 from .transport import Route, Transport
@@ -110,16 +111,20 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         if raw is None:
             raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")
         first = client_message(request_id, 0, raw)
-        transport = _seqno0_transport(gw, first)
+        if gw.cluster is not None:
+            await claim_for_run(gw, gw.cluster, first)
+        transport = seqno0_transport(gw, first)
         if transport.route is Route.UPSTREAM:
             await gw.upstream.relay_stream(scope, send, raw, frames.next)
             return
-        parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
+        parent = local_parent(gw, headers.parent_request_id, headers.parent_tool_call_id)
         # What came with the first message is handed over with it: a cancel right behind the run
         # request is seen before the model is called. One it cannot take ends the stream (below).
         failure: list[ConnectError] = []
         with gw.conversations.together():
             _journaled(deliver_local(gw, transport, first, parent), request_id)
+            if gw.cluster is not None:
+                gw.cluster.bound_here(request_id)
             try:
                 for raw in frames.received():
                     _deliver_next(gw, transport, request_id, raw)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..conversation import OutputStream, ReplayUnavailable
 from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error, parse_request_headers
 from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, BodyTooLarge, Receive, Scope, Send, reply_error, watch_disconnect
+from .crossing import relay_remote, stream_elsewhere
 from .deadline import Deadline
 from .transport import Route, Waiter
 
@@ -65,13 +66,18 @@ async def _serve_run_sse(
 
     me = asyncio.current_task()
     gw.waiting_readers.add(me)  # a stop ends the wait (the reader is cancelled) with unavailable
+    elsewhere: str | None = None  # the other instance that writes this stream (several on one database)
     try:
         transport = gw.transports.get(request_id)
         # A stream still retained is a local run's, read again after its transport expired.
         if transport is None and gw.conversations.hub.get(request_id) is None:
-            async with gw.pending.slot(scope, wait, no_append):
-                transport = await gw.transports.wait_for(request_id, Waiter.RUN_SSE)
-        local = transport is None or transport.route is Route.LOCAL
+            if gw.cluster is not None:
+                elsewhere = await stream_elsewhere(gw.cluster, request_id, wait, no_append)
+                transport = gw.transports.get(request_id)
+            if elsewhere is None and transport is None:
+                async with gw.pending.slot(scope, wait, no_append):
+                    transport = await gw.transports.wait_for(request_id, Waiter.RUN_SSE)
+        local = elsewhere is None and (transport is None or transport.route is Route.LOCAL)
         stream = await gw.conversations.hub.wait_for(request_id, wait) if local else None  # a valid transport's run
     except ConnectError as err:
         await only_terminal(send, err)
@@ -86,6 +92,13 @@ async def _serve_run_sse(
         return
     finally:
         gw.waiting_readers.discard(me)
+    if elsewhere is not None:
+        assert gw.cluster is not None
+        deadline.stop()
+        if not await relay_remote(gw.cluster, elsewhere, request_id, receive, send):
+            # Its owner stopped before a frame came: found again (taken over here, or where it went).
+            await _serve_run_sse(gw, scope, receive, send, body, request_id, deadline)
+        return
     if not local:
         deadline.stop()  # the deadline header goes upstream with the request, which keeps it
         await gw.upstream.forward(scope, receive, send, body=body)
@@ -120,16 +133,17 @@ async def end_at_deadline(send: Send, deadline: Deadline) -> None:
         await send({"type": "http.response.body", "body": end_stream_error(deadline.error()), "more_body": False})
 
 
-async def relay(stream: OutputStream, send: Send) -> None:
+async def relay(stream: OutputStream, send: Send, *, direct_send: bool = True) -> None:
     """Send the stream's frames from the start (replay, then live) through its terminal, after
-    the response has started."""
-    direct = DirectSend(send)
+    the response has started. `direct_send`: the stream's writer may call `send` itself (see
+    `DirectSend`: only for a send that never suspends, as granian's)."""
+    direct = DirectSend(send)  # unused (nothing to settle) when not lent to the writer
     stream.readers += 1
     position = 0
     try:
         while True:
             try:
-                result = await stream.read(position, direct)
+                result = await stream.read(position, direct if direct_send else None)
             except ReplayUnavailable:
                 await direct.settle()
                 ERROR_REPLIES["unavailable"] += 1

@@ -362,9 +362,26 @@ _QUARANTINE = Migration(
     ),
 )
 
+# Several instances on one PostgreSQL database: a conversation's one owner, until expires_at_ms on
+# the database's clock, renewed by the owner (cluster/leases.py). The embedded store never uses it.
+_LEASES = Migration(
+    11,
+    "conversation leases",
+    (
+        """
+        CREATE TABLE conversation_leases (
+            conversation_id TEXT PRIMARY KEY NOT NULL,
+            owner           TEXT NOT NULL,
+            expires_at_ms   INTEGER NOT NULL
+        ) STRICT
+        """,
+        "CREATE INDEX conversation_leases_by_owner ON conversation_leases(owner)",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS, _INBOUND, _NO_BLOBS,
-    _QUARANTINE,
+    _QUARANTINE, _LEASES,
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 
