@@ -45,7 +45,8 @@ def test_two_host_headers_are_421() -> None:
 
 
 def test_a_configured_host_passes() -> None:
-    assert guard(host="myhost.lan").check(scope(host="myhost.lan:8787"), PROTO_TYPES) is None
+    configured = guard(token=TOKEN, host="myhost.lan")
+    assert configured.check(scope(host="myhost.lan:8787", x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
 
 
 def test_marked_requests_may_name_a_cursor_host_and_carry_the_upstream_url() -> None:

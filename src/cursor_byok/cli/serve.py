@@ -20,8 +20,10 @@ from ..instance import (
     DataDirError,
     DataDirLock,
     PortUnavailable,
+    TlsFilesError,
     bind_listener,
     busy_port_advice,
+    checked_tls_files,
     connection_cap,
     display_address,
     ensure_port_free,
@@ -54,6 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = msgspec.structs.replace(server, port=args.port)
     if args.data_dir is not None:
         server = msgspec.structs.replace(server, data_dir=str(Path(args.data_dir).expanduser().absolute()))
+    if args.tls_cert is not None or args.tls_key is not None:
+        server = msgspec.structs.replace(server, tls_cert=args.tls_cert or server.tls_cert, tls_key=args.tls_key or server.tls_key)
     proxy_cfg = cfg.proxy
     if args.proxy is not None:
         proxy_cfg = msgspec.structs.replace(proxy_cfg, enabled=args.proxy)
@@ -66,6 +70,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     refuse_unusable_relay_proxy(cfg)
 
     local_trust.auth_token(cfg)  # a missing auth_token_env variable: one line now, not a failed start later
+    if bool(cfg.server.tls_cert) != bool(cfg.server.tls_key):  # the flags gave one of them
+        raise CommandError("--tls-cert and --tls-key go together (TLS needs the certificate and its key)")
+    try:
+        checked_tls_files(cfg.server.tls_cert, cfg.server.tls_key)  # one line now, not a half-started server
+    except TlsFilesError as exc:
+        raise CommandError(str(exc)) from None
     use_private_umask()  # before anything creates a file: the data dir, its lock, the database
     try:
         # Nothing is created before the start is known to work: first whether another server holds
@@ -190,4 +200,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--data-dir", metavar="DIR", help="where the database, the local CA and the lock live (default: [server] data_dir, the user data dir)")
     p.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=None, help="also run the intercepting proxy the IDE uses (default: [proxy] enabled)")
     p.add_argument("--proxy-port", type=port_number, metavar="N", help="port of the intercepting proxy (default: [proxy] port, 8788)")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain) file (default: [server] tls_cert)")
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key file (default: [server] tls_key)")
     p.set_defaults(handler=cmd_serve)
