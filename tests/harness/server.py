@@ -197,9 +197,14 @@ class ServerProcess:
 
     def command(self, *args: str) -> list[str]:
         """`cursor-byok <args> --config <this server's config>` (`serve` by default)."""
-        exe = self.executable or Path(sys.executable).with_name("cursor-byok")
-        cmd = [str(exe)] if self.executable or exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
-        return [*self.wrap, *cmd, *(args or ("serve",)), "--config", str(self.config_path)]
+        return [*self.wrap, *self.command_of(self.executable, *(args or ("serve",)), "--config", str(self.config_path))]
+
+    @staticmethod
+    def command_of(executable: Path | None, *args: str) -> list[str]:
+        """`cursor-byok <args>`: `executable`, else this interpreter's installation."""
+        exe = executable or Path(sys.executable).with_name("cursor-byok")
+        cmd = [str(exe)] if executable or exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
+        return [*cmd, *args]
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}
