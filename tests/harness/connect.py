@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -72,7 +73,7 @@ class ConnectProcess:
 
     def ide_client(self) -> httpx.AsyncClient:
         """An HTTP client as Cursor with `cursor enable`: Cursor's host, through our proxy, over HTTP/1.1."""
-        ca = httpx.create_ssl_context(verify=str(self.data_dir / "ca" / "ca.crt"), trust_env=False)
+        ca = ssl.create_default_context(cafile=str(self.data_dir / "ca" / "ca.crt"))
         return httpx.AsyncClient(base_url=CURSOR_HOST, proxy=f"http://127.0.0.1:{self.proxy_port}", verify=ca, timeout=30.0)
 
     def stop(self) -> int | None:

@@ -31,6 +31,7 @@ from .common import (
 )
 from ..instance import port_holder
 from .ports import PortState, port_state
+from .team_link import TeamProblem, read_link, team_client, team_models
 
 PROVIDER_CHECK_TIMEOUT = 5.0
 _REBUILD = "install a wheel, or install again where a C compiler works (from a checkout: make clean serve)"
@@ -157,6 +158,21 @@ def _security_checks(cfg: Config) -> list[Check]:
             )
         )
     return checks
+
+
+def _team_check(cfg: Config) -> list[Check]:
+    """The team server `connect` links this machine to, if any: reachable, its certificate valid
+    here, the developer token accepted, models listed."""
+    link = read_link(cfg.data_path)
+    if link is None:
+        return []
+    try:
+        with team_client() as client:
+            ids = team_models(client, link)
+    except TeamProblem as exc:
+        return [Check("team server", CheckStatus.FAIL, str(exc), f"cursor-byok connect {link.url} --token-file FILE")]
+    scheme = "TLS valid, " if link.url.startswith("https://") else ""
+    return [Check("team server", CheckStatus.OK, f"{link.url}: reachable, {scheme}token accepted, models: {', '.join(ids[:12])}")]
 
 
 def _ca_check(cfg: Config, cursor_pointed: bool) -> Check:
@@ -320,6 +336,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if cfg.proxy.enabled or cursor_pointed:
         checks.append(Check("proxy chain", CheckStatus.INFO, describe_chain(cfg, corporate_proxy(cfg), os.environ)))
     checks.extend(_data_dir_checks(cfg))
+    checks.extend(_team_check(cfg))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
     echo(f"{len(failed)} check(s) failed" if failed else "all required checks passed")

@@ -8,7 +8,7 @@ import importlib
 import logging
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -128,7 +128,7 @@ def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
     gc.disable()
     try:
         gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
-        proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
+        proxy_thread = start_proxy(cfg) if cfg.proxy.enabled else None
     except BaseException:
         gc.enable()
         listener.close()
@@ -144,7 +144,9 @@ def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
             log.info("proxy stopped")
 
 
-def _start_proxy(cfg: Config) -> ProxyThread:
+def start_proxy(cfg: Config, gateway: str | None = None, gateway_headers: list[tuple[str, str]] | None = None, **options: Any) -> ProxyThread:
+    """The intercepting proxy in its thread, sending what it intercepts to `gateway` (default: this
+    config's server, with our mark and token); `options` go to InterceptingProxy (a team's routes)."""
     from ..interceptor import (
         CAError,
         CAState,
@@ -170,7 +172,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
             log.warning("local CA is %s: %s", trust.state.value, trust.detail)
     proxy = InterceptingProxy(
         ca,
-        gateway_url(cfg),
+        gateway or gateway_url(cfg),
         cfg.proxy.host,
         cfg.proxy.port,
         limits=ProxyLimits(
@@ -180,8 +182,9 @@ def _start_proxy(cfg: Config) -> ProxyThread:
             max_connections=connection_cap(cfg.server.max_connections),
         ),
         upstream_proxy=corporate_proxy(cfg),
-        gateway_headers=local_trust.proxy_headers(cfg),
+        gateway_headers=local_trust.proxy_headers(cfg) if gateway_headers is None else gateway_headers,
         client_token=local_trust.auth_token(cfg),
+        **options,
     )
     thread = ProxyThread(proxy)
     try:
@@ -189,7 +192,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
     except OSError as exc:  # taken since the check before start-up
         why = busy_port_advice(cfg.proxy.port, "proxy") if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise CommandError(f"proxy cannot listen on {display_address(cfg.proxy.host, cfg.proxy.port)}: {why}") from None
-    log.info("proxy listening", extra={"proxy_url": proxy_url(cfg, port), "gateway": gateway_url(cfg)})
+    log.info("proxy listening", extra={"proxy_url": proxy_url(cfg, port), "gateway": gateway or gateway_url(cfg)})
     return thread
 
 

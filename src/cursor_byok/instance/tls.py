@@ -3,7 +3,6 @@ missing, unreadable or mismatched file is one line naming the key and the file, 
 inside the HTTP server once it is half up."""
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +38,8 @@ def checked_tls_files(cert: str, key: str) -> TlsFiles | None:
         raise TlsFilesError(f"server.tls_cert: not a PEM certificate: {files.cert}")
     if b"PRIVATE KEY-----" not in _read("tls_key", files.key):
         raise TlsFilesError(f"server.tls_key: not a PEM private key: {files.key}")
+    import ssl  # only a server that serves TLS pays for it before it listens
+
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(files.cert, files.key, _no_password)
     except ssl.SSLError as exc:

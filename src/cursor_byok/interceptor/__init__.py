@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .limits import ProxyLimits, ProxyStats
     from .proxy import InterceptingProxy
     from .targets import is_cursor_host
+    from .team import TeamRoutes, TeamServer, own_entries
     from .thread import ProxyThread
     from .trust import (
         CAState,
@@ -42,6 +43,7 @@ __getattr__ = lazy_names(
         "limits": ("ProxyLimits", "ProxyStats"),
         "proxy": ("InterceptingProxy",),
         "targets": ("is_cursor_host",),
+        "team": ("TeamRoutes", "TeamServer", "own_entries"),
         "thread": ("ProxyThread",),
         "trust": (
             "CAState",
@@ -68,6 +70,8 @@ __all__ = [
     "ProxyLimits",
     "ProxyStats",
     "ProxyThread",
+    "TeamRoutes",
+    "TeamServer",
     "TrustReport",
     "UPSTREAM_URL_HEADER",
     "UpstreamDialer",
@@ -76,5 +80,6 @@ __all__ = [
     "format_commands",
     "has_name_constraints",
     "is_cursor_host",
+    "own_entries",
     "trust_commands",
 ]

@@ -1,0 +1,122 @@
+"""`cursor-byok connect URL`: a developer's machine in front of a team server. Only the local
+interceptor runs: the agent RPCs of the team's models go to the team server with the developer's
+token, everything else to Cursor as before (`interceptor/team.py`)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import DEFAULT_UPSTREAM, Config
+from ..datadir import use_private_umask
+from .common import CommandError, echo, load_config, port_number, proxy_url
+from .team_link import TOKEN_ENV, TeamLink, TeamProblem, normalized_url, read_link, save_link, team_client, team_models
+
+if TYPE_CHECKING:
+    from ..interceptor import TeamServer
+
+log = logging.getLogger("cursor_byok.cli")
+
+MODEL_LIST_PATHS = (
+    "/aiserver.v1.AiService/AvailableModels",
+    "/agent.v1.AgentService/GetUsableModels",
+    "/aiserver.v1.AiService/GetUsableModels",
+)
+
+
+def _token(args: argparse.Namespace) -> str:
+    """The token from --token-file, $CURSOR_BYOK_TEAM_TOKEN or --token ('' when none is given)."""
+    if args.token_file:
+        try:
+            return Path(args.token_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise CommandError(f"--token-file {args.token_file}: {exc.strerror or exc}") from None
+    return os.environ.get(TOKEN_ENV, "").strip() or (args.token or "").strip()
+
+
+def _link(cfg: Config, args: argparse.Namespace) -> TeamLink:
+    saved = read_link(cfg.data_path)
+    try:
+        url = normalized_url(args.url) if args.url else saved.url if saved else ""
+    except TeamProblem as exc:
+        raise CommandError(str(exc)) from None
+    if not url:
+        raise CommandError("name the team server: cursor-byok connect https://team.example --token-file FILE")
+    token = _token(args) or (saved.token if saved is not None and saved.url == url else "")
+    if not token:
+        raise CommandError(f"give your developer token: --token-file FILE or ${TOKEN_ENV} (kept in the data dir for the next time)")
+    return TeamLink(url, token)
+
+
+def _team_server(link: TeamLink) -> TeamServer:
+    """What the interceptor needs of the team server: its models and its entries of Cursor's model lists."""
+    import httpx
+
+    from ..interceptor import TeamServer, own_entries
+
+    with team_client() as client:
+        try:
+            ids = team_models(client, link)
+        except TeamProblem as exc:
+            raise CommandError(str(exc)) from None
+        listed: dict[str, bytes] = {}
+        for path in MODEL_LIST_PATHS:
+            try:
+                answer = client.post(link.url + path, content=b"", headers={**link.headers(), "content-type": "application/proto"})
+            except httpx.HTTPError as exc:
+                raise CommandError(f"team server {link.url}: {path} failed: {exc.__class__.__name__}") from None
+            if answer.is_success:
+                listed[path] = own_entries(path, answer.content, ids)
+    return TeamServer(link.url, link.token, frozenset(ids), listed)
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    if args.proxy_port is not None:
+        import msgspec
+
+        cfg = msgspec.structs.replace(cfg, proxy=msgspec.structs.replace(cfg.proxy, port=args.proxy_port))
+    use_private_umask()
+    link = _link(cfg, args)
+    team = _team_server(link)
+    save_link(cfg.data_path, link)  # accepted by the team server: kept for the next start and for doctor
+
+    from .. import local_trust, trust_store
+    from ..interceptor import TeamRoutes
+    from .serve import start_proxy
+
+    custom_upstream = cfg.upstream.base_url.rstrip("/") != DEFAULT_UPSTREAM
+    thread = start_proxy(
+        cfg,
+        link.url,
+        [(local_trust.AUTH_TOKEN_HEADER, link.token)],
+        team=TeamRoutes(team, cfg.server.runsse_wait_seconds),
+        gateway_tls=trust_store.verified(),
+        cursor_base_url=cfg.upstream.base_url if custom_upstream else None,
+    )
+    models = ", ".join(sorted(team.model_ids)[:12])
+    echo(f"connected to the team server {link.url} (models: {models})")
+    echo(f"  proxy: {proxy_url(cfg)} (the agent of the team's models goes to the team server; the rest to Cursor)")
+    echo("  next: `cursor-byok cursor enable` once, then restart Cursor fully; Ctrl-C stops")
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    try:
+        stopped.wait()
+    finally:
+        thread.stop()
+        log.info("proxy stopped")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("connect", parents=[common], help="use a team server: run only the proxy, the team's models on the team server")
+    p.add_argument("url", nargs="?", help="the team server, e.g. https://team.example (default: the one connected to last)")
+    p.add_argument("--token-file", metavar="FILE", help="a file holding your developer token (or set $" + TOKEN_ENV + ")")
+    p.add_argument("--token", help="your developer token (other local users see it in the process list: prefer --token-file)")
+    p.add_argument("--proxy-port", type=port_number, metavar="N", help="port of the intercepting proxy (default: [proxy] port, 8788)")
+    p.set_defaults(handler=cmd_connect)
