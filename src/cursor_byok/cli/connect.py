@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..config import DEFAULT_UPSTREAM, Config
 from ..datadir import use_private_umask
+from .chain import cursor_settings
 from .common import CommandError, echo, load_config, port_number, proxy_url
 from .team_link import TOKEN_ENV, TeamLink, TeamProblem, normalized_url, read_link, save_link, team_client, team_models
 
@@ -74,6 +75,19 @@ def _team_server(link: TeamLink) -> TeamServer:
     return TeamServer(link.url, link.token, frozenset(ids), listed)
 
 
+def _warn_if_cursor_uses_http2(cfg: Config) -> None:
+    """In front of a team server the proxy speaks HTTP/1.1 alone (routes are decided per request):
+    Cursor left on HTTP/2 by `cursor enable --http2` runs its agent as Run streams it cannot route."""
+    from ..cursor_settings import SettingsError
+
+    try:
+        status = cursor_settings(cfg).status(proxy_url(cfg))
+    except SettingsError:
+        return
+    if status.exists and status.http2:
+        log.warning("Cursor is set to HTTP/2; in front of a team server run `cursor-byok cursor enable` (without --http2) and restart Cursor")
+
+
 def cmd_connect(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     if args.proxy_port is not None:
@@ -102,6 +116,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
     echo(f"connected to the team server {link.url} (models: {models})")
     echo(f"  proxy: {proxy_url(cfg)} (the agent of the team's models goes to the team server; the rest to Cursor)")
     echo("  next: `cursor-byok cursor enable` once, then restart Cursor fully; Ctrl-C stops")
+    _warn_if_cursor_uses_http2(cfg)
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
