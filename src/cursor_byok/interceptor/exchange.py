@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 
@@ -29,20 +30,11 @@ class RequestForwarder:
         self._gateway_headers = list(gateway_headers)
 
     async def forward(
-        self,
-        http: ClientHttp,
-        head: RequestHead,
-        client: httpx.AsyncClient,
-        url: httpx.URL,
-        upstream_url: str | None,
-        *,
-        to_gateway: bool,
-        content: bytes | None = None,
+        self, http: ClientHttp, head: RequestHead, client: httpx.AsyncClient, url: httpx.URL, upstream_url: str | None, **options: Any
     ) -> bool:
-        """Forward one request; whether the client connection can carry another one. `content`:
-        the body, already read (else it is streamed on as it comes)."""
-        response = await self.send(http, head, client, url, upstream_url, to_gateway=to_gateway, content=content)
-        return await self.relay(http, head, response)
+        """Forward one request (`send`, with its `options`) and relay its response; whether the
+        client connection can carry another one."""
+        return await self.relay(http, head, await self.send(http, head, client, url, upstream_url, **options))
 
     async def send(
         self,
