@@ -22,12 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cursor_byok.cli")
 
-MODEL_LIST_PATHS = (
-    "/aiserver.v1.AiService/AvailableModels",
-    "/agent.v1.AgentService/GetUsableModels",
-    "/aiserver.v1.AiService/GetUsableModels",
-)
-
 
 def _token(args: argparse.Namespace) -> str:
     """The token from --token-file, $CURSOR_BYOK_TEAM_TOKEN or --token ('' when none is given)."""
@@ -57,7 +51,7 @@ def _team_server(link: TeamLink) -> TeamServer:
     """What the interceptor needs of the team server: its models and its entries of Cursor's model lists."""
     import httpx
 
-    from ..interceptor import TeamServer, own_entries
+    from ..interceptor import MODEL_LIST_PATHS, TeamServer, own_entries
 
     with team_client() as client:
         try:
@@ -65,7 +59,7 @@ def _team_server(link: TeamLink) -> TeamServer:
         except TeamProblem as exc:
             raise CommandError(str(exc)) from None
         listed: dict[str, bytes] = {}
-        for path in MODEL_LIST_PATHS:
+        for path in sorted(MODEL_LIST_PATHS):
             try:
                 answer = client.post(link.url + path, content=b"", headers={**link.headers(), "content-type": "application/proto"})
             except httpx.HTTPError as exc:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .limits import ProxyLimits, ProxyStats
     from .proxy import InterceptingProxy
     from .targets import is_cursor_host
-    from .team import TeamRoutes, TeamServer, own_entries
+    from .team import MODEL_LIST_PATHS, TeamRoutes, TeamServer, own_entries
     from .thread import ProxyThread
     from .trust import (
         CAState,
@@ -43,7 +43,7 @@ __getattr__ = lazy_names(
         "limits": ("ProxyLimits", "ProxyStats"),
         "proxy": ("InterceptingProxy",),
         "targets": ("is_cursor_host",),
-        "team": ("TeamRoutes", "TeamServer", "own_entries"),
+        "team": ("MODEL_LIST_PATHS", "TeamRoutes", "TeamServer", "own_entries"),
         "thread": ("ProxyThread",),
         "trust": (
             "CAState",
@@ -64,6 +64,7 @@ __all__ = [
     "CAState",
     "HttpError",
     "InterceptingProxy",
+    "MODEL_LIST_PATHS",
     "LeafCertificate",
     "LinuxTrustPaths",
     "LocalCA",

@@ -337,6 +337,8 @@ class InterceptingProxy:
     async def _team_or_cursor(self, team: TeamRoutes, http: ClientHttp, head: RequestHead, origin: TunnelOrigin, path: str) -> bool:
         route = path.partition("?")[0]
         if team.is_agent_rpc(head.method, route):
+            if http.expects_continue:
+                http.informational(100)
             body = b"".join([chunk async for chunk in http.body(head, self.limits.max_body_bytes, self.limits.body_seconds)])
             encoding = "gzip" if "gzip" in (head.get("connect-content-encoding") or head.get("grpc-encoding") or "") else "identity"
             if await team.to_team(route, body, encoding):
@@ -367,7 +369,7 @@ class InterceptingProxy:
         await response.aclose()
         log.error("the team server refused the developer token", extra={"team_server": team.team.url})
         error = json.dumps({"code": "unauthenticated", "message": team.refusal()}).encode()
-        return await self._answer(http, head, 401, [("content-type", "application/json"), ("content-length", str(len(error)))], error)
+        return await self._answer(http, head, 401, [("content-type", "application/json")], error)
 
     async def _model_list(self, http: ClientHttp, head: RequestHead, origin: TunnelOrigin, path: str, ours: bytes) -> bool:
         """Cursor's answer with the team's entries added; an answer they cannot be added to
@@ -386,7 +388,7 @@ class InterceptingProxy:
         finally:
             await response.aclose()
         merged = theirs + ours
-        return await self._answer(http, head, response.status_code, [("content-type", "application/proto"), ("content-length", str(len(merged)))], merged)
+        return await self._answer(http, head, response.status_code, [("content-type", "application/proto")], merged)
 
     # ---- pass-through --------------------------------------------------------------------
     async def _upgrade_to_upstream(
