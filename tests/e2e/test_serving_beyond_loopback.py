@@ -76,6 +76,8 @@ def test_beyond_loopback_without_a_token_only_health_answers(tmp_path: Path) -> 
         ("only-cert", "server.tls_key: set it with server.tls_cert"),
         ("not-a-cert", "server.tls_cert: not a PEM certificate"),
         ("wrong-key", "does not match the certificate"),
+        ("url-as-public-name", "server.public_names[0]: 'https://team.example/' is not a host name"),
+        ("proxy-beside-tls", "the intercepting proxy runs beside a local server"),
     ],
 )
 def test_a_bad_certificate_or_key_is_one_clear_line_at_start(tmp_path: Path, certificate: ServerCertificate, fault: str, says: str) -> None:
@@ -87,10 +89,12 @@ def test_a_bad_certificate_or_key_is_one_clear_line_at_start(tmp_path: Path, cer
         "only-cert": {"tls_cert": cert},
         "not-a-cert": {"tls_cert": str(certificate.ca_file.with_name("garbage.pem")), "tls_key": key},
         "wrong-key": {"tls_cert": cert, "tls_key": str(other.key_file)},
+        "url-as-public-name": {"public_names": ["https://team.example/"]},
+        "proxy-beside-tls": {"tls_cert": cert, "tls_key": key},
     }[fault]
     certificate.ca_file.with_name("garbage.pem").write_text("not a certificate\n")
     cfg = ServerConfig(data_dir=tmp_path / "data", extra_server=server)
-    done = ServerProcess(cfg).run_to_exit()
+    done = ServerProcess(cfg).run_to_exit(*(["serve", "--proxy"] if fault == "proxy-beside-tls" else []))
     assert done.returncode in (1, 2), done
     assert says in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

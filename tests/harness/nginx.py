@@ -34,7 +34,9 @@ def main_config(prefix: Path, site: str) -> str:
         f"{user}worker_processes 1;\npid {prefix}/nginx.pid;\nerror_log stderr warn;\n"
         "events { worker_connections 512; }\n"
         "http {\n"
-        f"  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n"
+        # Which instance served each request of each request id: what affinity is judged by.
+        "  log_format affinity '$http_x_request_id $upstream_addr';\n"
+        f"  access_log {prefix}/affinity.log affinity;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n"
         f"  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n"
         f"{site}\n}}\n"
     )
@@ -52,6 +54,15 @@ class NginxProcess:
         self.certificate = certificate
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = prefix / "nginx.log"
+
+    def served(self) -> dict[str, set[str]]:
+        """Request id → the instances (host:port) that served its requests, from nginx's log."""
+        seen: dict[str, set[str]] = {}
+        for line in (self.prefix / "affinity.log").read_text().splitlines():
+            request_id, _, instance = line.partition(" ")
+            if request_id != "-":
+                seen.setdefault(request_id, set()).add(instance)
+        return seen
 
     def test_config(self) -> subprocess.CompletedProcess[str]:
         return subprocess.run([NGINX, "-t", "-p", str(self.prefix), "-c", str(self.config), "-e", "stderr"], capture_output=True, text=True, timeout=30)
