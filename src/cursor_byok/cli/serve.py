@@ -66,6 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = msgspec.structs.replace(cfg, server=server, proxy=proxy_cfg)
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
+    proxy_asked = cfg.proxy.enabled  # by the flag or the config, not because Cursor points at it
     cfg = startup.prepare(cfg, args.proxy)
     refuse_unusable_relay_proxy(cfg)
 
@@ -76,6 +77,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         checked_tls_files(cfg.server.tls_cert, cfg.server.tls_key)  # one line now, not a half-started server
     except TlsFilesError as exc:
         raise CommandError(str(exc)) from None
+    if cfg.server.tls_cert and cfg.proxy.enabled:
+        if proxy_asked:
+            raise CommandError(
+                "the intercepting proxy runs beside a local server, not a TLS-serving team server: "
+                "drop --proxy ([proxy] enabled) here; developers run `cursor-byok connect URL`"
+            )
+        cfg = msgspec.structs.replace(cfg, proxy=msgspec.structs.replace(cfg.proxy, enabled=False))
     use_private_umask()  # before anything creates a file: the data dir, its lock, the database
     try:
         # Nothing is created before the start is known to work: first whether another server holds
