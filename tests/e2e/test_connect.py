@@ -5,6 +5,7 @@ for carry the team's models; `doctor` checks the team server."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,3 +161,20 @@ def test_doctor_checks_the_team_server(tmp_path: Path, team: ServerProcess, cert
     report = dev.run_to_exit("doctor").stdout
     line = next(line for line in report.splitlines() if "team server" in line)
     assert line.startswith("FAIL") and "certificate" in line, report
+
+
+async def test_in_front_of_a_team_server_the_proxy_speaks_http1_only(
+    tmp_path: Path, team: ServerProcess, certificate: ServerCertificate, cursor_upstream: FakeProviderServer
+) -> None:
+    """Routes are decided per HTTP/1.1 request: a client offering HTTP/2 (Cursor left on it) is given HTTP/1.1."""
+    with developer(tmp_path, cursor_upstream, certificate).start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
+        reader, writer = await asyncio.open_connection("127.0.0.1", connect.proxy_port)
+        try:
+            writer.write(b"CONNECT api2.cursor.sh:443 HTTP/1.1\r\nHost: api2.cursor.sh:443\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            tls = ssl.create_default_context(cafile=str(connect.data_dir / "ca" / "ca.crt"))
+            tls.set_alpn_protocols(["h2", "http/1.1"])
+            await writer.start_tls(tls, server_hostname="api2.cursor.sh")
+            assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "http/1.1"
+        finally:
+            writer.close()
