@@ -301,7 +301,7 @@ class InterceptingProxy:
             raise HttpError(400, "only http:// absolute-form requests are forwarded (use CONNECT for https)")
         if head.is_upgrade:
             raise HttpError(501, "upgrades over plain-HTTP proxy requests are not supported")
-        if self._intercept(target.host):
+        if self._intercept(target.host) and self._team is None:  # a team server takes no plain HTTP
             url = self._gateway.copy_with(raw_path=target.raw_path)
             assert self._gateway_client is not None
             self.stats.gateway_requests += 1
