@@ -5,6 +5,7 @@ each turn kept on one instance by the hash of its x-request-id. With a Docker en
 is built and run too."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import uuid
@@ -108,8 +109,11 @@ def test_the_image_builds_and_its_healthcheck_passes_as_a_non_root_user(tmp_path
         user = subprocess.run(["docker", "run", "--rm", "--entrypoint", "id", tag, "-u"], capture_output=True, text=True, check=True, timeout=120)
         assert user.stdout.strip() != "0"
         name = f"cursor-byok-test-{uuid.uuid4().hex[:8]}"
+        config = tmp_path / "config.toml"  # the SQLite default: a lone container has no database beside it
+        config.write_text('[server]\nauth_token_env = "CURSOR_BYOK_TOKEN"\n')
+        config.chmod(0o644)
         subprocess.run(["docker", "run", "-d", "--name", name, "-e", "CURSOR_BYOK_TOKEN=" + TOKEN,
-                        "-v", f"{ROOT / 'deploy' / 'team.toml'}:/etc/cursor-byok/config.toml:ro", tag], check=True, timeout=120)
+                        "-v", f"{config}:/etc/cursor-byok/config.toml:ro", tag], check=True, timeout=120)
         try:
             state = ""
             for _ in range(120):  # the engine runs the HEALTHCHECK; its verdict is the event waited for
@@ -122,3 +126,23 @@ def test_the_image_builds_and_its_healthcheck_passes_as_a_non_root_user(tmp_path
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+@pytest.mark.skipif(not (_has_engine() and _has_compose()), reason="no Docker engine with the compose plugin on this machine")
+def test_compose_serves_through_nginx_with_the_token(tmp_path: Path) -> None:
+    """The whole compose.yaml: PostgreSQL, both instances healthy, nginx ending TLS for the public
+    name; health answers without the token, the model list only with it."""
+    tls_dir = ROOT / "deploy" / "tls"  # where compose.yaml mounts the certificate from (git-ignored)
+    certificate = make_server_certificate(tls_dir, "team.example", "localhost")
+    env = {**os.environ, "POSTGRES_PASSWORD": uuid.uuid4().hex, "CURSOR_BYOK_TOKEN": TOKEN, "COMPOSE_PROJECT_NAME": f"byok{uuid.uuid4().hex[:8]}"}
+    compose = ["docker", "compose", "-f", str(ROOT / "compose.yaml")]
+    try:
+        subprocess.run([*compose, "up", "-d", "--build", "--wait", "--wait-timeout", "600"], env=env, check=True, timeout=1800)
+        with httpx.Client(base_url="https://localhost:443", verify=certificate.client_context(), headers={"host": "team.example"}, timeout=30) as client:
+            assert client.get("/healthz").status_code == 204
+            assert client.get("/v1/models").status_code == 401
+            models = client.get("/v1/models", headers={"x-cursor-byok-token": TOKEN})
+            assert models.status_code == 200 and "byok-sonnet" in models.text
+    finally:
+        subprocess.run([*compose, "down", "-v"], env=env, capture_output=True, timeout=300)
+        shutil.rmtree(tls_dir, ignore_errors=True)
