@@ -5,6 +5,7 @@ for carry the team's models; `doctor` checks the team server."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ from tests.harness.connect import ConnectProcess
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, envelope, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 from tests.harness.tls import ServerCertificate, make_server_certificate
+
+from .test_reload import wait_for_line
 
 TOKEN = "dev-token-0123456789abcdef"
 TEAM_MODEL = "byok-team"
@@ -178,3 +181,30 @@ async def test_in_front_of_a_team_server_the_proxy_speaks_http1_only(
             assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "http/1.1"
         finally:
             writer.close()
+
+
+async def test_a_model_the_team_adds_is_routed_after_sighup(
+    tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer
+) -> None:
+    cfg = ServerConfig(
+        data_dir=tmp_path / "team",
+        models=[ModelSpec(id=TEAM_MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        extra_server={"tls_cert": str(certificate.cert_file), "tls_key": str(certificate.key_file), "auth_token_env": "TEAM_TOKEN"},
+    )
+    with ServerProcess(cfg, env={"TEAM_TOKEN": TOKEN}, tls=certificate.client_context()) as team:
+        dev = developer(tmp_path, cursor_upstream, certificate)
+        with dev.start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
+            cfg.models.append(ModelSpec(id="byok-later", provider="openai-chat", base_url=provider.url + "/v1"))
+            team.config_path.write_text(cfg.toml(team.port))
+            assert team.proc is not None and connect.proc is not None
+            team.proc.send_signal(signal.SIGHUP)
+            await asyncio.to_thread(wait_for_line, team, "config reloaded")
+            connect.proc.send_signal(signal.SIGHUP)
+            await asyncio.to_thread(wait_for_line, connect, "byok-later")  # its "the team's models read" line
+            provider.enqueue(OPENAI_CHAT.text(["a new team model"]))
+            ide = ide_through(connect, tmp_path)
+            try:
+                log = await ide.turn(run_request("hi", model="byok-later", conversation_id=uuid.uuid4().hex))
+            finally:
+                await ide.close()
+    assert log.text == "a new team model" and cursor_upstream.requests == []

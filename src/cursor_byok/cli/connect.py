@@ -18,9 +18,11 @@ from .common import CommandError, echo, load_config, port_number, proxy_url
 from .team_link import TOKEN_ENV, TeamLink, TeamProblem, normalized_url, read_link, save_link, team_client, team_models
 
 if TYPE_CHECKING:
-    from ..interceptor import TeamServer
+    from ..interceptor import TeamRoutes, TeamServer
 
 log = logging.getLogger("cursor_byok.cli")
+
+REFRESH_SECONDS = 300.0  # how often the team's models are read again (SIGHUP: at once)
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -98,28 +100,53 @@ def cmd_connect(args: argparse.Namespace) -> int:
     from .serve import start_proxy
 
     custom_upstream = cfg.upstream.base_url.rstrip("/") != DEFAULT_UPSTREAM
+    routes = TeamRoutes(team, cfg.server.runsse_wait_seconds)
     thread = start_proxy(
         cfg,
         link.url,
         [(local_trust.AUTH_TOKEN_HEADER, link.token)],
-        team=TeamRoutes(team, cfg.server.runsse_wait_seconds),
+        team=routes,
         gateway_tls=trust_store.verified(),
         cursor_base_url=cfg.upstream.base_url if custom_upstream else None,
     )
     models = ", ".join(sorted(team.model_ids)[:12])
     echo(f"connected to the team server {link.url} (models: {models})")
     echo(f"  proxy: {proxy_url(cfg)} (the agent of the team's models goes to the team server; the rest to Cursor)")
-    echo("  next: `cursor-byok cursor enable` once, then restart Cursor fully; Ctrl-C stops")
+    echo("  next: `cursor-byok cursor enable` once, then restart Cursor fully; Ctrl-C stops, SIGHUP reads the team's models again")
     _warn_if_cursor_uses_http2(cfg)
-    stopped = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopped.set())
     try:
-        stopped.wait()
+        _serve_until_stopped(routes, link)
     finally:
         thread.stop()
         log.info("proxy stopped")
     return 0
+
+
+def _serve_until_stopped(routes: TeamRoutes, link: TeamLink) -> None:
+    """Until SIGINT/SIGTERM: the team's models are read again every REFRESH_SECONDS and on SIGHUP
+    (a model the operator added is routed to the team from then on; a failed read keeps the list)."""
+    wake = threading.Event()
+    stop = threading.Event()
+
+    def on_stop(*_: object) -> None:
+        stop.set()
+        wake.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_stop)
+    if hasattr(signal, "SIGHUP"):  # pragma: no branch - Windows has none
+        signal.signal(signal.SIGHUP, lambda *_: wake.set())
+    while True:
+        wake.wait(REFRESH_SECONDS)
+        wake.clear()
+        if stop.is_set():
+            return
+        try:
+            routes.team = _team_server(link)  # one reference swapped: the proxy's thread reads either whole
+        except CommandError as exc:
+            log.warning("the team's models were not read again: %s", exc)
+            continue
+        log.info("the team's models read", extra={"models": sorted(routes.team.model_ids)})
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
