@@ -101,7 +101,7 @@ def _has_engine() -> bool:
     return shutil.which("docker") is not None and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(not _has_engine(), reason="no Docker engine on this machine (the client alone cannot build or run images)")
+@pytest.mark.skipif(not _has_engine(), reason="!!! no Docker engine on this machine (the client alone cannot build or run images)")
 def test_the_image_builds_and_its_healthcheck_passes_as_a_non_root_user(tmp_path: Path) -> None:
     tag = f"cursor-byok-test:{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "build", "-t", tag, str(ROOT)], check=True, timeout=1800)
@@ -128,7 +128,7 @@ def test_the_image_builds_and_its_healthcheck_passes_as_a_non_root_user(tmp_path
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
 
 
-@pytest.mark.skipif(not (_has_engine() and _has_compose()), reason="no Docker engine with the compose plugin on this machine")
+@pytest.mark.skipif(not (_has_engine() and _has_compose()), reason="!!! no Docker engine with the compose plugin on this machine")
 def test_compose_serves_through_nginx_with_the_token(tmp_path: Path) -> None:
     """The whole compose.yaml: PostgreSQL, both instances healthy, nginx ending TLS for the public
     name; health answers without the token, the model list only with it."""
