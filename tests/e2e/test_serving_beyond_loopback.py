@@ -106,3 +106,15 @@ def test_the_tls_flags_override_the_config(tmp_path: Path, certificate: ServerCe
     server = ServerProcess(cfg, tls=certificate.client_context())
     done = server.run_to_exit("serve", "--tls-cert", str(tmp_path / "absent.pem"), "--tls-key", str(certificate.key_file))
     assert done.returncode == 1 and "cannot read" in done.stderr and "absent.pem" in done.stderr, done.stderr
+
+
+def test_doctor_checks_the_tls_files(tmp_path: Path, certificate: ServerCertificate) -> None:
+    cfg = ServerConfig(data_dir=tmp_path / "data", extra_server={"tls_cert": str(certificate.cert_file), "tls_key": str(certificate.key_file)})
+    report = ServerProcess(cfg).run_to_exit("doctor").stdout
+    line = next(line for line in report.splitlines() if line.split(":")[0].split()[-1:] == ["tls"])
+    assert line.startswith("ok") and "team.example" in line and "valid until" in line, report
+    other = make_server_certificate(tmp_path / "other", "other.example")
+    cfg.extra_server["tls_key"] = str(other.key_file)
+    report = ServerProcess(cfg).run_to_exit("doctor").stdout
+    line = next(line for line in report.splitlines() if line.split(":")[0].split()[-1:] == ["tls"])
+    assert line.startswith("FAIL") and "does not match" in line, report
