@@ -160,6 +160,29 @@ def _security_checks(cfg: Config) -> list[Check]:
     return checks
 
 
+def _tls_check(cfg: Config) -> list[Check]:
+    """The certificate and key `serve` would serve TLS with, if set: usable, for which names, until when."""
+    from ..instance import TlsFilesError, checked_tls_files
+
+    try:
+        files = checked_tls_files(cfg.server.tls_cert, cfg.server.tls_key)
+    except TlsFilesError as exc:
+        return [Check("tls", CheckStatus.FAIL, str(exc), "point server.tls_cert and server.tls_key at the PEM certificate and its key")]
+    if files is None:
+        return []
+    from cryptography import x509
+
+    leaf = x509.load_pem_x509_certificate(files.cert.read_bytes())
+    try:
+        names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        shown = ", ".join(str(n.value) for n in names)
+    except x509.ExtensionNotFound:
+        shown = leaf.subject.rfc4514_string()
+    until = leaf.not_valid_after_utc
+    status = CheckStatus.OK if until.timestamp() > time.time() else CheckStatus.FAIL
+    return [Check("tls", status, f"{files.cert} for {shown}, valid until {until:%Y-%m-%d}", "renew the certificate")]
+
+
 def _team_check(cfg: Config) -> list[Check]:
     """The team server `connect` links this machine to, if any: reachable, its certificate valid
     here, the developer token accepted, models listed."""
@@ -336,6 +359,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if cfg.proxy.enabled or cursor_pointed:
         checks.append(Check("proxy chain", CheckStatus.INFO, describe_chain(cfg, corporate_proxy(cfg), os.environ)))
     checks.extend(_data_dir_checks(cfg))
+    checks.extend(_tls_check(cfg))
     checks.extend(_team_check(cfg))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
