@@ -200,7 +200,7 @@ async def test_a_model_the_team_adds_is_routed_after_sighup(
             team.proc.send_signal(signal.SIGHUP)
             await asyncio.to_thread(wait_for_line, team, "config reloaded")
             connect.proc.send_signal(signal.SIGHUP)
-            await asyncio.to_thread(wait_for_line, connect, "byok-later")  # its "the team's models read" line
+            await asyncio.to_thread(wait_for_line, connect, "the team's models read")
             provider.enqueue(OPENAI_CHAT.text(["a new team model"]))
             ide = ide_through(connect, tmp_path)
             try:
@@ -208,3 +208,37 @@ async def test_a_model_the_team_adds_is_routed_after_sighup(
             finally:
                 await ide.close()
     assert log.text == "a new team model" and cursor_upstream.requests == []
+
+
+async def test_a_team_server_down_at_the_next_start_leaves_cursor_working(
+    tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer
+) -> None:
+    """The saved team server does not answer: connect starts anyway (Cursor's own traffic goes on),
+    and routes the team's models once the team server answers again. A new URL that does not
+    answer is refused at once."""
+    cfg = ServerConfig(
+        data_dir=tmp_path / "team",
+        models=[ModelSpec(id=TEAM_MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        extra_server={"tls_cert": str(certificate.cert_file), "tls_key": str(certificate.key_file), "auth_token_env": "TEAM_TOKEN"},
+    )
+    team = ServerProcess(cfg, env={"TEAM_TOKEN": TOKEN}, tls=certificate.client_context())
+    dev = developer(tmp_path, cursor_upstream, certificate)
+    with team, dev.start(team.base_url, "--token-file", str(token_file(tmp_path))):
+        pass
+    refused = dev.run_to_exit("connect", f"https://127.0.0.1:{team.port}", "--token-file", str(token_file(tmp_path, "another-token-0123456789")))
+    assert refused.returncode == 1 and "unreachable" in refused.stderr, refused.stderr
+    with dev.start() as connect:  # the saved one, down
+        await asyncio.to_thread(wait_for_line, connect, "the team's models go to Cursor until it answers")
+        cursor_upstream.enqueue(Reply(body=b"", content_type="application/proto"))
+        ide = ide_through(connect, tmp_path)
+        try:
+            assert (await ide.append(uuid.uuid4().hex, run_request("hi", model="gpt-5", conversation_id=uuid.uuid4().hex))).status_code == 200
+            with team:
+                assert connect.proc is not None
+                connect.proc.send_signal(signal.SIGHUP)
+                await asyncio.to_thread(wait_for_line, connect, "the team's models read")
+                provider.enqueue(OPENAI_CHAT.text(["back"]))
+                log = await ide.turn(run_request("hi", model=TEAM_MODEL, conversation_id=uuid.uuid4().hex))
+        finally:
+            await ide.close()
+    assert log.text == "back" and [r.path for r in cursor_upstream.requests] == [BIDI_APPEND]

@@ -15,7 +15,17 @@ from ..config import DEFAULT_UPSTREAM, Config
 from ..datadir import use_private_umask
 from .chain import cursor_settings
 from .common import CommandError, echo, load_config, port_number, proxy_url
-from .team_link import TOKEN_ENV, TeamLink, TeamProblem, normalized_url, read_link, save_link, team_client, team_models
+from .team_link import (
+    TOKEN_ENV,
+    TeamLink,
+    TeamProblem,
+    TeamUnreachable,
+    normalized_url,
+    read_link,
+    save_link,
+    team_client,
+    team_models,
+)
 
 if TYPE_CHECKING:
     from ..interceptor import TeamRoutes, TeamServer
@@ -23,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cursor_byok.cli")
 
 REFRESH_SECONDS = 300.0  # how often the team's models are read again (SIGHUP: at once)
+RETRY_SECONDS = 30.0  # as long as none could be read
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -50,25 +61,29 @@ def _link(cfg: Config, args: argparse.Namespace) -> TeamLink:
 
 
 def _team_server(link: TeamLink) -> TeamServer:
-    """What the interceptor needs of the team server: its models and its entries of Cursor's model lists."""
+    """What the interceptor needs of the team server: its models and its entries of Cursor's model
+    lists. TeamProblem when it cannot be had."""
     import httpx
 
     from ..interceptor import MODEL_LIST_PATHS, TeamServer, own_entries
 
     with team_client() as client:
-        try:
-            ids = team_models(client, link)
-        except TeamProblem as exc:
-            raise CommandError(str(exc)) from None
+        ids = team_models(client, link)
         listed: dict[str, bytes] = {}
         for path in sorted(MODEL_LIST_PATHS):
             try:
                 answer = client.post(link.url + path, content=b"", headers={**link.headers(), "content-type": "application/proto"})
             except httpx.HTTPError as exc:
-                raise CommandError(f"team server {link.url}: {path} failed: {exc.__class__.__name__}") from None
+                raise TeamUnreachable(f"team server {link.url}: {path} failed: {exc.__class__.__name__}") from None
             if answer.is_success:
                 listed[path] = own_entries(path, answer.content, ids)
     return TeamServer(link.url, link.token, frozenset(ids), listed)
+
+
+def _no_models(link: TeamLink) -> TeamServer:
+    from ..interceptor import TeamServer
+
+    return TeamServer(link.url, link.token, frozenset())
 
 
 def _warn_if_cursor_uses_http2(cfg: Config) -> None:
@@ -92,8 +107,18 @@ def cmd_connect(args: argparse.Namespace) -> int:
         cfg = msgspec.structs.replace(cfg, proxy=msgspec.structs.replace(cfg.proxy, port=args.proxy_port))
     use_private_umask()
     link = _link(cfg, args)
-    team = _team_server(link)
-    save_link(cfg.data_path, link)  # accepted by the team server: kept for the next start and for doctor
+    try:
+        team = _team_server(link)
+    except TeamUnreachable as exc:
+        if read_link(cfg.data_path) != link:  # a new server or token: said now, not found out later
+            raise CommandError(str(exc)) from None
+        # The one it served before: Cursor keeps working meanwhile (the team's models go to Cursor).
+        log.warning("%s: the team's models go to Cursor until it answers (asked again every %g s)", exc, RETRY_SECONDS)
+        team = _no_models(link)
+    except TeamProblem as exc:
+        raise CommandError(str(exc)) from None
+    else:
+        save_link(cfg.data_path, link)  # accepted by the team server: kept for the next start and for doctor
 
     from .. import local_trust, trust_store
     from ..interceptor import TeamRoutes
@@ -109,7 +134,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
         gateway_tls=trust_store.verified(),
         cursor_base_url=cfg.upstream.base_url if custom_upstream else None,
     )
-    models = ", ".join(sorted(team.model_ids)[:12])
+    models = ", ".join(sorted(team.model_ids)[:12]) or "none yet: it does not answer"
     echo(f"connected to the team server {link.url} (models: {models})")
     echo(f"  proxy: {proxy_url(cfg)} (the agent of the team's models goes to the team server; the rest to Cursor)")
     echo("  next: `cursor-byok cursor enable` once, then restart Cursor fully; Ctrl-C stops, SIGHUP reads the team's models again")
@@ -123,8 +148,9 @@ def cmd_connect(args: argparse.Namespace) -> int:
 
 
 def _serve_until_stopped(routes: TeamRoutes, link: TeamLink) -> None:
-    """Until SIGINT/SIGTERM: the team's models are read again every REFRESH_SECONDS and on SIGHUP
-    (a model the operator added is routed to the team from then on; a failed read keeps the list)."""
+    """Until SIGINT/SIGTERM: the team's models are read again every REFRESH_SECONDS (RETRY_SECONDS
+    while none could be read yet) and on SIGHUP: a model the operator added is routed to the team
+    from then on; a failed read keeps the list."""
     wake = threading.Event()
     stop = threading.Event()
 
@@ -137,13 +163,13 @@ def _serve_until_stopped(routes: TeamRoutes, link: TeamLink) -> None:
     if hasattr(signal, "SIGHUP"):  # pragma: no branch - Windows has none
         signal.signal(signal.SIGHUP, lambda *_: wake.set())
     while True:
-        wake.wait(REFRESH_SECONDS)
+        wake.wait(REFRESH_SECONDS if routes.team.model_ids else RETRY_SECONDS)
         wake.clear()
         if stop.is_set():
             return
         try:
             routes.team = _team_server(link)  # one reference swapped: the proxy's thread reads either whole
-        except CommandError as exc:
+        except TeamProblem as exc:
             log.warning("the team's models were not read again: %s", exc)
             continue
         log.info("the team's models read", extra={"models": sorted(routes.team.model_ids)})

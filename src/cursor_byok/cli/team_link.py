@@ -28,6 +28,10 @@ class TeamProblem(Exception):
     """The team server cannot be used (one line: what is wrong, never the token)."""
 
 
+class TeamUnreachable(TeamProblem):
+    """No answer from the team server (down, or no network): it may well answer later."""
+
+
 @dataclass(frozen=True)
 class TeamLink:
     url: str
@@ -97,9 +101,9 @@ def team_models(client: httpx.Client, link: TeamLink) -> list[str]:
                 f"team server {link.url}: its TLS certificate is not valid here ({reason}); "
                 "if the team uses its own CA, name it in SSL_CERT_FILE"
             ) from None
-        raise TeamProblem(f"team server {link.url} unreachable: {exc}") from None
+        raise TeamUnreachable(f"team server {link.url} unreachable: {exc}") from None
     except httpx.HTTPError as exc:
-        raise TeamProblem(f"team server {link.url} unreachable: {exc.__class__.__name__}") from None
+        raise TeamUnreachable(f"team server {link.url} unreachable: {exc.__class__.__name__}") from None
     try:
         answer = client.get(link.url + REST_MODELS_PATH, headers=link.headers())
     except httpx.HTTPError as exc:
