@@ -60,6 +60,16 @@ def developer(tmp_path: Path, cursor_upstream: FakeProviderServer, certificate: 
     return ConnectProcess(tmp_path / "dev", cursor_upstream.url, env={"SSL_CERT_FILE": str(certificate.ca_file)})
 
 
+def own_team(tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer) -> ServerProcess:
+    """A team server of the test's own (not yet started), serving TLS on loopback."""
+    cfg = ServerConfig(
+        data_dir=tmp_path / "team",
+        models=[ModelSpec(id=TEAM_MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
+        extra_server={"tls_cert": str(certificate.cert_file), "tls_key": str(certificate.key_file), "auth_token_env": "TEAM_TOKEN"},
+    )
+    return ServerProcess(cfg, env={"TEAM_TOKEN": TOKEN}, tls=certificate.client_context())
+
+
 def ide_through(connect: ConnectProcess, workspace: Path) -> ScriptedIDE:
     ide = ScriptedIDE("https://api2.cursor.sh", workspace)
     ide.client = connect.ide_client()
@@ -118,12 +128,7 @@ def test_a_wrong_token_is_refused_at_connect(tmp_path: Path, team: ServerProcess
 async def test_a_token_revoked_while_connected_is_a_clear_error_in_the_ide(
     tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer
 ) -> None:
-    cfg = ServerConfig(
-        data_dir=tmp_path / "team",
-        models=[ModelSpec(id=TEAM_MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        extra_server={"tls_cert": str(certificate.cert_file), "tls_key": str(certificate.key_file), "auth_token_env": "TEAM_TOKEN"},
-    )
-    team = ServerProcess(cfg, env={"TEAM_TOKEN": TOKEN}, tls=certificate.client_context())
+    team = own_team(tmp_path, certificate, provider)
     with team, developer(tmp_path, cursor_upstream, certificate).start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
         team.stop()
         team.extra_env["TEAM_TOKEN"] = "another-token-0123456789"
@@ -186,16 +191,11 @@ async def test_in_front_of_a_team_server_the_proxy_speaks_http1_only(
 async def test_a_model_the_team_adds_is_routed_after_sighup(
     tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer
 ) -> None:
-    cfg = ServerConfig(
-        data_dir=tmp_path / "team",
-        models=[ModelSpec(id=TEAM_MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        extra_server={"tls_cert": str(certificate.cert_file), "tls_key": str(certificate.key_file), "auth_token_env": "TEAM_TOKEN"},
-    )
-    with ServerProcess(cfg, env={"TEAM_TOKEN": TOKEN}, tls=certificate.client_context()) as team:
+    with own_team(tmp_path, certificate, provider) as team:
         dev = developer(tmp_path, cursor_upstream, certificate)
         with dev.start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
-            cfg.models.append(ModelSpec(id="byok-later", provider="openai-chat", base_url=provider.url + "/v1"))
-            team.config_path.write_text(cfg.toml(team.port))
+            team.config.models.append(ModelSpec(id="byok-later", provider="openai-chat", base_url=provider.url + "/v1"))
+            team.config_path.write_text(team.config.toml(team.port))
             assert team.proc is not None and connect.proc is not None
             team.proc.send_signal(signal.SIGHUP)
             await asyncio.to_thread(wait_for_line, team, "config reloaded")
@@ -216,12 +216,7 @@ async def test_a_team_server_down_at_the_next_start_leaves_cursor_working(
     """The saved team server does not answer: connect starts anyway (Cursor's own traffic goes on),
     and routes the team's models once the team server answers again. A new URL that does not
     answer is refused at once."""
-    cfg = ServerConfig(
-        data_dir=tmp_path / "team",
-        models=[ModelSpec(id=TEAM_MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
-        extra_server={"tls_cert": str(certificate.cert_file), "tls_key": str(certificate.key_file), "auth_token_env": "TEAM_TOKEN"},
-    )
-    team = ServerProcess(cfg, env={"TEAM_TOKEN": TOKEN}, tls=certificate.client_context())
+    team = own_team(tmp_path, certificate, provider)
     dev = developer(tmp_path, cursor_upstream, certificate)
     with team, dev.start(team.base_url, "--token-file", str(token_file(tmp_path))):
         pass
