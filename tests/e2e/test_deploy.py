@@ -42,6 +42,7 @@ def test_compose_runs_postgres_two_instances_and_nginx_from_deploy() -> None:
         instance = services[name]
         assert instance["build"] == "." and instance["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert any(arg.startswith("--store-url=postgresql://") for arg in instance["command"])
+        assert "PASSWORD" not in " ".join(instance["command"]) and "PGPASSWORD" in instance["environment"]
         mounted = {volume.split(":")[0] for volume in instance["volumes"]}
         assert mounted == {"./deploy/team.toml"} and all((ROOT / m).exists() for m in mounted)
     lb = services["lb"]
