@@ -71,9 +71,7 @@ def own_team(tmp_path: Path, certificate: ServerCertificate, provider: FakeProvi
 
 
 def ide_through(connect: ConnectProcess, workspace: Path) -> ScriptedIDE:
-    ide = ScriptedIDE("https://api2.cursor.sh", workspace)
-    ide.client = connect.ide_client()
-    return ide
+    return ScriptedIDE("https://api2.cursor.sh", workspace, client=connect.ide_client)
 
 
 async def test_team_models_go_to_the_team_server_and_the_rest_to_cursor(

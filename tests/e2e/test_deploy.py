@@ -78,8 +78,8 @@ async def test_two_instances_behind_nginx_keep_each_turn_on_one_instance(tmp_pat
 
     with instance("a") as a, instance("b") as b:
         with NginxProcess(tmp_path / "nginx", certificate, (f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}")) as lb:
-            ide = ScriptedIDE(lb.base_url, tmp_path)
-            ide.client = httpx.AsyncClient(base_url=lb.base_url, verify=certificate.client_context(), headers={"x-cursor-byok-token": TOKEN}, timeout=30)
+            ide = ScriptedIDE(lb.base_url, tmp_path, client=lambda: httpx.AsyncClient(
+                base_url=lb.base_url, verify=certificate.client_context(), headers={"x-cursor-byok-token": TOKEN}, timeout=30))
             request_ids = [uuid.uuid4().hex for _ in range(TURNS)]
             try:
                 for rid in request_ids:

@@ -36,8 +36,8 @@ async def test_a_turn_over_tls_with_the_token(tmp_path: Path, certificate: Serve
     cfg = tls_config(tmp_path / "data", certificate, provider.url, auth_token_env="TEAM_TOKEN", public_names=["team.example"])
     with ServerProcess(cfg, env={"TEAM_TOKEN": TOKEN}, tls=certificate.client_context()) as server:
         assert server.base_url.startswith("https://")
-        ide = ScriptedIDE(server.base_url, tmp_path)
-        ide.client = httpx.AsyncClient(base_url=server.base_url, verify=certificate.client_context(), headers={"x-cursor-byok-token": TOKEN}, timeout=30)
+        ide = ScriptedIDE(server.base_url, tmp_path, client=lambda: httpx.AsyncClient(
+            base_url=server.base_url, verify=certificate.client_context(), headers={"x-cursor-byok-token": TOKEN}, timeout=30))
         try:
             log = await ide.turn(run_request("hi", model=MODEL, conversation_id=uuid.uuid4().hex))
         finally:
