@@ -235,3 +235,19 @@ async def test_a_team_server_down_at_the_next_start_leaves_cursor_working(
         finally:
             await ide.close()
     assert log.text == "back" and [r.path for r in cursor_upstream.requests] == [BIDI_APPEND]
+
+
+async def test_a_team_server_gone_mid_session_is_a_clear_error_in_the_ide(
+    tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer
+) -> None:
+    team = own_team(tmp_path, certificate, provider)
+    with team, developer(tmp_path, cursor_upstream, certificate).start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
+        team.stop()
+        ide = ide_through(connect, tmp_path)
+        try:
+            resp = await ide.append(uuid.uuid4().hex, run_request("hi", model=TEAM_MODEL, conversation_id=uuid.uuid4().hex))
+        finally:
+            await ide.close()
+    assert resp.status_code == 503
+    assert resp.json()["code"] == "unavailable" and f"the team server {team.base_url}" in resp.json()["message"]
+    assert cursor_upstream.requests == []
