@@ -79,8 +79,11 @@ async def test_team_models_go_to_the_team_server_and_the_rest_to_cursor(
 ) -> None:
     provider.enqueue(OPENAI_CHAT.text(["from the team's key"]))
     upstream_frames = envelope(b"\x0a\x09\x0a\x07\x0a\x05Hello") + envelope(b"{}", 2)
-    cursor_upstream.enqueue(Reply(body=b"", content_type="application/proto"))  # the append
-    cursor_upstream.enqueue(Reply(chunks=[upstream_frames], content_type="application/connect+proto"))  # its RunSSE
+    # The append and its RunSSE reach Cursor in either order (the RunSSE waited for the append's route).
+    cursor_upstream.respond_with(
+        lambda request: Reply(chunks=[upstream_frames], content_type="application/connect+proto")
+        if request.path == RUN_SSE else Reply(body=b"", content_type="application/proto")
+    )
     with developer(tmp_path, cursor_upstream, certificate).start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
         ide = ide_through(connect, tmp_path)
         try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import queue
 import signal
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -151,22 +151,19 @@ def _serve_until_stopped(routes: TeamRoutes, link: TeamLink) -> None:
     """Until SIGINT/SIGTERM: the team's models are read again every REFRESH_SECONDS (RETRY_SECONDS
     while none could be read yet) and on SIGHUP: a model the operator added is routed to the team
     from then on; a failed read keeps the list."""
-    wake = threading.Event()
-    stop = threading.Event()
-
-    def on_stop(*_: object) -> None:
-        stop.set()
-        wake.set()
-
+    # Signal handlers only put a word on a SimpleQueue (reentrant, made for that): an Event's
+    # lock taken in a handler could be the one this thread holds at that moment.
+    signals: queue.SimpleQueue[str] = queue.SimpleQueue()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_stop)
+        signal.signal(sig, lambda *_: signals.put("stop"))
     if hasattr(signal, "SIGHUP"):  # pragma: no branch - Windows has none
-        signal.signal(signal.SIGHUP, lambda *_: wake.set())
+        signal.signal(signal.SIGHUP, lambda *_: signals.put("reload"))
     while True:
-        wake.wait(REFRESH_SECONDS if routes.team.model_ids else RETRY_SECONDS)
-        wake.clear()
-        if stop.is_set():
-            return
+        try:
+            if signals.get(timeout=REFRESH_SECONDS if routes.team.model_ids else RETRY_SECONDS) == "stop":
+                return
+        except queue.Empty:
+            pass  # time to read them again
         try:
             routes.team = _team_server(link)  # one reference swapped: the proxy's thread reads either whole
         except TeamProblem as exc:

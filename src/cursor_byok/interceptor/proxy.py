@@ -363,13 +363,20 @@ class InterceptingProxy:
         assert self._gateway_client is not None
         self.stats.gateway_requests += 1
         url = self._gateway.copy_with(raw_path=path.encode("ascii"))
-        response = await self._forwarder.send(http, head, self._gateway_client, url, None, to_gateway=True, content=body, drop=team.cursor_only_headers)
+        try:
+            response = await self._forwarder.send(http, head, self._gateway_client, url, None, to_gateway=True, content=body, drop=team.cursor_only_headers)
+        except HttpError as exc:  # no answer: said as Cursor shows a Connect error, naming the team server
+            log.warning("the team server does not answer", extra={"team_server": team.team.url, "error": str(exc)})
+            return await self._connect_error(http, head, 503, "unavailable", f"the team server {team.team.url} does not answer: {exc}")
         if response.status_code != 401:
             return await self._forwarder.relay(http, head, response)
         await response.aclose()
         log.error("the team server refused the developer token", extra={"team_server": team.team.url})
-        error = json.dumps({"code": "unauthenticated", "message": team.refusal()}).encode()
-        return await self._answer(http, head, 401, [("content-type", "application/json")], error)
+        return await self._connect_error(http, head, 401, "unauthenticated", team.refusal())
+
+    async def _connect_error(self, http: ClientHttp, head: RequestHead, status: int, code: str, message: str) -> bool:
+        error = json.dumps({"code": code, "message": message}).encode()
+        return await self._answer(http, head, status, [("content-type", "application/json")], error)
 
     async def _model_list(self, http: ClientHttp, head: RequestHead, origin: TunnelOrigin, path: str, ours: bytes) -> bool:
         """Cursor's answer with the team's entries added; an answer they cannot be added to
