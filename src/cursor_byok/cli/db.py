@@ -1,4 +1,6 @@
 """`cursor-byok db stats|vacuum|backup|repair`: the database file, while the server may be running.
+On a PostgreSQL store `stats` and `vacuum` (its retention part) work; `backup` and `repair` are the
+embedded file's and say what to use instead.
 
 `stats` and `backup` only read (their own read-only connection), so they run beside a serving
 server; `vacuum` and `repair` rewrite the file, so they take the data dir's lock and refuse while a server holds it.
@@ -25,31 +27,44 @@ def size(n: float) -> str:
     raise AssertionError
 
 
-def _database(cfg: Config) -> Path:
+# What PostgreSQL's own tools do for a database the embedded store's commands do for its file.
+_POSTGRES_TOOLS = {
+    "backup": "pg_dump (or the cluster's continuous archiving)",
+    "repair": "PostgreSQL's own recovery (a replica, a backup)",
+}
+
+
+def _database(cfg: Config, command: str | None = None) -> Path:
+    """The embedded store's file. `command`: one that works on that file only, refused (naming
+    what to use instead) when the store is on PostgreSQL."""
+    if command is not None and not cfg.embedded_store:
+        raise CommandError(
+            f"`db {command}` is for the embedded SQLite store; this store is a PostgreSQL database: use {_POSTGRES_TOOLS[command]}"
+        )
     if not cfg.database_path.exists():
         raise CommandError(f"no database yet ({cfg.database_path} does not exist)")
     return cfg.database_path
 
 
-def _storage_error(exc: BaseException, database: Path) -> CommandError:
+def _storage_error(exc: BaseException, database: Path | None) -> CommandError:
     from ..instance import storage_problem
 
     return CommandError(storage_problem(exc, database))
 
 
 def cmd_db_stats(args: argparse.Namespace) -> int:
-    from ..store import database_stats
+    from ..store import StoreError, database_stats
 
     cfg = load_config(args)
-    database = _database(cfg)
+    database = _database(cfg) if cfg.embedded_store else cfg.store.url
     try:
         stats = database_stats(database, table_sizes=args.sizes)
     except sqlite3.OperationalError as exc:
         if args.sizes and "dbstat" in str(exc):
             raise CommandError("--sizes needs SQLite's dbstat table, which this SQLite was built without") from None
         raise _storage_error(exc, database) from None
-    except sqlite3.Error as exc:
-        raise _storage_error(exc, database) from None
+    except (sqlite3.Error, StoreError) as exc:
+        raise _storage_error(exc, database if cfg.embedded_store else None) from None
     ages = cfg.retention.ages_ms()
     if args.json:
         echo(json.dumps({
@@ -61,9 +76,12 @@ def cmd_db_stats(args: argparse.Namespace) -> int:
             "retention_days": {k: v / 86_400_000 for k, v in ages.items()},
         }, indent=2))
         return 0
-    echo(f"database: {stats.path}: {size(stats.file_bytes)} (+ {size(stats.wal_bytes)} write-ahead log)")
-    echo(f"pages: {stats.pages:,} of {stats.page_size} B, {stats.free_pages:,} free ({size(stats.free_pages * stats.page_size)}"
-         " that `cursor-byok db vacuum` gives back)")
+    if cfg.embedded_store:
+        echo(f"database: {stats.path}: {size(stats.file_bytes)} (+ {size(stats.wal_bytes)} write-ahead log)")
+        echo(f"pages: {stats.pages:,} of {stats.page_size} B, {stats.free_pages:,} free ({size(stats.free_pages * stats.page_size)}"
+             " that `cursor-byok db vacuum` gives back)")
+    else:
+        echo(f"database: {stats.path} (PostgreSQL): {size(stats.file_bytes)}")
     per_turn = f", {size(stats.bytes_per_turn)} per turn" if stats.bytes_per_turn is not None else ""
     echo(f"turns: {stats.turns:,}{per_turn}")
     rows = [("TABLE", "ROWS", "SIZE" if stats.table_bytes else "")]
@@ -82,7 +100,7 @@ def cmd_db_backup(args: argparse.Namespace) -> int:
     from ..store import backup_database
 
     cfg = load_config(args)
-    database = _database(cfg)
+    database = _database(cfg, "backup")
     dest = Path(args.file).expanduser()
     if dest.exists():
         raise CommandError(f"{dest} exists: choose another file, or remove it first")
@@ -103,6 +121,8 @@ def cmd_db_vacuum(args: argparse.Namespace) -> int:
     from ..store import vacuum_database
 
     cfg = load_config(args)
+    if not cfg.embedded_store:
+        return _prune_postgres(cfg)
     database = _database(cfg)
     advice = "(`cursor-byok db backup FILE --compact` writes a compacted copy while it serves)"
     with _holding_data_dir(cfg, "db vacuum", f"to vacuum {advice}"):
@@ -118,13 +138,28 @@ def cmd_db_vacuum(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prune_postgres(cfg: Config) -> int:
+    """`db vacuum` of a PostgreSQL store: the retention ages applied now (the servers apply them
+    hourly too); the space is PostgreSQL's autovacuum's to reuse."""
+    from ..store import StoreError
+
+    try:
+        pruned = run_async(_apply_retention(cfg, cfg.store.url))
+    except StoreError as exc:
+        raise _storage_error(exc, None) from None
+    gone = ", ".join(f"{n:,} {kind}" for kind, n in pruned.items() if n)
+    echo(f"retention: deleted {gone or 'nothing'}")
+    echo("the space freed is reused by PostgreSQL's autovacuum (VACUUM FULL gives it back to the disk)")
+    return 0
+
+
 def cmd_db_repair(args: argparse.Namespace) -> int:
     """Salvage every readable row into a new file, which takes the database's place; the damaged
     file (with its write-ahead log) is kept beside it under another name."""
     from ..store import NothingToSalvage, salvage_database
 
     cfg = load_config(args)
-    database = _database(cfg)
+    database = _database(cfg, "repair")
     with _holding_data_dir(cfg, "db repair", "to repair the database"):
         repaired = database.with_name(database.name + ".repairing")
         kept = database.with_name(f"{database.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -166,7 +201,7 @@ def _holding_data_dir(cfg: Config, command: str, why: str) -> Iterator[None]:
         lock.release()
 
 
-async def _apply_retention(cfg: Config, database: Path) -> dict[str, int]:
+async def _apply_retention(cfg: Config, database: Path | str) -> dict[str, int]:
     """What the server would prune at its next retention pass, pruned now (opening the store also
     brings its schema up to date)."""
     from ..store import Store

@@ -25,15 +25,18 @@ class Stage(enum.IntEnum):
     RUNS = 2
     EVENTS = 3
     CHECKPOINTS = 4
-    DELIVERIES = 5
-    TRACES = 6
-    USAGE = 7
-    CALLS = 8
-    INBOUND = 9
-    RETENTION = 10
+    SUPERSEDED = 5  # after every checkpoint insert: a batch's inserts and its drops each share one executemany
+    DELIVERIES = 6
+    TRACES = 7
+    USAGE = 8
+    CALLS = 9
+    INBOUND = 10
+    RETENTION = 11
 
 
-STAGES = len(Stage)  # iterating an enum class is slow enough to show in every batch
+STAGES = len(Stage)
+# A LIMIT that limits nothing, in a form both backends take (SQLite's -1 is an error in PostgreSQL).
+UNLIMITED = 2**62  # iterating an enum class is slow enough to show in every batch
 
 Row = tuple[Any, ...]
 Statement = tuple[Stage, str, Row]

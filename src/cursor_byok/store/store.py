@@ -16,6 +16,7 @@ from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
 from .history import HistoryRecords, select_checkpoints, select_events
 from .inbound import InboundRecords
+from .ops import UNLIMITED
 from .records import ConversationRows
 from .retention import RetentionRecords
 
@@ -75,7 +76,7 @@ class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecord
                 "checkpoints": select_checkpoints(conn, conversation_id),
                 "deliveries": select_deliveries(conn, conversation_id, pending_only=False),
                 "usage": select_usage(conn, conversation_id=conversation_id),
-                "traces": select_traces(conn, conversation_id, -1),
+                "traces": select_traces(conn, conversation_id, UNLIMITED),
             }
         finally:
             conn.execute("COMMIT")
