@@ -1,7 +1,7 @@
 """The deployment: the Dockerfile and compose.yaml as far as they can be checked without a Docker
 engine, deploy/'s nginx config checked by nginx itself, and the compose topology run without
-Docker: Debian's nginx from the same template in front of two `serve` processes on loopback,
-each turn kept on one instance by the hash of its x-request-id. With a Docker engine, the image
+Docker: Debian's nginx from the same template in front of two `serve` processes on loopback on one
+PostgreSQL database, each turn kept on one instance by the hash of its x-request-id. With a Docker engine, the image
 is built and run too."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 import yaml
 
@@ -63,7 +64,8 @@ def test_deploy_config_is_a_valid_team_config() -> None:
     assert cfg.server.host == "0.0.0.0" and cfg.server.auth_token_env and cfg.server.public_names
 
 
-async def test_two_instances_behind_nginx_keep_each_turn_on_one_instance(tmp_path: Path, provider: FakeProviderServer) -> None:
+async def test_two_instances_behind_nginx_keep_each_turn_on_one_instance(tmp_path: Path, provider: FakeProviderServer, postgres_url: str) -> None:
+    """compose.yaml's topology: two instances on one PostgreSQL database behind nginx."""
     certificate = make_server_certificate(tmp_path / "tls", "localhost")
     for _ in range(TURNS):
         provider.enqueue(OPENAI_CHAT.text(["answered"]))
@@ -73,6 +75,7 @@ async def test_two_instances_behind_nginx_keep_each_turn_on_one_instance(tmp_pat
             data_dir=tmp_path / name,
             models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1")],
             extra_server={"auth_token_env": "CURSOR_BYOK_TOKEN", "public_names": ["localhost"]},
+            store_url=postgres_url,
         )
         return ServerProcess(cfg, env={"CURSOR_BYOK_TOKEN": TOKEN})
 
@@ -93,6 +96,9 @@ async def test_two_instances_behind_nginx_keep_each_turn_on_one_instance(tmp_pat
     assert set(served) == set(request_ids)
     assert all(len(instances) == 1 for instances in served.values()), served  # each turn whole on one instance
     assert set().union(*served.values()) == {f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"}  # both took turns
+    with psycopg.connect(postgres_url) as db:  # one database holds every turn, whichever instance ran it
+        assert db.execute("SELECT count(*) FROM conversations").fetchone() == (TURNS,)
+    assert not any((tmp_path / name / "state.db").exists() for name in ("a", "b"))
 
 
 def _has_compose() -> bool:
