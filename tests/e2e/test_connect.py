@@ -126,21 +126,24 @@ def test_a_wrong_token_is_refused_at_connect(tmp_path: Path, team: ServerProcess
     assert "refused the developer token" in done.stderr and "wrong-token" not in done.stderr + done.stdout, done.stderr
 
 
-async def test_a_token_revoked_while_connected_is_a_clear_error_in_the_ide(
-    tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer
+@pytest.mark.parametrize("fault", ["token revoked", "team server gone"])
+async def test_a_team_server_failing_mid_session_is_a_clear_error_in_the_ide(
+    tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer, fault: str
 ) -> None:
     team = own_team(tmp_path, certificate, provider)
     with team, developer(tmp_path, cursor_upstream, certificate).start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
         team.stop()
-        team.extra_env["TEAM_TOKEN"] = "another-token-0123456789"
-        team.start()
+        if fault == "token revoked":
+            team.extra_env["TEAM_TOKEN"] = "another-token-0123456789"
+            team.start()
         ide = ide_through(connect, tmp_path)
         try:
             resp = await ide.append(uuid.uuid4().hex, run_request("hi", model=TEAM_MODEL, conversation_id=uuid.uuid4().hex))
         finally:
             await ide.close()
-    assert resp.status_code == 401
-    assert "team server" in resp.json()["message"] and "token" in resp.json()["message"]
+    status, code, says = (401, "unauthenticated", "refused your developer token") if fault == "token revoked" else (503, "unavailable", "does not answer")
+    assert (resp.status_code, resp.json()["code"]) == (status, code)
+    assert f"the team server {team.base_url} {says}" in resp.json()["message"]
     assert provider.requests == [] and cursor_upstream.requests == []
 
 
@@ -239,18 +242,3 @@ async def test_a_team_server_down_at_the_next_start_leaves_cursor_working(
             await ide.close()
     assert log.text == "back" and [r.path for r in cursor_upstream.requests] == [BIDI_APPEND]
 
-
-async def test_a_team_server_gone_mid_session_is_a_clear_error_in_the_ide(
-    tmp_path: Path, certificate: ServerCertificate, provider: FakeProviderServer, cursor_upstream: FakeProviderServer
-) -> None:
-    team = own_team(tmp_path, certificate, provider)
-    with team, developer(tmp_path, cursor_upstream, certificate).start(team.base_url, "--token-file", str(token_file(tmp_path))) as connect:
-        team.stop()
-        ide = ide_through(connect, tmp_path)
-        try:
-            resp = await ide.append(uuid.uuid4().hex, run_request("hi", model=TEAM_MODEL, conversation_id=uuid.uuid4().hex))
-        finally:
-            await ide.close()
-    assert resp.status_code == 503
-    assert resp.json()["code"] == "unavailable" and f"the team server {team.base_url}" in resp.json()["message"]
-    assert cursor_upstream.requests == []
