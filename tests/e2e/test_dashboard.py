@@ -138,8 +138,8 @@ async def test_every_page_shows_the_turn_and_logs_no_error(
 
 
 def test_beyond_loopback_the_dashboard_and_metrics_need_the_token(tmp_path: Path) -> None:
-    """Listening on every interface without a token: the rest of the server answers, the dashboard
-    and /metrics do not; with a token they do, for its bearer."""
+    """Listening on every interface without a token: the dashboard and /metrics do not answer (nor
+    does anything else but the health probe); with a token they do, for its bearer."""
     token = "dashboard-token-0123456789"
     for extra, allowed in (({"host": "0.0.0.0"}, False), ({"host": "0.0.0.0", "auth_token": token}, True)):
         data_dir = tmp_path / extra.get("auth_token", "open")

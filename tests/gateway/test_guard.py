@@ -45,7 +45,8 @@ def test_two_host_headers_are_421() -> None:
 
 
 def test_a_configured_host_passes() -> None:
-    assert guard(host="myhost.lan").check(scope(host="myhost.lan:8787"), PROTO_TYPES) is None
+    configured = guard(token=TOKEN, host="myhost.lan")
+    assert configured.check(scope(host="myhost.lan:8787", x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
 
 
 def test_marked_requests_may_name_a_cursor_host_and_carry_the_upstream_url() -> None:
@@ -136,3 +137,44 @@ def test_on_every_interface_other_names_need_the_token() -> None:
     with_token = guard(token=TOKEN, host="0.0.0.0")
     assert with_token.check(scope(host="192.0.2.7:8787", x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
     assert refused(with_token.check(scope(host="192.0.2.7:8787"), PROTO_TYPES)) == (401, "unauthenticated")
+
+
+def public_guard(token: str = TOKEN, **server: object) -> RequestGuard:
+    settings = {"host": "0.0.0.0", "port": 8787, "public_names": ["team.example", "byok.example:8443"], **server}
+    return RequestGuard(parse({"server": settings}), proxy_secret=SECRET, auth_token=token)
+
+
+@pytest.mark.parametrize("host", ["team.example", "TEAM.example:8787", "team.example:443", "byok.example:8443", "127.0.0.1:8787"])
+def test_configured_public_names_pass_as_host(host: str) -> None:
+    assert public_guard().check(scope(host=host, x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
+
+
+@pytest.mark.parametrize("host", ["evil.example", "team.example.evil", "byok.example", "byok.example:8787", "192.0.2.7:8787"])
+def test_with_public_names_other_hosts_are_421_even_with_the_token(host: str) -> None:
+    """Named public names are the whole list: a rebinding name is refused before the token is looked at."""
+    assert refused(public_guard().check(scope(host=host, x_cursor_byok_token=TOKEN), PROTO_TYPES)) == (421, "permission_denied")
+
+
+def test_public_names_are_allowed_origins_over_tls_only_as_https() -> None:
+    tls = public_guard(tls_cert="/c.pem", tls_key="/k.pem")
+    for allowed in ("https://team.example", "https://byok.example:8443", "https://127.0.0.1:8787"):
+        assert tls.check(scope(host="team.example", origin=allowed, x_cursor_byok_token=TOKEN), PROTO_TYPES) is None, allowed
+    for foreign in ("http://team.example", "https://evil.example", "http://127.0.0.1:8787"):
+        assert refused(tls.check(scope(host="team.example", origin=foreign, x_cursor_byok_token=TOKEN), PROTO_TYPES)) == (403, "permission_denied"), foreign
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "myhost.lan"])
+def test_beyond_loopback_without_a_token_only_health_answers(host: str) -> None:
+    g = guard(host=host)
+    own = f"{host}:8787" if host != "0.0.0.0" else "127.0.0.1:8787"
+    refusal = g.check(scope(host=own), PROTO_TYPES)
+    assert refused(refusal) == (403, "permission_denied")
+    assert "auth token" in refusal.error.message  # type: ignore[union-attr]
+    assert g.check(scope(method="GET", host=own), frozenset(), needs_token=False) is None  # the health probe
+
+
+def test_beyond_loopback_every_route_needs_the_token() -> None:
+    g = guard(token=TOKEN, host="192.0.2.7")
+    assert refused(g.check(scope(host="192.0.2.7:8787"), PROTO_TYPES)) == (401, "unauthenticated")
+    assert refused(g.check(scope(host="192.0.2.7:8787"), None)) == (401, "unauthenticated")
+    assert g.check(scope(host="192.0.2.7:8787", x_cursor_byok_token=TOKEN), PROTO_TYPES) is None

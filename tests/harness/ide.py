@@ -227,9 +227,12 @@ class ScriptedIDE:
         transport: str = "sse",
         proxy: tuple[int, Path] | None = None,
         grpc_web: bool = False,
+        client: Callable[[], httpx.AsyncClient] | None = None,
     ) -> None:
         """`proxy`: (port, CA file) of the intercepting proxy, for transport "run-via-proxy".
-        `grpc_web`: RunSSE and BidiAppend as gRPC-Web (enveloped requests, a trailer frame last)."""
+        `grpc_web`: RunSSE and BidiAppend as gRPC-Web (enveloped requests, a trailer frame last).
+        `client`: makes the HTTP client of RunSSE and BidiAppend (TLS, a proxy, headers) instead
+        of the plain one on `base_url`."""
         assert transport in TRANSPORTS
         self.transport = "run" if transport == "run-via-proxy" else transport
         assert transport != "run-via-proxy" or proxy is not None, "the run-via-proxy transport needs the proxy's port and CA file"
@@ -237,6 +240,7 @@ class ScriptedIDE:
         self.base_url = base_url.rstrip("/")
         self.http2 = http2
         self.grpc_web = grpc_web
+        self._make_client = client
         self.client = self._client()
         self.workspace = workspace
         self.seqnos: dict[str, int] = {}
@@ -265,6 +269,8 @@ class ScriptedIDE:
         self.acked: list[tuple[str, int, pb.AgentClientMessage]] = []
 
     def _client(self) -> httpx.AsyncClient:
+        if self._make_client is not None:
+            return self._make_client()
         # http2: prior-knowledge h2c (httpx speaks HTTP/2 on plain http only with HTTP/1.1 off).
         return httpx.AsyncClient(base_url=self.base_url, timeout=30.0, http1=not self.http2, http2=self.http2, verify=DEFAULT_TLS)
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -143,10 +144,12 @@ def in_mount_namespace(*setup: str) -> list[str]:
 
 class ServerProcess:
     def __init__(
-        self, config: ServerConfig, *, env: dict[str, str] | None = None, wrap: list[str] | None = None, cursor_byok: Path | None = None
+        self, config: ServerConfig, *, env: dict[str, str] | None = None, wrap: list[str] | None = None, cursor_byok: Path | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`cursor_byok`: the executable to run (default: this interpreter's installation); `wrap`: a
-        command prefix (see `in_mount_namespace`)."""
+        command prefix (see `in_mount_namespace`); `tls`: the server serves https (its config names a
+        certificate), which this client context verifies."""
         self.config = config
         self.executable = cursor_byok
         self.port = free_port()
@@ -156,10 +159,11 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = config.data_dir / "server.log"
         self.first_health: httpx.Response | None = None  # the health answer `start` returned on
+        self.tls = tls
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0, *, ready: bool = True) -> ServerProcess:
         """Spawn the server and wait until it is up (`ready=False`: only until its health probe
@@ -173,7 +177,7 @@ class ServerProcess:
         pause = 0.005
         # One client for all the polls: a new one per poll costs ~40 ms of CPU (its TLS context),
         # taken from the server starting beside it.
-        with httpx.Client(timeout=0.5) as client:
+        with httpx.Client(timeout=0.5, verify=self.tls or True) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
@@ -196,9 +200,14 @@ class ServerProcess:
 
     def command(self, *args: str) -> list[str]:
         """`cursor-byok <args> --config <this server's config>` (`serve` by default)."""
-        exe = self.executable or Path(sys.executable).with_name("cursor-byok")
-        cmd = [str(exe)] if self.executable or exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
-        return [*self.wrap, *cmd, *(args or ("serve",)), "--config", str(self.config_path)]
+        return [*self.wrap, *self.command_of(self.executable, *(args or ("serve",)), "--config", str(self.config_path))]
+
+    @staticmethod
+    def command_of(executable: Path | None, *args: str) -> list[str]:
+        """`cursor-byok <args>`: `executable`, else this interpreter's installation."""
+        exe = executable or Path(sys.executable).with_name("cursor-byok")
+        cmd = [str(exe)] if executable or exe.exists() else [sys.executable, "-m", "cursor_byok.cli"]
+        return [*cmd, *args]
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "CURSOR_BYOK_TEST_KEY": "sk-test-canary", "CURSOR_BYOK_STRICT_PREFIX": "1", **self.extra_env}

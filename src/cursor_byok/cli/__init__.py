@@ -1,6 +1,7 @@
 """`cursor-byok`: run the server, check the setup, and wire the Cursor IDE to it.
 
     cursor-byok serve [--config PATH] [--host H] [--port P] [--data-dir DIR] [--proxy|--no-proxy]
+    cursor-byok connect [https://team.example] [--token-file FILE]
     cursor-byok doctor [--check-providers]
     cursor-byok config path|validate|init|import PATH
     cursor-byok models list|test MODEL_ID
@@ -29,10 +30,10 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError
-from . import ca, capture, completion, config, conversations, cursor, db, doctor, models, serve, service, usage
+from . import ca, capture, completion, config, connect, conversations, cursor, db, doctor, models, serve, service, usage
 from .common import PROG, CommandError, echo, setup_logging
 
-COMMAND_GROUPS = (serve, doctor, config, models, conversations, usage, db, cursor, ca, service, capture, completion)
+COMMAND_GROUPS = (serve, connect, doctor, config, models, conversations, usage, db, cursor, ca, service, capture, completion)
 
 
 def _shared_options(parser: argparse.ArgumentParser, default: object) -> None:

@@ -154,7 +154,8 @@ def url_host(host: str) -> str:
 
 
 def gateway_url(cfg: Config) -> str:
-    return f"http://{url_host(connect_host(cfg.server.host))}:{cfg.server.port}"
+    scheme = "https" if cfg.server.tls_cert else "http"
+    return f"{scheme}://{url_host(connect_host(cfg.server.host))}:{cfg.server.port}"
 
 
 def proxy_url(cfg: Config, port: int | None = None) -> str:

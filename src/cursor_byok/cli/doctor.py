@@ -32,6 +32,7 @@ from .common import (
 )
 from ..instance import port_holder
 from .ports import PortState, port_state
+from .team_link import TeamProblem, read_link, team_client, team_models
 
 PROVIDER_CHECK_TIMEOUT = 5.0
 _REBUILD = "install a wheel, or install again where a C compiler works (from a checkout: make clean serve)"
@@ -158,6 +159,44 @@ def _security_checks(cfg: Config) -> list[Check]:
             )
         )
     return checks
+
+
+def _tls_check(cfg: Config) -> list[Check]:
+    """The certificate and key `serve` would serve TLS with, if set: usable, for which names, until when."""
+    from ..instance import TlsFilesError, checked_tls_files
+
+    try:
+        files = checked_tls_files(cfg.server.tls_cert, cfg.server.tls_key)
+    except TlsFilesError as exc:
+        return [Check("tls", CheckStatus.FAIL, str(exc), "point server.tls_cert and server.tls_key at the PEM certificate and its key")]
+    if files is None:
+        return []
+    from cryptography import x509
+
+    leaf = x509.load_pem_x509_certificate(files.cert.read_bytes())
+    try:
+        names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        shown = ", ".join(str(n.value) for n in names)
+    except x509.ExtensionNotFound:
+        shown = leaf.subject.rfc4514_string()
+    until = leaf.not_valid_after_utc
+    status = CheckStatus.OK if until.timestamp() > time.time() else CheckStatus.FAIL
+    return [Check("tls", status, f"{files.cert} for {shown}, valid until {until:%Y-%m-%d}", "renew the certificate")]
+
+
+def _team_check(cfg: Config) -> list[Check]:
+    """The team server `connect` links this machine to, if any: reachable, its certificate valid
+    here, the developer token accepted, models listed."""
+    link = read_link(cfg.data_path)
+    if link is None:
+        return []
+    try:
+        with team_client() as client:
+            ids = team_models(client, link)
+    except TeamProblem as exc:
+        return [Check("team server", CheckStatus.FAIL, str(exc), f"cursor-byok connect {link.url} --token-file FILE")]
+    scheme = "TLS valid, " if link.url.startswith("https://") else ""
+    return [Check("team server", CheckStatus.OK, f"{link.url}: reachable, {scheme}token accepted, models: {', '.join(ids[:12])}")]
 
 
 def _ca_check(cfg: Config, cursor_pointed: bool) -> Check:
@@ -337,6 +376,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.extend(_data_dir_checks(cfg))
     if not cfg.embedded_store:
         checks.extend(_postgres_checks(cfg))
+    checks.extend(_tls_check(cfg))
+    checks.extend(_team_check(cfg))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
     echo(f"{len(failed)} check(s) failed" if failed else "all required checks passed")

@@ -8,7 +8,7 @@ import importlib
 import logging
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -20,8 +20,10 @@ from ..instance import (
     DataDirError,
     DataDirLock,
     PortUnavailable,
+    TlsFilesError,
     bind_listener,
     busy_port_advice,
+    checked_tls_files,
     connection_cap,
     display_address,
     ensure_port_free,
@@ -54,6 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = msgspec.structs.replace(server, port=args.port)
     if args.data_dir is not None:
         server = msgspec.structs.replace(server, data_dir=str(Path(args.data_dir).expanduser().absolute()))
+    if args.tls_cert is not None or args.tls_key is not None:
+        server = msgspec.structs.replace(server, tls_cert=args.tls_cert or server.tls_cert, tls_key=args.tls_key or server.tls_key)
     proxy_cfg = cfg.proxy
     if args.proxy is not None:
         proxy_cfg = msgspec.structs.replace(proxy_cfg, enabled=args.proxy)
@@ -62,10 +66,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = msgspec.structs.replace(cfg, server=server, proxy=proxy_cfg)
     if not 0 < cfg.server.port < 65536:
         raise ConfigError(f"{cfg.source}: server.port: must be between 1 and 65535")
+    proxy_asked = cfg.proxy.enabled  # by the flag or the config, not because Cursor points at it
     cfg = startup.prepare(cfg, args.proxy)
     refuse_unusable_relay_proxy(cfg)
 
     local_trust.auth_token(cfg)  # a missing auth_token_env variable: one line now, not a failed start later
+    if bool(cfg.server.tls_cert) != bool(cfg.server.tls_key):  # the flags gave one of them
+        raise CommandError("--tls-cert and --tls-key go together (TLS needs the certificate and its key)")
+    try:
+        checked_tls_files(cfg.server.tls_cert, cfg.server.tls_key)  # one line now, not a half-started server
+    except TlsFilesError as exc:
+        raise CommandError(str(exc)) from None
+    if cfg.server.tls_cert and cfg.proxy.enabled:
+        if proxy_asked:
+            raise CommandError(
+                "the intercepting proxy runs beside a local server, not a TLS-serving team server: "
+                "drop --proxy ([proxy] enabled) here; developers run `cursor-byok connect URL`"
+            )
+        cfg = msgspec.structs.replace(cfg, proxy=msgspec.structs.replace(cfg.proxy, enabled=False))
     use_private_umask()  # before anything creates a file: the data dir, its lock, the database
     try:
         # Nothing is created before the start is known to work: first whether another server holds
@@ -118,7 +136,7 @@ def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
     gc.disable()
     try:
         gateway = importlib.import_module("cursor_byok.gateway")  # heavy: only `serve` needs it
-        proxy_thread = _start_proxy(cfg) if cfg.proxy.enabled else None
+        proxy_thread = start_proxy(cfg) if cfg.proxy.enabled else None
     except BaseException:
         gc.enable()
         listener.close()
@@ -134,7 +152,9 @@ def _serve(cfg: Config, listener: socket.socket, config_file: Path) -> int:
             log.info("proxy stopped")
 
 
-def _start_proxy(cfg: Config) -> ProxyThread:
+def start_proxy(cfg: Config, gateway: str | None = None, gateway_headers: list[tuple[str, str]] | None = None, **options: Any) -> ProxyThread:
+    """The intercepting proxy in its thread, sending what it intercepts to `gateway` (default: this
+    config's server, with our mark and token); `options` go to InterceptingProxy (a team's routes)."""
     from ..interceptor import (
         CAError,
         CAState,
@@ -160,7 +180,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
             log.warning("local CA is %s: %s", trust.state.value, trust.detail)
     proxy = InterceptingProxy(
         ca,
-        gateway_url(cfg),
+        gateway or gateway_url(cfg),
         cfg.proxy.host,
         cfg.proxy.port,
         limits=ProxyLimits(
@@ -170,8 +190,9 @@ def _start_proxy(cfg: Config) -> ProxyThread:
             max_connections=connection_cap(cfg.server.max_connections),
         ),
         upstream_proxy=corporate_proxy(cfg),
-        gateway_headers=local_trust.proxy_headers(cfg),
+        gateway_headers=local_trust.proxy_headers(cfg) if gateway_headers is None else gateway_headers,
         client_token=local_trust.auth_token(cfg),
+        **options,
     )
     thread = ProxyThread(proxy)
     try:
@@ -179,7 +200,7 @@ def _start_proxy(cfg: Config) -> ProxyThread:
     except OSError as exc:  # taken since the check before start-up
         why = busy_port_advice(cfg.proxy.port, "proxy") if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise CommandError(f"proxy cannot listen on {display_address(cfg.proxy.host, cfg.proxy.port)}: {why}") from None
-    log.info("proxy listening", extra={"proxy_url": proxy_url(cfg, port), "gateway": gateway_url(cfg)})
+    log.info("proxy listening", extra={"proxy_url": proxy_url(cfg, port), "gateway": gateway or gateway_url(cfg)})
     return thread
 
 
@@ -190,4 +211,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--data-dir", metavar="DIR", help="where the database, the local CA and the lock live (default: [server] data_dir, the user data dir)")
     p.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=None, help="also run the intercepting proxy the IDE uses (default: [proxy] enabled)")
     p.add_argument("--proxy-port", type=port_number, metavar="N", help="port of the intercepting proxy (default: [proxy] port, 8788)")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain) file (default: [server] tls_cert)")
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key file (default: [server] tls_key)")
     p.set_defaults(handler=cmd_serve)

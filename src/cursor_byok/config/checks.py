@@ -247,6 +247,13 @@ def _edge_limit_problems(server: ServerConfig) -> Iterator[str]:
         yield "server: set auth_token or auth_token_env, not both"
     if server.auth_token_env and _looks_like_a_key(server.auth_token_env):  # never echoed: it is likely the token
         yield "server.auth_token_env: this looks like a token, not the name of an environment variable"
+    if bool(server.tls_cert) != bool(server.tls_key):
+        missing = "tls_key" if server.tls_cert else "tls_cert"
+        given = "tls_cert" if server.tls_cert else "tls_key"
+        yield f"server.{missing}: set it with server.{given} (TLS needs the certificate and its key)"
+    for i, name in enumerate(server.public_names):
+        if not name or any(c in name for c in "/@ ") or name.count(":") > 1 and not name.startswith("["):
+            yield f"server.public_names[{i}]: {name[:80]!r} is not a host name (a name or name:port, no scheme or path)"
     for key in (
         "body_read_timeout_seconds", "header_read_timeout_seconds", "max_header_bytes", "max_pending_requests",
         "max_pending_per_connection", "recovery_wait_seconds", "first_byte_timeout_seconds", "body_deadline_seconds",

@@ -59,6 +59,11 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Other users of the machine: when set, every request must carry this token (README "Security").
     auth_token: str = ""
     auth_token_env: str = ""  # or the name of the environment variable holding it
+    # Served beyond loopback (a team server): TLS from these PEM files (both or neither), and the
+    # names other machines reach it by, the only Host and Origin names served besides loopback.
+    tls_cert: str = ""
+    tls_key: str = ""
+    public_names: list[str] = []
     body_read_timeout_seconds: float = 30.0  # a request body still incomplete then: 408, connection closed
     header_read_timeout_seconds: float = 10.0  # a request head still incomplete then: connection closed
     # A connection (on the server's or the proxy's port) that sent no byte this long is closed.

@@ -178,8 +178,6 @@ class Gateway:
         else:
             types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
         refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
-        if refusal is None and (ui or metrics or root):
-            refusal = self.guard.exposed_refusal
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
             return

@@ -5,14 +5,16 @@ browser can: a cross-origin "simple" POST (text/plain, form types or no type at 
 preflight, and a DNS-rebinding page sends its own name as Host. `RequestGuard.check` runs on every
 request before any routing, decoding or forwarding (the dashboard under /ui/ sits behind it too):
 
-- Host (HTTP/2 `:authority` arrives as Host): a loopback name or address with our port, or the
-  configured `server.host` (any name when listening on all interfaces with a token required); a
+- Host (HTTP/2 `:authority` arrives as Host): a loopback name or address with our port, the
+  configured `server.host` or one of `server.public_names` (any name when listening on all
+  interfaces with a token required and no public names named); a
   Cursor host only on requests our own proxy forwards, which carry its per-process secret
   (`local_trust`). Else 421.
 - Origin, when sent, must be the IDE's own (its windows and webviews) or ours (the dashboard).
   Else 403.
 - OPTIONS (a CORS preflight) is refused here and never forwarded; no CORS header is ever sent.
-- The optional auth token (the health probe excepted). Else 401.
+- The optional auth token (the health probe excepted). Else 401. Listening beyond loopback, the
+  token is required: without one configured, nothing but the health probe answers (403).
 - `x-server-upstream-url` only with the proxy's mark. Else 403.
 - A request with a body must declare a content type its route speaks. Else 415. Requests the
   proxy forwards upstream keep whatever type the IDE used (a page cannot send them).
@@ -95,28 +97,33 @@ class RequestGuard:
         return cls(config, proxy_secret=os.environ.get(local_trust.PROXY_SECRET_ENV, ""), auth_token=local_trust.auth_token(config))
 
     def __init__(self, config: Config, *, proxy_secret: str, auth_token: str) -> None:
-        port = config.server.port
+        server = config.server
+        port = server.port
         hosts: set[bytes] = set()
         for name in LOOPBACK_NAMES:
             hosts |= _authorities(name, port)
-        wildcard = config.server.host in ("", "0.0.0.0", "::")
+        wildcard = server.host in ("", "0.0.0.0", "::")
         if not wildcard:
-            hosts |= _authorities(config.server.host, port)
+            hosts |= _authorities(server.host, port)
+        for name in server.public_names:
+            hosts |= _public_authorities(name, port)
         self.hosts = frozenset(hosts)
         # Listening on every interface, other machines reach us under names we cannot know; with
-        # a token required a rebinding page cannot use any of them, so any Host will do.
-        self._any_host = wildcard and bool(auth_token)
-        self.origins = IDE_ORIGINS | frozenset(b"http://" + h for h in hosts)
+        # a token required a rebinding page cannot use any of them, so any Host will do (unless the
+        # operator named the public ones).
+        self._any_host = wildcard and bool(auth_token) and not server.public_names
+        scheme = b"https://" if server.tls_cert else b"http://"
+        self.origins = IDE_ORIGINS | frozenset(scheme + h for h in hosts)
         self._secret = proxy_secret.encode()
         self._token = auth_token.encode()
         self.requires_token = bool(auth_token)
         self._bearer = b"Bearer " + self._token
         self._path_prefix = f"{local_trust.TOKEN_PATH_PREFIX}{auth_token}/" if auth_token else ""
         self._seen_origins: set[bytes] = set()
-        # The dashboard and /metrics show what the server did: beyond loopback, only with a token.
-        self.exposed_refusal = None if auth_token or _is_loopback(config.server.host) else _refuse(
+        # The server spends the keys for whoever reaches it: beyond loopback, only for a token's bearer.
+        self._open_beyond_loopback = None if auth_token or _is_loopback(server.host) else _refuse(
             403, "permission_denied",
-            "the dashboard and /metrics need an auth token when the server listens beyond loopback (set server.auth_token)",
+            "this server listens beyond loopback and answers only requests with an auth token: set server.auth_token_env",
         )
 
     def check(self, scope: Scope, content_types: frozenset[bytes] | None, *, needs_token: bool = True) -> Refusal | None:
@@ -151,6 +158,8 @@ class RequestGuard:
         method = scope["method"]
         if method == "OPTIONS":
             return _refuse(405, "unimplemented", "OPTIONS is not served: cross-origin requests are refused")
+        if needs_token and self._open_beyond_loopback is not None:
+            return self._open_beyond_loopback
         if self._token and needs_token and not self._authorized(scope, auth, token):
             return _refuse(401, "unauthenticated", "missing or wrong auth token (see server.auth_token)")
         if scope.get(_TOKEN_IN_PATH) is False:
@@ -221,6 +230,15 @@ class RequestGuard:
             return
         self._seen_origins.add(origin)
         log.info("request origin seen", extra={"origin": origin.decode("latin-1")[:200], "allowed": allowed})
+
+
+def _public_authorities(name: str, port: int) -> set[bytes]:
+    """A configured public name as Host may carry it: as given, and a bare name also with our
+    port or a default one (a load balancer or TLS terminator in front keeps the client's)."""
+    if name.rpartition(":")[2].isdigit() and not name.endswith("]"):
+        return {name.lower().encode()}
+    bare = name.lower()
+    return {bare.encode(), *(f"{bare}:{p}".encode() for p in {port, 80, 443})}
 
 
 def _is_loopback(host: str) -> bool:

@@ -21,7 +21,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
-from ..instance import BACKLOG, ConnectionWarden, DataDirError, WardenLimits, connection_cap, raise_open_file_limit, storage_problem
+from ..instance import (
+    BACKLOG,
+    ConnectionWarden,
+    DataDirError,
+    WardenLimits,
+    checked_tls_files,
+    connection_cap,
+    raise_open_file_limit,
+    storage_problem,
+)
 from .front import LoadingFront, Running
 from .limits import granian_limits
 from .memory import freeze_startup_objects
@@ -129,6 +138,17 @@ def _start_warden(config: Config, running: Running) -> None:
     running.supervisor.start("connection-warden", ConnectionWarden(limits, running.gateway.connections).run)
 
 
+def _tls(config: Config) -> dict[str, Any]:
+    """Granian's TLS arguments: the operator's certificate and key (checked by `serve` before the
+    start), or none."""
+    files = checked_tls_files(config.server.tls_cert, config.server.tls_key)
+    if files is None:
+        return {}
+    from granian.constants import SSLProtocols
+
+    return {"ssl_cert": files.cert, "ssl_key": files.key, "ssl_protocol_min": SSLProtocols.tls12}
+
+
 def _embedded_server(app: LoadingFront, listener: socket.socket) -> Any:
     """Granian's embedded server (on the running loop; no lifespan: `_serve` starts and stops the
     app itself), serving on our listening socket. Granian would bind its own with SO_REUSEPORT,
@@ -158,6 +178,7 @@ def _embedded_server(app: LoadingFront, listener: socket.socket) -> Any:
         # granian's records go to our handlers (and format), not to its own stdout handler
         log_dictconfig={"loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": True}}},
         log_access=False,
+        **_tls(app.config),
     )
     logging.getLogger("_granian").addFilter(lambda record: "experimental" not in record.getMessage())
     return server

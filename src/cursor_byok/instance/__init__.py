@@ -12,6 +12,7 @@ from .connections import ConnectionBook, ConnectionWarden, PeerState, WardenLimi
 from .listener import BACKLOG, PortUnavailable, bind_listener, busy_port_advice, display_address, ensure_port_free, port_holder
 from .lock import LOCK_FILE_NAME, DataDirBusy, DataDirError, DataDirLock, Holder, lock_holder
 from .storage import database_problem, is_damage, storage_problem
+from .tls import TlsFiles, TlsFilesError, checked_tls_files
 
 __all__ = [
     "BACKLOG",
@@ -36,4 +37,7 @@ __all__ = [
     "lock_holder",
     "port_holder",
     "storage_problem",
+    "TlsFiles",
+    "TlsFilesError",
+    "checked_tls_files",
 ]

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .limits import ProxyLimits, ProxyStats
     from .proxy import InterceptingProxy
     from .targets import is_cursor_host
+    from .team import MODEL_LIST_PATHS, TeamRoutes, TeamServer, own_entries
     from .thread import ProxyThread
     from .trust import (
         CAState,
@@ -42,6 +43,7 @@ __getattr__ = lazy_names(
         "limits": ("ProxyLimits", "ProxyStats"),
         "proxy": ("InterceptingProxy",),
         "targets": ("is_cursor_host",),
+        "team": ("MODEL_LIST_PATHS", "TeamRoutes", "TeamServer", "own_entries"),
         "thread": ("ProxyThread",),
         "trust": (
             "CAState",
@@ -62,12 +64,15 @@ __all__ = [
     "CAState",
     "HttpError",
     "InterceptingProxy",
+    "MODEL_LIST_PATHS",
     "LeafCertificate",
     "LinuxTrustPaths",
     "LocalCA",
     "ProxyLimits",
     "ProxyStats",
     "ProxyThread",
+    "TeamRoutes",
+    "TeamServer",
     "TrustReport",
     "UPSTREAM_URL_HEADER",
     "UpstreamDialer",
@@ -76,5 +81,6 @@ __all__ = [
     "format_commands",
     "has_name_constraints",
     "is_cursor_host",
+    "own_entries",
     "trust_commands",
 ]

@@ -116,6 +116,9 @@ class LocalCA:
         self._lock = threading.Lock()  # the one leaf key is made once
         self._leaf = functools.lru_cache(maxsize=MAX_CACHED_LEAVES)(self._sign_leaf)
         self._context = functools.lru_cache(maxsize=MAX_CACHED_LEAVES)(self._server_context)
+        # What the leaves' TLS offers (set before the first handshake): HTTP/1.1 alone in front of
+        # a team server, whose routes are decided per HTTP/1.1 request (`team.py`).
+        self.alpn = ("h2", "http/1.1")
 
     # ---- creation / loading -------------------------------------------------------------
     @classmethod
@@ -313,14 +316,14 @@ class LocalCA:
         )
 
     def server_context(self, host: str) -> ssl.SSLContext:
-        """A TLS server context presenting the leaf for `host`; ALPN offers HTTP/2 and HTTP/1.1."""
+        """A TLS server context presenting the leaf for `host`; ALPN offers `alpn` (HTTP/2 and HTTP/1.1)."""
         return self._context(host.lower().rstrip("."))
 
     def _server_context(self, host: str) -> ssl.SSLContext:
         leaf = self.issue(host)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        ctx.set_alpn_protocols(list(self.alpn))
         _load_chain_from_memory(ctx, leaf.cert_pem, leaf.key_pem)
         return ctx
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 
-from .http1 import ClientHttp, HttpError, RequestHead, forwardable_headers
+from .http1 import ClientHttp, HttpError, RequestBody, RequestHead, forwardable_headers
 from .limits import ProxyLimits, ProxyStats
 
 UPSTREAM_URL_HEADER = "x-server-upstream-url"
@@ -29,6 +30,13 @@ class RequestForwarder:
         self._gateway_headers = list(gateway_headers)
 
     async def forward(
+        self, http: ClientHttp, head: RequestHead, client: httpx.AsyncClient, url: httpx.URL, upstream_url: str | None, **options: Any
+    ) -> bool:
+        """Forward one request (`send`, with its `options`) and relay its response; whether the
+        client connection can carry another one."""
+        return await self.relay(http, head, await self.send(http, head, client, url, upstream_url, **options))
+
+    async def send(
         self,
         http: ClientHttp,
         head: RequestHead,
@@ -37,27 +45,40 @@ class RequestForwarder:
         upstream_url: str | None,
         *,
         to_gateway: bool,
-    ) -> bool:
-        """Forward one request; whether the client connection can carry another one."""
-        body = http.body(head, self.limits.max_body_bytes, self.limits.body_seconds)
-        drop = {"expect", UPSTREAM_URL_HEADER, *(name for name, _ in self._gateway_headers)}
-        if http.expects_continue:
-            http.informational(100)  # we stream the body on as it comes: the client need not wait
-        headers = forwardable_headers(head.headers, drop)
+        content: bytes | None = None,
+        drop: frozenset[str] = frozenset(),
+        add: Sequence[tuple[str, str]] = (),
+    ) -> httpx.Response:
+        """Send one request on, its body streamed (or `content`); the response, its body unread.
+        `drop`/`add`: headers of the client's left out / added."""
+        dropped = {"expect", UPSTREAM_URL_HEADER, *(name for name, _ in self._gateway_headers), *drop}
+        payload: bytes | RequestBody | None = content
+        if content is None:
+            body = http.body(head, self.limits.max_body_bytes, self.limits.body_seconds)
+            payload = None if body.empty else body
+            if http.expects_continue:
+                http.informational(100)  # we stream the body on as it comes: the client need not wait
+        else:
+            dropped.add("content-length")  # httpx gives the one of `content`
+        headers = [*forwardable_headers(head.headers, dropped), *add]
         if upstream_url is not None:
             headers.append((UPSTREAM_URL_HEADER, upstream_url))
         if to_gateway:
             headers.extend(self._gateway_headers)
         # httpx.Request directly (not client.build_request): no client default headers are added.
-        request = httpx.Request(head.method, url, headers=headers, content=None if body.empty else body)
+        request = httpx.Request(head.method, url, headers=headers, content=payload)
         try:
-            response = await client.send(request, stream=True)
+            return await client.send(request, stream=True)
         except HttpError:
             raise
         except httpx.TimeoutException:
             raise HttpError(504, f"timed out talking to {url.host}:{url.port or ''}") from None
         except httpx.HTTPError as exc:
             raise HttpError(502, f"{url.host}:{url.port or ''} unreachable: {exc.__class__.__name__}") from None
+
+    async def relay(self, http: ClientHttp, head: RequestHead, response: httpx.Response) -> bool:
+        """Relay a response back to the client as it arrives, then close it; whether the client
+        connection can carry another request."""
         try:
             return await self._relay_response(http, head, response)
         finally:

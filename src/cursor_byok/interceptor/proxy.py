@@ -20,6 +20,7 @@ import json
 import logging
 import ssl
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -34,6 +35,9 @@ from .http1 import ClientHttp, HttpError, RequestHead, simple_response
 from .limits import ProxyLimits, ProxyStats
 from .targets import TunnelOrigin, format_host, is_cursor_host, origin_form, parse_authority
 from .tunnel import pipe
+
+if TYPE_CHECKING:  # protobuf: loaded only in front of a team server
+    from .team import TeamRoutes
 
 log = logging.getLogger("cursor_byok.interceptor")
 
@@ -59,7 +63,13 @@ class InterceptingProxy:
         gateway_headers: Sequence[tuple[str, str]] = (),
         client_token: str = "",
         relay_loopback: bool = False,
+        team: TeamRoutes | None = None,
+        gateway_tls: ssl.SSLContext | None = None,
+        cursor_base_url: str | None = None,
     ) -> None:
+        """`team`: in front of a team server (the gateway): which requests go to it, the rest going
+        to Cursor's host itself (or to `cursor_base_url`, a stand-in, when given). `gateway_tls`:
+        the CAs an https gateway is verified with."""
         self._ca = ca
         self._gateway = httpx.URL(gateway_url)
         if self._gateway.scheme not in ("http", "https"):
@@ -79,6 +89,11 @@ class InterceptingProxy:
         self._client_token = client_token
         # Tests relay to stand-ins on loopback; a real proxy relays there only to the gateway.
         self._relay_loopback = relay_loopback
+        self._team = team
+        if team is not None:
+            ca.alpn = ("http/1.1",)  # routes are decided per HTTP/1.1 request (team.py)
+        self._gateway_tls = gateway_tls
+        self._cursor_base = httpx.URL(cursor_base_url) if cursor_base_url else None
         self._local_allowed = {(self._gateway.host.lower(), self._gateway.port or 80)}
         self.stats = ProxyStats()
         self._forwarder = RequestForwarder(self.limits, self.stats, self._gateway_headers)
@@ -106,7 +121,7 @@ class InterceptingProxy:
             connect=self.limits.connect_seconds, read=None, write=self.limits.write_seconds, pool=None
         )
         # trust_env=False: an HTTP(S)_PROXY in the environment may well point at this very proxy.
-        self._gateway_client = passthrough_client(timeout=timeout, trust_env=False)
+        self._gateway_client = passthrough_client(timeout=timeout, trust_env=False, verify=self._gateway_tls or True)
         self._origin_client = passthrough_client(timeout=timeout, trust_env=False, proxy=self.dialer.http_proxy)
         try:
             self._server = await asyncio.start_server(
@@ -260,6 +275,8 @@ class InterceptingProxy:
             if head.is_upgrade:
                 await self._upgrade_to_upstream(origin, head.raw() + http.take_tunnel_bytes(), http.reader, http.writer)
                 return False
+            if self._team is not None:
+                return await self._team_or_cursor(self._team, http, head, origin, path)
             url = self._gateway.copy_with(raw_path=path.encode("ascii"))
             assert self._gateway_client is not None
             self.stats.gateway_requests += 1
@@ -284,7 +301,7 @@ class InterceptingProxy:
             raise HttpError(400, "only http:// absolute-form requests are forwarded (use CONNECT for https)")
         if head.is_upgrade:
             raise HttpError(501, "upgrades over plain-HTTP proxy requests are not supported")
-        if self._intercept(target.host):
+        if self._intercept(target.host) and self._team is None:  # a team server takes no plain HTTP
             url = self._gateway.copy_with(raw_path=target.raw_path)
             assert self._gateway_client is not None
             self.stats.gateway_requests += 1
@@ -297,6 +314,10 @@ class InterceptingProxy:
     async def _answer_locally(self, http: ClientHttp, head: RequestHead, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
         if head.has_body:
             raise HttpError(400, "no body is taken here")
+        return await self._answer(http, head, status, headers, body)
+
+    async def _answer(self, http: ClientHttp, head: RequestHead, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
+        """Answer the request (its body already read) from here."""
         http.start_response(status, "", [*headers, ("content-length", str(len(body)))] if status != 204 else headers)
         if body and head.method != "HEAD":
             http.send_body(body)
@@ -311,6 +332,70 @@ class InterceptingProxy:
     async def _refuse_local(self, host: str, port: int) -> None:
         if not self._relay_loopback and self.dialer.http_proxy is None:
             await refuse_local_target(host, port, self._local_allowed)
+
+    # ---- in front of a team server ----------------------------------------------------------
+    async def _team_or_cursor(self, team: TeamRoutes, http: ClientHttp, head: RequestHead, origin: TunnelOrigin, path: str) -> bool:
+        route = path.partition("?")[0]
+        if team.is_agent_rpc(head.method, route):
+            if http.expects_continue:
+                http.informational(100)
+            body = b"".join([chunk async for chunk in http.body(head, self.limits.max_body_bytes, self.limits.body_seconds)])
+            encoding = "gzip" if "gzip" in (head.get("connect-content-encoding") or head.get("grpc-encoding") or "") else "identity"
+            if await team.to_team(route, body, encoding):
+                return await self._to_team(team, http, head, path, body)
+            return await self._to_cursor(http, head, origin, path, body)
+        ours = team.listed(head.method, route)
+        if ours:
+            return await self._model_list(http, head, origin, path, ours)
+        return await self._to_cursor(http, head, origin, path)
+
+    def _cursor_url(self, origin: TunnelOrigin, path: str) -> httpx.URL:
+        if self._cursor_base is not None:
+            return self._cursor_base.copy_with(raw_path=path.encode("ascii"))
+        return httpx.URL(origin.url(path))
+
+    async def _to_cursor(self, http: ClientHttp, head: RequestHead, origin: TunnelOrigin, path: str, content: bytes | None = None) -> bool:
+        assert self._origin_client is not None
+        self.stats.origin_requests += 1
+        return await self._forwarder.forward(http, head, self._origin_client, self._cursor_url(origin, path), None, to_gateway=False, content=content)
+
+    async def _to_team(self, team: TeamRoutes, http: ClientHttp, head: RequestHead, path: str, body: bytes) -> bool:
+        assert self._gateway_client is not None
+        self.stats.gateway_requests += 1
+        url = self._gateway.copy_with(raw_path=path.encode("ascii"))
+        try:
+            response = await self._forwarder.send(http, head, self._gateway_client, url, None, to_gateway=True, content=body, drop=team.cursor_only_headers)
+        except HttpError as exc:  # no answer: said as Cursor shows a Connect error, naming the team server
+            log.warning("the team server does not answer", extra={"team_server": team.team.url, "error": str(exc)})
+            return await self._connect_error(http, head, 503, "unavailable", f"the team server {team.team.url} does not answer: {exc}")
+        if response.status_code != 401:
+            return await self._forwarder.relay(http, head, response)
+        await response.aclose()
+        log.error("the team server refused the developer token", extra={"team_server": team.team.url})
+        return await self._connect_error(http, head, 401, "unauthenticated", team.refusal())
+
+    async def _connect_error(self, http: ClientHttp, head: RequestHead, status: int, code: str, message: str) -> bool:
+        error = json.dumps({"code": code, "message": message}).encode()
+        return await self._answer(http, head, status, [("content-type", "application/json")], error)
+
+    async def _model_list(self, http: ClientHttp, head: RequestHead, origin: TunnelOrigin, path: str, ours: bytes) -> bool:
+        """Cursor's answer with the team's entries added; an answer they cannot be added to
+        (an error, another codec, compressed) goes back as Cursor gave it."""
+        assert self._origin_client is not None
+        self.stats.origin_requests += 1
+        identity = [("accept-encoding", "identity")]
+        response = await self._forwarder.send(
+            http, head, self._origin_client, self._cursor_url(origin, path), None, to_gateway=False, drop=frozenset({"accept-encoding"}), add=identity
+        )
+        mergeable = response.is_success and response.headers.get("content-type") == "application/proto" and "content-encoding" not in response.headers
+        if not mergeable:
+            return await self._forwarder.relay(http, head, response)
+        try:
+            theirs = await response.aread()
+        finally:
+            await response.aclose()
+        merged = theirs + ours
+        return await self._answer(http, head, response.status_code, [("content-type", "application/proto")], merged)
 
     # ---- pass-through --------------------------------------------------------------------
     async def _upgrade_to_upstream(
