@@ -8,6 +8,7 @@ from cursor_byok.config import ModelConfig, ProviderKind
 from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     Finish,
+    TextDelta,
     ImagePart,
     Message,
     ModelRequest,
@@ -134,3 +135,32 @@ async def test_error_chunk_inside_the_stream(fake_server, http_client) -> None:
     with pytest.raises(OverloadedError):
         await run(fake_server, http_client, [chunk({"content": "a"}),
                                              sse({"error": {"message": "busy", "code": "server_is_overloaded"}})])
+
+
+async def test_deltas_that_come_in_one_read_reach_the_run_as_one(fake_server, http_client) -> None:
+    # A provider faster than the server leaves many deltas in each read; each one would cost the
+    # loop every other stream shares a frame, an encode and a send. The text stays whole, in order.
+    words = [f" w{i}" for i in range(50)]
+    body = b"".join([chunk({"role": "assistant", "reasoning": "think "}), chunk({"reasoning": "more"}),
+                     *(chunk({"content": w}) for w in words), chunk(finish="stop"), b"data: [DONE]\n\n"])
+    fake_server.enqueue(Reply(body=body))
+    events = [e async for e in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])]))]
+    texts = [e.text for e in events if isinstance(e, TextDelta)]
+    assert "".join(texts) == "".join(words)
+    assert len(texts) < len(words) / 2, texts
+    assert "".join(e.text for e in events if isinstance(e, ThinkingDelta)) == "think more"
+    assert events[-1] == Finish("end_turn", "cc-1")
+
+
+async def test_an_error_after_text_in_the_same_read_streams_the_text_first_and_is_not_retried(fake_server, http_client) -> None:
+    body = chunk({"content": "partial"}) + sse({"error": {"message": "busy", "code": "server_is_overloaded"}})
+    fake_server.enqueue(Reply(body=body))
+    fake_server.enqueue(Reply(body=body))
+    seen = []
+    retrying = make_provider(fake_model(ProviderKind.OPENAI_CHAT, fake_server.url + "/v1"), "sk-test-0000000", http_client,
+                             retry=RetryPolicy(max_retries=2, base_delay=0.0))
+    with pytest.raises(OverloadedError):
+        async for event in retrying.stream(req([Message("user", [TextPart("x")])])):
+            seen.append(event)
+    assert seen == [TextDelta("partial")]
+    assert len(fake_server.requests) == 1
