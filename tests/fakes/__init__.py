@@ -27,6 +27,19 @@ DIALECTS: dict[ProviderKind, Dialect] = {d.kind: d for d in (OPENAI_CHAT, OPENAI
 
 
 
+def joined_deltas(events: list[Any]) -> list[Any]:
+    """`events` with adjacent text (or thinking) deltas joined, as the provider driver joins those of
+    one read: what a test may expect whichever reads its fake's chunks arrive in."""
+    out: list[Any] = []
+    for event in events:
+        kind = type(event)
+        if kind.__name__ in ("TextDelta", "ThinkingDelta") and out and type(out[-1]) is kind:
+            out[-1] = kind(out[-1].text + event.text)
+        else:
+            out.append(event)
+    return out
+
+
 def fake_model(kind: ProviderKind, base_url: str, **overrides: Any) -> ModelConfig:
     """A model config pointing at a fake server, with short timeouts suitable for tests."""
     if kind is not ProviderKind.ANTHROPIC and not base_url.endswith("/v1"):

@@ -29,7 +29,7 @@ from .errors import (
     parse_retry_after,
 )
 from .fragments import Fragments
-from .types import ModelRequest, ProviderCall, StreamEvent
+from .types import ModelRequest, ProviderCall, StreamEvent, TextDelta, ThinkingDelta
 
 _log = logging.getLogger("cursor_byok.providers")
 
@@ -196,11 +196,12 @@ class HttpStreamProvider(abc.ABC):
                             watch.waiting = False
                             if kept is not None and len(kept) < _KEPT_BODY_CAP:
                                 kept += chunk[: _KEPT_BODY_CAP - len(kept)]
-                            for sse in reader.feed(chunk):
-                                watch.progress()
-                                for event in translator.feed(sse.event, sse.data):
-                                    emitted = True
-                                    yield event
+                            events, failed = _translated(reader.feed(chunk), translator, watch)
+                            for event in events:
+                                emitted = True
+                                yield event
+                            if failed is not None:
+                                raise failed
                         for sse in reader.close():
                             for event in translator.feed(sse.event, sse.data):
                                 emitted = True
@@ -332,6 +333,37 @@ def _request_id(response: ProviderResponse, redact: Callable[[str], str]) -> str
         if value := response.headers.get(name):
             return redact(value)[:200]
     return None
+
+
+def _translated(events: list[ServerSentEvent], translator: StreamTranslator, watch: _IdleWatch) -> tuple[list[StreamEvent], Exception | None]:
+    """One read's events, translated, with adjacent text (or thinking) deltas joined into one: a
+    provider faster than the server leaves many in each read, and every delta costs a frame, an
+    encode and a send on its way to the IDE, on the loop every other stream and run start shares.
+    The error a translation raised comes back beside what came before it, which is streamed first
+    (a call that has streamed something is not retried)."""
+    out: list[StreamEvent] = []
+    joined: list[str] = []  # the texts of the delta at out[-1], while more than one
+    try:
+        for sse in events:
+            watch.progress()
+            for event in translator.feed(sse.event, sse.data):
+                kind = type(event)
+                if (kind is TextDelta or kind is ThinkingDelta) and out and type(out[-1]) is kind:
+                    if not joined:
+                        joined.append(out[-1].text)  # type: ignore[union-attr]
+                    joined.append(event.text)  # type: ignore[union-attr]
+                    continue
+                if joined:
+                    out[-1] = type(out[-1])("".join(joined))  # type: ignore[call-arg]
+                    joined = []
+                out.append(event)
+    except Exception as exc:  # noqa: BLE001 - raised by the caller once what came before it is streamed
+        failed: Exception | None = exc
+    else:
+        failed = None
+    if joined:
+        out[-1] = type(out[-1])("".join(joined))  # type: ignore[call-arg]
+    return out, failed
 
 
 class _SSEReader:
