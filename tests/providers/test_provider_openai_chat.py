@@ -164,3 +164,17 @@ async def test_an_error_after_text_in_the_same_read_streams_the_text_first_and_i
             seen.append(event)
     assert seen == [TextDelta("partial")]
     assert len(fake_server.requests) == 1
+
+
+async def test_tool_call_argument_deltas_that_come_in_one_read_reach_the_run_as_one(fake_server, http_client) -> None:
+    # Tool arguments stream token by token as text does: one read's pieces of one call, one event.
+    pieces = ['{"pa', 'th":', ' "src/', 'main', '.py"', "}"]
+    body = b"".join([chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "Read", "arguments": ""}}]}),
+                     *(chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in pieces),
+                     chunk(finish="tool_calls"), b"data: [DONE]\n\n"])
+    fake_server.enqueue(Reply(body=body))
+    events = [e async for e in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])]))]
+    args = [e for e in events if isinstance(e, ToolCallArgsDelta)]
+    assert "".join(e.delta for e in args) == "".join(pieces)
+    assert {(e.index, e.id) for e in args} == {(0, "call_1")}
+    assert len(args) < len(pieces) / 2, args
