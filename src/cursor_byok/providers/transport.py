@@ -29,7 +29,7 @@ from .errors import (
     parse_retry_after,
 )
 from .fragments import Fragments
-from .types import ModelRequest, ProviderCall, StreamEvent, TextDelta, ThinkingDelta
+from .types import ModelRequest, ProviderCall, StreamEvent, TextDelta, ThinkingDelta, ToolCallArgsDelta
 
 _log = logging.getLogger("cursor_byok.providers")
 
@@ -336,34 +336,52 @@ def _request_id(response: ProviderResponse, redact: Callable[[str], str]) -> str
 
 
 def _translated(events: list[ServerSentEvent], translator: StreamTranslator, watch: _IdleWatch) -> tuple[list[StreamEvent], Exception | None]:
-    """One read's events, translated, with adjacent text (or thinking) deltas joined into one: a
-    provider faster than the server leaves many in each read, and every delta costs a frame, an
-    encode and a send on its way to the IDE, on the loop every other stream and run start shares.
-    The error a translation raised comes back beside what came before it, which is streamed first
-    (a call that has streamed something is not retried)."""
+    """One read's events, translated, with adjacent deltas of one part (text, thinking, one tool
+    call's arguments) joined into one: a provider faster than the server leaves many in each read,
+    and every delta costs a frame, an encode and a send on its way to the IDE, on the loop every
+    other stream and run start shares. The error a translation raised comes back beside what came
+    before it, which is streamed first (a call that has streamed something is not retried)."""
     out: list[StreamEvent] = []
-    joined: list[str] = []  # the texts of the delta at out[-1], while more than one
+    pieces: list[str] = []  # of the delta at out[-1], while it is being joined
     try:
         for sse in events:
             watch.progress()
             for event in translator.feed(sse.event, sse.data):
-                kind = type(event)
-                if (kind is TextDelta or kind is ThinkingDelta) and out and type(out[-1]) is kind:
-                    if not joined:
-                        joined.append(out[-1].text)  # type: ignore[union-attr]
-                    joined.append(event.text)  # type: ignore[union-attr]
+                if out and _joinable(out[-1], event):
+                    if not pieces:
+                        pieces.append(_piece(out[-1]))
+                    pieces.append(_piece(event))
                     continue
-                if joined:
-                    out[-1] = type(out[-1])("".join(joined))  # type: ignore[call-arg]
-                    joined = []
+                if pieces:
+                    out[-1], pieces = _joined(out[-1], pieces), []
                 out.append(event)
     except Exception as exc:  # noqa: BLE001 - raised by the caller once what came before it is streamed
         failed: Exception | None = exc
     else:
         failed = None
-    if joined:
-        out[-1] = type(out[-1])("".join(joined))  # type: ignore[call-arg]
+    if pieces:
+        out[-1] = _joined(out[-1], pieces)
     return out, failed
+
+
+def _joinable(previous: StreamEvent, event: StreamEvent) -> bool:
+    kind = type(event)
+    if kind is TextDelta or kind is ThinkingDelta:
+        return type(previous) is kind
+    return (
+        kind is ToolCallArgsDelta and type(previous) is kind
+        and event.index == previous.index and event.id == previous.id  # type: ignore[union-attr]
+    )
+
+
+def _piece(delta: StreamEvent) -> str:
+    return delta.delta if type(delta) is ToolCallArgsDelta else delta.text  # type: ignore[union-attr]
+
+
+def _joined(first: StreamEvent, pieces: list[str]) -> StreamEvent:
+    if type(first) is ToolCallArgsDelta:
+        return ToolCallArgsDelta(first.index, first.id, "".join(pieces))
+    return type(first)("".join(pieces))  # type: ignore[call-arg]
 
 
 class _SSEReader:
