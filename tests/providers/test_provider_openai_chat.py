@@ -1,6 +1,8 @@
 """OpenAI Chat Completions (and compatible servers): request mapping and stream details."""
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
@@ -178,3 +180,22 @@ async def test_tool_call_argument_deltas_that_come_in_one_read_reach_the_run_as_
     assert "".join(e.delta for e in args) == "".join(pieces)
     assert {(e.index, e.id) for e in args} == {(0, "call_1")}
     assert len(args) < len(pieces) / 2, args
+
+
+async def test_a_read_far_behind_the_provider_lets_the_loop_run_between_its_parts(fake_server, http_client) -> None:
+    # A server behind a fast provider finds hundreds of events in one read; translated in one step,
+    # every other stream's work and every run start's next step waits for all of them. In parts, the
+    # loop runs what is ready between two parts: the text is the same, whole and in order.
+    words = [f" w{i:04d}" for i in range(2_000)]
+    body = b"".join([*(chunk({"content": w}) for w in words), chunk(finish="stop"), b"data: [DONE]\n\n"])
+    fake_server.enqueue(Reply(body=body))
+    seen: list[str] = []
+    seen_when_the_loop_ran: list[int] = []
+    loop = asyncio.get_running_loop()
+    async for event in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])])):
+        if isinstance(event, TextDelta):
+            if not seen:
+                loop.call_soon(lambda: seen_when_the_loop_ran.append(len("".join(seen))))
+            seen.append(event.text)
+    assert "".join(seen) == "".join(words)
+    assert seen_when_the_loop_ran and seen_when_the_loop_ran[0] < len("".join(words)) / 4, seen_when_the_loop_ran
