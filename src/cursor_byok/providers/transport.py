@@ -38,6 +38,12 @@ _ERROR_BODY_CAP = 64 * 1024
 _REQUEST_ID_HEADERS = ("x-request-id", "request-id")
 _CONNECT_TIMEOUT = 30.0
 _KEPT_BODY_CAP = 1024 * 1024  # detailed mode: the first MiB of a response body is kept
+# A read is translated and handed on in parts of at most this many bytes (~80 small events), with
+# a pass of the loop between two parts: a server behind a fast provider finds hundreds of events in
+# one read, and in one step every other stream and every run start's next step would wait for all
+# of them. A stream that keeps up reads far less at a time and never pauses. (4 KiB parts cut a
+# start's latency no further under 8 streams at full speed and cost ~15 % more CPU per word.)
+_READ_PART_BYTES = 8192
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -196,12 +202,16 @@ class HttpStreamProvider(abc.ABC):
                             watch.waiting = False
                             if kept is not None and len(kept) < _KEPT_BODY_CAP:
                                 kept += chunk[: _KEPT_BODY_CAP - len(kept)]
-                            events, failed = _translated(reader.feed(chunk), translator, watch)
-                            for event in events:
-                                emitted = True
-                                yield event
-                            if failed is not None:
-                                raise failed
+                            for start in range(0, len(chunk), _READ_PART_BYTES):
+                                if start:  # far behind the provider: what else is ready runs first
+                                    await asyncio.sleep(0)
+                                part = chunk[start : start + _READ_PART_BYTES] if len(chunk) > _READ_PART_BYTES else chunk
+                                events, failed = _translated(reader.feed(part), translator, watch)
+                                for event in events:
+                                    emitted = True
+                                    yield event
+                                if failed is not None:
+                                    raise failed
                         for sse in reader.close():
                             for event in translator.feed(sse.event, sse.data):
                                 emitted = True
