@@ -346,11 +346,12 @@ def _request_id(response: ProviderResponse, redact: Callable[[str], str]) -> str
 
 
 def _translated(events: list[ServerSentEvent], translator: StreamTranslator, watch: _IdleWatch) -> tuple[list[StreamEvent], Exception | None]:
-    """One read's events, translated, with adjacent deltas of one part (text, thinking, one tool
-    call's arguments) joined into one: a provider faster than the server leaves many in each read,
-    and every delta costs a frame, an encode and a send on its way to the IDE, on the loop every
-    other stream and run start shares. The error a translation raised comes back beside what came
-    before it, which is streamed first (a call that has streamed something is not retried)."""
+    """The events of one read (or of one part of a long read), translated, with adjacent deltas
+    of one message part (text, thinking, one tool call's arguments) joined into one: a provider
+    faster than the server leaves many in each read, and every delta costs a frame, an encode and a
+    send on its way to the IDE, on the loop every other stream and run start shares. The error a
+    translation raised comes back beside what came before it, which is streamed first (a call that
+    has streamed something is not retried)."""
     out: list[StreamEvent] = []
     pieces: list[str] = []  # of the delta at out[-1], while it is being joined
     try:
