@@ -27,6 +27,22 @@ DIALECTS: dict[ProviderKind, Dialect] = {d.kind: d for d in (OPENAI_CHAT, OPENAI
 
 
 
+def joined_deltas(events: list[Any]) -> list[Any]:
+    """`events` with adjacent deltas of one part (text, thinking, one tool call's arguments) joined,
+    as the provider driver joins those of one read: what a test may expect whichever reads its
+    fake's chunks arrive in."""
+    out: list[Any] = []
+    for event in events:
+        kind, last = type(event), out[-1] if out else None
+        if kind.__name__ in ("TextDelta", "ThinkingDelta") and type(last) is kind:
+            out[-1] = kind(last.text + event.text)
+        elif kind.__name__ == "ToolCallArgsDelta" and type(last) is kind and (last.index, last.id) == (event.index, event.id):
+            out[-1] = kind(last.index, last.id, last.delta + event.delta)
+        else:
+            out.append(event)
+    return out
+
+
 def fake_model(kind: ProviderKind, base_url: str, **overrides: Any) -> ModelConfig:
     """A model config pointing at a fake server, with short timeouts suitable for tests."""
     if kind is not ProviderKind.ANTHROPIC and not base_url.endswith("/v1"):

@@ -36,7 +36,7 @@ from cursor_byok.providers import (
     Usage,
     make_provider,
 )
-from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model
+from tests.fakes import DIALECTS, OPENAI_CHAT, CallSpec, Dialect, FakeProviderServer, Reply, UsageSpec, fake_model, joined_deltas
 
 dialects = pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=lambda d: d.kind.value)
 
@@ -81,9 +81,9 @@ async def collect(provider, req: ModelRequest) -> list:
 @dialects
 async def test_text_turn_streams_deltas_usage_and_finish(dialect: Dialect, fake_server, http_client) -> None:
     fake_server.enqueue(dialect.text(["Hel", "lo", " world"]))
-    events = await collect(provider_for(dialect, fake_server, http_client), request())
+    events = joined_deltas(await collect(provider_for(dialect, fake_server, http_client), request()))
 
-    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hel", "lo", " world"]
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hello world"]
     assert isinstance(events[-1], Finish) and events[-1].stop_reason == "end_turn"
     assert events[-1].response_id
     assert [type(e) for e in events[-2:]] == [Usage, Finish]

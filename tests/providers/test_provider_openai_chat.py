@@ -1,6 +1,8 @@
 """OpenAI Chat Completions (and compatible servers): request mapping and stream details."""
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
@@ -8,6 +10,7 @@ from cursor_byok.config import ModelConfig, ProviderKind
 from cursor_byok.http_client import ProviderHttp, streaming_client
 from cursor_byok.providers import (
     Finish,
+    TextDelta,
     ImagePart,
     Message,
     ModelRequest,
@@ -134,3 +137,65 @@ async def test_error_chunk_inside_the_stream(fake_server, http_client) -> None:
     with pytest.raises(OverloadedError):
         await run(fake_server, http_client, [chunk({"content": "a"}),
                                              sse({"error": {"message": "busy", "code": "server_is_overloaded"}})])
+
+
+async def test_deltas_that_come_in_one_read_reach_the_run_as_one(fake_server, http_client) -> None:
+    # A provider faster than the server leaves many deltas in each read; each one would cost the
+    # loop every other stream shares a frame, an encode and a send. The text stays whole, in order.
+    words = [f" w{i}" for i in range(50)]
+    body = b"".join([chunk({"role": "assistant", "reasoning": "think "}), chunk({"reasoning": "more"}),
+                     *(chunk({"content": w}) for w in words), chunk(finish="stop"), b"data: [DONE]\n\n"])
+    fake_server.enqueue(Reply(body=body))
+    events = [e async for e in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])]))]
+    texts = [e.text for e in events if isinstance(e, TextDelta)]
+    assert "".join(texts) == "".join(words)
+    assert len(texts) < len(words) / 2, texts
+    assert "".join(e.text for e in events if isinstance(e, ThinkingDelta)) == "think more"
+    assert events[-1] == Finish("end_turn", "cc-1")
+
+
+async def test_an_error_after_text_in_the_same_read_streams_the_text_first_and_is_not_retried(fake_server, http_client) -> None:
+    body = chunk({"content": "partial"}) + sse({"error": {"message": "busy", "code": "server_is_overloaded"}})
+    fake_server.enqueue(Reply(body=body))
+    fake_server.enqueue(Reply(body=body))
+    seen = []
+    retrying = make_provider(fake_model(ProviderKind.OPENAI_CHAT, fake_server.url + "/v1"), "sk-test-0000000", http_client,
+                             retry=RetryPolicy(max_retries=2, base_delay=0.0))
+    with pytest.raises(OverloadedError):
+        async for event in retrying.stream(req([Message("user", [TextPart("x")])])):
+            seen.append(event)
+    assert seen == [TextDelta("partial")]
+    assert len(fake_server.requests) == 1
+
+
+async def test_tool_call_argument_deltas_that_come_in_one_read_reach_the_run_as_one(fake_server, http_client) -> None:
+    # Tool arguments stream token by token as text does: one read's pieces of one call, one event.
+    pieces = ['{"pa', 'th":', ' "src/', 'main', '.py"', "}"]
+    body = b"".join([chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "Read", "arguments": ""}}]}),
+                     *(chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in pieces),
+                     chunk(finish="tool_calls"), b"data: [DONE]\n\n"])
+    fake_server.enqueue(Reply(body=body))
+    events = [e async for e in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])]))]
+    args = [e for e in events if isinstance(e, ToolCallArgsDelta)]
+    assert "".join(e.delta for e in args) == "".join(pieces)
+    assert {(e.index, e.id) for e in args} == {(0, "call_1")}
+    assert len(args) < len(pieces) / 2, args
+
+
+async def test_a_read_far_behind_the_provider_lets_the_loop_run_between_its_parts(fake_server, http_client) -> None:
+    # A server behind a fast provider finds hundreds of events in one read; translated in one step,
+    # every other stream's work and every run start's next step waits for all of them. In parts, the
+    # loop runs what is ready between two parts: the text is the same, whole and in order.
+    words = [f" w{i:04d}" for i in range(2_000)]
+    body = b"".join([*(chunk({"content": w}) for w in words), chunk(finish="stop"), b"data: [DONE]\n\n"])
+    fake_server.enqueue(Reply(body=body))
+    seen: list[str] = []
+    seen_when_the_loop_ran: list[int] = []
+    loop = asyncio.get_running_loop()
+    async for event in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])])):
+        if isinstance(event, TextDelta):
+            if not seen:
+                loop.call_soon(lambda: seen_when_the_loop_ran.append(len("".join(seen))))
+            seen.append(event.text)
+    assert "".join(seen) == "".join(words)
+    assert seen_when_the_loop_ran and seen_when_the_loop_ran[0] < len("".join(words)) / 4, seen_when_the_loop_ran

@@ -22,7 +22,7 @@ from cursor_byok.providers import (
     ToolSchema,
     make_provider,
 )
-from tests.fakes import Reply, fake_model, sse
+from tests.fakes import Reply, fake_model, joined_deltas, sse
 
 TOOLS = [ToolSchema("Read", "Read.", {"type": "object"})]
 OFFLINE = streaming_client(verify=False)  # for request-building tests that send nothing
@@ -117,9 +117,8 @@ async def test_stream_details(fake_server, http_client) -> None:
                                                          "incomplete_details": {"reason": "max_output_tokens"}}}),
     ]))
     stream = provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])]))
-    events = [e async for e in stream]
-    assert events[:4] == [ThinkingDelta("one"), ThinkingDelta("\n\n"), ThinkingDelta("two"),
-                          ThinkingEnd({"openai": {"id": "rs_a", "summary": [], "encrypted_content": "E1"}})]
-    assert events[4] == ThinkingEnd({"openai": {"id": "rs_b", "encrypted_content": "E2"}})
+    events = joined_deltas([e async for e in stream])
+    assert events[:2] == [ThinkingDelta("one\n\ntwo"), ThinkingEnd({"openai": {"id": "rs_a", "summary": [], "encrypted_content": "E1"}})]
+    assert events[2] == ThinkingEnd({"openai": {"id": "rs_b", "encrypted_content": "E2"}})
     assert ToolCallArgsDelta(0, "call_1", '{"path":"z"}') in events and ToolCallEnd(0, "call_1") in events
     assert events[-1] == Finish("max_tokens", "resp_9")

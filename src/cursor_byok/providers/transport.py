@@ -29,7 +29,7 @@ from .errors import (
     parse_retry_after,
 )
 from .fragments import Fragments
-from .types import ModelRequest, ProviderCall, StreamEvent
+from .types import ModelRequest, ProviderCall, StreamEvent, TextDelta, ThinkingDelta, ToolCallArgsDelta
 
 _log = logging.getLogger("cursor_byok.providers")
 
@@ -38,6 +38,12 @@ _ERROR_BODY_CAP = 64 * 1024
 _REQUEST_ID_HEADERS = ("x-request-id", "request-id")
 _CONNECT_TIMEOUT = 30.0
 _KEPT_BODY_CAP = 1024 * 1024  # detailed mode: the first MiB of a response body is kept
+# A read is translated and handed on in parts of at most this many bytes (~80 small events), with
+# a pass of the loop between two parts: a server behind a fast provider finds hundreds of events in
+# one read, and in one step every other stream and every run start's next step would wait for all
+# of them. A stream that keeps up reads far less at a time and never pauses. (4 KiB parts cut a
+# start's latency no further under 8 streams at full speed and cost ~15 % more CPU per word.)
+_READ_PART_BYTES = 8192
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -196,11 +202,16 @@ class HttpStreamProvider(abc.ABC):
                             watch.waiting = False
                             if kept is not None and len(kept) < _KEPT_BODY_CAP:
                                 kept += chunk[: _KEPT_BODY_CAP - len(kept)]
-                            for sse in reader.feed(chunk):
-                                watch.progress()
-                                for event in translator.feed(sse.event, sse.data):
+                            for start in range(0, len(chunk), _READ_PART_BYTES):
+                                if start:  # far behind the provider: what else is ready runs first
+                                    await asyncio.sleep(0)
+                                part = chunk[start : start + _READ_PART_BYTES] if len(chunk) > _READ_PART_BYTES else chunk
+                                events, failed = _translated(reader.feed(part), translator, watch)
+                                for event in events:
                                     emitted = True
                                     yield event
+                                if failed is not None:
+                                    raise failed
                         for sse in reader.close():
                             for event in translator.feed(sse.event, sse.data):
                                 emitted = True
@@ -332,6 +343,56 @@ def _request_id(response: ProviderResponse, redact: Callable[[str], str]) -> str
         if value := response.headers.get(name):
             return redact(value)[:200]
     return None
+
+
+def _translated(events: list[ServerSentEvent], translator: StreamTranslator, watch: _IdleWatch) -> tuple[list[StreamEvent], Exception | None]:
+    """The events of one read (or of one part of a long read), translated, with adjacent deltas
+    of one message part (text, thinking, one tool call's arguments) joined into one: a provider
+    faster than the server leaves many in each read, and every delta costs a frame, an encode and a
+    send on its way to the IDE, on the loop every other stream and run start shares. The error a
+    translation raised comes back beside what came before it, which is streamed first (a call that
+    has streamed something is not retried)."""
+    out: list[StreamEvent] = []
+    pieces: list[str] = []  # of the delta at out[-1], while it is being joined
+    try:
+        for sse in events:
+            watch.progress()
+            for event in translator.feed(sse.event, sse.data):
+                if out and _joinable(out[-1], event):
+                    if not pieces:
+                        pieces.append(_piece(out[-1]))
+                    pieces.append(_piece(event))
+                    continue
+                if pieces:
+                    out[-1], pieces = _joined(out[-1], pieces), []
+                out.append(event)
+    except Exception as exc:  # noqa: BLE001 - raised by the caller once what came before it is streamed
+        failed: Exception | None = exc
+    else:
+        failed = None
+    if pieces:
+        out[-1] = _joined(out[-1], pieces)
+    return out, failed
+
+
+def _joinable(previous: StreamEvent, event: StreamEvent) -> bool:
+    kind = type(event)
+    if kind is TextDelta or kind is ThinkingDelta:
+        return type(previous) is kind
+    return (
+        kind is ToolCallArgsDelta and type(previous) is kind
+        and event.index == previous.index and event.id == previous.id  # type: ignore[union-attr]
+    )
+
+
+def _piece(delta: StreamEvent) -> str:
+    return delta.delta if type(delta) is ToolCallArgsDelta else delta.text  # type: ignore[union-attr]
+
+
+def _joined(first: StreamEvent, pieces: list[str]) -> StreamEvent:
+    if type(first) is ToolCallArgsDelta:
+        return ToolCallArgsDelta(first.index, first.id, "".join(pieces))
+    return type(first)("".join(pieces))  # type: ignore[call-arg]
 
 
 class _SSEReader:
