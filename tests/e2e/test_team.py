@@ -182,16 +182,20 @@ async def test_a_revoked_token_is_refused(server: ServerProcess, provider: FakeP
     log = await one_turn(server, workspace, token)
     assert log.terminal is None and log.text == "hi carol"
     assert get(server, "/metrics", token).status_code == 200
+    provider.forget()
 
     revoked = server.run_to_exit("users", "revoke", "carol")
     assert revoked.returncode == 0, revoked.stderr
     # The running server is told at once (and every instance rereads within refresh_seconds).
     status = wait_for(lambda: get(server, "/metrics", token).status_code, lambda s: s == 401, timeout=5.0)
     assert status == 401
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as client:
-        resp = await client.post(BIDI_APPEND, headers={TOKEN_HEADER: token, "content-type": "application/proto"}, content=b"")
-    assert resp.status_code == 401
-    provider.forget()
+    provider.enqueue(OPENAI_CHAT.text(["never"]))
+    ide = ide_of(server, workspace, token)
+    try:
+        refused = await ide.append(uuid.uuid4().hex, run_request("after", model=MODEL, conversation_id=uuid.uuid4().hex))
+    finally:
+        await ide.close()
+    assert refused.status_code == 401
     assert provider.requests == []
 
 
@@ -215,6 +219,7 @@ async def test_a_turn_past_the_budget_ends_resource_exhausted_before_any_provide
     assert provider.requests == []
 
     # Another developer under the default budget goes on.
+    provider.forget()  # the reply the refused turn never took
     other = add_user(server, "gina")
     provider.enqueue(OPENAI_CHAT.text(["fine"]))
     log = await one_turn(server, workspace, other)

@@ -31,6 +31,7 @@ from .schema import (
     ProxyConfig,
     RetentionConfig,
     ServerConfig,
+    TeamConfig,
     UpstreamConfig,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "ProxyConfig",
     "RetentionConfig",
     "ServerConfig",
+    "TeamConfig",
     "UpstreamConfig",
     "config_path",
     "default_config_path",

@@ -160,12 +160,26 @@ class ObservabilityConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     log_level: str = ""  # debug | info | warning | error; empty: --log-level (default info). SIGHUP applies it
 
 
+class TeamConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A team server (docs/team.md): every request but the health probe carries a developer's token
+    (`cursor-byok users add`), and each developer's usage, cost and monthly budget are kept apart."""
+
+    enabled: bool = False
+    # USD a developer may spend per calendar month (UTC), priced as `usage` prices it; 0: no limit.
+    # `cursor-byok users budget NAME USD` sets one developer's own.
+    monthly_budget_usd: float = 0.0
+    # How often each instance rereads the developers and this month's spending (revocations made
+    # elsewhere take effect within this; the instance whose data dir `users` ran on is told at once).
+    refresh_seconds: float = 2.0
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     upstream: UpstreamConfig = msgspec.field(default_factory=UpstreamConfig)
     proxy: ProxyConfig = msgspec.field(default_factory=ProxyConfig)
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
+    team: TeamConfig = msgspec.field(default_factory=TeamConfig)
     models: list[ModelConfig] = []
     aliases: list[AliasConfig] = []
     secrets_file: str = ""

@@ -125,9 +125,12 @@ class AppendIntake:
         self.window = window  # of each resumed stream's order
         self.stopping = False  # the server stops: streams end cut, their rows kept for the next start
 
-    def take(self, order: AppendOrder, append: BidiAppend, parent: ParentConversationRef | None) -> asyncio.Future[Any]:
+    def take(
+        self, order: AppendOrder, append: BidiAppend, parent: ParentConversationRef | None, developer: str | None = None
+    ) -> asyncio.Future[Any]:
         """Admit, journal, hand over; the future resolves once the journal row is durable. Raises
-        ConnectError or HotPathError when the append is refused: then nothing of it is kept."""
+        ConnectError or HotPathError when the append is refused: then nothing of it is kept.
+        `developer`: a team server's, whose request it came in (a run it opens is theirs)."""
         admitted, generation = order.admit(append)
         durable = self._journal(order, append, generation)
         if admitted is Admitted.RESEND:
@@ -136,11 +139,11 @@ class AppendIntake:
         self._heartbeat(append)
         service = self.service
         if len(ready) == 1:
-            self._hand_over(ready[0], parent)
+            self._hand_over(ready[0], parent, developer)
         elif ready:
             with service.together():  # held ones reach the runtime with it, all at once
                 for item in ready:
-                    self._hand_over(item, parent)
+                    self._hand_over(item, parent, developer)
         return durable
 
     async def stored(self, durable: asyncio.Future[Any]) -> None:
@@ -181,10 +184,10 @@ class AppendIntake:
         if append.variant == "client_heartbeat":
             self.service.heartbeat(append.request_id)
 
-    def _hand_over(self, item: BidiAppend, parent: ParentConversationRef | None) -> None:
+    def _hand_over(self, item: BidiAppend, parent: ParentConversationRef | None, developer: str | None) -> None:
         service = self.service
         if item.append_seqno == 0 and item.variant == "run_request":
-            service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw)
+            service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw, developer=developer)
         elif item.variant != "client_heartbeat":
             service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
 

@@ -17,6 +17,7 @@ from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
 from .asgi import Receive, Scope, Send, reply_error, reply_proto, watch_disconnect
 from .deadline import Deadline
+from .guard import developer_of
 from .routing import route_for
 from .transport import EarlyAppend, Route, Transport, Waiter
 
@@ -48,7 +49,8 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             await gw.upstream.forward(scope, receive, send, body=body)
             return
         if durable is None:
-            durable = deliver_local(gw, transport, append, _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id))
+            parent = _parent_ref(gw, headers.parent_request_id, headers.parent_tool_call_id)
+            durable = deliver_local(gw, transport, append, parent, developer_of(scope))
         stored = gw.conversations.appends.stored(durable)
         if deadline.timeout_ms is None:
             await stored
@@ -143,18 +145,21 @@ async def _later_before_seqno0(
     return transport, early.durable
 
 
-def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> asyncio.Future[Any]:
+def deliver_local(
+    gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None, developer: str | None = None
+) -> asyncio.Future[Any]:
     """The append to its conversation's inbox (admitted, journaled, handed over; refused: raises and
     nothing is kept), with the later appends that waited for it when it is their seqno 0; the
-    returned future resolves once its journal row is durable."""
+    returned future resolves once its journal row is durable. `developer`: a team server's, whose
+    token the request carried (a run it opens is theirs)."""
     intake = gw.conversations.appends
     parked = gw.transports.early  # later appends waiting for their seqno 0: it takes them along
     if not (parked and append.append_seqno == 0 and append.request_id in parked):
-        return intake.take(transport.order, append, parent)
+        return intake.take(transport.order, append, parent, developer)
     # Appends that waited for this one reach the runtime with it: a cancel among them is seen
     # before the model is called.
     with gw.conversations.together():
-        durable = intake.take(transport.order, append, parent)
+        durable = intake.take(transport.order, append, parent, developer)
         for early in parked.pop(append.request_id):
             try:
                 early.durable = intake.take(transport.order, early.append, None)

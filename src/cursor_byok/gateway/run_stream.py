@@ -26,6 +26,7 @@ from ..protocol import (
 from .asgi import Receive, Scope, Send
 from .bidi import _parent_ref, _seqno0_transport, deliver_local
 from .deadline import Deadline
+from .guard import developer_of
 from .stream import SHUTTING_DOWN, end_at_deadline, only_terminal, relay
 from .transport import Route, Transport
 
@@ -119,7 +120,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         # request is seen before the model is called. One it cannot take ends the stream (below).
         failure: list[ConnectError] = []
         with gw.conversations.together():
-            _journaled(deliver_local(gw, transport, first, parent), request_id)
+            _journaled(deliver_local(gw, transport, first, parent, developer_of(scope)), request_id)
             try:
                 for raw in frames.received():
                     _deliver_next(gw, transport, request_id, raw)

@@ -9,6 +9,7 @@ database.
 from __future__ import annotations
 
 from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
+from .developers import DeveloperRecord
 from .errors import (
     BindingConflict,
     FlushError,
@@ -63,6 +64,7 @@ __all__ = [
     "CheckpointKind",
     "CheckpointRecord",
     "DatabaseStats",
+    "DeveloperRecord",
     "ConversationPage",
     "ConversationRecord",
     "ConversationRows",

@@ -31,6 +31,7 @@ class Stage(enum.IntEnum):
     CALLS = 8
     INBOUND = 9
     RETENTION = 10
+    DEVELOPERS = 11
 
 
 STAGES = len(Stage)  # iterating an enum class is slow enough to show in every batch

@@ -1,0 +1,145 @@
+"""Who may use a team server, and how much: each instance's view of the developers (by token
+digest) and of what each has spent this month, reread from the store every `team.refresh_seconds`
+and at once on SIGHUP (`cursor-byok users` sends one to the server on its data dir) or when an
+unknown token comes (a developer just added).
+
+A request's token is looked up by its SHA-256 in a dict: no stored secret is ever compared byte by
+byte with what a client sends, and the digest of a random 256-bit token tells a timing observer
+nothing about any token. The lookup is one hash and one dict read per request; the store is read
+only off the request path.
+
+Spending is priced as `cursor-byok usage` prices it (the provider call records and the configured
+prices), from the first of the month (UTC); between rereads each instance adds what its own calls
+cost as they end, so a turn right after an expensive one sees it.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Config
+from ..observability import usage
+from ..protocol import ConnectError
+from .tokens import token_digest
+
+log = logging.getLogger("cursor_byok.team")
+
+# An unknown token rereads the developers at most this often (a stream of wrong tokens costs a
+# small read four times a second, no more).
+LEARN_SPACING_SECONDS = 0.25
+MICRO_USD = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Developer:
+    name: str
+    budget_usd: float  # per calendar month (UTC); 0: no limit
+
+
+def month_start_ms(now: dt.datetime | None = None) -> int:
+    """The first instant of the current calendar month (UTC), as wall-clock ms."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return int(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
+
+
+def budget_usd(budget_micro_usd: int | None, config: Config) -> float:
+    """A developer's own budget, or the config's default."""
+    return budget_micro_usd / MICRO_USD if budget_micro_usd is not None else config.team.monthly_budget_usd
+
+
+def micro_usd(usd: float | None) -> int | None:
+    """A budget as the store keeps it (None: the config's default)."""
+    return None if usd is None else round(usd * MICRO_USD)
+
+
+async def spending(store: Any, config: Config, since_ms: int) -> dict[str, float]:
+    """USD spent per developer since `since_ms`, as `usage --by user` shows it (unpriced calls count 0)."""
+    spent: dict[str, float] = {}
+    for row in await usage(store, config, since_ms=since_ms, by="user"):
+        if row["group"]:
+            spent[row["group"]] = spent.get(row["group"], 0.0) + (row["cost"] or 0.0)
+    return spent
+
+
+class TeamAccess:
+    """See the module docstring. `refresh()` once before serving, then `keep_fresh()` runs."""
+
+    def __init__(self, config: Config, store: Any) -> None:
+        self.config = config  # replaced on SIGHUP (the default budget with it)
+        self.store = store
+        self._by_digest: dict[str, Developer] = {}
+        self._budgets: dict[str, float] = {}  # by name, of the developers not revoked
+        self._spent: dict[str, float] = {}
+        self._month = 0  # month_start_ms of what _spent counts
+        self._refreshing: asyncio.Task[None] | None = None
+        self._learned_at = 0.0
+        self._poked = asyncio.Event()  # reread now (SIGHUP)
+
+    def identify(self, token: bytes) -> Developer | None:
+        """The developer a presented token belongs to; None: no such token, or it was revoked."""
+        return self._by_digest.get(token_digest(token))
+
+    def spent(self, name: str, usd: float) -> None:
+        """A call of `name`'s just cost `usd` (told by the recorder as it ends)."""
+        self._spent[name] = self._spent.get(name, 0.0) + usd
+
+    def over_budget(self, name: str | None) -> ConnectError | None:
+        """Why a turn of `name`'s may not start (None: it may). Checked before the model is called."""
+        if name is None:
+            return None
+        budget = self._budgets.get(name, self.config.team.monthly_budget_usd)
+        spent = self._spent.get(name, 0.0) if self._month == month_start_ms() else 0.0
+        if budget <= 0 or spent < budget:
+            return None
+        return ConnectError(
+            "resource_exhausted",
+            f"developer {name!r} has used ${spent:,.4f} of a ${budget:,.4f} monthly budget this month; "
+            f"the team's admin can raise it (cursor-byok users budget {name} USD)",
+        )
+
+    async def refresh(self) -> None:
+        """Reread the developers and this month's spending (one at a time; a caller during a
+        reread waits for it)."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self._reread())
+        await asyncio.shield(self._refreshing)
+
+    async def learn(self) -> bool:
+        """An unknown token came: reread unless that was done a moment ago; whether it was reread."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._learned_at < LEARN_SPACING_SECONDS:
+            return False
+        self._learned_at = loop.time()
+        await self.refresh()
+        return True
+
+    def poke(self) -> None:
+        """Reread now (SIGHUP: `cursor-byok users` changed something)."""
+        self._poked.set()
+
+    async def keep_fresh(self) -> None:
+        """Reread every `team.refresh_seconds`, and when poked (supervised: a failed reread is
+        logged, the next tries again)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.team.refresh_seconds):
+                    await self._poked.wait()
+            self._poked.clear()
+            try:
+                await self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the last view stays until a reread succeeds
+                log.warning("team developers not reread: %s", exc)
+
+    async def _reread(self) -> None:
+        month = month_start_ms()
+        developers = await self.store.list_developers()
+        spent = await spending(self.store, self.config, month)
+        self._by_digest = {
+            d.token_sha256: Developer(d.name, budget_usd(d.budget_micro_usd, self.config)) for d in developers if d.revoked_at_ms is None
+        }
+        self._budgets = {d.name: d.budget_usd for d in self._by_digest.values()}
+        self._spent, self._month = spent, month
