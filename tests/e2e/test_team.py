@@ -4,6 +4,7 @@ commands run as an operator runs them, the scripted IDE sending each developer's
 provider that counts what reached it."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -17,9 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes import OPENAI_CHAT, FakeProviderServer, UsageSpec
-from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, run_request
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, UsageSpec
+from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+
+from .test_crash_recovery import wait_until
 
 MODEL = "byok-team"
 PRICE = "price = { input = 3.0, output = 15.0 }"
@@ -227,3 +230,59 @@ async def test_a_turn_past_the_budget_ends_resource_exhausted_before_any_provide
     rows = json.loads(server.run_to_exit("users", "list", "--json").stdout)
     [dave] = [r for r in rows if r["name"] == "dave"]
     assert dave["budget_usd"] == pytest.approx(0.001) and dave["cost_this_month"] == pytest.approx(0.0045)
+
+
+async def test_a_turn_resumed_after_a_crash_stays_its_developers(
+    tmp_path: Path, provider: FakeProviderServer, workspace: Path
+) -> None:
+    """The server is SIGKILLed while a developer's turn waits for a tool result; after the restart
+    the resumed run, and the provider call it makes, are still that developer's."""
+    config = ServerConfig(
+        data_dir=tmp_path / "data",
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1", extra=PRICE)],
+        runsse_wait_seconds=1.5,
+        extra_server={"recovery_wait_seconds": 5.0},
+        extra_toml="[team]\nenabled = true\n",
+    )
+    server = ServerProcess(config)
+    token = add_user(server, "hank")
+    server.start()
+    (workspace / "a.txt").write_text("ALPHA\n")
+    ide = ide_of(server, workspace, token)
+    ide.hold_execs = True
+    provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_a", "Read", [json.dumps({"path": str(workspace / "a.txt")})])]))
+    conversation_id, request_id = uuid.uuid4().hex, uuid.uuid4().hex
+    try:
+        reader = asyncio.create_task(ide.stream(request_id, StreamLog()))
+        sent = await ide.append(request_id, run_request("read it", model=MODEL, conversation_id=conversation_id))
+        assert sent.status_code == 200
+        await wait_until(lambda: len(ide.held) == 1)
+        server.kill()
+        await asyncio.wait_for(reader, 10)
+
+        server.start()
+        provider.enqueue(OPENAI_CHAT.text(["read it"], usage=UsageSpec(input=500, output=5)))
+        await ide.reconnect()
+        ide.client.headers[TOKEN_HEADER] = token
+        log = StreamLog()
+        reader = asyncio.create_task(ide.stream(request_id, log))
+        for reply in ide.execute(ide.held[0][1]):
+            assert (await ide.append(request_id, reply)).status_code == 200
+        await asyncio.wait_for(reader, 20)
+    finally:
+        await ide.close()
+    assert log.terminal is None and log.text == "read it", log.terminal
+
+    def rows() -> list[tuple[Any, ...]]:
+        db = sqlite3.connect(f"file:{config.data_dir / 'state.db'}?mode=ro", uri=True)
+        try:
+            return db.execute(
+                "SELECT input_tokens, user_name FROM provider_calls WHERE conversation_id = ? ORDER BY started_at_ms", (conversation_id,)
+            ).fetchall()
+        finally:
+            db.close()
+
+    # The call cut by the kill left no record (its record waits for its tools); the resumed one did.
+    calls = wait_for(rows, lambda r: any(tokens == 500 for tokens, _ in r))
+    assert calls and [user for _, user in calls] == ["hank"] * len(calls), calls
+    server.stop()
