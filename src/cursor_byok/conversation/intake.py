@@ -132,7 +132,7 @@ class AppendIntake:
         ConnectError or HotPathError when the append is refused: then nothing of it is kept.
         `developer`: a team server's, whose request it came in (a run it opens is theirs)."""
         admitted, generation = order.admit(append)
-        durable = self._journal(order, append, generation)
+        durable = self._journal(append, generation, developer)
         if admitted is Admitted.RESEND:
             return durable
         ready = order.take(append, admitted, generation)
@@ -154,7 +154,7 @@ class AppendIntake:
         except StoreError as exc:
             raise self._unjournaled(exc) from None
 
-    def _journal(self, order: AppendOrder, append: BidiAppend, generation: str) -> asyncio.Future[Any]:
+    def _journal(self, append: BidiAppend, generation: str, developer: str | None) -> asyncio.Future[Any]:
         """Queue the admitted append's journal row, before it is handed on: whatever it causes is
         stored with it or after it. An append to a stream that has ended (a late reply, its run
         request again) has no effect and its stream's rows are gone: it is not journaled (it would
@@ -168,7 +168,7 @@ class AppendIntake:
             done.set_result(None)
             return done
         try:
-            return store.record_append(append.request_id, generation, append.append_seqno, append.raw)
+            return store.record_append(append.request_id, generation, append.append_seqno, append.raw, developer)
         except StoreError as exc:  # the store is closing: the IDE sends the append again
             raise self._unjournaled(exc) from None
 
@@ -249,7 +249,7 @@ class AppendIntake:
                 continue
             if admitted is not Admitted.RESEND:
                 replay += [(item.append_seqno, item.message) for item in order.take(append, admitted, generation) if item.variant != "client_heartbeat"]
-        await self.service.resume(stream.request_id, seqno0.message.run_request, replay)
+        await self.service.resume(stream.request_id, seqno0.message.run_request, replay, developer=stream.developer)
         return order, len(replay)
 
     def _quarantine(self, stream: InboundStream, reason: str) -> None:

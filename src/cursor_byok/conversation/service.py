@@ -137,14 +137,16 @@ class ConversationService:
             held.append(runtime)
         runtime.take_now(cmd)
 
-    async def resume(self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]]) -> None:
+    async def resume(
+        self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]], *, developer: str | None = None
+    ) -> None:
         """Resume a stream cut by a restart: its run again, then the appends journaled after its
         run request (seqno, message), as they were delivered before. The conversation's history is
         loaded first, so the run can rebuild what was in flight before any of them is taken."""
         await self.resolve(request_id)
         conversation_id = self.conversation_for(run_request, request_id)
         await self.registry.ensure_runtime(conversation_id).data.ensure_loaded()
-        self.open_run(request_id, run_request, resumed=True)
+        self.open_run(request_id, run_request, resumed=True, developer=developer)
         for seqno, message in replay:
             try:
                 self.deliver(request_id, message, seqno=seqno, replayed=True)

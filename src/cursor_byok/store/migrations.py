@@ -362,7 +362,7 @@ _QUARANTINE = Migration(
 
 # A team server's developers (`cursor-byok users`): a token is stored only as its SHA-256 (hex),
 # and each provider call and run usage row names the developer it was made for (NULL: none, as on a
-# single-user server). A budget is in millionths of a USD; NULL: the config's default. No foreign
+# single-user server), as does each journaled append (a run resumed from it stays theirs). A budget is in millionths of a USD; NULL: the config's default. No foreign
 # keys: records stay when a developer is revoked.
 _DEVELOPERS = Migration(
     11,
@@ -379,6 +379,7 @@ _DEVELOPERS = Migration(
         """,
         "ALTER TABLE provider_calls ADD COLUMN user_name TEXT",
         "ALTER TABLE usage ADD COLUMN user_name TEXT",
+        "ALTER TABLE inbound_appends ADD COLUMN user_name TEXT",
         """
         CREATE INDEX provider_calls_by_user ON provider_calls(user_name, started_at_ms)
             WHERE user_name IS NOT NULL
