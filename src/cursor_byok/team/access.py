@@ -5,8 +5,9 @@ unknown token comes (a developer just added).
 
 A request's token is looked up by its SHA-256 in a dict: no stored secret is ever compared byte by
 byte with what a client sends, and the digest of a random 256-bit token tells a timing observer
-nothing about any token. The lookup is one hash and one dict read per request; the store is read
-only off the request path.
+nothing about any token. A token found once is then looked up as sent (one dict read per request,
+no hash) until the next reread; unknown tokens are never kept. The store is read only off the
+request path.
 
 Spending is priced as `cursor-byok usage` prices it (the provider call records and the configured
 prices), from the first of the month (UTC); between rereads each instance adds what its own calls
@@ -72,6 +73,7 @@ class TeamAccess:
         self.config = config  # replaced on SIGHUP (the default budget with it)
         self.store = store
         self._by_digest: dict[str, Developer] = {}
+        self._by_token: dict[bytes, Developer] = {}  # tokens found since the last reread, as sent
         self._budgets: dict[str, float] = {}  # by name, of the developers not revoked
         self._spent: dict[str, float] = {}
         self._month = 0  # month_start_ms of what _spent counts
@@ -81,7 +83,12 @@ class TeamAccess:
 
     def identify(self, token: bytes) -> Developer | None:
         """The developer a presented token belongs to; None: no such token, or it was revoked."""
-        return self._by_digest.get(token_digest(token))
+        found = self._by_token.get(token)
+        if found is None:
+            found = self._by_digest.get(token_digest(token))
+            if found is not None:
+                self._by_token[token] = found
+        return found
 
     def spent(self, name: str, usd: float) -> None:
         """A call of `name`'s just cost `usd` (told by the recorder as it ends)."""
@@ -141,5 +148,6 @@ class TeamAccess:
         self._by_digest = {
             d.token_sha256: Developer(d.name, budget_usd(d.budget_micro_usd, self.config)) for d in developers if d.revoked_at_ms is None
         }
+        self._by_token = {}  # a revoked one must be hashed, and missed, again
         self._budgets = {d.name: d.budget_usd for d in self._by_digest.values()}
         self._spent, self._month = spent, month
