@@ -99,8 +99,9 @@ class Server:
 
     def reload(self) -> None:
         """SIGHUP: take the config file's models (their prices and limits), aliases, secrets file and
-        log level; the rest of the config needs a restart. A file with problems changes nothing:
-        each problem is logged, one line each. Runs already going keep the model they started with."""
+        log level, and a team server rereads its developers; the rest of the config needs a restart.
+        A file with problems changes nothing: each problem is logged, one line each. Runs already
+        going keep the model they started with."""
         if self.team is not None:
             self.team.poke()  # `cursor-byok users` changed the developers
         source = self.config.source

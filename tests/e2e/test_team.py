@@ -230,6 +230,7 @@ async def test_a_turn_past_the_budget_ends_resource_exhausted_before_any_provide
     rows = json.loads(server.run_to_exit("users", "list", "--json").stdout)
     [dave] = [r for r in rows if r["name"] == "dave"]
     assert dave["budget_usd"] == pytest.approx(0.001) and dave["cost_this_month"] == pytest.approx(0.0045)
+    assert (dave["calls_this_month"], dave["input_tokens_this_month"], dave["output_tokens_this_month"]) == (1, 1000, 100)
 
 
 async def test_a_turn_resumed_after_a_crash_stays_its_developers(

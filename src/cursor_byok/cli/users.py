@@ -120,35 +120,38 @@ def cmd_users_budget(args: argparse.Namespace) -> int:
 
 
 def cmd_users_list(args: argparse.Namespace) -> int:
-    from ..team import budget_usd, month_start_ms, spending
+    from ..team import Spending, budget_usd, month_start_ms, spending
 
     cfg = load_config(args)
     if not cfg.database_path.exists():
         echo(f"no developers yet ({cfg.database_path} does not exist)")
         return 0
 
-    async def fetch(store: Any) -> tuple[list[Any], dict[str, float]]:
+    async def fetch(store: Any) -> tuple[list[Any], dict[str, Spending]]:
         return await store.list_developers(), await spending(store, cfg, month_start_ms())
 
     developers, spent = run_async(with_store(cfg, fetch))
-    rows = [
-        {
+    rows = []
+    for d in developers:
+        month = spent.get(d.name, Spending())
+        rows.append({
             "name": d.name, "created_at_ms": d.created_at_ms, "revoked_at_ms": d.revoked_at_ms,
-            "budget_usd": budget_usd(d.budget_micro_usd, cfg), "cost_this_month": spent.get(d.name, 0.0),
-        }
-        for d in developers
-    ]
+            "budget_usd": budget_usd(d.budget_micro_usd, cfg), "calls_this_month": month.calls,
+            "input_tokens_this_month": month.input_tokens, "output_tokens_this_month": month.output_tokens,
+            "cost_this_month": month.cost,
+        })
     if args.json:
         echo(json.dumps(rows, indent=2))
         return 0
     if not rows:
         echo("no developers (add one: cursor-byok users add NAME)")
         return 0
-    lines = [("NAME", "CREATED", "REVOKED", "BUDGET/MONTH", "COST THIS MONTH")]
+    lines = [("NAME", "CREATED", "REVOKED", "BUDGET/MONTH", "CALLS", "INPUT", "OUTPUT", "COST THIS MONTH")]
     for r in rows:
         lines.append((
             r["name"], _when(r["created_at_ms"]), _when(r["revoked_at_ms"]) if r["revoked_at_ms"] else "-",
-            f"${r['budget_usd']:,.2f}" if r["budget_usd"] else "no limit", f"${r['cost_this_month']:,.4f}",
+            f"${r['budget_usd']:,.2f}" if r["budget_usd"] else "no limit", str(r["calls_this_month"]),
+            f"{r['input_tokens_this_month']:,}", f"{r['output_tokens_this_month']:,}", f"${r['cost_this_month']:,.4f}",
         ))
     for line in table(lines):
         echo(line)

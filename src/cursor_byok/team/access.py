@@ -6,7 +6,8 @@ unknown token comes (a developer just added).
 A request's token is looked up by its SHA-256 in a dict: no stored secret is ever compared byte by
 byte with what a client sends, and the digest of a random 256-bit token tells a timing observer
 nothing about any token. A token found once is then looked up as sent (one dict read per request,
-no hash) until the next reread; unknown tokens are never kept. The store is read only off the
+no hash; the dict's own hash is keyed with the process's secret) until the next reread; unknown
+tokens are never kept. The store is read only off the
 request path.
 
 Spending is priced as `cursor-byok usage` prices it (the provider call records and the configured
@@ -57,12 +58,26 @@ def micro_usd(usd: float | None) -> int | None:
     return None if usd is None else round(usd * MICRO_USD)
 
 
-async def spending(store: Any, config: Config, since_ms: int) -> dict[str, float]:
-    """USD spent per developer since `since_ms`, as `usage --by user` shows it (unpriced calls count 0)."""
-    spent: dict[str, float] = {}
+@dataclass(slots=True)
+class Spending:
+    """One developer's provider calls over a time, summed over their models."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0  # USD; unpriced calls count 0
+
+
+async def spending(store: Any, config: Config, since_ms: int) -> dict[str, Spending]:
+    """Each developer's calls, tokens and cost since `since_ms`, as `usage --by user` counts them."""
+    spent: dict[str, Spending] = {}
     for row in await usage(store, config, since_ms=since_ms, by="user"):
         if row["group"]:
-            spent[row["group"]] = spent.get(row["group"], 0.0) + (row["cost"] or 0.0)
+            total = spent.setdefault(row["group"], Spending())
+            total.calls += row["calls"]
+            total.input_tokens += row["input_tokens"]
+            total.output_tokens += row["output_tokens"]
+            total.cost += row["cost"] or 0.0
     return spent
 
 
@@ -150,4 +165,4 @@ class TeamAccess:
         }
         self._by_token = {}  # a revoked one must be hashed, and missed, again
         self._budgets = {d.name: d.budget_usd for d in self._by_digest.values()}
-        self._spent, self._month = spent, month
+        self._spent, self._month = {name: s.cost for name, s in spent.items()}, month
