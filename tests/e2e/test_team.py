@@ -9,9 +9,8 @@ import hashlib
 import json
 import re
 import sqlite3
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, run_
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .test_crash_recovery import wait_until
+from .test_observability import wait_for
 
 MODEL = "byok-team"
 PRICE = "price = { input = 3.0, output = 15.0 }"
@@ -31,14 +31,20 @@ TOKEN_HEADER = "x-cursor-byok-token"
 CURSOR_BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.cursor-session.signature"
 
 
+def team_config(data_dir: Path, provider: FakeProviderServer, team: str = "", **fields: Any) -> ServerConfig:
+    """A team server with one priced model on the fake provider."""
+    return ServerConfig(
+        data_dir=data_dir,
+        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1", extra=PRICE)],
+        runsse_wait_seconds=1.5,
+        extra_toml=f"[team]\nenabled = true\n{team}",
+        **fields,
+    )
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, shared_provider: FakeProviderServer) -> Iterator[ServerProcess]:
-    config = ServerConfig(
-        data_dir=tmp_path_factory.mktemp("team") / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=shared_provider.url + "/v1", extra=PRICE)],
-        runsse_wait_seconds=1.5,
-        extra_toml="[team]\nenabled = true\nmonthly_budget_usd = 100.0\nrefresh_seconds = 0.5\n",
-    )
+    config = team_config(tmp_path_factory.mktemp("team") / "data", shared_provider, "monthly_budget_usd = 100.0\nrefresh_seconds = 0.5\n")
     with ServerProcess(config) as proc:
         yield proc
 
@@ -50,16 +56,6 @@ def add_user(server: ServerProcess, name: str, *extra: str) -> str:
     tokens = [line for line in done.stdout.splitlines() if re.fullmatch(r"[A-Za-z0-9_-]{40,}", line.strip())]
     assert len(tokens) == 1, done.stdout
     return tokens[0].strip()
-
-
-def wait_for(fetch: Callable[[], Any], ready: Callable[[Any], bool], timeout: float = 10.0) -> Any:
-    """Poll until `ready(value)`: records are written after the turn, off its path."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fetch()
-        if ready(value) or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def ide_of(server: ServerProcess, workspace: Path, token: str) -> ScriptedIDE:
@@ -238,13 +234,7 @@ async def test_a_turn_resumed_after_a_crash_stays_its_developers(
 ) -> None:
     """The server is SIGKILLed while a developer's turn waits for a tool result; after the restart
     the resumed run, and the provider call it makes, are still that developer's."""
-    config = ServerConfig(
-        data_dir=tmp_path / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1", extra=PRICE)],
-        runsse_wait_seconds=1.5,
-        extra_server={"recovery_wait_seconds": 5.0},
-        extra_toml="[team]\nenabled = true\n",
-    )
+    config = team_config(tmp_path / "data", provider, extra_server={"recovery_wait_seconds": 5.0})
     server = ServerProcess(config)
     token = add_user(server, "hank")
     server.start()
