@@ -277,3 +277,23 @@ async def test_a_turn_resumed_after_a_crash_stays_its_developers(
     calls = wait_for(rows, lambda r: any(tokens == 500 for tokens, _ in r))
     assert calls and [user for _, user in calls] == ["hank"] * len(calls), calls
     server.stop()
+
+
+async def test_with_the_servers_own_token_the_dashboard_and_metrics_are_the_operators(
+    tmp_path: Path, provider: FakeProviderServer, workspace: Path
+) -> None:
+    """Every developer's conversations and usage are on the dashboard: when the server has its own
+    auth token, only that token opens it and /metrics; a developer's token still runs turns."""
+    admin = "operator-" + "k" * 32
+    server = ServerProcess(team_config(tmp_path / "data", provider, extra_server={"auth_token_env": "TEAM_ADMIN"}), env={"TEAM_ADMIN": admin})
+    token = add_user(server, "ivy")
+    server.start()
+    try:
+        for path in ("/metrics", "/ui/api/usage?by=user", "/ui/"):
+            assert get(server, path, token).status_code == 403, path
+            assert get(server, path, admin).status_code == 200, path
+        provider.enqueue(OPENAI_CHAT.text(["hi ivy"]))
+        log = await one_turn(server, workspace, token)
+        assert log.terminal is None and log.text == "hi ivy"
+    finally:
+        server.stop()
