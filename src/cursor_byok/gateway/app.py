@@ -176,7 +176,7 @@ class Gateway:
         if refusal is UNKNOWN_DEVELOPER and self.guard.team is not None and await self.guard.team.learn():
             refusal = self.guard.check(scope, types)  # a developer added a moment ago is known now
         if refusal is None and (ui or metrics or root):
-            refusal = self.guard.exposed_refusal
+            refusal = self.guard.exposed_check(scope)
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
             return

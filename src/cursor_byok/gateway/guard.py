@@ -133,6 +133,11 @@ class RequestGuard:
         self._bearer = b"Bearer " + self._token
         self._path_prefix = f"{local_trust.TOKEN_PATH_PREFIX}{auth_token}/" if auth_token else ""
         self._seen_origins: set[bytes] = set()
+        # A team server with its own auth token: the dashboard and /metrics (every developer's
+        # conversations and usage) are the operator's, not any developer's.
+        self._operator_only = _refuse(
+            403, "permission_denied", "the dashboard and /metrics need the server's auth token (server.auth_token), not a developer's",
+        ) if self._team_mode and auth_token else None
         # The dashboard and /metrics show what the server did: beyond loopback, only with a token.
         self.exposed_refusal = None if self.requires_token or _is_loopback(config.server.host) else _refuse(
             403, "permission_denied",
@@ -186,6 +191,12 @@ class RequestGuard:
         if origin is not None:
             self._log_origin(origin, allowed=True)
         return None
+
+    def exposed_check(self, scope: Scope) -> Refusal | None:
+        """The dashboard, /metrics and the root page, past `check`: who may see what the server did."""
+        if self.exposed_refusal is not None:
+            return self.exposed_refusal
+        return self._operator_only if self._operator_only is not None and developer_of(scope) is not None else None
 
     def from_proxy(self, scope: Scope) -> bool:
         """Whether the request carries our proxy's mark (it came from Cursor through the proxy)."""
