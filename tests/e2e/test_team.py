@@ -165,6 +165,16 @@ async def test_two_developers_usage_is_kept_apart(server: ServerProcess, provide
     cost = re.search(r'^cursor_byok_cost_usd_total\{[^}]*user="bob"[^}]*\} (\S+)$', text, re.M)
     assert cost is not None and float(cost.group(1)) == pytest.approx(rows["bob"]["cost"])
 
+    # Keys stay on the server: nothing a developer was sent holds any of the provider key.
+    key = server.env()["CURSOR_BYOK_TEST_KEY"]
+    seen = [log.raw.decode("latin-1"), text, json.dumps(api), get(server, "/ui/api/models", bob).text]
+    seen += [get(server, f"/ui/api/{path}", alice).text for path in ("overview", "conversations", "live")]
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as client:
+        models = await client.post("/aiserver.v1.AiService/AvailableModels", content=b"", headers={TOKEN_HEADER: alice, "content-type": "application/proto"})
+    assert models.status_code == 200 and MODEL.encode() in models.content
+    seen.append(models.content.decode("latin-1"))
+    assert key and all(key not in part for part in seen)
+
     # The same records in the database, each with its developer.
     db = sqlite3.connect(f"file:{server.config.data_dir / 'state.db'}?mode=ro", uri=True)
     try:
