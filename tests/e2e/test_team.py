@@ -307,3 +307,37 @@ async def test_with_the_servers_own_token_the_dashboard_and_metrics_are_the_oper
         assert log.terminal is None and log.text == "hi ivy"
     finally:
         server.stop()
+
+
+async def test_a_developer_cannot_read_or_append_to_anothers_stream(
+    server: ServerProcess, provider: FakeProviderServer, workspace: Path
+) -> None:
+    owner, other = add_user(server, "judy"), add_user(server, "ken")
+    (workspace / "a.txt").write_text("ALPHA\n")
+    provider.enqueue(
+        OPENAI_CHAT.tool_calls([CallSpec("call_a", "Read", [json.dumps({"path": str(workspace / "a.txt")})])]),
+        OPENAI_CHAT.text(["judy's answer"]),
+    )
+    ide, intruder = ide_of(server, workspace, owner), ide_of(server, workspace, other)
+    ide.hold_execs = True
+    request_id = uuid.uuid4().hex
+    try:
+        log = StreamLog()
+        reader = asyncio.create_task(ide.stream(request_id, log))
+        assert (await ide.append(request_id, run_request("read it", model=MODEL, conversation_id=uuid.uuid4().hex))).status_code == 200
+        await wait_until(lambda: len(ide.held) == 1)
+
+        stolen = StreamLog()
+        await asyncio.wait_for(intruder.stream(request_id, stolen), 10)
+        assert stolen.terminal is not None and stolen.terminal.code == "not_found" and "judy" not in stolen.raw.decode("latin-1")
+        [reply] = ide.execute(ide.held[0][1])
+        refused = await intruder.append(request_id, reply, seqno=1)
+        assert refused.status_code == 403 and refused.json()["code"] == "permission_denied", refused.text
+
+        for message in ide.execute(ide.held[0][1]):
+            assert (await ide.append(request_id, message)).status_code == 200
+        await asyncio.wait_for(reader, 20)
+    finally:
+        await ide.close()
+        await intruder.close()
+    assert log.terminal is None and log.text == "judy's answer"
