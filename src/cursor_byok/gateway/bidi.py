@@ -34,6 +34,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         deadline = Deadline.of(headers.timeout_ms)
         body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
+        check_theirs(gw, append.request_id, scope)
         # From each resolve to the hand-over below nothing awaits: the checks see the binding it found.
         durable: asyncio.Future[Any] | None = None  # its journal row, when its seqno 0 took it along
         if append.append_seqno == 0:
@@ -166,6 +167,16 @@ def deliver_local(
             except (ConnectError, HotPathError) as exc:  # its own request's answer
                 early.error = exc
     return durable
+
+
+def check_theirs(gw: Gateway, request_id: str, scope: Scope) -> None:
+    """On a team server, a run stream is its developer's alone: permission_denied (before anything
+    is allocated) for a request from another."""
+    if gw.guard.team is None:
+        return  # a single-user server: nothing to look up
+    stream = gw.conversations.hub.get(request_id)
+    if stream is not None and stream.developer not in (None, developer_of(scope)):
+        raise ConnectError("permission_denied", f"request {request_id} is another developer's run")
 
 
 def _parent_ref(gw: Gateway, parent_request_id: str | None, tool_call_id: str | None) -> ParentConversationRef | None:

@@ -24,7 +24,7 @@ from ..protocol import (
     SERVER_HEARTBEAT_FRAME, ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers,
 )
 from .asgi import Receive, Scope, Send
-from .bidi import _parent_ref, _seqno0_transport, deliver_local
+from .bidi import _parent_ref, _seqno0_transport, check_theirs, deliver_local
 from .deadline import Deadline
 from .guard import developer_of
 from .stream import SHUTTING_DOWN, end_at_deadline, only_terminal, relay
@@ -111,6 +111,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         if raw is None:
             raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")
         first = client_message(request_id, 0, raw)
+        check_theirs(gw, request_id, scope)
         transport = _seqno0_transport(gw, first)
         if transport.route is Route.UPSTREAM:
             await gw.upstream.relay_stream(scope, send, raw, frames.next)
