@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import Config
 from .common import CommandError, echo, load_config, run_async, table
-from .conversations import with_store
+from .conversations import database_exists, with_store
 
 # A name is a label in /metrics and in `usage`: short, printable, no spaces.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
@@ -123,7 +123,7 @@ def cmd_users_list(args: argparse.Namespace) -> int:
     from ..team import Spending, budget_usd, month_start_ms, spending
 
     cfg = load_config(args)
-    if not cfg.database_path.exists():
+    if not database_exists(cfg):
         echo(f"no developers yet ({cfg.database_path} does not exist)")
         return 0
 
