@@ -144,7 +144,7 @@ class Server:
         period = sweep_seconds(config.server)
         self.supervisor.start("sweeper", lambda: _every(period, gateway.sweep))
         self.supervisor.start("provider-warmth", self.providers.keep_warm)
-        ages = config.retention.ages_ms()
+        ages = config.retention_ages_ms()
         self.supervisor.start(
             "retention", lambda: keep_retention(self.store, ages, first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS)
         )

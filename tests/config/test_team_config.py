@@ -21,3 +21,11 @@ def test_team_problems_name_the_key(team: dict[str, object], extra: dict[str, ob
     with pytest.raises(ConfigError) as caught:
         parse({"team": team, **extra})
     assert any(says in problem for problem in caught.value.problems), caught.value.problems
+
+
+def test_a_team_server_keeps_provider_call_records_a_month_at_least() -> None:
+    day = 86_400_000
+    assert parse({}).retention_ages_ms()["calls"] == 30 * day
+    assert parse({"team": {"enabled": True}}).retention_ages_ms()["calls"] == 32 * day
+    assert parse({"team": {"enabled": True}, "retention": {"calls_days": 90}}).retention_ages_ms()["calls"] == 90 * day
+    assert parse({"team": {"enabled": True}, "retention": {"calls_days": 0}}).retention_ages_ms()["calls"] == 0  # forever
