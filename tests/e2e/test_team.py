@@ -326,6 +326,8 @@ async def test_a_developer_cannot_read_or_append_to_anothers_stream(
         reader = asyncio.create_task(ide.stream(request_id, log))
         assert (await ide.append(request_id, run_request("read it", model=MODEL, conversation_id=uuid.uuid4().hex))).status_code == 200
         await wait_until(lambda: len(ide.held) == 1)
+        live = get(server, "/ui/api/live", owner).json()["runs"]
+        assert [run["user"] for run in live] == ["judy"], live  # the dashboard's live runs
 
         stolen = StreamLog()
         await asyncio.wait_for(intruder.stream(request_id, stolen), 10)

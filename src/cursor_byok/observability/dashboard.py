@@ -142,6 +142,7 @@ class Dashboard:
                 "run_id": run.run_id,
                 "trace_id": run.trace_id,
                 "model_id": run.model.id if run.model is not None else run.requested_model,
+                "user": run.developer,  # a team server's developer
                 "phase": run.phases[-1][0] if run.phases else "",
                 "started_at_ms": run.started_ms,
                 "elapsed_ms": now_ms - run.started_ms,

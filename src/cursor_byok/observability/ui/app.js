@@ -188,10 +188,10 @@ async function live() {
     h("h1", {}, "Live runs"),
     h("div", {class: "cards"}, card("Runs in progress", l.runs.length), card("Active conversations", l.active_conversations), card("Open RunSSE streams", l.open_streams)),
     l.runs.length
-      ? table([["Conversation"], ["Model"], ["Phase"], ["Elapsed", "num"], ["Calls", "num"], ["Tool calls", "num"], ["Output", "num"]],
+      ? table([["Conversation"], ["Developer"], ["Model"], ["Phase"], ["Elapsed", "num"], ["Calls", "num"], ["Tool calls", "num"], ["Output", "num"]],
         l.runs.map((r) => h("tr", {},
           h("td", {class: "mono"}, h("a", {href: "#/conversation/" + encodeURIComponent(r.conversation_id)}, r.conversation_id.slice(0, 12))),
-          h("td", {}, r.model_id), h("td", {}, r.phase), h("td", {class: "num"}, fmt.ms(r.elapsed_ms)),
+          h("td", {}, r.user || "-"), h("td", {}, r.model_id), h("td", {}, r.phase), h("td", {class: "num"}, fmt.ms(r.elapsed_ms)),
           h("td", {class: "num"}, r.calls), h("td", {class: "num"}, r.tool_calls), h("td", {class: "num"}, fmt.int(r.output_tokens)))))
       : h("p", {class: "muted"}, "No run in progress."));
 }
