@@ -136,7 +136,11 @@ class TeamAccess:
         if loop.time() - self._learned_at < LEARN_SPACING_SECONDS:
             return False
         self._learned_at = loop.time()
-        await self.refresh()
+        try:
+            await self.refresh()
+        except Exception as exc:  # noqa: BLE001 - the request is refused as unknown; the log says why
+            log.warning("team developers not reread: %s", exc)
+            return False
         return True
 
     def poke(self) -> None:
