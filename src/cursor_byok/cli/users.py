@@ -114,8 +114,8 @@ def cmd_users_budget(args: argparse.Namespace) -> int:
         await store.set_developer_budget(args.name, micro_usd(usd))
 
     _write(cfg, budget)
-    shown = f"${cfg.team.monthly_budget_usd:,.2f} (the default)" if usd is None else f"${usd:,.2f}"
-    echo(f"developer {args.name}: monthly budget {shown}" + (" (no limit)" if (usd if usd is not None else cfg.team.monthly_budget_usd) == 0 else ""))
+    limit = cfg.team.monthly_budget_usd if usd is None else usd
+    echo(f"developer {args.name}: monthly budget {_budget(limit)}" + (" (the config's default)" if usd is None else ""))
     return 0
 
 
@@ -150,12 +150,16 @@ def cmd_users_list(args: argparse.Namespace) -> int:
     for r in rows:
         lines.append((
             r["name"], _when(r["created_at_ms"]), _when(r["revoked_at_ms"]) if r["revoked_at_ms"] else "-",
-            f"${r['budget_usd']:,.2f}" if r["budget_usd"] else "no limit", str(r["calls_this_month"]),
+            _budget(r["budget_usd"]), str(r["calls_this_month"]),
             f"{r['input_tokens_this_month']:,}", f"{r['output_tokens_this_month']:,}", f"${r['cost_this_month']:,.4f}",
         ))
     for line in table(lines):
         echo(line)
     return 0
+
+
+def _budget(usd: float) -> str:
+    return f"${usd:,.4f}" if usd else "no limit"
 
 
 def _when(ms: int) -> str:
