@@ -174,7 +174,7 @@ async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = 
     try:
         server.gateway.capture = sync_capture(None, config)[0]  # off: one failed open; on: a writer thread starts
         if server.team is not None:
-            await server.team.refresh()  # before the first request: its developer is known
+            await server.team.try_refresh()  # before the first request: its developer is known
         await server.gateway.conversations.restore()
         await server.gateway.resume_journaled()
         server.services.begin_serving()

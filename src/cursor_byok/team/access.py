@@ -136,9 +136,14 @@ class TeamAccess:
         if loop.time() - self._learned_at < LEARN_SPACING_SECONDS:
             return False
         self._learned_at = loop.time()
+        return await self.try_refresh()
+
+    async def try_refresh(self) -> bool:
+        """`refresh`, whose failure is logged (the last view stays until a reread succeeds: a
+        start, a request or the refresh loop never fails for it); whether it succeeded."""
         try:
             await self.refresh()
-        except Exception as exc:  # noqa: BLE001 - the request is refused as unknown; the log says why
+        except Exception as exc:  # noqa: BLE001 - see above
             log.warning("team developers not reread: %s", exc)
             return False
         return True
@@ -148,17 +153,14 @@ class TeamAccess:
         self._poked.set()
 
     async def keep_fresh(self) -> None:
-        """Reread every `team.refresh_seconds`, and when poked (supervised: a failed reread is
-        logged, the next tries again)."""
+        """Reread every `team.refresh_seconds`, and when poked (a failed reread is logged, the
+        next tries again)."""
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.team.refresh_seconds):
                     await self._poked.wait()
             self._poked.clear()
-            try:
-                await self.refresh()
-            except Exception as exc:  # noqa: BLE001 - the last view stays until a reread succeeds
-                log.warning("team developers not reread: %s", exc)
+            await self.try_refresh()
 
     async def _reread(self) -> None:
         month = month_start_ms()
