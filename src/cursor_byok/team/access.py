@@ -25,7 +25,7 @@ from typing import Any
 
 from ..config import Config
 from ..observability import usage
-from ..protocol import ConnectError
+from ..protocol import ConnectError, provider_error
 from .tokens import token_digest
 
 log = logging.getLogger("cursor_byok.team")
@@ -117,11 +117,14 @@ class TeamAccess:
         spent = self._spent.get(name, 0.0) if self._month == month_start_ms() else 0.0
         if budget <= 0 or spent < budget:
             return None
-        return ConnectError(
-            "resource_exhausted",
+        # With the details the IDE shows a provider's refusal by (its text, not a generic failure),
+        # as a provider's rate limit ends a run; never retryable: a retry is refused the same way.
+        shown = provider_error(
             f"developer {name!r} has used ${spent:,.4f} of a ${budget:,.4f} monthly budget this month; "
             f"the team's admin can raise it (cursor-byok users budget {name} USD)",
+            retryable=False,
         )
+        return ConnectError("resource_exhausted", shown.message, shown.details)
 
     async def refresh(self) -> None:
         """Reread the developers and this month's spending (one at a time; a caller during a
