@@ -225,6 +225,8 @@ async def test_a_turn_past_the_budget_ends_resource_exhausted_before_any_provide
     log = await one_turn(server, workspace, token, "more")
     assert log.terminal is not None and log.terminal.code == "resource_exhausted", log.terminal
     assert "budget" in log.terminal.message and "dave" in log.terminal.message
+    [details] = log.terminal.details  # what the IDE shows the text by; a retry is refused the same way
+    assert details.is_retryable is False and "monthly budget" in details.detail
     assert provider.requests == []
 
     # Another developer under the default budget goes on.
