@@ -131,3 +131,5 @@ def test_what_the_first_turn_imports_on_first_use_is_imported_once_the_server_is
     )
     assert "cursor_byok.gateway.app" in loaded
     assert among(loaded, NOT_AT_START) == ["prometheus_client"]
+    # The PostgreSQL backend only where a [store] url asks for it: the local server never loads it.
+    assert among(loaded, ("psycopg", "cursor_byok.store.postgres")) == []

@@ -41,7 +41,8 @@ INTEGRITY_CHECK_SECONDS = 60.0  # a check not done by then (a huge file on a slo
 
 
 async def _open_store(config: Config) -> Any:
-    return await Store.open(config.database_path)
+    """The embedded SQLite file in the data dir, or the PostgreSQL database of `[store] url`."""
+    return await Store.open(config.store_location)
 
 
 class Server:
@@ -135,7 +136,7 @@ class Server:
         await _closing("the conversations", self.gateway.conversations.shutdown("server shutting down"))
         await _closing("the upstream client", self.http.aclose())
         await _closing("the provider client", self.provider_http.aclose())
-        await _closing(f"the database {self.config.database_path}", self.store.close())
+        await _closing(f"the database {self.store.location}", self.store.close())
         if self.gateway.capture is not None:  # the requests have ended (or been cut): write what they left
             await _closing("the capture", asyncio.to_thread(self.gateway.capture.stop, 0.0))
 
@@ -148,7 +149,8 @@ class Server:
         self.supervisor.start(
             "retention", lambda: keep_retention(self.store, ages, first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS)
         )
-        self.supervisor.start("integrity-check", self._check_integrity)
+        if config.embedded_store:  # a PostgreSQL server checks its own pages
+            self.supervisor.start("integrity-check", self._check_integrity)
         if self.team is not None:
             self.supervisor.start("team-access", self.team.keep_fresh)
 

@@ -16,7 +16,6 @@ import contextlib
 import os
 import random
 import signal
-import sqlite3
 import statistics
 import time
 import uuid
@@ -29,6 +28,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
 from tests.harness.ide import BIDI_APPEND, ScriptedIDE, StreamLog, append_body, heartbeat_message, run_request
 from tests.harness.server import ServerConfig, ServerProcess
+from tests.harness.stored import stored_rows
 
 from .test_crash_recovery import wait_until
 
@@ -160,15 +160,13 @@ async def act(rng: random.Random, ide: ScriptedIDE, stream: Stream, exec_request
         stream.answered = True
 
 
-def check_after_stop(database: Path, ide: ScriptedIDE, stream: Stream, figures: Figures) -> None:
+def check_after_stop(config: ServerConfig, ide: ScriptedIDE, stream: Stream, figures: Figures) -> None:
     """With the server down: what was acknowledged is durable, nothing refused was kept."""
-    with contextlib.closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as conn:
-        rows = {seqno: message for seqno, message in conn.execute(
-            "SELECT seqno, message FROM inbound_appends WHERE request_id = ?", (stream.request_id,))}
-        payloads = b"".join(p for (p,) in conn.execute(
-            "SELECT payload FROM history_events WHERE conversation_id = ?", (stream.conversation_id,)))
-        quarantined = conn.execute("SELECT COUNT(*) FROM quarantined_appends").fetchone()[0]
-    assert quarantined == 0
+    rows = {seqno: bytes(message) if message is not None else None for seqno, message in stored_rows(
+        config, "SELECT seqno, message FROM inbound_appends WHERE request_id = ?", (stream.request_id,))}
+    payloads = b"".join(bytes(p) for (p,) in stored_rows(
+        config, "SELECT payload FROM history_events WHERE conversation_id = ?", (stream.conversation_id,)))
+    assert stored_rows(config, "SELECT COUNT(*) FROM quarantined_appends") == [(0,)]
     settled = max((s for s, m in rows.items() if m is None), default=0)
     if not (stream.answered and stream.marker.encode() in payloads):  # else its input had its effect
         for seqno, message in stream.acked(ide).items():
@@ -234,7 +232,7 @@ async def restart_fuzz(config: ServerConfig, provider: FakeProviderServer, works
                     await reader
             finally:
                 await ide.close()
-            check_after_stop(config.data_dir / "state.db", ide, stream, figures)
+            check_after_stop(config, ide, stream, figures)
             began = time.monotonic()
             server.start()
             figures.start_seconds.append(time.monotonic() - began)

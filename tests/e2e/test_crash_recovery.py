@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sqlite3
 import threading
 import uuid
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, RecordedRequest, Reply
 from tests.harness.ide import ScriptedIDE, StreamLog, cancel_message, gauge_reaches, run_request
+from tests.harness.stored import history_holds, writes_held
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, one_model_config
 
 MODEL = "byok-crash"
@@ -42,20 +42,14 @@ async def wait_until(predicate, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def history_holds(config: ServerConfig, needle: bytes) -> bool:
-    """Some committed history event's payload holds `needle` (the database as it is now)."""
-    database = (config.state_dir or config.data_dir) / "state.db"
-    with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as conn:
-        return conn.execute("SELECT 1 FROM history_events WHERE instr(payload, ?) > 0 LIMIT 1", (needle,)).fetchone() is not None
-
-
 def texts(body: dict) -> list[str]:
     return [json.dumps(m, sort_keys=True) for m in body["messages"]]
 
 
 @pytest.fixture
-def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return one_model_config(tmp_path / "data", provider.url, MODEL)
+def config(tmp_path: Path, provider: FakeProviderServer, store_url: str) -> ServerConfig:
+    """On both store backends: SIGKILL and restart lose nothing acknowledged on PostgreSQL too."""
+    return one_model_config(tmp_path / "data", provider.url, MODEL, store_url=store_url)
 
 
 async def first_turn(ide: ScriptedIDE, provider: FakeProviderServer, conv: str) -> StreamLog:
@@ -206,15 +200,13 @@ async def test_the_ide_hears_a_turn_ended_only_once_its_answer_is_saved(config: 
             reader = asyncio.create_task(ide.stream(rid, log))
             await ide.append(rid, run_request(question, model=MODEL, conversation_id=conv, message_id=question))
             await wait_until(held.arrived.is_set)
-            with contextlib.closing(sqlite3.connect(config.data_dir / "state.db", isolation_level=None)) as lock:
-                lock.execute("BEGIN IMMEDIATE")
+            with writes_held(config):
                 held.go.set()
                 await wait_until(lambda: "step_completed" in log.kinds())  # the model's answer is complete
                 await asyncio.sleep(0.5)  # time for a frame the server must not send yet
                 assert "turn_ended" not in log.kinds()
                 if kill:
                     server.kill()
-                lock.execute("ROLLBACK")
             await asyncio.wait_for(reader, 15)
             if kill:  # the IDE was not told the turn ended; the restarted server goes on without the answer
                 assert log.terminals == 0

@@ -8,8 +8,6 @@ got no 200) and, when the server has no run for that request id, retry the turn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 import uuid
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
+from tests.harness.stored import stored_rows
 
 from .test_crash_recovery import resume_request, wait_until
 
@@ -26,9 +25,10 @@ MODEL = "byok-crash"  # the model resume_request asks for
 
 
 @pytest.fixture
-def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
+def config(tmp_path: Path, provider: FakeProviderServer, store_url: str) -> ServerConfig:
+    """On both store backends: the journal keeps what was acknowledged across a crash on PostgreSQL too."""
     extra = {"blob_ack_timeout_seconds": 1.0, "recovery_wait_seconds": RECOVERY_WAIT}
-    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server=extra)
+    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server=extra, store_url=store_url)
 
 
 RECOVERY_WAIT = 3.0  # how long a resumed run waits for the IDE to come back
@@ -228,10 +228,8 @@ async def test_a_graceful_stop_keeps_what_a_cut_batch_was_sent(config: ServerCon
 
 def journal_rows(config: ServerConfig, request_id: str) -> list[tuple[int, bool]]:
     """(seqno, message kept) of the request id's journaled appends, as the database holds them now."""
-    database = (config.state_dir or config.data_dir) / "state.db"
-    with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as conn:
-        rows = conn.execute("SELECT seqno, message IS NOT NULL FROM inbound_appends WHERE request_id = ? ORDER BY seqno", (request_id,))
-        return [(seqno, bool(kept)) for seqno, kept in rows]
+    rows = stored_rows(config, "SELECT seqno, message IS NOT NULL FROM inbound_appends WHERE request_id = ? ORDER BY seqno", (request_id,))
+    return [(seqno, bool(kept)) for seqno, kept in rows]
 
 
 async def test_the_journal_holds_only_what_is_in_flight(config: ServerConfig, provider: FakeProviderServer, workspace: Path) -> None:

@@ -7,8 +7,6 @@ appended to it would be journaled), sends what the server must refuse, stops the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 import uuid
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from cursor_byok.protocol import agent_pb2 as pb
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import ScriptedIDE, StreamLog, heartbeat_message, run_request
 from tests.harness.server import ServerConfig, ServerProcess, one_model_config
+from tests.harness.stored import change_stored, stored_rows
 
 from .restart_fuzz import stop
 from .test_crash_recovery import wait_until
@@ -27,8 +26,9 @@ MODEL = "byok-crash"
 
 
 @pytest.fixture
-def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server={"recovery_wait_seconds": 1.0})
+def config(tmp_path: Path, provider: FakeProviderServer, store_url: str) -> ServerConfig:
+    """On both store backends: refused input is never kept, and a start never fails because of stored data."""
+    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server={"recovery_wait_seconds": 1.0}, store_url=store_url)
 
 
 async def a_held_read(server: ServerProcess, provider: FakeProviderServer, workspace: Path) -> tuple[ScriptedIDE, str, pb.ExecServerMessage, asyncio.Task[StreamLog]]:
@@ -100,12 +100,13 @@ async def test_a_seqno_reused_with_other_content_is_refused_naming_it(
         server.stop()
 
 
-def damage_history(database: Path) -> None:
+def damage_history(config: ServerConfig) -> None:
     """A stored history row this version cannot read (written by hand, or by a newer version)."""
-    with contextlib.closing(sqlite3.connect(database)) as conn:
-        conn.execute("DROP TRIGGER history_events_no_update")
-        conn.execute("UPDATE history_events SET kind = 'from-the-future'")
-        conn.commit()
+    change_stored(
+        config,
+        sqlite=["DROP TRIGGER history_events_no_update", "UPDATE history_events SET kind = 'from-the-future'"],
+        postgres=["DROP TRIGGER history_events_no_update ON history_events", "UPDATE history_events SET kind = 'from-the-future'"],
+    )
 
 
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
@@ -117,7 +118,7 @@ async def test_a_journaled_stream_that_cannot_be_resumed_is_quarantined_and_the_
     try:
         stop(server, how)
         await asyncio.wait_for(reader, 10)
-        damage_history(config.data_dir / "state.db")
+        damage_history(config)
         server.start()
         await a_new_turn_is_served(server, provider, workspace)
         doctor = server.run_to_exit("doctor")
@@ -127,9 +128,8 @@ async def test_a_journaled_stream_that_cannot_be_resumed_is_quarantined_and_the_
         server.stop()
     warnings = [line for line in server.log().splitlines() if "quarantined" in line and " WARNING " in line]
     assert len(warnings) == 1 and rid in warnings[0], server.log()
-    with contextlib.closing(sqlite3.connect(config.data_dir / "state.db")) as conn:
-        (named,) = conn.execute("SELECT DISTINCT conversation_id FROM quarantined_appends WHERE request_id = ?", (rid,)).fetchone()
-        assert conn.execute("SELECT COUNT(*) FROM inbound_appends WHERE request_id = ?", (rid,)).fetchone() == (0,)
+    [(named,)] = stored_rows(config, "SELECT DISTINCT conversation_id FROM quarantined_appends WHERE request_id = ?", (rid,))
+    assert stored_rows(config, "SELECT COUNT(*) FROM inbound_appends WHERE request_id = ?", (rid,)) == [(0,)]
     assert named and named in warnings[0]
     assert named in doctor.stdout and "quarantined" in doctor.stdout, doctor.stdout
     assert named in stats.stdout and "quarantined" in stats.stdout, stats.stdout

@@ -13,9 +13,11 @@ from .restart_fuzz import MODEL, restart_fuzz
 
 
 @pytest.fixture
-def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    # A resumed run nobody comes back for ends soon: streams of earlier cycles do not pile up.
-    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server={"recovery_wait_seconds": 1.0, "blob_ack_timeout_seconds": 1.0})
+def config(tmp_path: Path, provider: FakeProviderServer, store_url: str) -> ServerConfig:
+    """On both store backends. A resumed run nobody comes back for ends soon: streams of earlier
+    cycles do not pile up."""
+    extra = {"recovery_wait_seconds": 1.0, "blob_ack_timeout_seconds": 1.0}
+    return one_model_config(tmp_path / "data", provider.url, MODEL, extra_server=extra, store_url=store_url)
 
 
 def check(figures) -> None:  # noqa: ANN001 - Figures

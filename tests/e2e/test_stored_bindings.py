@@ -17,8 +17,9 @@ MODEL = "byok-bindings"
 
 
 @pytest.fixture
-def config(tmp_path: Path, provider: FakeProviderServer) -> ServerConfig:
-    return one_model_config(tmp_path / "data", provider.url, MODEL)
+def config(tmp_path: Path, provider: FakeProviderServer, store_url: str) -> ServerConfig:
+    """On both store backends: bindings stored before a restart hold after it."""
+    return one_model_config(tmp_path / "data", provider.url, MODEL, store_url=store_url)
 
 
 async def one_turn(server: ServerProcess, workspace: Path, rid: str, conv: str | None, text: str) -> None:

@@ -61,7 +61,8 @@ class PostgresCluster:
     _names: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     @classmethod
-    def start(cls) -> PostgresCluster:
+    def start(cls, *, fsync: bool = False) -> PostgresCluster:
+        """`fsync`: commits reach the disk as on a real server (benchmarks); off for the tests."""
         bin_dir = postgres_bin_dir()
         user = _run_as()
         # Not under pytest's tmp dirs: those are 0700 root's, which the `postgres` user cannot enter.
@@ -80,7 +81,8 @@ class PostgresCluster:
                 f"-c listen_addresses=127.0.0.1 -c port={cluster.port} -c unix_socket_directories={root} "
                 # A throwaway cluster: durability is the store's promise to the server, not the test
                 # cluster's to the machine; fsync off keeps a suite of small databases fast.
-                "-c fsync=off -c synchronous_commit=on -c full_page_writes=off -c max_connections=200"
+                + ("" if fsync else "-c fsync=off -c full_page_writes=off ")
+                + "-c synchronous_commit=on -c max_connections=200"
             )
             cluster._pg("pg_ctl", "-D", str(root / "data"), "-l", str(root / "log"), "-o", options, "-w", "-t", "60", "start")
         except BaseException:

@@ -79,6 +79,7 @@ class ServerConfig:
     # the log): e.g. a file system mounted for one test.
     state_dir: Path | None = None
     extra_toml: str = ""  # more tables, after the models (e.g. an [observability] table)
+    store_url: str = ""  # a PostgreSQL database ([store] url); empty: the SQLite file in the state dir
 
     def toml(self, port: int) -> str:
         lines = [
@@ -94,6 +95,8 @@ class ServerConfig:
         for k, v in self.extra_server.items():
             lines.append(f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"')
         lines += ["", "[upstream]", f'base_url = "{self.upstream}"', ""]
+        if self.store_url:
+            lines += ["[store]", f'url = "{self.store_url}"', ""]
         for m in self.models:
             lines += [
                 "[[models]]",

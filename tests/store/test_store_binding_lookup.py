@@ -11,6 +11,10 @@ import pytest
 
 from cursor_byok.store import Store
 
+# The loop reads the binding itself on the embedded store; a PostgreSQL read is a network round trip
+# and always goes to the reader thread.
+pytestmark = pytest.mark.embedded_only("the event loop reads bindings itself on SQLite only")
+
 
 def answered_at_once(lookup: Coroutine[Any, Any, str | None]) -> str | None:
     """The lookup's answer, if it has one without waiting for anything (else the test fails)."""

@@ -70,14 +70,14 @@ async def test_concurrent_binds_cannot_both_succeed(store: Store, conversation) 
     assert set(accepted) == {winner}
 
 
-async def test_bindings_survive_restart_and_still_conflict(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_bindings_survive_restart_and_still_conflict(store_location: Path | str, conversation) -> None:
+    store = await Store.open(store_location)
     store.upsert_conversation(conversation("a"))
     store.upsert_conversation(conversation("b"))
     store.bind_request("r1", "a")
     await store.close()
 
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         assert store.bound_conversation("r1") is None  # nothing is loaded at start
         assert await store.lookup_conversation("r1") == "a"
@@ -90,8 +90,8 @@ async def test_bindings_survive_restart_and_still_conflict(db_path: Path, conver
         await store.close()
 
 
-async def test_a_binding_memory_no_longer_holds_still_conflicts(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path, binding_cache=2)
+async def test_a_binding_memory_no_longer_holds_still_conflicts(store_location: Path | str, conversation) -> None:
+    store = await Store.open(store_location, binding_cache=2)
     try:
         for cid in ("a", "b"):
             store.upsert_conversation(conversation(cid))
@@ -117,8 +117,8 @@ async def test_a_binding_memory_no_longer_holds_still_conflicts(db_path: Path, c
         await store.close()
 
 
-async def test_memory_holds_a_bounded_number_of_bindings(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path, binding_cache=8)
+async def test_memory_holds_a_bounded_number_of_bindings(store_location: Path | str, conversation) -> None:
+    store = await Store.open(store_location, binding_cache=8)
     try:
         store.upsert_conversation(conversation("a"))
         for n in range(100):

@@ -26,12 +26,12 @@ async def test_calls_round_trip_and_sum_by_model_and_bucket(store: Store) -> Non
     assert [(b.start_ms, b.calls, b.errors) for b in buckets] == [(0, 2, 1), (3_600_000, 1, 0)]
 
 
-async def test_retention_prunes_call_records_by_age(store: Store, raw_db) -> None:
+async def test_retention_prunes_call_records_by_age(store: Store, committed) -> None:
     for i in range(5):
         store.record_call(call(f"t{i}", 1, i * 1000))
     await store.flush()
     assert await store.apply_retention({Retained.CALLS: 2500}, 4000) == {Retained.CALLS: 2}
-    assert [t for (t,) in raw_db().execute("SELECT trace_id FROM provider_calls ORDER BY trace_id")] == ["t2", "t3", "t4"]
+    assert [t for (t,) in committed("SELECT trace_id FROM provider_calls ORDER BY trace_id")] == ["t2", "t3", "t4"]
 
 
 async def test_conversation_pages_follow_the_cursor(store: Store) -> None:

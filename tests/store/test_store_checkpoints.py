@@ -28,15 +28,15 @@ async def test_checkpoint_covers_the_events_queued_before_it(store: Store, conve
     assert await store.latest_checkpoint("other") is None
 
 
-async def test_resume_from_latest_checkpoint_after_restart(db_path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_resume_from_latest_checkpoint_after_restart(store_location, conversation) -> None:
+    store = await Store.open(store_location)
     store.upsert_conversation(conversation("c"))
     store.append_events("c", [_ev("e1"), _ev("e2")])
     store.put_checkpoint("c", b"state@2", kind="step")
     store.append_events("c", [_ev("e3"), _ev("e4")])  # after the last checkpoint
     await store.close()
 
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         checkpoint = await store.latest_checkpoint("c")
         assert (checkpoint.state, checkpoint.through_event_seq) == (b"state@2", 2)

@@ -23,14 +23,14 @@ from cursor_byok.store import (
 PARENT = ParentRef("parent-conv", "parent-run", "tool-call-7")
 
 
-async def test_parent_triple_round_trips_exactly(db_path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_parent_triple_round_trips_exactly(store_location, conversation) -> None:
+    store = await Store.open(store_location)
     child = conversation("child", parent=PARENT, model_id="byok-sonnet", mode="agent", title="Sub")
     store.upsert_conversation(conversation("root"))
     store.upsert_conversation(child)
     await store.close()
 
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         assert await store.get_conversation("child") == child
         root = await store.get_conversation("root")

@@ -49,7 +49,7 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
 
-async def _run_and_kill(db_path: Path, generation: int, kill_after: int) -> list[tuple[str, str]]:
+async def _run_and_kill(db_path: Path | str, generation: int, kill_after: int) -> list[tuple[str, str]]:
     env = dict(os.environ)
     src = str(Path(cursor_byok.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
@@ -78,8 +78,8 @@ async def _run_and_kill(db_path: Path, generation: int, kill_after: int) -> list
     return acknowledged
 
 
-async def test_acknowledged_events_survive_sigkill(db_path: Path) -> None:
-    await _crash_and_verify(db_path, generations=2, seed=7)  # crash, restart and crash again
+async def test_acknowledged_events_survive_sigkill(store_location: Path | str) -> None:
+    await _crash_and_verify(store_location, generations=2, seed=7)  # crash, restart and crash again
 
 
 @pytest.mark.soak
@@ -87,7 +87,7 @@ async def test_acknowledged_events_survive_repeated_sigkill(db_path: Path) -> No
     await _crash_and_verify(db_path, generations=12, seed=11)
 
 
-async def _crash_and_verify(db_path: Path, *, generations: int, seed: int) -> None:
+async def _crash_and_verify(db_path: Path | str, *, generations: int, seed: int) -> None:
     rng = random.Random(seed)
     acknowledged: list[tuple[str, str]] = []
     for generation in range(generations):

@@ -49,14 +49,14 @@ async def test_same_event_id_in_different_conversations_is_not_a_duplicate(store
     assert ra2.results[0].seq == 3
 
 
-async def test_seq_continues_after_restart(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_seq_continues_after_restart(store_location: Path | str, conversation) -> None:
+    store = await Store.open(store_location)
     store.upsert_conversation(conversation("c"))
     for i in range(5):
         store.append_events("c", [_ev(f"e{i}", run_id="run-1", created_at_ms=100 + i)])
     await store.close()
 
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         result = await store.append_events("c", [_ev("e4"), _ev("e5"), _ev("e6")])
         assert [(r.seq, r.duplicate) for r in result.results] == [(5, True), (6, False), (7, False)]
@@ -96,11 +96,11 @@ async def test_history_is_append_only(store: Store, conversation, raw_db) -> Non
             raise AssertionError(f"{sql!r} was accepted")
 
 
-async def test_new_events_are_inserted_without_looking_their_ids_up_first(db_path: Path, conversation) -> None:
+async def test_new_events_are_inserted_without_looking_their_ids_up_first(store_location: Path | str, conversation) -> None:
     """A new event's insert is its own check (its id is unique in its conversation): an append of new
     events runs no lookup of their ids; a repeat still comes back a duplicate, with its stored seq."""
     statements: list[str] = []
-    store = await Store.open(db_path, trace=statements.append)
+    store = await Store.open(store_location, trace=statements.append)
     try:
         store.upsert_conversation(conversation("c"))
         await store.append_events("c", [_ev("m1")])

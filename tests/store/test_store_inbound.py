@@ -5,8 +5,8 @@ from __future__ import annotations
 from cursor_byok.store import InboundAppend, InboundStream, Store
 
 
-async def test_appends_are_recorded_once_and_read_back_per_generation_in_arrival_order(db_path) -> None:
-    store = await Store.open(db_path)
+async def test_appends_are_recorded_once_and_read_back_per_generation_in_arrival_order(store_location) -> None:
+    store = await Store.open(store_location)
     store.record_append("r2", "run-b", 0, b"zero-b")
     store.record_append("r1", "run-a", 1, b"one")
     store.record_append("r1", "run-a", 0, b"zero")
@@ -14,7 +14,7 @@ async def test_appends_are_recorded_once_and_read_back_per_generation_in_arrival
     store.record_append("r1", "run-c", 0, b"zero-c")  # a later generation of the same request id
     await store.record_append("r3", "", 0, b"no run id")
     await store.close()
-    store = await Store.open(db_path)  # it is all durable
+    store = await Store.open(store_location)  # it is all durable
     try:
         assert await store.inbound_streams() == [
             InboundStream("r2", "run-b", [InboundAppend(0, b"zero-b")]),
@@ -55,7 +55,7 @@ async def test_the_settle_mark_is_kept_even_for_a_row_never_journaled(store: Sto
     assert (await store.inbound_streams())[0].appends == [InboundAppend(0, b"m0"), InboundAppend(3, None), InboundAppend(4, b"m4")]
 
 
-async def test_a_quarantined_generation_leaves_the_journal_and_is_listed(store: Store, db_path) -> None:
+async def test_a_quarantined_generation_leaves_the_journal_and_is_listed(store: Store, store_location) -> None:
     from cursor_byok.store import database_stats
 
     for seqno in range(3):
@@ -63,5 +63,5 @@ async def test_a_quarantined_generation_leaves_the_journal_and_is_listed(store: 
     store.record_append("r", "g2", 0, b"n")
     await store.quarantine_appends("r", "g", "conv-1", "KeyError: 'x'")
     assert await store.inbound_streams() == [InboundStream("r", "g2", [InboundAppend(0, b"n")])]
-    [listed] = database_stats(db_path).quarantined
+    [listed] = database_stats(store_location).quarantined
     assert (listed.conversation_id, listed.request_id, listed.appends, listed.reason) == ("conv-1", "r", 3, "KeyError: 'x'")

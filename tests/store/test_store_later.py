@@ -50,15 +50,15 @@ async def test_a_later_write_keeps_its_place_in_the_queue(store: Store, conversa
     assert [(r.run_id, r.outcome) for r in await store.list_runs("c")] == [("run-1", "failed")]
 
 
-async def test_flush_and_close_commit_later_writes(db_path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_flush_and_close_commit_later_writes(store_location, conversation) -> None:
+    store = await Store.open(store_location)
     store.upsert_conversation(conversation("c"))
     store.start_run(_run(1), later=True)
     await store.flush()
     assert [r.run_id for r in await store.list_runs("c")] == ["run-1"]
     store.start_run(_run(2), later=True)
     await store.close()
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         assert [r.run_id for r in await store.list_runs("c")] == ["run-1", "run-2"]
     finally:

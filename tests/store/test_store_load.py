@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from cursor_byok.store import ConversationRows, EventKind, NewEvent, ParentRef, Store
 
 
-async def test_a_conversation_loads_with_its_record_events_and_tool_state(db_path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_a_conversation_loads_with_its_record_events_and_tool_state(store_location, conversation) -> None:
+    store = await Store.open(store_location)
     record = conversation("c", parent=ParentRef("root", "run-1", "call-1"))
     store.upsert_conversation(record)
     store.append_events("c", [NewEvent(event_id="e1", kind="user", payload=b"one"), NewEvent(event_id="e2", kind="assistant", payload=b"two")])
     await store.put_tool_state("c", b"state")
     await store.close()
 
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         rows = await store.load_conversation("c")
         assert rows.record == record and rows.tool_state == b"state"
@@ -28,6 +30,7 @@ async def test_a_conversation_loads_with_its_record_events_and_tool_state(db_pat
         await store.close()
 
 
+@pytest.mark.embedded_only("the event loop reads the database itself on SQLite only")
 async def test_a_conversation_stored_nowhere_is_told_at_once(store: Store, conversation) -> None:
     """A new conversation's start need not wait for the reader thread to learn it has no history;
     one with a committed row, or asked while a write is being committed, is read as before."""

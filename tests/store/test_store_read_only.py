@@ -11,12 +11,12 @@ from cursor_byok.store import MIGRATIONS, ConversationRecord, SchemaTooNewError,
 
 
 async def test_reads_what_the_owner_committed_while_it_keeps_writing(
-    db_path: Path, conversation: Callable[..., ConversationRecord]
+    store_location: Path | str, conversation: Callable[..., ConversationRecord]
 ) -> None:
-    owner = await Store.open(db_path)
+    owner = await Store.open(store_location)
     try:
         await owner.upsert_conversation(conversation("c1"))
-        reader = await Store.open(db_path, read_only=True)
+        reader = await Store.open(store_location, read_only=True)
         try:
             assert [r.conversation_id for r in (await reader.list_conversations()).conversations] == ["c1"]
             await owner.upsert_conversation(conversation("c2", at_ms=2_000))  # the owner is not blocked

@@ -24,8 +24,8 @@ async def test_run_lifecycle(store: Store, conversation) -> None:
     assert await store.get_run("missing") is None
 
 
-async def test_unfinished_runs_are_found_after_reopen(db_path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_unfinished_runs_are_found_after_reopen(store_location, conversation) -> None:
+    store = await Store.open(store_location)
     store.upsert_conversation(conversation("c"))
     store.upsert_conversation(conversation("d"))
     for i, conv in enumerate(["c", "c", "d"]):
@@ -33,7 +33,7 @@ async def test_unfinished_runs_are_found_after_reopen(db_path, conversation) -> 
     store.finish_run("r1", "succeeded", ended_at_ms=50)
     await store.close()  # the process "dies" with r0 and r2 active
 
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         unfinished = await store.find_unfinished_runs()
         assert [(r.run_id, r.conversation_id, r.phase) for r in unfinished] == [

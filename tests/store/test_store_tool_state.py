@@ -7,15 +7,15 @@ import pytest
 from cursor_byok.store import Store, WriteFailedError
 
 
-async def test_tool_state_is_replaced_whole_and_survives_a_restart(db_path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_tool_state_is_replaced_whole_and_survives_a_restart(store_location, conversation) -> None:
+    store = await Store.open(store_location)
     assert await store.get_tool_state("c") is None
     store.upsert_conversation(conversation("c"))
     store.put_tool_state("c", b"first")
     await store.put_tool_state("c", b"second")
     assert await store.get_tool_state("c") == b"second"
     await store.close()
-    store = await Store.open(db_path)
+    store = await Store.open(store_location)
     try:
         assert await store.get_tool_state("c") == b"second"
         assert await store.get_tool_state("other") is None

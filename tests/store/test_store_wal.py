@@ -6,8 +6,12 @@ import asyncio
 import threading
 from pathlib import Path
 
+import pytest
+
 from cursor_byok.store import EventKind, NewEvent, Store
 from cursor_byok.store.checkpointer import COMMITS_PER_CHECKPOINT, WAL_LIMIT_PAGES
+
+pytestmark = pytest.mark.embedded_only("the WAL and its checkpointer thread are SQLite's")
 
 
 async def test_a_checkpoint_that_copied_the_whole_wal_leaves_the_writer_alone(db_path: Path, conversation) -> None:

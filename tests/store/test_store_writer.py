@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.store import (
+    ConstraintViolation,
     EventKind,
     FlushError,
     NewEvent,
@@ -40,8 +41,8 @@ async def test_concurrent_writes_share_few_transactions(store: Store, conversati
         assert [e.seq for e in await store.load_events(f"c{i}")] == list(range(1, 11))
 
 
-async def test_batch_size_is_capped(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path, max_batch_ops=10)
+async def test_batch_size_is_capped(store_location: Path | str, conversation) -> None:
+    store = await Store.open(store_location, max_batch_ops=10)
     try:
         store.upsert_conversation(conversation("c"))
         futures = [store.append_events("c", [_event(f"e{i}")]) for i in range(95)]
@@ -52,12 +53,11 @@ async def test_batch_size_is_capped(db_path: Path, conversation) -> None:
         await store.close()
 
 
-async def test_future_resolves_only_after_commit(store: Store, conversation, raw_db) -> None:
-    observer = raw_db()
+async def test_future_resolves_only_after_commit(store: Store, conversation, committed) -> None:
     seen_at_resolution: list[int] = []
 
     def count() -> int:
-        return observer.execute("SELECT COUNT(*) FROM history_events").fetchone()[0]
+        return committed("SELECT COUNT(*) FROM history_events")[0][0]
 
     store.upsert_conversation(conversation("c"))
     future = store.append_events("c", [_event("e1"), _event("e2")])
@@ -82,7 +82,7 @@ async def test_one_failing_write_does_not_fail_its_neighbours(store: Store, conv
 
     assert results[0].results[0].seq == 1
     assert isinstance(results[1], WriteFailedError)
-    assert isinstance(results[1].__cause__, sqlite3.IntegrityError)
+    assert isinstance(results[1].__cause__, (sqlite3.IntegrityError, ConstraintViolation))
     assert isinstance(results[2], WriteFailedError)
     assert results[3].results[0].seq == 2  # no gap left by the failed append
     assert results[4].state == b"state" and results[4].through_event_seq == 2
@@ -103,16 +103,16 @@ async def test_fire_and_forget_errors_surface_on_flush(store: Store) -> None:
     assert "never-created" in str(caught.value)
 
 
-async def test_flush_waits_for_everything_queued(store: Store, conversation, raw_db) -> None:
+async def test_flush_waits_for_everything_queued(store: Store, conversation, committed) -> None:
     store.upsert_conversation(conversation("c"))
     for i in range(200):
         store.append_events("c", [_event(f"e{i}")])
     await store.flush()
-    assert raw_db().execute("SELECT COUNT(*), MAX(seq) FROM history_events").fetchone() == (200, 200)
+    assert committed("SELECT COUNT(*), MAX(seq) FROM history_events") == [(200, 200)]
 
 
-async def test_close_commits_pending_writes(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path)
+async def test_close_commits_pending_writes(store_location: Path | str, conversation) -> None:
+    store = await Store.open(store_location)
     store.upsert_conversation(conversation("c"))
     pending = store.append_events("c", [_event("e1")])
     await store.close()
@@ -121,7 +121,7 @@ async def test_close_commits_pending_writes(db_path: Path, conversation) -> None
         store.append_events("c", [_event("e2")])
     await store.close()  # idempotent
 
-    reopened = await Store.open(db_path)
+    reopened = await Store.open(store_location)
     try:
         assert [e.event_id for e in await reopened.load_events("c")] == ["e1"]
     finally:
@@ -154,8 +154,8 @@ async def test_invalid_arguments_are_rejected_before_queueing(store: Store) -> N
     assert store.stats.batches == 0
 
 
-async def test_injected_clock_stamps_defaults(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path, clock=lambda: 4242)
+async def test_injected_clock_stamps_defaults(store_location: Path | str, conversation) -> None:
+    store = await Store.open(store_location, clock=lambda: 4242)
     try:
         store.upsert_conversation(conversation("c"))
         store.bind_request("r", "c")

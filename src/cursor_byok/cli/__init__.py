@@ -40,6 +40,7 @@ def _shared_options(parser: argparse.ArgumentParser, default: object) -> None:
     """--config and the log options, given before a subcommand's name (`default` None) or after it
     (SUPPRESS: absent there, the value given before stays)."""
     parser.add_argument("--config", metavar="PATH", default=default, help=f"config file (default: ${CONFIG_ENV} or the user config dir)")
+    parser.add_argument("--store-url", metavar="URL", default=default, help="the PostgreSQL database (postgresql://…) the store is in (default: the config's [store] url, else the SQLite file in the data dir)")
     parser.add_argument("--log-format", choices=("text", "json"), default=default, help="log line format (default: text, or the config's observability.log_format)")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default=default, help="least severe log lines shown (default: info, or the config's observability.log_level for serve)")
     parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug", default=default, help="the same as --log-level debug")

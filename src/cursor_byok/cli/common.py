@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from ..config import Config, ConfigError, ModelConfig, load, resolve_api_key
+import msgspec
+
+from ..config import Config, ConfigError, ModelConfig, load, resolve_api_key, store_url_problem
 from ..log_flood import LogFloodFilter
 
 PROG = "cursor-byok"
@@ -103,7 +105,14 @@ def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None 
 
 
 def load_config(args: Any, *, must_exist: bool = False) -> Config:
-    return load(getattr(args, "config", None), must_exist=must_exist)
+    """The config file's settings, with --store-url over its [store] url."""
+    cfg = load(getattr(args, "config", None), must_exist=must_exist)
+    store_url = getattr(args, "store_url", None)
+    if store_url is not None:
+        if problem := store_url_problem(store_url):
+            raise ConfigError(f"--store-url: {problem}")
+        cfg = msgspec.structs.replace(cfg, store=msgspec.structs.replace(cfg.store, url=store_url))
+    return cfg
 
 
 def installed_command(windows: bool = False) -> list[str]:

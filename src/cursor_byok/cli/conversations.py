@@ -28,36 +28,40 @@ def when(ms: int | None) -> str:
 
 
 async def with_store(cfg: Config, action: Callable[[Any], Any], *, writes: bool = False) -> Any:
-    """Run `action(store)`. A running server owns the database: then it is only read (no
+    """Run `action(store)`. A running server owns the embedded database: then it is only read (no
     migrations, no writer), unless the action `writes` a few rows of its own beside the server's
     (`users`: SQLite takes writers from several processes in turn); otherwise the data dir's lock
-    is held meanwhile, so that no server starts writing beside us. A database that cannot be read
-    is one line naming it and the way out."""
+    is held meanwhile, so that no server starts writing beside us. A PostgreSQL store is shared by
+    design: opened as a server opens it. A database that cannot be read is one line naming it and
+    the way out."""
     from ..instance import DataDirError, DataDirLock, storage_problem
     from ..store import Store, StoreError
 
-    try:
-        lock: DataDirLock | None = DataDirLock.acquire(cfg.data_path, patience=0.0)
-    except DataDirError:  # held by a server (or the data dir is read-only): read only
-        lock = None
+    lock: DataDirLock | None = None
+    if cfg.embedded_store:
+        try:
+            lock = DataDirLock.acquire(cfg.data_path, patience=0.0)
+        except DataDirError:  # held by a server (or the data dir is read-only): read only
+            pass
     try:
         if lock is not None:
             lock.record(command="conversations")
         try:
-            store = await Store.open(cfg.database_path, read_only=lock is None and not writes)
+            store = await Store.open(cfg.store_location, read_only=cfg.embedded_store and lock is None and not writes)
             try:
                 return await action(store)
             finally:
                 await store.close()
         except (StoreError, sqlite3.Error) as exc:
-            raise CommandError(storage_problem(exc, cfg.database_path)) from None
+            raise CommandError(storage_problem(exc, cfg.database_path if cfg.embedded_store else None)) from None
     finally:
         if lock is not None:
             lock.release()
 
 
 def database_exists(cfg: Config) -> bool:
-    return cfg.database_path.exists()
+    """There is a store to read (a PostgreSQL store is created by whoever opens it first)."""
+    return not cfg.embedded_store or cfg.database_path.exists()
 
 
 def cmd_conversations_list(args: argparse.Namespace) -> int:
@@ -227,7 +231,7 @@ def cmd_conversations_delete(args: argparse.Namespace) -> int:
     async def delete(store: Any) -> Any:
         cid = await _resolve(store, args.conversation_id)
         await store.close()  # flushes; the deletion runs on its own connection
-        return await delete_conversations(cfg.database_path, [cid])
+        return await delete_conversations(cfg.store_location, [cid])
 
     return _report_deletion(run_async(with_store(cfg, delete)))
 
@@ -255,7 +259,7 @@ def cmd_conversations_prune(args: argparse.Namespace) -> int:
 
     async def prune(store: Any) -> Any:
         await store.close()  # migrated and flushed; the deletion runs on its own connection
-        return await prune_conversations(cfg.database_path, cutoff)
+        return await prune_conversations(cfg.store_location, cutoff)
 
     return _report_deletion(run_async(with_store(cfg, prune)))
 

@@ -25,31 +25,45 @@ def size(n: float) -> str:
     raise AssertionError
 
 
-def _database(cfg: Config) -> Path:
+# What PostgreSQL's own tools do for a database the embedded store's commands do for its file.
+_POSTGRES_TOOLS = {
+    "backup": "pg_dump (or the cluster's continuous archiving)",
+    "vacuum": "PostgreSQL's autovacuum, or VACUUM",
+    "repair": "PostgreSQL's own recovery (a replica, a backup)",
+}
+
+
+def _database(cfg: Config, command: str | None = None) -> Path:
+    """The embedded store's file. `command`: one that works on that file only, refused (naming
+    what to use instead) when the store is on PostgreSQL."""
+    if command is not None and not cfg.embedded_store:
+        raise CommandError(
+            f"`db {command}` is for the embedded SQLite store; this store is a PostgreSQL database: use {_POSTGRES_TOOLS[command]}"
+        )
     if not cfg.database_path.exists():
         raise CommandError(f"no database yet ({cfg.database_path} does not exist)")
     return cfg.database_path
 
 
-def _storage_error(exc: BaseException, database: Path) -> CommandError:
+def _storage_error(exc: BaseException, database: Path | None) -> CommandError:
     from ..instance import storage_problem
 
     return CommandError(storage_problem(exc, database))
 
 
 def cmd_db_stats(args: argparse.Namespace) -> int:
-    from ..store import database_stats
+    from ..store import StoreError, database_stats
 
     cfg = load_config(args)
-    database = _database(cfg)
+    database = _database(cfg) if cfg.embedded_store else cfg.store.url
     try:
         stats = database_stats(database, table_sizes=args.sizes)
     except sqlite3.OperationalError as exc:
         if args.sizes and "dbstat" in str(exc):
             raise CommandError("--sizes needs SQLite's dbstat table, which this SQLite was built without") from None
         raise _storage_error(exc, database) from None
-    except sqlite3.Error as exc:
-        raise _storage_error(exc, database) from None
+    except (sqlite3.Error, StoreError) as exc:
+        raise _storage_error(exc, database if cfg.embedded_store else None) from None
     ages = cfg.retention_ages_ms()
     if args.json:
         echo(json.dumps({
@@ -61,9 +75,12 @@ def cmd_db_stats(args: argparse.Namespace) -> int:
             "retention_days": {k: v / 86_400_000 for k, v in ages.items()},
         }, indent=2))
         return 0
-    echo(f"database: {stats.path}: {size(stats.file_bytes)} (+ {size(stats.wal_bytes)} write-ahead log)")
-    echo(f"pages: {stats.pages:,} of {stats.page_size} B, {stats.free_pages:,} free ({size(stats.free_pages * stats.page_size)}"
-         " that `cursor-byok db vacuum` gives back)")
+    if cfg.embedded_store:
+        echo(f"database: {stats.path}: {size(stats.file_bytes)} (+ {size(stats.wal_bytes)} write-ahead log)")
+        echo(f"pages: {stats.pages:,} of {stats.page_size} B, {stats.free_pages:,} free ({size(stats.free_pages * stats.page_size)}"
+             " that `cursor-byok db vacuum` gives back)")
+    else:
+        echo(f"database: {stats.path} (PostgreSQL): {size(stats.file_bytes)}")
     per_turn = f", {size(stats.bytes_per_turn)} per turn" if stats.bytes_per_turn is not None else ""
     echo(f"turns: {stats.turns:,}{per_turn}")
     rows = [("TABLE", "ROWS", "SIZE" if stats.table_bytes else "")]
@@ -82,7 +99,7 @@ def cmd_db_backup(args: argparse.Namespace) -> int:
     from ..store import backup_database
 
     cfg = load_config(args)
-    database = _database(cfg)
+    database = _database(cfg, "backup")
     dest = Path(args.file).expanduser()
     if dest.exists():
         raise CommandError(f"{dest} exists: choose another file, or remove it first")
@@ -103,7 +120,7 @@ def cmd_db_vacuum(args: argparse.Namespace) -> int:
     from ..store import vacuum_database
 
     cfg = load_config(args)
-    database = _database(cfg)
+    database = _database(cfg, "vacuum")
     advice = "(`cursor-byok db backup FILE --compact` writes a compacted copy while it serves)"
     with _holding_data_dir(cfg, "db vacuum", f"to vacuum {advice}"):
         before = database.stat().st_size
@@ -124,7 +141,7 @@ def cmd_db_repair(args: argparse.Namespace) -> int:
     from ..store import NothingToSalvage, salvage_database
 
     cfg = load_config(args)
-    database = _database(cfg)
+    database = _database(cfg, "repair")
     with _holding_data_dir(cfg, "db repair", "to repair the database"):
         repaired = database.with_name(database.name + ".repairing")
         kept = database.with_name(f"{database.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..config import (
     Config,
@@ -281,25 +282,39 @@ def _data_dir_checks(cfg: Config) -> list[Check]:
         checks.append(Check("data dir", CheckStatus.WARN, f"{data_dir}: only {free // 2**20} MiB free on its disk"))
     else:
         checks.append(Check("data dir", CheckStatus.OK, f"{data_dir} writable, {free // 2**20} MiB free"))
+    if not cfg.embedded_store:
+        return checks  # the database is PostgreSQL's (`_postgres_checks`)
     problem = database_problem(cfg.database_path)
     if problem:
         checks.append(Check("database", CheckStatus.FAIL, problem))
     elif cfg.database_path.exists():
         checks.append(Check("database", CheckStatus.OK, f"{cfg.database_path} passes SQLite's quick check"))
-        checks += _quarantine_checks(cfg.database_path)
+        from ..store import database_stats
+
+        checks += _quarantine_checks(database_stats(cfg.database_path).quarantined)
     return checks
 
 
-def _quarantine_checks(database: Path) -> list[Check]:
-    """Journaled streams a start could not resume: kept aside, one line each."""
-    from ..store import database_stats
+def _postgres_checks(cfg: Config) -> list[Check]:
+    """The PostgreSQL store answers (psycopg installed, the database reachable): its size and turns."""
+    from ..store import StoreError, database_stats
 
+    try:
+        stats = database_stats(cfg.store.url)
+    except StoreError as exc:
+        return [Check("database", CheckStatus.FAIL, f"the store's PostgreSQL database: {exc}")]
+    checks = [Check("database", CheckStatus.OK, f"{stats.path} (PostgreSQL) answers: {stats.turns:,} turns stored")]
+    return checks + _quarantine_checks(stats.quarantined)
+
+
+def _quarantine_checks(quarantined: list[Any]) -> list[Check]:
+    """Journaled streams a start could not resume: kept aside, one line each."""
     return [
         Check(
             "quarantined input", CheckStatus.WARN,
             f"conversation {q.conversation_id or 'unknown'} (request {q.request_id}): {q.appends} append(s) not resumed: {q.reason}",
         )
-        for q in database_stats(database).quarantined
+        for q in quarantined
     ]
 
 
@@ -327,6 +342,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if cfg.proxy.enabled or cursor_pointed:
         checks.append(Check("proxy chain", CheckStatus.INFO, describe_chain(cfg, corporate_proxy(cfg), os.environ)))
     checks.extend(_data_dir_checks(cfg))
+    if not cfg.embedded_store:
+        checks.extend(_postgres_checks(cfg))
     _print_checks(checks)
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
     echo(f"{len(failed)} check(s) failed" if failed else "all required checks passed")

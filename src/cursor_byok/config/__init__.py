@@ -5,7 +5,7 @@ that name the key. The shape is in `schema`, its validation in `checks`, the fil
 """
 from __future__ import annotations
 
-from .checks import parse, url_problem
+from .checks import parse, store_url_problem, url_problem
 from .files import (
     config_path,
     default_config_path,
@@ -30,6 +30,7 @@ from .schema import (
     ProviderKind,
     ProxyConfig,
     RetentionConfig,
+    StoreConfig,
     ServerConfig,
     TeamConfig,
     UpstreamConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "ProviderKind",
     "ProxyConfig",
     "RetentionConfig",
+    "StoreConfig",
     "ServerConfig",
     "TeamConfig",
     "UpstreamConfig",
@@ -61,5 +63,6 @@ __all__ = [
     "read_toml_text",
     "resolve_api_key",
     "secrets_path",
+    "store_url_problem",
     "url_problem",
 ]

@@ -134,6 +134,16 @@ def _looks_like_a_key(env_name: str) -> bool:
     return len(env_name) >= 24 and any(c.islower() for c in env_name) and any(c.isdigit() for c in env_name)
 
 
+# libpq's schemes (the store's own check is `store.is_postgres_url`; the config stays light to import).
+STORE_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def store_url_problem(url: str) -> str | None:
+    if not url or url.startswith(STORE_URL_SCHEMES):
+        return None
+    return f"expected a postgresql:// url (or none: the embedded SQLite store), got {url.split(':', 1)[0]!r}"
+
+
 def url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
     try:
         parts = urlsplit(url)
@@ -187,6 +197,8 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
     for kind in cfg.retention.ages_ms():
         if getattr(cfg.retention, f"{kind}_days") < 0:
             yield f"retention.{kind}_days: must be >= 0 (0 keeps them forever)"
+    if problem := store_url_problem(cfg.store.url):
+        yield f"store.url: {problem}"
     obs = cfg.observability
     if obs.log_format not in ("text", "json"):
         yield f"observability.log_format: expected \"text\" or \"json\", got {obs.log_format!r}"

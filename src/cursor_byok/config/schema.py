@@ -108,6 +108,15 @@ class RetentionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return {f.name.removesuffix("_days"): int(getattr(self, f.name) * 86_400_000) for f in msgspec.structs.fields(self)}
 
 
+class StoreConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Where conversations and records are kept."""
+
+    # Empty: the embedded SQLite database in the data dir. "postgresql://user@host/db": a PostgreSQL
+    # database several servers may share (the team server; needs `pip install 'cursor-byok[team]'`).
+    # A password is better given by libpq's PGPASSWORD or ~/.pgpass than written here.
+    url: str = ""
+
+
 class ModelPrice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """What a model's tokens cost, in USD per million tokens (for the dashboard and `usage`). An
     unset price costs nothing and is shown as unset (`-`), never as a price of 0."""
@@ -180,6 +189,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     proxy: ProxyConfig = msgspec.field(default_factory=ProxyConfig)
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     team: TeamConfig = msgspec.field(default_factory=TeamConfig)
     models: list[ModelConfig] = []
     aliases: list[AliasConfig] = []
@@ -217,3 +227,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     @property
     def database_path(self) -> Path:
         return self.data_path / "state.db"
+
+    @property
+    def embedded_store(self) -> bool:
+        """The store is the SQLite file in the data dir (no [store] url)."""
+        return not self.store.url
+
+    @property
+    def store_location(self) -> str | Path:
+        """What `Store.open` opens: the [store] url, else the SQLite file."""
+        return self.store.url or self.database_path

@@ -86,7 +86,7 @@ async def _serve(config: Config, listener: socket.socket, root: str) -> int:
         from ..store import StoreError  # loaded with the gateway; not before the server listens
 
         if isinstance(exc, (StoreError, sqlite3.Error, OSError)):
-            raise DataDirError(storage_problem(exc, config.database_path)) from None
+            raise DataDirError(storage_problem(exc, config.database_path if config.embedded_store else None)) from None
         raise
     from .app import DRAIN_SECONDS  # loaded by now
 
@@ -94,7 +94,7 @@ async def _serve(config: Config, listener: socket.socket, root: str) -> int:
     signals.on_reload = running.reload
     freeze_startup_objects()
     _start_warden(config, running)
-    log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": str(config.database_path)})
+    log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": running.store.location})
     stop_asked = asyncio.create_task(signals.received.wait())
     await asyncio.wait((serving, stop_asked), return_when=asyncio.FIRST_COMPLETED)
     stop_asked.cancel()

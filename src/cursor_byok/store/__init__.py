@@ -1,7 +1,7 @@
-"""Persistence: SQLite (WAL) on the standard sqlite3 module, one group-committing writer thread per
-database.
+"""Persistence: SQLite (WAL) on the standard sqlite3 module, or PostgreSQL on psycopg 3 (postgres/),
+one group-committing writer thread per store.
 
-    store = await Store.open(data_dir / "state.db")
+    store = await Store.open(data_dir / "state.db")       # or Store.open("postgresql://…")
     store.upsert_conversation(ConversationRecord(...))          # fire and forget
     result = await store.append_events(conversation_id, events)  # durable once awaited
     await store.close()
@@ -9,9 +9,12 @@ database.
 from __future__ import annotations
 
 from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
+from .core import is_postgres_url
 from .developers import DeveloperRecord
 from .errors import (
     BindingConflict,
+    ConstraintViolation,
+    DatabaseError,
     FlushError,
     MigrationError,
     SchemaTooNewError,
@@ -63,6 +66,8 @@ __all__ = [
     "BindingRecord",
     "CheckpointKind",
     "CheckpointRecord",
+    "ConstraintViolation",
+    "DatabaseError",
     "DatabaseStats",
     "DeveloperRecord",
     "ConversationPage",
@@ -100,6 +105,7 @@ __all__ = [
     "backup_database",
     "database_stats",
     "delete_conversations",
+    "is_postgres_url",
     "keep_retention",
     "salvage_database",
     "prune_conversations",

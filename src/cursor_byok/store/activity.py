@@ -15,12 +15,12 @@ INSERT INTO traces (trace_id, request_id, conversation_id, route, method, path, 
     bytes_in, bytes_out, started_at_ms, duration_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (trace_id) DO UPDATE SET
-    request_id = COALESCE(excluded.request_id, request_id),
-    conversation_id = COALESCE(excluded.conversation_id, conversation_id),
-    status = COALESCE(excluded.status, status),
+    request_id = COALESCE(excluded.request_id, traces.request_id),
+    conversation_id = COALESCE(excluded.conversation_id, traces.conversation_id),
+    status = COALESCE(excluded.status, traces.status),
     bytes_in = excluded.bytes_in,
     bytes_out = excluded.bytes_out,
-    duration_ms = COALESCE(excluded.duration_ms, duration_ms)
+    duration_ms = COALESCE(excluded.duration_ms, traces.duration_ms)
 """
 
 INSERT_USAGE = """
@@ -77,7 +77,7 @@ class ActivityRecords(StoreCore):
     async def usage_by_run(self, conversation_id: str, limit: int = 1000) -> dict[str, UsageTotals]:
         """Token usage summed per run of one conversation (newest runs first, at most `limit`)."""
         rows = await self._read(
-            "SELECT run_id, provider, model_id, COUNT(*), SUM(input_tokens), SUM(output_tokens), "
+            "SELECT run_id, MAX(provider), MAX(model_id), COUNT(*), SUM(input_tokens), SUM(output_tokens), "
             "SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(reasoning_tokens), "
             "COALESCE(SUM(duration_ms), 0), AVG(ttft_ms) FROM usage "
             "WHERE conversation_id = ? AND run_id IS NOT NULL GROUP BY run_id "

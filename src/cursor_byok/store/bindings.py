@@ -23,7 +23,7 @@ INSERT INTO request_bindings (request_id, conversation_id, cursor_run_id, create
 VALUES (?, ?, ?, ?)
 ON CONFLICT (request_id) DO UPDATE SET
     conversation_id = excluded.conversation_id,
-    cursor_run_id = COALESCE(excluded.cursor_run_id, cursor_run_id)
+    cursor_run_id = COALESCE(excluded.cursor_run_id, request_bindings.cursor_run_id)
 """
 
 SELECT_BOUND = "SELECT conversation_id FROM request_bindings WHERE request_id = ?"

@@ -86,10 +86,14 @@ class ConversationSummary(msgspec.Struct, frozen=True):
 
 _CALL_FIELDS = tuple(f.name for f in msgspec.structs.fields(CallRecord))
 _CALL_COLUMNS = ", ".join(_CALL_FIELDS)
-INSERT_CALL = f"INSERT OR REPLACE INTO provider_calls ({_CALL_COLUMNS}) VALUES ({', '.join('?' * len(_CALL_FIELDS))})"
+INSERT_CALL = (
+    f"INSERT INTO provider_calls ({_CALL_COLUMNS}) VALUES ({', '.join('?' * len(_CALL_FIELDS))}) "
+    "ON CONFLICT (trace_id, seq) DO UPDATE SET "
+    + ", ".join(f"{name} = excluded.{name}" for name in _CALL_FIELDS if name not in ("trace_id", "seq"))
+)
 
 _SUMS = (
-    "COUNT(*), SUM(error_kind IS NOT NULL), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+    "COUNT(*), COUNT(error_kind), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
     "COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(reasoning_tokens), 0), "
     "AVG(ttft_ms)"
 )
@@ -127,7 +131,7 @@ class CallRecords(StoreCore):
     async def activity(self, *, since_ms: int, bucket_ms: int) -> list[ActivityBucket]:
         """Provider calls since `since_ms` in buckets of `bucket_ms`, oldest first (empty buckets left out)."""
         rows = await self._read(
-            "SELECT (started_at_ms / ?) * ? AS bucket, COUNT(*), SUM(error_kind IS NOT NULL), "
+            "SELECT (started_at_ms / ?) * ? AS bucket, COUNT(*), COUNT(error_kind), "
             "SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens), AVG(ttft_ms) "
             "FROM provider_calls WHERE started_at_ms >= ? GROUP BY bucket ORDER BY bucket",
             (bucket_ms, bucket_ms, since_ms),

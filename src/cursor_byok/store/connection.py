@@ -20,6 +20,9 @@ _SYNCHRONOUS_LEVELS = {1: Synchronous.NORMAL, 2: Synchronous.FULL}
 # per reload: 512 KiB holds the pages they touch again (no write cost measured against the default
 # 2 MiB, which fills with pages read once and stays resident: a server's memory grew by it).
 PAGE_CACHE_KIB = 512
+# When the WAL starts over, its file is cut back to this (what ~50 turn starts write), not to nothing:
+# commits write into its blocks again rather than grow the file.
+WAL_KEEP_BYTES = 4 * 1024 * 1024
 
 
 def check_sqlite_version() -> None:
@@ -47,6 +50,17 @@ def connect(path: Path, *, synchronous: Synchronous, busy_timeout_ms: int, read_
         conn.close()
         raise
     return conn
+
+
+def prepare_writer(conn: sqlite3.Connection) -> float:
+    """Hand the writer connection to the writer thread: its waits for the write lock become the
+    thread's own (`WriterThread._begin`), its checkpoints the checkpointer's. Returns the busy
+    timeout in seconds it had."""
+    busy_timeout_s = int(conn.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
+    conn.execute("PRAGMA busy_timeout = 0")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
+    return busy_timeout_s
 
 
 def open_writer(

@@ -31,6 +31,10 @@ the binding of a request id memory does not hold (every turn comes on a fresh on
 primary-key lookup the loop makes itself on a third connection (`_read_now`) when the store's
 threads are idle: a thread round trip costs more than the read. That connection never waits for a
 lock (busy timeout 0); whatever it cannot answer at once goes to the reader thread.
+
+On PostgreSQL (a `postgresql://` url, postgres/) the writer and reader threads each hold a psycopg
+connection instead, and the loop never uses a connection itself: every commit and read is a network
+round trip, which the threads make while the loop goes on.
 """
 from __future__ import annotations
 
@@ -45,8 +49,8 @@ from typing import Any, TypeVar
 
 from .bindings import DEFAULT_CAPACITY
 from .checkpointer import Checkpointer
-from .connection import check_sqlite_version, connect, open_writer
-from .errors import FlushError, StoreClosedError, WriteFailedError
+from .connection import check_sqlite_version, connect, open_writer, prepare_writer
+from .errors import FlushError, StoreClosedError, StoreError, WriteFailedError
 from .migrations import MIGRATIONS, Migration, stored_version
 from .ops import Barrier, WriteOp
 from .reader import ReaderThread
@@ -61,6 +65,7 @@ LOOP_COMMIT_MAX_OPS = 64
 LOOP_COMMIT_SPACING_NS = 20_000_000
 # How long a write queued `later` may wait for another to share its commit.
 LATER_SECONDS = 0.2
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 Self = TypeVar("Self", bound="StoreCore")
 
 
@@ -87,23 +92,44 @@ def _mark_retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+def is_postgres_url(location: object) -> bool:
+    """A PostgreSQL connection url (libpq's schemes), not a SQLite file's path."""
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+
+
+def postgres_backend() -> Any:
+    """The PostgreSQL backend, imported on first use (psycopg is in the `team` extra)."""
+    try:
+        from . import postgres
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "psycopg":
+            raise
+        raise StoreError(
+            "a postgresql:// store url needs psycopg, which is not installed: pip install 'cursor-byok[team]'"
+        ) from exc
+    return postgres
+
+
 class StoreCore:
     """Create with `await Store.open(path)`; end with `await close()`."""
 
     def __init__(
         self,
         *,
-        path: Path,
-        writer: sqlite3.Connection | None,
-        reader: sqlite3.Connection,
+        path: Path | None,
+        location: str,
+        writer: Any,
+        reader: Any,
         loop_reader: sqlite3.Connection | None,
         checkpoints: sqlite3.Connection | None,
         clock: Callable[[], int],
         max_batch_ops: int,
         schema_version: int,
         synchronous: Synchronous,
+        busy_timeout_s: float = 0.0,
     ) -> None:
-        self.path = path
+        self.path = path  # the SQLite file; None on PostgreSQL
+        self.location = location  # what messages name: the file, or the url without its password
         self.schema_version = schema_version
         self.synchronous = synchronous  # as read back from the writer connection
         self.stats = StoreStats()
@@ -120,11 +146,11 @@ class StoreCore:
         self._writer_stopped: asyncio.Future[BaseException | None] = self._loop.create_future()
         self._writer = None if writer is None else WriterThread(
             writer, max_batch_ops=max_batch_ops, deliver=self._deliver, stopped=self._on_writer_stopped,
-            name=f"store-writer:{path}",
+            name=f"store-writer:{location}", busy_timeout_s=busy_timeout_s, commits_on_loop=path is not None,
         )
-        self._reader = ReaderThread(reader, name=f"store-reader:{path}")
+        self._reader = ReaderThread(reader, name=f"store-reader:{location}")
         self._checkpointer = None
-        if checkpoints is not None and self._writer is not None:
+        if checkpoints is not None and self._writer is not None and path is not None:
             self._checkpointer = Checkpointer(
                 checkpoints, self._writer, wal=path.with_name(path.name + "-wal"), name=f"store-checkpoints:{path}"
             )
@@ -146,7 +172,8 @@ class StoreCore:
         binding_cache: int = DEFAULT_CAPACITY,
         trace: Callable[[str], None] | None = None,
     ) -> Self:
-        """Open (creating it and its parent dirs if needed) and migrate the database at `path`.
+        """Open (creating it and its parent dirs if needed) and migrate the database at `path`, or
+        the PostgreSQL database of a `postgresql://` url (see postgres/__init__.py).
 
         Raises SchemaTooNewError for a database written by a newer release and MigrationError
         if a migration fails (that migration is rolled back; earlier ones stay).
@@ -157,10 +184,24 @@ class StoreCore:
         `trace`: called with every SQL statement either connection runs, on its thread (for tests
         and tooling).
         """
-        check_sqlite_version()
         if max_batch_ops < 1:
             raise ValueError("max_batch_ops must be at least 1")
         sync = Synchronous(synchronous.upper() if isinstance(synchronous, str) else synchronous)
+        if is_postgres_url(path):
+            url = str(path)
+            backend = postgres_backend()
+            pg_writer, version, pg_reader = await asyncio.to_thread(
+                backend.open_connections, url, migrations=migrations, read_only=read_only
+            )
+            for conn in (pg_writer, pg_reader):
+                if conn is not None and trace is not None:
+                    conn.set_trace_callback(trace)
+            return cls(
+                path=None, location=backend.redacted(url), writer=pg_writer, reader=pg_reader, loop_reader=None,
+                checkpoints=None, clock=clock or now_ms, max_batch_ops=max_batch_ops, schema_version=version,
+                synchronous=sync, binding_cache=binding_cache,
+            )
+        check_sqlite_version()
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -193,7 +234,7 @@ class StoreCore:
                 if conn is not None:
                     conn.set_trace_callback(trace)
         return cls(
-            path=path, writer=writer, reader=reader, loop_reader=loop_reader, checkpoints=checkpoints,
+            path=path, location=str(path), busy_timeout_s=0.0 if writer is None else prepare_writer(writer), writer=writer, reader=reader, loop_reader=loop_reader, checkpoints=checkpoints,
             clock=clock or now_ms, max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync,
             binding_cache=binding_cache,
         )
@@ -230,7 +271,7 @@ class StoreCore:
                 self._writer.stop()
                 error = await self._writer_stopped
                 if error is not None:
-                    log.error("store writer of %s had stopped with an error: %r", self.path, error)
+                    log.error("store writer of %s had stopped with an error: %r", self.location, error)
         finally:
             self._closed = True
             if self._loop_reader is not None:
@@ -243,11 +284,11 @@ class StoreCore:
 
     def _check_open(self) -> None:
         if self._closing:
-            raise StoreClosedError(f"store {self.path} is closed")
+            raise StoreClosedError(f"store {self.location} is closed")
 
     async def _read_job(self, job: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
-            raise StoreClosedError(f"store {self.path} is closed")
+            raise StoreClosedError(f"store {self.location} is closed")
         return await self._reader.call(job)
 
     async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
@@ -274,7 +315,7 @@ class StoreCore:
     def _check_writable(self) -> None:
         self._check_open()
         if self._writer is None:
-            raise StoreClosedError(f"store {self.path} is open read-only")
+            raise StoreClosedError(f"store {self.location} is open read-only")
 
     def _enqueue(self, op: WriteOp, *, later: bool = False) -> asyncio.Future[Any]:
         """Queue `op`; it is handed over at the end of this pass of the loop, or, `later`, with the
@@ -371,7 +412,7 @@ class StoreCore:
         self._closing = True
         unprocessed += self._outbox
         self._taken()
-        reason = StoreClosedError(f"store writer stopped: {error!r}" if error else f"store {self.path} is closed")
+        reason = StoreClosedError(f"store writer stopped: {error!r}" if error else f"store {self.location} is closed")
         for op in unprocessed:
             if not op.future.done():
                 op.future.set_exception(reason)

@@ -17,7 +17,7 @@ ENQUEUE_DELIVERY = """
 INSERT INTO background_deliveries (conversation_id, delivery_id, payload, state, created_at_ms)
 VALUES (?, ?, ?, 'pending', ?)
 ON CONFLICT (conversation_id, delivery_id) DO UPDATE SET
-    payload = COALESCE(payload, excluded.payload)
+    payload = COALESCE(background_deliveries.payload, excluded.payload)
 """
 
 CONSUME_DELIVERY = """
@@ -26,7 +26,7 @@ INSERT INTO background_deliveries (conversation_id, delivery_id, payload, state,
 VALUES (?, ?, NULL, 'consumed', ?, ?)
 ON CONFLICT (conversation_id, delivery_id) DO UPDATE SET
     state = 'consumed', consumed_at_ms = excluded.consumed_at_ms
-WHERE state = 'pending'
+WHERE background_deliveries.state = 'pending'
 """
 
 

@@ -5,6 +5,8 @@ from collections.abc import Sequence
 
 __all__ = [
     "BindingConflict",
+    "ConstraintViolation",
+    "DatabaseError",
     "FlushError",
     "MigrationError",
     "SchemaTooNewError",
@@ -16,6 +18,16 @@ __all__ = [
 
 class StoreError(Exception):
     """Base class of every store failure."""
+
+
+class DatabaseError(StoreError):
+    """The PostgreSQL backend's database refused or failed a statement (the driver's error is chained).
+    The embedded backend raises sqlite3's errors as they are."""
+
+
+class ConstraintViolation(DatabaseError):
+    """A statement broke a constraint (unique key, foreign key, check), e.g. a seq another process
+    took first: the transaction is rolled back, nothing of it is kept."""
 
 
 class StoreClosedError(StoreError):

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from .core import StoreCore
-from .ops import BatchContext, Stage, Statement, WriteOp, require_bytes
+from .ops import UNLIMITED, BatchContext, Stage, Statement, WriteOp, require_bytes
 from .records import AppendResult, CheckpointKind, CheckpointRecord, EventAppend, EventRecord, NewEvent
 
 _EVENT_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -222,7 +222,7 @@ _CHECKPOINT_SELECT = (
 def select_events(conn: sqlite3.Connection, conversation_id: str, after_seq: int = 0, limit: int | None = None) -> list[EventRecord]:
     rows = conn.execute(
         f"{_EVENT_SELECT} WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (conversation_id, after_seq, -1 if limit is None else limit),
+        (conversation_id, after_seq, UNLIMITED if limit is None else limit),
     )
     return [EventRecord(conversation_id=r[0], seq=r[1], event_id=r[2], kind=r[3], payload=r[4],
                         created_at_ms=r[5], run_id=r[6]) for r in rows]

@@ -37,13 +37,21 @@ ON CONFLICT (request_id, generation, seqno) DO UPDATE SET message = NULL
 """
 
 QUARANTINE = """
-INSERT OR REPLACE INTO quarantined_appends
+INSERT INTO quarantined_appends
     (request_id, generation, seqno, message, received_at_ms, conversation_id, reason, quarantined_at_ms)
 SELECT request_id, generation, seqno, message, received_at_ms, ?, ?, ? FROM inbound_appends WHERE request_id = ? AND generation = ?
+ON CONFLICT (request_id, generation, seqno) DO UPDATE SET
+    message = excluded.message, received_at_ms = excluded.received_at_ms, conversation_id = excluded.conversation_id,
+    reason = excluded.reason, quarantined_at_ms = excluded.quarantined_at_ms
 """
 
+SELECT_INBOUND = (
+    "SELECT rowid, request_id, generation, seqno, message, user_name FROM inbound_appends ORDER BY request_id, generation, seqno"
+)
+HAS_QUARANTINE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantined_appends'"
+
 SELECT_QUARANTINED = """
-SELECT conversation_id, request_id, reason, COUNT(*), MAX(quarantined_at_ms) FROM quarantined_appends
+SELECT MAX(conversation_id), request_id, MAX(reason), COUNT(*), MAX(quarantined_at_ms) FROM quarantined_appends
 GROUP BY request_id, generation ORDER BY MAX(quarantined_at_ms)
 """
 
@@ -142,9 +150,7 @@ def select_inbound(conn: sqlite3.Connection) -> list[InboundStream]:
     streams: dict[tuple[str, str], list[InboundAppend]] = {}
     first: dict[tuple[str, str], int] = {}  # the rowid of each generation's earliest row: arrival order
     developers: dict[tuple[str, str], str] = {}  # of each generation's run request
-    rows = conn.execute(
-        "SELECT rowid, request_id, generation, seqno, message, user_name FROM inbound_appends ORDER BY request_id, generation, seqno"
-    )
+    rows = conn.execute(SELECT_INBOUND)
     for rowid, request_id, generation, seqno, message, developer in rows:
         key = (request_id, generation)
         streams.setdefault(key, []).append(InboundAppend(seqno, message))
@@ -156,6 +162,6 @@ def select_inbound(conn: sqlite3.Connection) -> list[InboundStream]:
 
 def select_quarantined(conn: sqlite3.Connection) -> list[QuarantinedStream]:
     """The quarantined streams, oldest first (none in a database from before the table)."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantined_appends'").fetchone() is None:
+    if conn.execute(HAS_QUARANTINE).fetchone() is None:
         return []
     return [QuarantinedStream(*row) for row in conn.execute(SELECT_QUARANTINED)]

@@ -7,15 +7,20 @@ commits. It runs on its own short-lived connection, so it never interleaves with
 writes, and it leaves alone a conversation whose run is still in progress. Usage rows and provider
 call records stay for the usage figures (they have no foreign keys on purpose), but the request and
 response bodies a call record keeps in detailed mode are the conversation's words and files: they are
-erased in the same transaction.
+erased in the same transaction. The same statements run on PostgreSQL (its triggers are derived
+from SQLite's).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .core import is_postgres_url, postgres_backend
 
 # Tables holding a conversation's rows, children first (foreign keys point at conversations).
 _OWNED_TABLES = (
@@ -41,7 +46,7 @@ def _marks(ids: Sequence[str]) -> str:
     return ",".join("?" * len(ids))
 
 
-def _with_subtasks(conn: sqlite3.Connection, roots: Sequence[str]) -> list[str]:
+def _with_subtasks(conn: Any, roots: Sequence[str]) -> list[str]:
     ids, frontier = list(roots), list(roots)
     while frontier:
         rows = conn.execute(
@@ -52,7 +57,7 @@ def _with_subtasks(conn: sqlite3.Connection, roots: Sequence[str]) -> list[str]:
     return ids
 
 
-def _delete_batch(conn: sqlite3.Connection, roots: Sequence[str], result: Deletion) -> None:
+def _delete_batch(conn: Any, roots: Sequence[str], result: Deletion) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         doomed: list[str] = []
@@ -66,7 +71,7 @@ def _delete_batch(conn: sqlite3.Connection, roots: Sequence[str], result: Deleti
             else:
                 doomed += family
         if doomed:
-            conn.executemany("INSERT OR IGNORE INTO conversation_deletions VALUES (?)", [(c,) for c in doomed])
+            conn.executemany("INSERT INTO conversation_deletions VALUES (?) ON CONFLICT DO NOTHING", [(c,) for c in doomed])
             for table in _OWNED_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE conversation_id IN ({_marks(doomed)})", doomed)
             result.erased_bodies += conn.execute(
@@ -82,14 +87,22 @@ def _delete_batch(conn: sqlite3.Connection, roots: Sequence[str], result: Deleti
     result.deleted += doomed
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 5000")
-    conn.execute("PRAGMA foreign_keys = ON")
-    return conn
+@contextlib.contextmanager
+def _connect(location: Path | str) -> Iterator[Any]:
+    """A connection of its own to the SQLite file or the PostgreSQL database, closed after."""
+    if is_postgres_url(location):
+        conn = postgres_backend().connect(str(location), application_name="cursor-byok conversations")
+    else:
+        conn = sqlite3.connect(location, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute("PRAGMA foreign_keys = ON")
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
-def _delete(path: Path, ids: Sequence[str]) -> Deletion:
+def _delete(path: Path | str, ids: Sequence[str]) -> Deletion:
     result = Deletion()
     with _connect(path) as conn:
         for start in range(0, len(ids), _BATCH):
@@ -97,7 +110,7 @@ def _delete(path: Path, ids: Sequence[str]) -> Deletion:
     return result
 
 
-def _prune(path: Path, older_than_ms: int) -> Deletion:
+def _prune(path: Path | str, older_than_ms: int) -> Deletion:
     """Root conversations last updated before `older_than_ms`, oldest first, a batch at a time."""
     result = Deletion()
     after: tuple[int, str] = (-1, "")
@@ -116,14 +129,18 @@ def _prune(path: Path, older_than_ms: int) -> Deletion:
 
 
 async def delete_conversations(path: Path | str, conversation_ids: Sequence[str]) -> Deletion:
-    """Delete these conversations and their sub-task conversations (the database must exist and be
-    migrated: open a Store on it first)."""
-    return await asyncio.to_thread(_delete, Path(path), list(conversation_ids))
+    """Delete these conversations and their sub-task conversations (the database, a SQLite file or
+    a postgresql:// url, must exist and be migrated: open a Store on it first)."""
+    return await asyncio.to_thread(_delete, _location(path), list(conversation_ids))
 
 
 async def prune_conversations(path: Path | str, older_than_ms: int) -> Deletion:
     """Delete every root conversation (with its sub-tasks) not updated since `older_than_ms`."""
-    return await asyncio.to_thread(_prune, Path(path), older_than_ms)
+    return await asyncio.to_thread(_prune, _location(path), older_than_ms)
+
+
+def _location(path: Path | str) -> Path | str:
+    return path if is_postgres_url(path) else Path(path)
 
 
 __all__ = ["Deletion", "delete_conversations", "prune_conversations"]

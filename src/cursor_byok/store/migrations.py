@@ -1,5 +1,7 @@
 """Versioned schema migrations.
 
+The one description of the schema for both backends: the statements are SQLite's DDL, and the
+PostgreSQL backend derives its own from them (postgres/schema.py), so a migration is written once.
 Each migration is a numbered list of SQL statements applied in ONE transaction and recorded in
 `schema_version`; a failed step rolls back its whole migration. Applied migrations are never edited:
 a schema change is a new entry at the end of `MIGRATIONS`. A database whose highest version is
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from .errors import MigrationError, SchemaTooNewError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "apply_migrations"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "Migration", "apply_migrations", "check_sequence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,7 +395,7 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 
-_VERSION_TABLE = """
+VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version       INTEGER PRIMARY KEY NOT NULL,
     name          TEXT NOT NULL,
@@ -402,7 +404,7 @@ CREATE TABLE IF NOT EXISTS schema_version (
 """
 
 
-def _check_sequence(migrations: Sequence[Migration]) -> None:
+def check_sequence(migrations: Sequence[Migration]) -> None:
     for expected, migration in enumerate(migrations, start=1):
         if migration.version != expected:
             raise ValueError(
@@ -432,9 +434,9 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration], 
     `conn` must be in autocommit mode (isolation_level=None). Each pending migration runs under
     BEGIN IMMEDIATE, so two processes opening the same new file cannot both apply it.
     """
-    _check_sequence(migrations)
+    check_sequence(migrations)
     supported = migrations[-1].version if migrations else 0
-    conn.execute(_VERSION_TABLE)
+    conn.execute(VERSION_TABLE)
     version = _current_version(conn)
     if version > supported:
         raise SchemaTooNewError(path, version, supported)

@@ -34,7 +34,9 @@ class Stage(enum.IntEnum):
     DEVELOPERS = 11
 
 
-STAGES = len(Stage)  # iterating an enum class is slow enough to show in every batch
+STAGES = len(Stage)
+# A LIMIT that limits nothing, in a form both backends take (SQLite's -1 is an error in PostgreSQL).
+UNLIMITED = 2**62  # iterating an enum class is slow enough to show in every batch
 
 Row = tuple[Any, ...]
 Statement = tuple[Stage, str, Row]

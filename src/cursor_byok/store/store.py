@@ -17,6 +17,7 @@ from .deliveries import DeliveryRecords, select_deliveries
 from .developers import DeveloperRecords
 from .history import HistoryRecords, select_checkpoints, select_events
 from .inbound import InboundRecords
+from .ops import UNLIMITED
 from .records import ConversationRows
 from .retention import RetentionRecords
 
@@ -79,7 +80,7 @@ class Store(
                 "checkpoints": select_checkpoints(conn, conversation_id),
                 "deliveries": select_deliveries(conn, conversation_id, pending_only=False),
                 "usage": select_usage(conn, conversation_id=conversation_id),
-                "traces": select_traces(conn, conversation_id, -1),
+                "traces": select_traces(conn, conversation_id, UNLIMITED),
             }
         finally:
             conn.execute("COMMIT")

@@ -14,6 +14,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .core import is_postgres_url, postgres_backend
 from .inbound import QuarantinedStream, select_quarantined
 
 # Tables counted by `database_stats`, in the order they are shown.
@@ -24,7 +25,7 @@ COUNTED = (
 
 @dataclass(slots=True)
 class DatabaseStats:
-    path: Path
+    path: Path | str  # the file, or the PostgreSQL url without its password
     file_bytes: int  # the database file
     wal_bytes: int  # its write-ahead log
     page_size: int
@@ -54,9 +55,13 @@ def _read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def database_stats(path: Path, *, table_sizes: bool = False) -> DatabaseStats:
+def database_stats(path: Path | str, *, table_sizes: bool = False) -> DatabaseStats:
     """Sizes, page use and row counts (one count per table: a read of its smallest index);
-    `table_sizes` also reads every page to give each table's bytes (SQLite's dbstat)."""
+    `table_sizes` also reads every page to give each table's bytes (SQLite's dbstat). A
+    postgresql:// url: that database's (postgres/stats.py)."""
+    if is_postgres_url(path):
+        return postgres_backend().database_stats(str(path), table_sizes=table_sizes)
+    path = Path(path)
     wal = path.with_name(path.name + "-wal")
     with contextlib.closing(_read_only(path)) as conn:
         conn.execute("BEGIN")  # one snapshot for every figure

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -33,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import WriteFailedError
+from .errors import ConstraintViolation, DatabaseError, WriteFailedError
 from .ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS, Barrier, BatchContext, Probe, Statement, WriteOp, group_statements
 from .thread_names import name_this_thread
 
@@ -42,9 +43,6 @@ log = logging.getLogger("cursor_byok.store")
 # Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
 # indexed probe); bounded, so idle conversations hold nothing here.
 SEQ_CACHE_LIMIT = 1024
-# When the WAL starts over, its file is cut back to this (what ~50 turn starts write), not to nothing:
-# commits write into its blocks again rather than grow the file.
-WAL_KEEP_BYTES = 4 * 1024 * 1024
 
 
 class Failed:
@@ -72,8 +70,12 @@ class WriterThread:
     on the loop for every batch, in order; `stopped(error, unprocessed)` once, at the end."""
 
     def __init__(
-        self, conn: sqlite3.Connection, *, max_batch_ops: int, deliver: Deliver, stopped: Stopped, name: str
+        self, conn: Any, *, max_batch_ops: int, deliver: Deliver, stopped: Stopped, name: str,
+        busy_timeout_s: float = 0.0, commits_on_loop: bool = True,
     ) -> None:
+        """`conn`: a sqlite3 connection set up by `connection.prepare_writer` (whose busy timeout is
+        `busy_timeout_s`), or the PostgreSQL backend's, which waits for locks itself and is never
+        used on the loop (`commits_on_loop` False: a commit there is a network round trip)."""
         self._conn = conn
         self._max_batch_ops = max_batch_ops
         self._deliver = deliver
@@ -82,10 +84,12 @@ class WriterThread:
         self._inbox: queue.SimpleQueue[list[WriteOp] | None] = queue.SimpleQueue()
         self._seq_cache: dict[str, tuple[int, int]] = {}  # used under _conn_lock
         self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
-        self._busy_timeout_s = int(conn.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
-        conn.execute("PRAGMA busy_timeout = 0")  # waits are the thread's own (`_begin`)
-        conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints are the checkpointer's
-        conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
+        self._busy_timeout_s = busy_timeout_s
+        self._commits_on_loop = commits_on_loop
+        # A network connection sends a transaction's statements without waiting for each answer
+        # (PostgreSQL's pipeline: BEGIN and the probes in one round trip, the rows and COMMIT in
+        # another); SQLite's calls are function calls.
+        self._round_trips: Callable[[], contextlib.AbstractContextManager[Any]] = getattr(conn, "pipeline", contextlib.nullcontext)
         self._checkpoint: Callable[[sqlite3.Connection], None] | None = None  # asked for by it
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
@@ -97,7 +101,7 @@ class WriterThread:
         now, if the connection is free and the database's write lock can be had without waiting.
         None (nothing written): hand the batch to the thread, which waits for the lock and isolates
         a bad write."""
-        if not self._conn_lock.acquire(blocking=False):
+        if not self._commits_on_loop or not self._conn_lock.acquire(blocking=False):
             return None  # the thread is using the connection (a batch, or a checkpoint asked of it)
         try:
             outcome = BatchOutcome()
@@ -219,26 +223,29 @@ class WriterThread:
 
         The events' ids are not looked up first: a new event's insert is its own check (an id is
         unique in its conversation), and events are new but for a replay. Only a transaction whose
-        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate)."""
+        insert that check refuses runs again, with the ids looked up (a repeat is then a duplicate),
+        and with the seq counters read again: on a shared PostgreSQL database another server may
+        have taken the next seq of a conversation this one wrote before (its insert is refused)."""
         try:
             return self._attempt(ops, wait, look_up_events=False)
-        except sqlite3.IntegrityError:
-            if not any(op.event_keys() for op in ops):
+        except (sqlite3.IntegrityError, ConstraintViolation):
+            if not any(op.event_keys() or op.seq_conversations() for op in ops):
                 raise
         return self._attempt(ops, wait, look_up_events=True)
 
     def _attempt(self, ops: list[WriteOp], wait: bool, *, look_up_events: bool) -> list[Any]:
         conn = self._conn
-        self._begin(wait)
         try:
-            ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
-            for sql, rows in group_statements(statements):
-                conn.executemany(sql, rows)
-            conn.execute("COMMIT")
+            with self._round_trips():
+                self._begin(wait)
+                ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
+                for sql, rows in group_statements(statements):
+                    conn.executemany(sql, rows)
+                conn.execute("COMMIT")
         except BaseException:
             try:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
+            except (sqlite3.Error, DatabaseError):
                 pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
             # Re-probe these conversations next time rather than trust counters the failed
             # transaction may have disagreed with.
