@@ -345,3 +345,29 @@ async def test_a_developer_cannot_read_or_append_to_anothers_stream(
         await ide.close()
         await intruder.close()
     assert log.terminal is None and log.text == "judy's answer"
+
+
+async def test_a_team_server_on_either_store(store_url: str, tmp_path: Path, provider: FakeProviderServer, workspace: Path) -> None:
+    """The access layer on the embedded store and on PostgreSQL alike: developers added by the
+    CLI beside a running server, their usage apart, a budget, a revocation."""
+    server = ServerProcess(team_config(tmp_path / "data", provider, store_url=store_url))
+    server.start()
+    try:
+        lena, mia = add_user(server, "lena"), add_user(server, "mia", "--budget", "0.001")
+        provider.enqueue(OPENAI_CHAT.text(["for lena"], usage=UsageSpec(input=100, output=1)))
+        provider.enqueue(OPENAI_CHAT.text(["for mia"], usage=UsageSpec(input=1000, output=100)))
+        assert (await one_turn(server, workspace, lena)).text == "for lena"
+        assert (await one_turn(server, workspace, mia)).text == "for mia"
+        provider.forget()
+        refused = await one_turn(server, workspace, mia)
+        assert refused.terminal is not None and refused.terminal.code == "resource_exhausted" and provider.requests == []
+
+        def by_user() -> dict[str, tuple[int, int]]:
+            rows = json.loads(server.run_to_exit("usage", "--by", "user", "--json").stdout)["rows"]
+            return {r["group"]: (r["calls"], r["input_tokens"]) for r in rows}
+
+        assert wait_for(by_user, lambda r: len(r) == 2) == {"lena": (1, 100), "mia": (1, 1000)}
+        assert server.run_to_exit("users", "revoke", "lena").returncode == 0
+        assert wait_for(lambda: get(server, "/metrics", lena).status_code, lambda s: s == 401, timeout=5.0) == 401
+    finally:
+        server.stop()
