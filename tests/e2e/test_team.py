@@ -20,6 +20,7 @@ import pytest
 from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer, UsageSpec
 from tests.harness.ide import BIDI_APPEND, RUN_SSE, ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.stored import stored_rows
 
 from .test_crash_recovery import wait_until
 from .test_observability import wait_for
@@ -242,11 +243,11 @@ async def test_a_turn_past_the_budget_ends_resource_exhausted_before_any_provide
 
 
 async def test_a_turn_resumed_after_a_crash_stays_its_developers(
-    tmp_path: Path, provider: FakeProviderServer, workspace: Path
+    store_url: str, tmp_path: Path, provider: FakeProviderServer, workspace: Path
 ) -> None:
     """The server is SIGKILLed while a developer's turn waits for a tool result; after the restart
-    the resumed run, and the provider call it makes, are still that developer's."""
-    config = team_config(tmp_path / "data", provider, extra_server={"recovery_wait_seconds": 5.0})
+    the resumed run, and the provider call it makes, are still that developer's (on either store)."""
+    config = team_config(tmp_path / "data", provider, extra_server={"recovery_wait_seconds": 5.0}, store_url=store_url)
     server = ServerProcess(config)
     token = add_user(server, "hank")
     server.start()
@@ -277,13 +278,7 @@ async def test_a_turn_resumed_after_a_crash_stays_its_developers(
     assert log.terminal is None and log.text == "read it", log.terminal
 
     def rows() -> list[tuple[Any, ...]]:
-        db = sqlite3.connect(f"file:{config.data_dir / 'state.db'}?mode=ro", uri=True)
-        try:
-            return db.execute(
-                "SELECT input_tokens, user_name FROM provider_calls WHERE conversation_id = ? ORDER BY started_at_ms", (conversation_id,)
-            ).fetchall()
-        finally:
-            db.close()
+        return stored_rows(config, "SELECT input_tokens, user_name FROM provider_calls WHERE conversation_id = ? ORDER BY started_at_ms", (conversation_id,))
 
     # The call cut by the kill left no record (its record waits for its tools); the resumed one did.
     calls = wait_for(rows, lambda r: any(tokens == 500 for tokens, _ in r))
