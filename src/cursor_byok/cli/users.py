@@ -38,6 +38,11 @@ def _usd(text: str) -> float:
     return value
 
 
+def _usd_or_default(text: str) -> float | None:
+    """A budget, or "default" (None): the config's."""
+    return None if text == "default" else _usd(text)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -107,7 +112,7 @@ def cmd_users_budget(args: argparse.Namespace) -> int:
     from ..team import micro_usd
 
     cfg = load_config(args)
-    usd = None if args.usd == "default" else _usd(args.usd)
+    usd = args.usd
 
     async def budget(store: Any) -> None:
         await _known(store, args.name)
@@ -181,5 +186,5 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     revoke.set_defaults(handler=cmd_users_revoke)
     budget = users.add_parser("budget", parents=[common], help="set a developer's monthly budget in USD (0: no limit; 'default': the config's)")
     budget.add_argument("name", type=_name, metavar="NAME", help="the developer")
-    budget.add_argument("usd", metavar="USD", help="USD per calendar month (UTC), 0 for no limit, or 'default'")
+    budget.add_argument("usd", type=_usd_or_default, metavar="USD", help="USD per calendar month (UTC), 0 for no limit, or 'default'")
     budget.set_defaults(handler=cmd_users_budget)
