@@ -178,8 +178,8 @@ class TeamConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # USD a developer may spend per calendar month (UTC), priced as `usage` prices it; 0: no limit.
     # `cursor-byok users budget NAME USD` sets one developer's own.
     monthly_budget_usd: float = 0.0
-    # How often each instance rereads the developers and this month's spending (revocations made
-    # elsewhere take effect within this; the instance whose data dir `users` ran on is told at once).
+    # How often each instance rereads the developers (revocations made elsewhere take effect within
+    # this; the instance whose data dir `users` ran on is told at once).
     refresh_seconds: float = 2.0
 
 

@@ -1,7 +1,8 @@
 """Who may use a team server, and how much: each instance's view of the developers (by token
-digest) and of what each has spent this month, reread from the store every `team.refresh_seconds`
-and at once on SIGHUP (`cursor-byok users` sends one to the server on its data dir) or when an
-unknown token comes (a developer just added).
+digest), reread from the store every `team.refresh_seconds` and at once on SIGHUP (`cursor-byok
+users` sends one to the server on its data dir) or when an unknown token comes (a developer just
+added); and of what each has spent this month, reread every SPEND_REREAD_SECONDS (summing a
+month of call records is the larger read).
 
 A request's token is looked up by its SHA-256 in a dict: no stored secret is ever compared byte by
 byte with what a client sends, and the digest of a random 256-bit token tells a timing observer
@@ -33,6 +34,9 @@ log = logging.getLogger("cursor_byok.team")
 # An unknown token rereads the developers at most this often (a stream of wrong tokens costs a
 # small read four times a second, no more).
 LEARN_SPACING_SECONDS = 0.25
+# Each instance counts what its own calls cost as they end; what the others spent comes in with
+# the next reread of the call records, at most this much later.
+SPEND_REREAD_SECONDS = 30.0
 MICRO_USD = 1_000_000
 
 
@@ -92,6 +96,7 @@ class TeamAccess:
         self._budgets: dict[str, float] = {}  # by name, of the developers not revoked
         self._spent: dict[str, float] = {}
         self._month = 0  # month_start_ms of what _spent counts
+        self._spend_due = 0.0  # loop time of the next reread of the spending
         self._refreshing: asyncio.Task[None] | None = None
         self._learned_at = 0.0
         self._poked = asyncio.Event()  # reread now (SIGHUP)
@@ -166,12 +171,13 @@ class TeamAccess:
             await self.try_refresh()
 
     async def _reread(self) -> None:
-        month = month_start_ms()
+        month, now = month_start_ms(), asyncio.get_running_loop().time()
         developers = await self.store.list_developers()
-        spent = await spending(self.store, self.config, month)
+        if month != self._month or now >= self._spend_due:
+            spent = await spending(self.store, self.config, month)
+            self._spent, self._month, self._spend_due = {name: s.cost for name, s in spent.items()}, month, now + SPEND_REREAD_SECONDS
         self._by_digest = {
             d.token_sha256: Developer(d.name, budget_usd(d.budget_micro_usd, self.config)) for d in developers if d.revoked_at_ms is None
         }
         self._by_token = {}  # a revoked one must be hashed, and missed, again
         self._budgets = {d.name: d.budget_usd for d in self._by_digest.values()}
-        self._spent, self._month = {name: s.cost for name, s in spent.items()}, month
