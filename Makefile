@@ -91,7 +91,7 @@ test: $(DEV_STAMP) bytecode $(CHROMIUM) $(POSTGRES_STAMP) $(NODE) $(CONNECT_ES)
 soak: $(DEV_STAMP) bytecode $(CHROMIUM) $(POSTGRES_STAMP)
 	CURSOR_BYOK_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -m soak
 
-bench: $(DEV_STAMP) bytecode
+bench: $(DEV_STAMP) bytecode $(POSTGRES_STAMP)
 	$(BIN)/python -m pytest -q -s benchmarks -p no:timeout --benchmark-columns=min,median,mean,ops --benchmark-sort=name
 
 # An sdist plus a manylinux wheel per CPython 3.11-3.13 found ($PYTHONS, PATH, pyenv), into dist/.

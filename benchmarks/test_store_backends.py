@@ -63,8 +63,9 @@ def test_store_backends_turn_start(tmp_path: Path, clusters: dict[str, PostgresC
         results[backend] = asyncio.run(_measure(_location(backend, clusters, tmp_path / "state.db")))  # type: ignore[arg-type]
     print("\nbackend: start p50/p99 µs, CPU µs per start, fresh lookup p50 µs, 200-start burst transactions")
     for backend, r in results.items():
+        threads = ", ".join(f"{key[4:-7]} {us:.0f}" for key, us in r.items() if key.startswith("b2b_") and us >= 1)
         print(f"{backend}: {r['start_p50_us']:.0f}/{r['start_p99_us']:.0f}, {r['start_cpu_us']:.0f}, "
-              f"{r['lookup_p50_us']:.0f}, {r['burst_transactions']:.0f}")
+              f"{r['lookup_p50_us']:.0f}, {r['burst_transactions']:.0f}; back to back, CPU µs per start by thread: {threads}")
     sqlite = results["sqlite"]
     for backend in BACKENDS[1:]:
         r = results[backend]

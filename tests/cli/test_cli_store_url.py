@@ -37,7 +37,7 @@ def test_the_config_names_the_store_and_deletion_works_on_it(run_cli, write_conf
     assert "(PostgreSQL) answers" in doctor.out
 
 
-@pytest.mark.parametrize("command", ["backup", "vacuum", "repair"])
+@pytest.mark.parametrize("command", ["backup", "repair"])
 def test_file_commands_say_they_are_for_the_embedded_store(run_cli, write_config, command: str, tmp_path) -> None:
     path = write_config('[store]\nurl = "postgresql://nobody@127.0.0.1:9/none"\n')
     extra = (str(tmp_path / "copy.db"),) if command == "backup" else ()
@@ -63,3 +63,22 @@ async def test_without_psycopg_a_postgresql_url_says_what_to_install(monkeypatch
     monkeypatch.setitem(sys.modules, "psycopg", None)  # an import of it fails, as when it is not installed
     with pytest.raises(StoreError, match=r"pip install 'cursor-byok\[team\]'"):
         await Store.open("postgresql://nobody@127.0.0.1:9/none")
+
+
+def test_vacuum_of_a_postgresql_store_applies_the_retention_ages(run_cli, write_config, postgres_url: str) -> None:
+    import asyncio
+
+    from cursor_byok.store import Store, TraceRecord
+
+    async def old_trace() -> None:
+        store = await Store.open(postgres_url)
+        try:
+            await store.record_trace(TraceRecord("t-old", "local_byok", "POST", "/x", started_at_ms=1))
+        finally:
+            await store.close()
+
+    asyncio.run(old_trace())
+    path = write_config(f'[store]\nurl = "{postgres_url}"\n')
+    result = run_cli("db", "vacuum", "--config", str(path))
+    assert result.code == 0, result.err
+    assert "retention: deleted 1 traces" in result.out

@@ -6,7 +6,6 @@ finish."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
 import uuid

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from .server import ServerConfig
@@ -14,7 +15,7 @@ from .server import ServerConfig
 _TURN_TABLES = "conversations, request_bindings, runs, history_events, checkpoints, inbound_appends, conversation_tool_state"
 
 
-def _database(config: ServerConfig) -> Any:
+def _database(config: ServerConfig) -> Path:
     return (config.state_dir or config.data_dir) / "state.db"
 
 

@@ -28,6 +28,7 @@ def test_every_migration_has_a_postgresql_form(migration: Migration) -> None:
         "CREATE VIRTUAL TABLE docs USING fts5(body)",
         "CREATE TABLE t (id INTEGER PRIMARY KEY) WITHOUT ROWID",
         "CREATE TABLE t (v ANY) STRICT",
+        "CREATE TABLE t (name TEXT COLLATE NOCASE) STRICT",
         "PRAGMA user_version = 3",
         "CREATE VIEW v AS SELECT 1",
         "CREATE TRIGGER t AFTER INSERT ON x BEGIN UPDATE x SET a = 1; END",
@@ -115,3 +116,64 @@ async def test_a_password_never_shows_in_what_the_store_says(postgres_url: str) 
         assert "s3cret" not in store.location
     finally:
         await store.close()
+
+
+async def test_an_older_database_is_upgraded_keeping_its_data(postgres_url: str) -> None:
+    old = await Store.open(postgres_url, migrations=MIGRATIONS[:1])
+    assert old.schema_version == 1
+    await old.upsert_conversation(ConversationRecord("c1", 1, 1))
+    await old.append_events("c1", [NewEvent("e1", "user", b"x")])
+    await old.close()
+    new = await Store.open(postgres_url)
+    try:
+        assert new.schema_version == SCHEMA_VERSION
+        assert [e.event_id for e in await new.load_events("c1")] == ["e1"]
+        appended = await new.append_events("c1", [NewEvent("e2", "user", b"y")])  # the triggers re-made by v4 hold
+        assert appended.results[0].seq == 2
+    finally:
+        await new.close()
+
+
+async def test_a_read_only_opener_creates_nothing(postgres_url: str) -> None:
+    reader = await Store.open(postgres_url, read_only=True)
+    try:
+        assert reader.schema_version == 0
+    finally:
+        await reader.close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None
+
+
+def _store_statements() -> dict[str, str]:
+    """Every SQL statement a module of the store names as a constant, by where it is."""
+    import importlib
+    import pkgutil
+    import re
+
+    import cursor_byok.store as package
+
+    found = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, str) and re.match(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", value):
+                found[f"{info.name}.{name}"] = value
+    return found
+
+
+def test_every_statement_of_the_store_has_a_postgresql_text() -> None:
+    """A statement in SQLite's own spelling (rowid, json_each, INSERT OR REPLACE, …) added to the
+    store fails here, naming it, rather than on a team server."""
+    statements = _store_statements()
+    assert len(statements) > 20 and "history.INSERT_EVENT" in statements
+    for where, sql in statements.items():
+        if where.startswith(("salvage.", "upkeep.")):
+            continue  # the embedded store's file tools
+        translate(sql)
+
+
+def test_sqlite_only_spellings_are_refused_or_rewritten() -> None:
+    assert translate("INSERT OR IGNORE INTO t VALUES (?)") == "INSERT INTO t VALUES (%s) ON CONFLICT DO NOTHING"
+    for sql in ("INSERT OR REPLACE INTO t VALUES (?)", "SELECT rowid FROM t", "SELECT value FROM json_each(?)", "SELECT 1 LIMIT -1"):
+        with pytest.raises(UntranslatableStatement):
+            translate(sql)

@@ -72,3 +72,34 @@ async def test_a_connection_the_database_dropped_is_opened_again(postgres_url: s
         await store.close()
     assert appended.results[0].duplicate is False
     assert stored[0] == "a0" and stored[-1] == "c0"
+
+
+async def test_a_commit_is_durable_even_where_the_database_lets_commits_be_lazy(postgres_url: str) -> None:
+    """A database (or role) set to synchronous_commit = off: the store's connections wait for the
+    commit's flush all the same, as its futures promise."""
+    import psycopg
+
+    from cursor_byok.store.postgres import connect
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{admin.info.dbname}" SET synchronous_commit = off')
+    conn = connect(postgres_url, application_name="test")
+    try:
+        assert conn.execute("SHOW synchronous_commit").fetchall() == [("on",)]
+    finally:
+        conn.close()
+
+
+async def test_a_checkpoint_counts_the_events_another_store_appended_meanwhile(postgres_url: str) -> None:
+    """The conversation's writer moved to another server and back: a checkpoint taken then claims
+    every event stored, not the last one this store wrote (its state was loaded with them all)."""
+    one, two = await Store.open(postgres_url), await Store.open(postgres_url)
+    try:
+        one.upsert_conversation(ConversationRecord("c", 1, 1))
+        await one.append_events("c", _events("a", 2))
+        await two.append_events("c", _events("b", 3))
+        checkpoint = await one.put_checkpoint("c", b"state through 5", kind="final")
+    finally:
+        await one.close()
+        await two.close()
+    assert checkpoint.through_event_seq == 5

@@ -132,7 +132,7 @@ async def test_export_is_json_able_and_complete(store: Store, conversation) -> N
     assert await store.export_conversation("missing") is None
 
 
-async def test_ids_by_prefix_and_usage_by_run(store, conversation, raw_db) -> None:
+async def test_ids_by_prefix_and_usage_by_run(store, conversation) -> None:
     for cid in ("abc-1", "abc-2", "abd-1", "ab"):
         store.upsert_conversation(conversation(cid))
     store.record_usage(UsageRecord("byok-a", "anthropic", 10, run_id="r1", conversation_id="abc-1", input_tokens=5, output_tokens=1))
@@ -147,6 +147,10 @@ async def test_ids_by_prefix_and_usage_by_run(store, conversation, raw_db) -> No
     assert list(usage) == ["r2", "r1"]
     assert (usage["r1"].input_tokens, usage["r1"].output_tokens, usage["r1"].calls) == (12, 3, 2)
     assert usage["r2"].mean_ttft_ms == 40
+
+
+async def test_ids_by_prefix_are_an_index_range(store, raw_db) -> None:
+    await store.flush()
     plan = " ".join(str(row) for row in raw_db().execute(
         "EXPLAIN QUERY PLAN SELECT conversation_id FROM conversations WHERE conversation_id >= ? AND conversation_id < ?",
         ("abc", "abd")))

@@ -1,4 +1,6 @@
 """`cursor-byok db stats|vacuum|backup|repair`: the database file, while the server may be running.
+On a PostgreSQL store `stats` and `vacuum` (its retention part) work; `backup` and `repair` are the
+embedded file's and say what to use instead.
 
 `stats` and `backup` only read (their own read-only connection), so they run beside a serving
 server; `vacuum` and `repair` rewrite the file, so they take the data dir's lock and refuse while a server holds it.
@@ -28,7 +30,6 @@ def size(n: float) -> str:
 # What PostgreSQL's own tools do for a database the embedded store's commands do for its file.
 _POSTGRES_TOOLS = {
     "backup": "pg_dump (or the cluster's continuous archiving)",
-    "vacuum": "PostgreSQL's autovacuum, or VACUUM",
     "repair": "PostgreSQL's own recovery (a replica, a backup)",
 }
 
@@ -120,7 +121,9 @@ def cmd_db_vacuum(args: argparse.Namespace) -> int:
     from ..store import vacuum_database
 
     cfg = load_config(args)
-    database = _database(cfg, "vacuum")
+    if not cfg.embedded_store:
+        return _prune_postgres(cfg)
+    database = _database(cfg)
     advice = "(`cursor-byok db backup FILE --compact` writes a compacted copy while it serves)"
     with _holding_data_dir(cfg, "db vacuum", f"to vacuum {advice}"):
         before = database.stat().st_size
@@ -132,6 +135,21 @@ def cmd_db_vacuum(args: argparse.Namespace) -> int:
     gone = ", ".join(f"{n:,} {kind}" for kind, n in pruned.items() if n)
     echo(f"retention: deleted {gone or 'nothing'}")
     echo(f"vacuumed {database}: {size(before)} → {size(database.stat().st_size)}")
+    return 0
+
+
+def _prune_postgres(cfg: Config) -> int:
+    """`db vacuum` of a PostgreSQL store: the retention ages applied now (the servers apply them
+    hourly too); the space is PostgreSQL's autovacuum's to reuse."""
+    from ..store import StoreError
+
+    try:
+        pruned = run_async(_apply_retention(cfg, cfg.store.url))
+    except StoreError as exc:
+        raise _storage_error(exc, None) from None
+    gone = ", ".join(f"{n:,} {kind}" for kind, n in pruned.items() if n)
+    echo(f"retention: deleted {gone or 'nothing'}")
+    echo("the space freed is reused by PostgreSQL's autovacuum (VACUUM FULL gives it back to the disk)")
     return 0
 
 
@@ -183,7 +201,7 @@ def _holding_data_dir(cfg: Config, command: str, why: str) -> Iterator[None]:
         lock.release()
 
 
-async def _apply_retention(cfg: Config, database: Path) -> dict[str, int]:
+async def _apply_retention(cfg: Config, database: Path | str) -> dict[str, int]:
     """What the server would prune at its next retention pass, pruned now (opening the store also
     brings its schema up to date)."""
     from ..store import Store

@@ -173,8 +173,10 @@ class AppendIntake:
             raise self._unjournaled(exc) from None
 
     @property
-    def _database(self) -> Path:
-        return self.service.services.config.database_path
+    def _database(self) -> Path | None:
+        """The SQLite file a storage fault names (a PostgreSQL store is named by its error)."""
+        config = self.service.services.config
+        return config.database_path if config.embedded_store else None
 
     def _unjournaled(self, exc: BaseException) -> ConnectError:
         problem = storage_problem(exc, self._database)

@@ -146,7 +146,7 @@ class StoreCore:
         self._writer_stopped: asyncio.Future[BaseException | None] = self._loop.create_future()
         self._writer = None if writer is None else WriterThread(
             writer, max_batch_ops=max_batch_ops, deliver=self._deliver, stopped=self._on_writer_stopped,
-            name=f"store-writer:{location}", busy_timeout_s=busy_timeout_s, commits_on_loop=path is not None,
+            name=f"store-writer:{location}", busy_timeout_s=busy_timeout_s, embedded=path is not None,
         )
         self._reader = ReaderThread(reader, name=f"store-reader:{location}")
         self._checkpointer = None

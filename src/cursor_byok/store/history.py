@@ -123,7 +123,7 @@ class PutCheckpoint(WriteOp):
                  self._created_at_ms),
             )
         )
-        out.append((Stage.CHECKPOINTS, DROP_SUPERSEDED_CHECKPOINTS, (conversation_id, seq)))
+        out.append((Stage.SUPERSEDED, DROP_SUPERSEDED_CHECKPOINTS, (conversation_id, seq)))
         return CheckpointRecord(
             conversation_id=conversation_id,
             seq=seq,

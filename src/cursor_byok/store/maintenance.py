@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
-from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .core import is_postgres_url, postgres_backend
 

@@ -25,13 +25,14 @@ class Stage(enum.IntEnum):
     RUNS = 2
     EVENTS = 3
     CHECKPOINTS = 4
-    DELIVERIES = 5
-    TRACES = 6
-    USAGE = 7
-    CALLS = 8
-    INBOUND = 9
-    RETENTION = 10
-    DEVELOPERS = 11
+    SUPERSEDED = 5  # after every checkpoint insert: a batch's inserts and its drops each share one executemany
+    DELIVERIES = 6
+    TRACES = 7
+    USAGE = 8
+    CALLS = 9
+    INBOUND = 10
+    RETENTION = 11
+    DEVELOPERS = 12
 
 
 STAGES = len(Stage)

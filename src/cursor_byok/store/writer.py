@@ -71,11 +71,12 @@ class WriterThread:
 
     def __init__(
         self, conn: Any, *, max_batch_ops: int, deliver: Deliver, stopped: Stopped, name: str,
-        busy_timeout_s: float = 0.0, commits_on_loop: bool = True,
+        busy_timeout_s: float = 0.0, embedded: bool = True,
     ) -> None:
         """`conn`: a sqlite3 connection set up by `connection.prepare_writer` (whose busy timeout is
-        `busy_timeout_s`), or the PostgreSQL backend's, which waits for locks itself and is never
-        used on the loop (`commits_on_loop` False: a commit there is a network round trip)."""
+        `busy_timeout_s`), or the PostgreSQL backend's (`embedded` False), which waits for locks
+        itself, is never used on the loop (a commit there is a network round trip) and whose
+        database other servers write too (no seq counter is taken from memory)."""
         self._conn = conn
         self._max_batch_ops = max_batch_ops
         self._deliver = deliver
@@ -85,10 +86,10 @@ class WriterThread:
         self._seq_cache: dict[str, tuple[int, int]] = {}  # used under _conn_lock
         self._conn_lock = threading.Lock()  # whoever uses the connection: the thread or the loop
         self._busy_timeout_s = busy_timeout_s
-        self._commits_on_loop = commits_on_loop
+        self._embedded = embedded
         # A network connection sends a transaction's statements without waiting for each answer
-        # (PostgreSQL's pipeline: BEGIN and the probes in one round trip, the rows and COMMIT in
-        # another); SQLite's calls are function calls.
+        # (PostgreSQL's pipeline: BEGIN and the probes in one round trip, the rows in another, then
+        # COMMIT); SQLite's calls are function calls.
         self._round_trips: Callable[[], contextlib.AbstractContextManager[Any]] = getattr(conn, "pipeline", contextlib.nullcontext)
         self._checkpoint: Callable[[sqlite3.Connection], None] | None = None  # asked for by it
         threading.Thread(target=self._run, name=name, daemon=True).start()
@@ -101,7 +102,7 @@ class WriterThread:
         now, if the connection is free and the database's write lock can be had without waiting.
         None (nothing written): hand the batch to the thread, which waits for the lock and isolates
         a bad write."""
-        if not self._commits_on_loop or not self._conn_lock.acquire(blocking=False):
+        if not self._embedded or not self._conn_lock.acquire(blocking=False):
             return None  # the thread is using the connection (a batch, or a checkpoint asked of it)
         try:
             outcome = BatchOutcome()
@@ -241,7 +242,9 @@ class WriterThread:
                 ctx, results, statements = self._plan(ops, self._probe(ops, look_up_events))
                 for sql, rows in group_statements(statements):
                     conn.executemany(sql, rows)
-                conn.execute("COMMIT")
+            # Sent once every row is in, not queued behind them: a server that holds the rows up
+            # (another's lock) and outlives this process must find no COMMIT waiting.
+            conn.execute("COMMIT")
         except BaseException:
             try:
                 conn.execute("ROLLBACK")
@@ -268,20 +271,21 @@ class WriterThread:
             if look_up_events:
                 keys.extend(op.event_keys())
             request_ids.extend(op.binding_keys())
+        if not self._embedded:
+            # Other servers write a shared database: the counters are read in every transaction
+            # (a checkpoint's default `through_event_seq` must count their events too).
+            self._seq_cache.clear()
         missing = [c for c in conversations if c not in self._seq_cache]
-        seqs: dict[str, tuple[int, int]] = {}
-        if missing:
-            rows = self._conn.execute(PROBE_SEQS, (msgspec.json.encode(missing).decode(),))
-            seqs = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
-        existing: dict[tuple[str, str], int] = {}
-        if keys:
-            rows = self._conn.execute(PROBE_EVENT_IDS, (msgspec.json.encode(keys).decode(),))
-            existing = {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
-        bindings: dict[str, str] = {}
-        if request_ids:
-            rows = self._conn.execute(PROBE_BINDINGS, (msgspec.json.encode(request_ids).decode(),))
-            bindings = {str(r[0]): str(r[1]) for r in rows}
-        return Probe(seqs, existing, bindings)
+        # Every probe is sent before any is read: one round trip for all on a pipelined connection.
+        execute, encode = self._conn.execute, msgspec.json.encode
+        seq_rows = execute(PROBE_SEQS, (encode(missing).decode(),)) if missing else ()
+        event_rows = execute(PROBE_EVENT_IDS, (encode(keys).decode(),)) if keys else ()
+        binding_rows = execute(PROBE_BINDINGS, (encode(request_ids).decode(),)) if request_ids else ()
+        return Probe(
+            {str(r[0]): (int(r[1]), int(r[2])) for r in seq_rows},
+            {(str(r[0]), str(r[1])): int(r[2]) for r in event_rows},
+            {str(r[0]): str(r[1]) for r in binding_rows},
+        )
 
     def _plan(self, ops: list[WriteOp], probe: Probe) -> tuple[BatchContext, list[Any], list[Statement]]:
         refused: dict[int, Failed] = {}

@@ -1,6 +1,7 @@
 """A psycopg 3 connection behind the part of `sqlite3.Connection`'s interface the store uses
-(`execute`, `executemany`, `close`, `in_transaction`, `set_trace_callback`), so the writer and reader
-threads, the record families' SQL and the deletions run unchanged on either backend.
+(`execute`, `executemany`, `close`, `set_trace_callback`; and `pipeline`, which the writer uses
+where the connection has it), so the writer and reader threads, the record families' SQL and the
+deletions run unchanged on either backend.
 
 The store's statements are written for SQLite; each SQL text is translated once and cached:
 placeholders `?` → `%s`, a read snapshot's `BEGIN` → REPEATABLE READ, `BEGIN IMMEDIATE` → `BEGIN`,
@@ -21,11 +22,19 @@ import psycopg
 from psycopg.adapt import Loader
 
 from ..errors import ConstraintViolation, DatabaseError
+from .schema import UntranslatableStatement
 from .statements import OVERRIDES
 
 __all__ = ["PgConnection", "connect", "redacted", "translate"]
 
 _LITERAL = re.compile(r"('[^']*')")
+_INSERT_OR_IGNORE = re.compile(r"^(\s*)INSERT OR IGNORE INTO (.*?);?\s*$", re.S)
+# SQLite spellings PostgreSQL does not know: a statement using one needs a text in statements.py.
+_SQLITE_ONLY = re.compile(
+    r"\b(INSERT OR REPLACE|REPLACE INTO|json_each|json_extract|rowid|sqlite_master|strftime|julianday|unixepoch|GLOB|PRAGMA)\b"
+    r"|LIMIT -1\b",
+    re.I,
+)
 _LOCAL_DAY = re.compile(r"date\((\w+) / 1000, 'unixepoch', 'localtime'\)")
 _BEGINS = {"BEGIN": "BEGIN ISOLATION LEVEL REPEATABLE READ", "BEGIN IMMEDIATE": "BEGIN"}
 
@@ -42,8 +51,11 @@ def translate(sql: str) -> str:
     parts = _LITERAL.split(sql.replace("%", "%%"))  # psycopg reads % inside literals too
     for i in range(0, len(parts), 2):  # placeholders: outside string literals
         parts[i] = parts[i].replace("?", "%s")
-    text = "".join(parts)
-    return _LOCAL_DAY.sub(r"to_char(to_timestamp(\1 / 1000), 'YYYY-MM-DD')", text)
+    text = _LOCAL_DAY.sub(r"to_char(to_timestamp(\1 / 1000), 'YYYY-MM-DD')", "".join(parts))
+    text = _INSERT_OR_IGNORE.sub(r"\1INSERT INTO \2 ON CONFLICT DO NOTHING", text)
+    if (found := _SQLITE_ONLY.search("".join(_LITERAL.split(text)[::2]))) is not None:
+        raise UntranslatableStatement(f"{found.group(0)!r} is SQLite's (give its PostgreSQL text in statements.py): {sql.strip()}")
+    return text
 
 
 class _NumberLoader(Loader):
@@ -51,7 +63,10 @@ class _NumberLoader(Loader):
 
     def load(self, data: Any) -> int | float:
         text = bytes(data)
-        return float(text) if b"." in text or b"N" in text else int(text)
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
 
 
 def _wrapped(exc: psycopg.Error) -> DatabaseError:
@@ -74,10 +89,6 @@ class PgConnection:
         if self._conn.broken:
             self._conn = _open(self._url, self._application_name)
         return self._conn
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
     def set_trace_callback(self, trace: Callable[[str], None] | None) -> None:
         self._trace = trace
@@ -120,13 +131,18 @@ def connect(url: str, *, application_name: str) -> PgConnection:
 
 
 def _open(url: str, application_name: str) -> psycopg.Connection[Any]:
-    """An autocommit connection whose local day is this process's (SQLite's 'localtime')."""
+    """An autocommit connection whose local day is this process's (SQLite's 'localtime') and whose
+    COMMIT returns once the commit is durable (a database set to `synchronous_commit = off` would
+    let a crash of PostgreSQL lose what the IDE was told; a stricter setting is kept)."""
     try:
         conn = psycopg.connect(url, autocommit=True, application_name=application_name)
         conn.adapters.register_loader("numeric", _NumberLoader)
         offset = time.localtime().tm_gmtoff
         sign = "-" if offset < 0 else "+"
-        conn.execute(f"SET TIME ZONE INTERVAL '{sign}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}' HOUR TO MINUTE")
+        conn.execute(
+            f"SET TIME ZONE INTERVAL '{sign}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}' HOUR TO MINUTE; "
+            "SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'"
+        )
     except psycopg.Error as exc:
         raise _wrapped(exc) from exc
     return conn

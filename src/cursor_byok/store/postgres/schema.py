@@ -47,7 +47,9 @@ _AUTOINCREMENT = re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b")
 _TYPES = {"INTEGER": "BIGINT", "BLOB": "BYTEA", "TEXT": 'TEXT COLLATE "C"', "REAL": "DOUBLE PRECISION"}
 _TYPE = re.compile(r"\b(INTEGER|BLOB|TEXT|REAL)\b")
 # SQLite-only words that must not reach PostgreSQL unnoticed.
-_SQLITE_ONLY = re.compile(r"\b(WITHOUT ROWID|AUTOINCREMENT|PRAGMA|GLOB|ANY|rowid|json_each|json_extract)\b", re.I)
+_SQLITE_ONLY = re.compile(
+    r"\b(WITHOUT ROWID|AUTOINCREMENT|PRAGMA|GLOB|ANY|rowid|json_each|json_extract|NOCASE|RTRIM|strftime|julianday)\b", re.I
+)
 
 
 def _is_ops(text: str) -> str:
@@ -125,6 +127,8 @@ def apply_migrations(conn: Any, migrations: Sequence[Migration], *, location: st
     supported = migrations[-1].version if migrations else 0
     derived = [(migration, derive(migration)) for migration in migrations]  # refuse before writing
     version_table = translate_statement(VERSION_TABLE)[0]
+    # A first pass without a migration: the version table, and a too-new schema refused, even when
+    # nothing is pending.
     for migration, statements in [(None, [])] + derived:
         conn.execute("BEGIN IMMEDIATE")  # read committed: each read after the lock sees what the holder committed
         try:
