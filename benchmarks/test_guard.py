@@ -90,3 +90,53 @@ def test_id_checks_against_the_decode(benchmark, kind: str) -> None:
     decode_us = (time.perf_counter() - started) / N * 1e6
     benchmark.extra_info.update({"ids_us": round(ids_us, 3), "decode_us": round(decode_us, 3)})
     print(f"\n{kind}: id checks {ids_us:.2f} µs of a {decode_us:.2f} µs decode ({ids_us / decode_us:.0%})")
+
+
+def _team_guard(tmp_path, developers: int) -> tuple[RequestGuard, str]:
+    """A team server's guard over `developers` developers in a real store; one of their tokens."""
+    import asyncio
+
+    from cursor_byok.store import DeveloperRecord, Store
+    from cursor_byok.team import TeamAccess, new_token, token_digest
+
+    config = parse({"server": {"port": 8787}, "team": {"enabled": True}})
+    tokens = [new_token() for _ in range(developers)]
+
+    async def load() -> TeamAccess:
+        store = await Store.open(tmp_path / "state.db")
+        try:
+            for i, token in enumerate(tokens):
+                await store.add_developer(DeveloperRecord(name=f"dev{i}", token_sha256=token_digest(token.encode()), created_at_ms=i))
+            team = TeamAccess(config, store)
+            await team.refresh()
+            return team
+        finally:
+            await store.close()
+
+    guard = RequestGuard(config, proxy_secret="secret-mark-0123456789", auth_token="")
+    guard.team = asyncio.run(load())
+    return guard, tokens[-1]
+
+
+@pytest.mark.parametrize("mode", ["server_token", "team_100_developers"])
+@pytest.mark.benchmark(group="edge-token")
+def test_guard_check_with_a_token(benchmark, tmp_path, mode: str) -> None:
+    """The guard on an IDE-shaped request carrying our token: the single-user server's auth token
+    (a constant-time compare) against a team server's developer token (a SHA-256 and a dict read)."""
+    if mode == "server_token":
+        token = "t" * 43
+        guard = RequestGuard(parse({"server": {"port": 8787}}), proxy_secret="secret-mark-0123456789", auth_token=token)
+    else:
+        guard, token = _team_guard(tmp_path, 100)
+    headers = [*IDE_HEADERS, (b"x-cursor-byok-token", token.encode())]
+
+    def run() -> None:
+        check = guard.check
+        for _ in range(N):
+            scope = {"method": "POST", "path": "/aiserver.v1.BidiService/BidiAppend", "headers": headers}
+            assert check(scope, PROTO_TYPES) is None
+
+    benchmark.pedantic(run, rounds=5, iterations=1)
+    per_request_us = benchmark.stats.stats.median / N * 1e6
+    benchmark.extra_info["us_per_request"] = round(per_request_us, 3)
+    print(f"\nguard.check with a token ({mode}): {per_request_us:.2f} µs per request")

@@ -29,6 +29,7 @@ from .providers import Provider, ProviderPool
 from .run import RunEngine
 from .store import Store, keep_retention
 from .supervision import Supervisor
+from .team import TeamAccess
 from .trust_store import verified
 
 log = logging.getLogger("cursor_byok.server")
@@ -55,8 +56,10 @@ class Server:
         self.provider_http = streaming_client(verify=tls)
         self.providers = ProviderPool(self.provider_http)
         self.providers.track(config.models)
-        metrics = Metrics()
+        metrics = Metrics(per_user=config.team.enabled)
         self.recorder = recorder = Recorder(config, store, metrics) if config.observability.enabled else None
+        # A team server's developers (config checks keep observability on with it).
+        self.team = TeamAccess(config, store) if config.team.enabled else None
         self.services = services = RuntimeServices(
             config=config,
             make_engine=lambda model: RunEngine(self.adapter(model), keep_bodies=config.observability.detailed),
@@ -68,6 +71,7 @@ class Server:
             serving=False,  # until every journaled stream is resumed: their recovery waits start then
             resolve_effort=effort_for,
             observer=recorder or NO_OBSERVER,
+            over_budget=self.team.over_budget if self.team is not None else None,
         )
         upstream = Upstream(
             config.upstream.base_url,
@@ -86,6 +90,9 @@ class Server:
         )
         if recorder is not None:
             self.gateway.dashboard = Dashboard(config, store, recorder, self.adapter, self.gateway.gauges)
+        if self.team is not None and recorder is not None:
+            self.gateway.guard.team = self.team
+            recorder.spent = self.team.spent
         self.supervisor = Supervisor()
 
     def adapter(self, model: ModelConfig) -> Provider:
@@ -93,8 +100,11 @@ class Server:
 
     def reload(self) -> None:
         """SIGHUP: take the config file's models (their prices and limits), aliases, secrets file and
-        log level; the rest of the config needs a restart. A file with problems changes nothing:
-        each problem is logged, one line each. Runs already going keep the model they started with."""
+        log level, and a team server rereads its developers; the rest of the config needs a restart.
+        A file with problems changes nothing: each problem is logged, one line each. Runs already
+        going keep the model they started with."""
+        if self.team is not None:
+            self.team.poke()  # `cursor-byok users` changed the developers
         source = self.config.source
         if not Path(source).is_file():
             log.warning("config not reloaded: the server was started without a config file (%s)", source)
@@ -110,7 +120,7 @@ class Server:
             self.config, models=fresh.models, aliases=fresh.aliases, secrets_file=fresh.secrets_file, observability=observability
         )
         self.config = self.gateway.config = self.services.config = config
-        for reader in (self.recorder, self.gateway.dashboard):
+        for reader in (self.recorder, self.gateway.dashboard, self.team):
             if reader is not None:
                 reader.config = config
         self.gateway.local_rpcs.use_models(config.models)
@@ -152,12 +162,14 @@ class Server:
         period = sweep_seconds(config.server)
         self.supervisor.start("sweeper", lambda: _every(period, gateway.sweep))
         self.supervisor.start("provider-warmth", self.providers.keep_warm)
-        ages = config.retention.ages_ms()
+        ages = config.retention_ages_ms()
         self.supervisor.start(
             "retention", lambda: keep_retention(self.store, ages, first_after=RETENTION_FIRST_SECONDS, every=RETENTION_EVERY_SECONDS)
         )
         if config.embedded_store:  # a PostgreSQL server checks its own pages
             self.supervisor.start("integrity-check", self._check_integrity)
+        if self.team is not None:
+            self.supervisor.start("team-access", self.team.keep_fresh)
 
     async def _check_integrity(self) -> None:
         """SQLite's quick check of the whole file, once, right after start (in a thread, on its own
@@ -180,6 +192,8 @@ async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = 
         raise
     try:
         server.gateway.capture = sync_capture(None, config)[0]  # off: one failed open; on: a writer thread starts
+        if server.team is not None:
+            await server.team.try_refresh()  # before the first request: its developer is known
         keep = await server._join_cluster()
         await server.gateway.conversations.restore(keep)
         await server.gateway.resume_journaled(keep)

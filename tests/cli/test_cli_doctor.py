@@ -283,3 +283,13 @@ def test_the_auth_token_line_says_how_to_use_it(run_cli, write_config, monkeypat
     [line] = [line for line in result.out.splitlines() if "auth token:" in line]
     assert line.startswith("ok    auth token: required on every request") and "/_token/<token> cursor-agent" in line
     assert "doctor-token-0123456789" not in result.out  # the token itself is never printed
+
+
+def test_a_team_server_says_every_request_needs_a_developers_token(run_cli, write_config, tmp_path: Path):
+    path = write_config(top="")
+    path.write_text(path.read_text() + "\n[team]\nenabled = true\n")
+    result = run_cli("doctor", "--settings", str(tmp_path / "s.json"), "--config", str(path))
+    [line] = [line for line in result.out.splitlines() if "team:" in line]
+    assert line.startswith("ok    team: team server: every request but health needs a developer's token")
+    assert "any developer's token opens the dashboard" in line
+    assert "auth token:" not in result.out  # not "every local user can use the server"

@@ -24,7 +24,7 @@ from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 from .test_browser import CHROMIUM
 
 MODEL = "byok-dash"
-PAGES = ("overview", "conversations", "conversation", "live", "models")
+PAGES = ("overview", "conversations", "conversation", "live", "developers", "models")
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +124,11 @@ async def test_every_page_shows_the_turn_and_logs_no_error(
     await open_page(page, base + "#/live", "live")
     assert "No run in progress" in await page.locator("main").text_content()
     await page.screenshot(path=str(shots / "dashboard-live.png"), full_page=True)
+
+    # Developers (a team server's usage per developer): here, one model's calls made for none.
+    await open_page(page, base + "#/developers", "developers")
+    row = page.locator("tr[data-user='']")
+    assert await row.count() == 1 and MODEL in await row.text_content()
 
     # Models: the test button measures the model through the server.
     await open_page(page, base + "#/models", "models")

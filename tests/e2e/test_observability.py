@@ -248,7 +248,7 @@ async def test_a_run_in_progress_is_on_the_live_page_and_in_the_gauges(
     ("GET", "conversations?limit=many", "invalid_argument", "limit"),
     ("GET", "overview?hours=soon", "invalid_argument", "hours"),
     ("GET", "usage?since=soon", "invalid_argument", "not an age"),
-    ("GET", "usage?by=week", "invalid_argument", "by: model or day"),
+    ("GET", "usage?by=week", "invalid_argument", "by: model, day or user"),
     ("GET", "calls/nope/1/bodies", "not_found", "no call"),
     ("GET", "nothing", "not_found", "no API"),
     ("POST", "models/nope/test", "not_found", "no model"),

@@ -178,3 +178,41 @@ def test_beyond_loopback_every_route_needs_the_token() -> None:
     assert refused(g.check(scope(host="192.0.2.7:8787"), PROTO_TYPES)) == (401, "unauthenticated")
     assert refused(g.check(scope(host="192.0.2.7:8787"), None)) == (401, "unauthenticated")
     assert g.check(scope(host="192.0.2.7:8787", x_cursor_byok_token=TOKEN), PROTO_TYPES) is None
+
+
+async def test_a_team_server_takes_developer_tokens_in_the_header_or_the_path_never_the_bearer(tmp_path) -> None:
+    from cursor_byok.gateway.guard import developer_of
+    from cursor_byok.store import DeveloperRecord, Store
+    from cursor_byok.team import TeamAccess, new_token, token_digest
+
+    config = parse({"server": {"host": "127.0.0.1", "port": 8787}, "team": {"enabled": True}})
+    store = await Store.open(tmp_path / "state.db")
+    try:
+        token = new_token()
+        await store.add_developer(DeveloperRecord(name="alice", token_sha256=token_digest(token.encode()), created_at_ms=1))
+        team = TeamAccess(config, store)
+        await team.refresh()
+    finally:
+        await store.close()
+    g = RequestGuard(config, proxy_secret=SECRET, auth_token="")
+    g.team = team
+    assert g.requires_token
+
+    by_header = scope(x_cursor_byok_token=token)
+    assert g.check(by_header, PROTO_TYPES) is None and developer_of(by_header) == "alice"
+
+    by_path = scope(path=f"/_token/{token}/agent.v1.AgentService/RunSSE")
+    assert g.route_path(by_path) == "/agent.v1.AgentService/RunSSE"
+    assert g.route_path(by_path) == "/agent.v1.AgentService/RunSSE"  # cut once
+    assert by_path["raw_path"] == b"/agent.v1.AgentService/RunSSE"
+    assert g.check(by_path, PROTO_TYPES) is None and developer_of(by_path) == "alice"
+
+    for refused_scope in (
+        scope(), scope(authorization=f"Bearer {token}"), scope(x_cursor_byok_token="y" * 43),
+        scope(path=f"/_token/{'y' * 43}/x"),
+    ):
+        g.route_path(refused_scope)
+        assert refused(g.check(refused_scope, PROTO_TYPES)) == (401, "unauthenticated")
+        assert developer_of(refused_scope) is None
+    assert g.check(scope(method="GET"), frozenset(), needs_token=False) is None  # the health probe
+    assert developer_of(scope()) is None

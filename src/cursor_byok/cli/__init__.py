@@ -7,7 +7,8 @@
     cursor-byok models list|test MODEL_ID
     cursor-byok conversations list|show ID|export ID|delete ID|prune --older-than AGE
     cursor-byok db stats|backup FILE|vacuum
-    cursor-byok usage [--since 7d] [--by model|day]
+    cursor-byok usage [--since 7d] [--by model|day|user]
+    cursor-byok users add NAME [--budget USD]|list|revoke NAME|budget NAME USD
     cursor-byok cursor enable|disable|status
     cursor-byok ca init [--rotate]|show|install
     cursor-byok service install|uninstall|status [--dry-run]
@@ -30,10 +31,10 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError
-from . import ca, capture, completion, config, connect, conversations, cursor, db, doctor, models, serve, service, usage
+from . import ca, capture, completion, config, connect, conversations, cursor, db, doctor, models, serve, service, usage, users
 from .common import PROG, CommandError, echo, setup_logging
 
-COMMAND_GROUPS = (serve, connect, doctor, config, models, conversations, usage, db, cursor, ca, service, capture, completion)
+COMMAND_GROUPS = (serve, connect, doctor, config, models, conversations, usage, users, db, cursor, ca, service, capture, completion)
 
 
 def _shared_options(parser: argparse.ArgumentParser, default: object) -> None:

@@ -27,11 +27,13 @@ def when(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-async def with_store(cfg: Config, action: Callable[[Any], Any]) -> Any:
+async def with_store(cfg: Config, action: Callable[[Any], Any], *, writes: bool = False) -> Any:
     """Run `action(store)`. A running server owns the embedded database: then it is only read (no
-    migrations, no writer); otherwise the data dir's lock is held meanwhile, so that no server
-    starts writing beside us. A PostgreSQL store is shared by design: opened as a server opens it.
-    A database that cannot be read is one line naming it and the way out."""
+    migrations, no writer), unless the action `writes` a few rows of its own beside the server's
+    (`users`: SQLite takes writers from several processes in turn); otherwise the data dir's lock
+    is held meanwhile, so that no server starts writing beside us. A PostgreSQL store is shared by
+    design: opened as a server opens it. A database that cannot be read is one line naming it and
+    the way out."""
     from ..instance import DataDirError, DataDirLock, storage_problem
     from ..store import Store, StoreError
 
@@ -45,7 +47,7 @@ async def with_store(cfg: Config, action: Callable[[Any], Any]) -> Any:
         if lock is not None:
             lock.record(command="conversations")
         try:
-            store = await Store.open(cfg.store_location, read_only=cfg.embedded_store and lock is None)
+            store = await Store.open(cfg.store_location, read_only=cfg.embedded_store and lock is None and not writes)
             try:
                 return await action(store)
             finally:

@@ -65,7 +65,7 @@ def cmd_db_stats(args: argparse.Namespace) -> int:
         raise _storage_error(exc, database) from None
     except (sqlite3.Error, StoreError) as exc:
         raise _storage_error(exc, database if cfg.embedded_store else None) from None
-    ages = cfg.retention.ages_ms()
+    ages = cfg.retention_ages_ms()
     if args.json:
         echo(json.dumps({
             "path": str(stats.path), "file_bytes": stats.file_bytes, "wal_bytes": stats.wal_bytes,
@@ -208,7 +208,7 @@ async def _apply_retention(cfg: Config, database: Path | str) -> dict[str, int]:
 
     store = await Store.open(database)
     try:
-        pruned = await store.apply_retention(cfg.retention.ages_ms(), time.time_ns() // 1_000_000)
+        pruned = await store.apply_retention(cfg.retention_ages_ms(), time.time_ns() // 1_000_000)
     finally:
         await store.close()
     return {kind.value: n for kind, n in pruned.items()}

@@ -146,8 +146,15 @@ def _security_checks(cfg: Config) -> list[Check]:
         token = local_trust.auth_token(cfg)
     except ConfigError as exc:
         return [*checks, Check("auth token", CheckStatus.FAIL, str(exc))]
+    if cfg.team.enabled:
+        checks.append(Check(
+            "team", CheckStatus.OK,
+            "team server: every request but health needs a developer's token (cursor-byok users list)"
+            + ("" if token else "; without server.auth_token_env any developer's token opens the dashboard and /metrics"),
+        ))
     if not token:
-        checks.append(Check("auth token", CheckStatus.INFO, "not set: every local user and program can use the server (set server.auth_token_env on a shared machine)"))
+        if not cfg.team.enabled:
+            checks.append(Check("auth token", CheckStatus.INFO, "not set: every local user and program can use the server (set server.auth_token_env on a shared machine)"))
     else:
         checks.append(
             Check(

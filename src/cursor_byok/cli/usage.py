@@ -1,5 +1,6 @@
-"""`cursor-byok usage [--since 7d] [--by model|day]`: provider calls, tokens, cache hits and cost, as
-the dashboard's overview counts them (read while the server may be running)."""
+"""`cursor-byok usage [--since 7d] [--by model|day|user]`: provider calls, tokens, cache hits and cost,
+as the dashboard's overview counts them (read while the server may be running); `--by user`: per
+developer of a team server ("-" for calls made for none)."""
 from __future__ import annotations
 
 import argparse
@@ -46,11 +47,12 @@ def cmd_usage(args: argparse.Namespace) -> int:
     if not rows:
         echo("no provider calls" + (f" in the last {args.since}" if args.since else ""))
         return 0
-    head = ("DAY",) if args.by == "day" else ()
+    head = {"day": ("DAY",), "user": ("USER",)}.get(args.by, ())
     lines: list[tuple[str, ...]] = [(*head, "MODEL", "CALLS", "ERRORS", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING", "CACHE HIT", "COST")]
-    for r in [*rows, {**total, "group": "", "model_id": "total"}]:
+    named = [{**r, "group": r["group"] or "-"} for r in rows] if args.by == "user" else rows  # "-": calls made for no developer
+    for r in [*named, {**total, "group": "", "model_id": "total"}]:
         lines.append((
-            *((r["group"],) if args.by == "day" else ()), r["model_id"], str(r["calls"]), str(r["errors"]),
+            *((r["group"],) if head else ()), r["model_id"], str(r["calls"]), str(r["errors"]),
             _tokens(r["input_tokens"]), _tokens(r["output_tokens"]), _tokens(r["cache_read_tokens"]),
             _tokens(r["cache_write_tokens"]), _tokens(r["reasoning_tokens"]), _share(r["cache_hit_rate"]), _money(r["cost"]),
         ))
@@ -62,6 +64,9 @@ def cmd_usage(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("usage", parents=[common], help="provider calls, tokens, cache hits and cost")
     p.add_argument("--since", metavar="AGE", help="only the last AGE, e.g. 24h, 7d, 2w (default: everything kept)")
-    p.add_argument("--by", choices=("model", "day"), default="model", help="one row per model, or per day and model")
+    p.add_argument(
+        "--by", choices=("model", "day", "user"), default="model",
+        help="one row per model, per day and model, or per developer and model (a team server's)",
+    )
     p.add_argument("--json", action="store_true", help="the same numbers as JSON")
     p.set_defaults(handler=cmd_usage)

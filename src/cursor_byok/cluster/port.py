@@ -15,6 +15,7 @@ class Forwarded(msgspec.Struct, frozen=True):
     content_encoding: str | None = None
     parent_request_id: str | None = None
     parent_tool_call_id: str | None = None
+    developer: str | None = None  # a team server's developer whose token the request carried
 
 
 class Answer(msgspec.Struct, frozen=True):

@@ -33,6 +33,7 @@ from .schema import (
     RetentionConfig,
     StoreConfig,
     ServerConfig,
+    TeamConfig,
     UpstreamConfig,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "RetentionConfig",
     "StoreConfig",
     "ServerConfig",
+    "TeamConfig",
     "UpstreamConfig",
     "config_path",
     "default_config_path",

@@ -206,10 +206,21 @@ def _meaning_problems(cfg: Config) -> Iterator[str]:
         yield f"observability.log_format: expected \"text\" or \"json\", got {obs.log_format!r}"
     if obs.log_level not in ("", *LOG_LEVELS):
         yield f"observability.log_level: expected one of {', '.join(LOG_LEVELS)}, got {obs.log_level!r}"
+    yield from _team_problems(cfg)
     if not 0 <= cfg.proxy.port < 65536:
         yield "proxy.port: must be between 0 and 65535"
     elif cfg.proxy.port == cfg.server.port and _same_address(cfg.proxy.host, cfg.server.host):
         yield f"proxy.port: {cfg.proxy.port} is also server.port: give the proxy another port"
+
+
+def _team_problems(cfg: Config) -> Iterator[str]:
+    team = cfg.team
+    if team.monthly_budget_usd < 0:
+        yield "team.monthly_budget_usd: must be >= 0 (0: no limit)"
+    if team.refresh_seconds <= 0:
+        yield "team.refresh_seconds: must be > 0"
+    if team.enabled and not cfg.observability.enabled:
+        yield "team.enabled: a team server counts each developer's usage: observability.enabled must stay true"
 
 
 def _alias_problems(cfg: Config, model_ids: set[str]) -> Iterator[str]:

@@ -15,6 +15,7 @@ APP_NAME = "cursor-byok"
 CONFIG_ENV = "CURSOR_BYOK_CONFIG"
 DEFAULT_UPSTREAM = "https://api2.cursor.sh"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+TEAM_CALLS_DAYS = 32  # a calendar month and a day: what a team server keeps of its provider call records at least
 
 
 class ConfigError(Exception):
@@ -105,7 +106,7 @@ class RetentionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     runs_days: float = 180.0  # finished run records (outcome, error): `conversations show` lists them
     traces_days: float = 30.0  # request traces
     usage_days: float = 400.0  # each run's usage row (tokens, outcome, phase timings)
-    calls_days: float = 30.0  # provider call records (the dashboard's calls; bodies in detailed mode)
+    calls_days: float = 30.0  # provider call records (the dashboard's calls; bodies in detailed mode; a team server: >= 32)
 
     def ages_ms(self) -> dict[str, int]:
         """Record kind → age in ms (0: kept forever)."""
@@ -182,6 +183,19 @@ class ClusterConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     lease_seconds: float = 15.0
 
 
+class TeamConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A team server (docs/team.md): every request but the health probe carries a developer's token
+    (`cursor-byok users add`), and each developer's usage, cost and monthly budget are kept apart."""
+
+    enabled: bool = False
+    # USD a developer may spend per calendar month (UTC), priced as `usage` prices it; 0: no limit.
+    # `cursor-byok users budget NAME USD` sets one developer's own.
+    monthly_budget_usd: float = 0.0
+    # How often each instance rereads the developers (revocations made elsewhere take effect within
+    # this; the instance whose data dir `users` ran on is told at once).
+    refresh_seconds: float = 2.0
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     upstream: UpstreamConfig = msgspec.field(default_factory=UpstreamConfig)
@@ -190,6 +204,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    team: TeamConfig = msgspec.field(default_factory=TeamConfig)
     models: list[ModelConfig] = []
     aliases: list[AliasConfig] = []
     secrets_file: str = ""
@@ -209,6 +224,14 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             target = next((a.model for a in self.aliases if a.cursor_model == model_id), None)
             best = next((m for m in self.models if m.id == target), None) if target is not None else None
         return best
+
+    def retention_ages_ms(self) -> dict[str, int]:
+        """Record kind → age in ms (0: kept forever), as the server applies them: a team server keeps
+        provider call records at least TEAM_CALLS_DAYS, since a month's spending is counted from them."""
+        ages = self.retention.ages_ms()
+        if self.team.enabled and 0 < ages["calls"] < TEAM_CALLS_DAYS * 86_400_000:
+            ages["calls"] = TEAM_CALLS_DAYS * 86_400_000
+        return ages
 
     @property
     def data_path(self) -> Path:

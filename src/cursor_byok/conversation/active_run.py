@@ -136,7 +136,9 @@ def begin_run(
     # Bound to the stream, not to the run: a run that holds what refers back to it is only freed by
     # the cycle collector, with its run request and turns.
     run.presenter = RunPresenter(run.run_id, workspace_root(rr), functools.partial(write_to, output), run.turns)
-    run.observed = ObservedRun(conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr))
+    run.observed = ObservedRun(
+        conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr), developer=output.developer
+    )
     run.known_blobs.update(prefetched_blobs(rr))
     user = turn_user_message(rr)
     if user is not None:

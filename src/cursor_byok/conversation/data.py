@@ -46,6 +46,8 @@ class RuntimeServices:
     continuation_window: float = 0.0
     blob_ack_timeout: float = 15.0
     observer: RunObserver = NO_OBSERVER  # told of runs, provider calls and tools (observability)
+    # A team server: why a developer's turn may not start (their monthly budget is spent), or None.
+    over_budget: Callable[[str | None], ConnectError | None] | None = None
     recovery_wait: float = 10.0  # how long a resumed run waits for tool results the IDE still owes
     reattach_grace: float = 3.0  # how long a run whose stream is gone waits for a reader to come back
     # Whether IDEs can reach the server: a start that resumes cut streams sets it False until it
@@ -232,6 +234,8 @@ class ConversationData:
         the write has committed (`run.input_stored`), so the input is durable before the model
         sees it without the turn waiting for the disk first."""
         s = self.services
+        if s.over_budget is not None and (refusal := s.over_budget(run.observed.developer)) is not None:
+            raise refusal  # before anything of the turn is kept or any provider is called
         rr = run.run_request
         model_id = requested_model_id(rr)
         model = s.config.model(model_id)

@@ -125,22 +125,25 @@ class AppendIntake:
         self.window = window  # of each resumed stream's order
         self.stopping = False  # the server stops: streams end cut, their rows kept for the next start
 
-    def take(self, order: AppendOrder, append: BidiAppend, parent: ParentConversationRef | None) -> asyncio.Future[Any]:
+    def take(
+        self, order: AppendOrder, append: BidiAppend, parent: ParentConversationRef | None, developer: str | None = None
+    ) -> asyncio.Future[Any]:
         """Admit, journal, hand over; the future resolves once the journal row is durable. Raises
-        ConnectError or HotPathError when the append is refused: then nothing of it is kept."""
+        ConnectError or HotPathError when the append is refused: then nothing of it is kept.
+        `developer`: a team server's, whose request it came in (a run it opens is theirs)."""
         admitted, generation = order.admit(append)
-        durable = self._journal(order, append, generation)
+        durable = self._journal(append, generation, developer)
         if admitted is Admitted.RESEND:
             return durable
         ready = order.take(append, admitted, generation)
         self._heartbeat(append)
         service = self.service
         if len(ready) == 1:
-            self._hand_over(ready[0], parent)
+            self._hand_over(ready[0], parent, developer)
         elif ready:
             with service.together():  # held ones reach the runtime with it, all at once
                 for item in ready:
-                    self._hand_over(item, parent)
+                    self._hand_over(item, parent, developer)
         return durable
 
     async def stored(self, durable: asyncio.Future[Any]) -> None:
@@ -151,7 +154,7 @@ class AppendIntake:
         except StoreError as exc:
             raise self._unjournaled(exc) from None
 
-    def _journal(self, order: AppendOrder, append: BidiAppend, generation: str) -> asyncio.Future[Any]:
+    def _journal(self, append: BidiAppend, generation: str, developer: str | None) -> asyncio.Future[Any]:
         """Queue the admitted append's journal row, before it is handed on: whatever it causes is
         stored with it or after it. An append to a stream that has ended (a late reply, its run
         request again) has no effect and its stream's rows are gone: it is not journaled (it would
@@ -165,7 +168,7 @@ class AppendIntake:
             done.set_result(None)
             return done
         try:
-            return store.record_append(append.request_id, generation, append.append_seqno, append.raw)
+            return store.record_append(append.request_id, generation, append.append_seqno, append.raw, developer)
         except StoreError as exc:  # the store is closing: the IDE sends the append again
             raise self._unjournaled(exc) from None
 
@@ -183,10 +186,10 @@ class AppendIntake:
         if append.variant == "client_heartbeat":
             self.service.heartbeat(append.request_id)
 
-    def _hand_over(self, item: BidiAppend, parent: ParentConversationRef | None) -> None:
+    def _hand_over(self, item: BidiAppend, parent: ParentConversationRef | None, developer: str | None) -> None:
         service = self.service
         if item.append_seqno == 0 and item.variant == "run_request":
-            service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw)
+            service.open_run(item.request_id, item.message.run_request, parent, wire=item.raw, developer=developer)
         elif item.variant != "client_heartbeat":
             service.deliver(item.request_id, item.message, seqno=item.append_seqno, wire=item.raw)
 
@@ -252,7 +255,7 @@ class AppendIntake:
                 continue
             if admitted is not Admitted.RESEND:
                 replay += [(item.append_seqno, item.message) for item in order.take(append, admitted, generation) if item.variant != "client_heartbeat"]
-        await self.service.resume(stream.request_id, seqno0.message.run_request, replay)
+        await self.service.resume(stream.request_id, seqno0.message.run_request, replay, developer=stream.developer)
         return order, len(replay)
 
     def _quarantine(self, stream: InboundStream, reason: str) -> None:

@@ -29,6 +29,7 @@ class ObservedRun:
     model: ModelConfig | None = None  # once the run's model is resolved
     phases: list[tuple[str, int]] = field(default_factory=list)  # (phase entered, monotonic ns)
     observer_state: Any = None  # what the observer keeps about the run
+    developer: str | None = None  # a team server's, whose run it is
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,7 @@ class OutputStream:
     # A reader's task took the terminal and ended its response (a terminal the writer pushed to a
     # reader whose client then went away does not count: nobody read it).
     terminal_delivered: bool = False
+    developer: str | None = None  # a team server's, whose request opened it (its runs are theirs)
     _waiters: list[_Waiter] = field(default_factory=list)
 
     @property

@@ -106,11 +106,12 @@ class ConversationService:
 
     def open_run(
         self, request_id: str, run_request: pb.AgentRunRequest, parent: ParentConversationRef | None = None,
-        *, resumed: bool = False, wire: bytes | None = None,
+        *, resumed: bool = False, wire: bytes | None = None, developer: str | None = None,
     ) -> OpenedRun:
         """Bind request_id and start (or queue) the run on a fresh output stream generation. `wire`:
         the serialized client message it came in, when the caller holds it (its newer-field scan
-        then reads those bytes rather than copying the request)."""
+        then reads those bytes rather than copying the request). `developer`: a team server's, whose
+        request it is: the runs on the stream are theirs."""
         unknown_fields(run_request, NEWER_FIELDS_DEPTH, wire=wire)
         conversation_id = self.conversation_for(run_request, request_id)
         cursor_run_id = run_request.run_id if run_request.HasField("run_id") else ""
@@ -122,6 +123,7 @@ class ConversationService:
         if kind is BindKind.SAME and existing is not None:
             return OpenedRun(conversation_id, existing, kind)
         output = self.hub.open(request_id, cursor_run_id)
+        output.developer = developer
         runtime = self.registry.ensure_runtime(conversation_id)
         self._hand(runtime, StartRun(request_id, output, run_request, parent, resumed=resumed))
         return OpenedRun(conversation_id, output, kind)
@@ -150,14 +152,16 @@ class ConversationService:
             held.append(runtime)
         runtime.take_now(cmd)
 
-    async def resume(self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]]) -> None:
+    async def resume(
+        self, request_id: str, run_request: pb.AgentRunRequest, replay: list[tuple[int, pb.AgentClientMessage]], *, developer: str | None = None
+    ) -> None:
         """Resume a stream cut by a restart: its run again, then the appends journaled after its
         run request (seqno, message), as they were delivered before. The conversation's history is
         loaded first, so the run can rebuild what was in flight before any of them is taken."""
         await self.resolve(request_id)
         conversation_id = self.conversation_for(run_request, request_id)
         await self.registry.ensure_runtime(conversation_id).data.ensure_loaded()
-        self.open_run(request_id, run_request, resumed=True)
+        self.open_run(request_id, run_request, resumed=True, developer=developer)
         for seqno, message in replay:
             try:
                 self.deliver(request_id, message, seqno=seqno, replayed=True)

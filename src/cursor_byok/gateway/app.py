@@ -21,7 +21,7 @@ from ..protocol import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH, ConnectError, i
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
 from .bidi import handle_append
 from .grpc_web import GrpcWebSend, is_grpc_web
-from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, RequestGuard
+from .guard import AGENT_TYPES, JSON_TYPES, LOCAL_RPC_TYPES, UNKNOWN_DEVELOPER, RequestGuard
 from .memory import Trimmer, keep_large_blocks_out_of_the_heap
 from .pending import Pending
 from .routing import HEALTH_PATHS, METRICS_PATH, ROOT_PATH, UI_PATH, UI_PREFIX, route_for
@@ -178,6 +178,10 @@ class Gateway:
         else:
             types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
         refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
+        if refusal is UNKNOWN_DEVELOPER and self.guard.team is not None and await self.guard.team.learn():
+            refusal = self.guard.check(scope, types)  # a developer added a moment ago is known now
+        if refusal is None and (ui or metrics or root):
+            refusal = self.guard.exposed_check(scope)
         if refusal is not None:
             await reply_error(send, refusal.error, refusal.status)
             return

@@ -18,6 +18,7 @@ from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi
 from .asgi import Receive, Scope, Send, reply_error, reply_proto, watch_disconnect
 from .crossing import forward_append, owner_elsewhere
 from .deadline import Deadline
+from .guard import developer_of
 from .routing import route_for
 from .transport import EarlyAppend, Route, Transport, Waiter
 
@@ -34,10 +35,12 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         deadline = Deadline.of(headers.timeout_ms)
         body = await gw.pending.read_body(scope, receive, server.max_body_bytes, server.body_read_timeout_seconds, headers.content_length)
         append = decode_bidi_append(body, max_size=server.max_frame_bytes, content_encoding=headers.content_encoding)
+        developer = developer_of(scope)
+        check_theirs(gw, append.request_id, developer)
         cluster = gw.cluster
         if cluster is not None:  # several instances on one database: this append's conversation may run in another
             owner = await owner_elsewhere(gw, cluster, append)
-            if owner is not None and await forward_append(gw, cluster, owner, append, body, headers):
+            if owner is not None and await forward_append(gw, cluster, owner, append, body, headers, developer):
                 gw.appends += 1
                 await reply_proto(send)
                 return
@@ -56,7 +59,8 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             await gw.upstream.forward(scope, receive, send, body=body)
             return
         if durable is None:
-            durable = deliver_local(gw, transport, append, local_parent(gw, headers.parent_request_id, headers.parent_tool_call_id))
+            parent = local_parent(gw, headers.parent_request_id, headers.parent_tool_call_id)
+            durable = deliver_local(gw, transport, append, parent, developer)
             if append.append_seqno == 0 and cluster is not None:
                 cluster.bound_here(append.request_id)
         stored = gw.conversations.appends.stored(durable)
@@ -153,24 +157,37 @@ async def _later_before_seqno0(
     return transport, early.durable
 
 
-def deliver_local(gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None) -> asyncio.Future[Any]:
+def deliver_local(
+    gw: Gateway, transport: Transport, append: BidiAppend, parent: ParentConversationRef | None, developer: str | None = None
+) -> asyncio.Future[Any]:
     """The append to its conversation's inbox (admitted, journaled, handed over; refused: raises and
     nothing is kept), with the later appends that waited for it when it is their seqno 0; the
-    returned future resolves once its journal row is durable."""
+    returned future resolves once its journal row is durable. `developer`: a team server's, whose
+    token the request carried (a run it opens is theirs)."""
     intake = gw.conversations.appends
     parked = gw.transports.early  # later appends waiting for their seqno 0: it takes them along
     if not (parked and append.append_seqno == 0 and append.request_id in parked):
-        return intake.take(transport.order, append, parent)
+        return intake.take(transport.order, append, parent, developer)
     # Appends that waited for this one reach the runtime with it: a cancel among them is seen
     # before the model is called.
     with gw.conversations.together():
-        durable = intake.take(transport.order, append, parent)
+        durable = intake.take(transport.order, append, parent, developer)
         for early in parked.pop(append.request_id):
             try:
                 early.durable = intake.take(transport.order, early.append, None)
             except (ConnectError, HotPathError) as exc:  # its own request's answer
                 early.error = exc
     return durable
+
+
+def check_theirs(gw: Gateway, request_id: str, developer: str | None) -> None:
+    """On a team server, a run stream is its developer's alone: permission_denied (before anything
+    is allocated) for a request from another."""
+    if gw.guard.team is None:
+        return  # a single-user server: nothing to look up
+    stream = gw.conversations.hub.get(request_id)
+    if stream is not None and stream.developer not in (None, developer):
+        raise ConnectError("permission_denied", f"request {request_id} is another developer's run")
 
 
 def local_parent(gw: Gateway, parent_request_id: str | None, tool_call_id: str | None) -> ParentConversationRef | None:

@@ -59,11 +59,14 @@ async def stream_elsewhere(cluster: Cluster, request_id: str, wait: float, unbou
     return None if owner == cluster.me else owner
 
 
-async def forward_append(gw: Gateway, cluster: Cluster, owner: str, append: BidiAppend, body: bytes, headers: RequestHeaders) -> bool:
+async def forward_append(
+    gw: Gateway, cluster: Cluster, owner: str, append: BidiAppend, body: bytes, headers: RequestHeaders, developer: str | None
+) -> bool:
     """The append to its owner: True once the owner took it (its refusal raised as the owner worded
     it); False when the owner went silent and its lease ended: the conversation was taken over
-    here, and the append is to be taken here (a copy the owner journaled first is a resend)."""
-    forwarded = Forwarded(body, headers.content_encoding, headers.parent_request_id, headers.parent_tool_call_id)
+    here, and the append is to be taken here (a copy the owner journaled first is a resend).
+    `developer`: a team server's, whose token the request carried (checked and recorded there)."""
+    forwarded = Forwarded(body, headers.content_encoding, headers.parent_request_id, headers.parent_tool_call_id, developer)
     while owner is not None:
         answer = await cluster.forward_append(owner, forwarded)
         if answer is not None:

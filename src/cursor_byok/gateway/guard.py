@@ -13,8 +13,11 @@ request before any routing, decoding or forwarding (the dashboard under /ui/ sit
 - Origin, when sent, must be the IDE's own (its windows and webviews) or ours (the dashboard).
   Else 403.
 - OPTIONS (a CORS preflight) is refused here and never forwarded; no CORS header is ever sent.
-- The optional auth token (the health probe excepted). Else 401. Listening beyond loopback, the
-  token is required: without one configured, nothing but the health probe answers (403).
+- The optional auth token (the health probe excepted); on a team server (`[team] enabled`), a
+  developer's token in its header or path prefix (never `authorization`, which carries the IDE's
+  Cursor credential): the request then carries the developer's name (`developer_of`). Else 401.
+  Listening beyond loopback, a token is required: without one configured (or a team server's
+  developers), nothing but the health probe answers (403).
 - `x-server-upstream-url` only with the proxy's mark. Else 403.
 - A request with a body must declare a content type its route speaks. Else 415. Requests the
   proxy forwards upstream keep whatever type the IDE used (a page cannot send them).
@@ -28,12 +31,16 @@ import ipaddress
 import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import local_trust
 from ..apis import is_cursor_host
 from ..config import Config
 from ..protocol import ConnectError
 from .asgi import Scope
+
+if TYPE_CHECKING:
+    from ..team import TeamAccess
 
 log = logging.getLogger("cursor_byok.gateway.guard")
 
@@ -64,6 +71,8 @@ _UPSTREAM_URL = b"x-server-upstream-url"
 _PROXY_MARK = local_trust.PROXY_MARK_HEADER.encode()
 _TOKEN = local_trust.AUTH_TOKEN_HEADER.encode()
 _TOKEN_IN_PATH = "cursor_byok.token_in_path"  # scope key set by route_path
+_PATH_TOKEN = "cursor_byok.path_token"  # a team server: the token route_path cut from the path
+_DEVELOPER = "cursor_byok.developer"  # a team server: whose token the request carried
 # The headers the guard reads; every other header costs one failed set lookup.
 _WATCHED = frozenset({b"host", b"origin", b"content-type", b"authorization", _UPSTREAM_URL, _PROXY_MARK, _TOKEN})
 
@@ -76,6 +85,16 @@ class Refusal:
 
 def _refuse(status: int, code: str, message: str) -> Refusal:
     return Refusal(status, ConnectError(code, message))
+
+
+# A team server's answer to a token it does not know: the gateway rereads the developers once
+# (one just added) before it is final.
+UNKNOWN_DEVELOPER = _refuse(401, "unauthenticated", "missing, unknown or revoked developer token (see cursor-byok users)")
+
+
+def developer_of(scope: Scope) -> str | None:
+    """The developer a team server's request came from (None: not a team server, or no developer)."""
+    return scope.get(_DEVELOPER)
 
 
 def _authorities(host: str, port: int) -> set[bytes]:
@@ -108,20 +127,27 @@ class RequestGuard:
         for name in server.public_names:
             hosts |= _public_authorities(name, port)
         self.hosts = frozenset(hosts)
+        self.team: TeamAccess | None = None  # a team server's developers: set by the composition root
+        self._team_mode = config.team.enabled
+        self.requires_token = bool(auth_token) or self._team_mode
         # Listening on every interface, other machines reach us under names we cannot know; with
         # a token required a rebinding page cannot use any of them, so any Host will do (unless the
         # operator named the public ones).
-        self._any_host = wildcard and bool(auth_token) and not server.public_names
+        self._any_host = wildcard and self.requires_token and not server.public_names
         scheme = b"https://" if server.tls_cert else b"http://"
         self.origins = IDE_ORIGINS | frozenset(scheme + h for h in hosts)
         self._secret = proxy_secret.encode()
         self._token = auth_token.encode()
-        self.requires_token = bool(auth_token)
         self._bearer = b"Bearer " + self._token
         self._path_prefix = f"{local_trust.TOKEN_PATH_PREFIX}{auth_token}/" if auth_token else ""
         self._seen_origins: set[bytes] = set()
+        # A team server with its own auth token: the dashboard and /metrics (every developer's
+        # conversations and usage) are the operator's, not any developer's.
+        self._operator_only = _refuse(
+            403, "permission_denied", "the dashboard and /metrics need the server's auth token (server.auth_token), not a developer's",
+        ) if self._team_mode and auth_token else None
         # The server spends the keys for whoever reaches it: beyond loopback, only for a token's bearer.
-        self._open_beyond_loopback = None if auth_token or _is_loopback(server.host) else _refuse(
+        self._open_beyond_loopback = None if self.requires_token or _is_loopback(server.host) else _refuse(
             403, "permission_denied",
             "this server listens beyond loopback and answers only requests with an auth token: set server.auth_token_env",
         )
@@ -160,7 +186,9 @@ class RequestGuard:
             return _refuse(405, "unimplemented", "OPTIONS is not served: cross-origin requests are refused")
         if needs_token and self._open_beyond_loopback is not None:
             return self._open_beyond_loopback
-        if self._token and needs_token and not self._authorized(scope, auth, token):
+        if self.requires_token and needs_token and not self._authorized(scope, auth, token):
+            if self._team_mode:
+                return UNKNOWN_DEVELOPER
             return _refuse(401, "unauthenticated", "missing or wrong auth token (see server.auth_token)")
         if scope.get(_TOKEN_IN_PATH) is False:
             return _refuse(401, "unauthenticated", "wrong auth token in the path prefix (see server.auth_token)")
@@ -173,6 +201,10 @@ class RequestGuard:
         if origin is not None:
             self._log_origin(origin, allowed=True)
         return None
+
+    def exposed_check(self, scope: Scope) -> Refusal | None:
+        """The dashboard, /metrics and the root page, past `check`: who may see what the server did."""
+        return self._operator_only if self._operator_only is not None and developer_of(scope) is not None else None
 
     def from_proxy(self, scope: Scope) -> bool:
         """Whether the request carries our proxy's mark (it came from Cursor through the proxy)."""
@@ -190,33 +222,54 @@ class RequestGuard:
         return is_cursor_host(name)
 
     def _authorized(self, scope: Scope, auth: bytes | None, token: bytes | None) -> bool:
-        if token is not None and hmac.compare_digest(token, self._token):
-            return True
-        if auth is not None and hmac.compare_digest(auth, self._bearer):
-            # Our token, not the user's Cursor credential: it must never travel upstream.
-            scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"authorization"]
-            return True
-        return scope.get(_TOKEN_IN_PATH, False)
+        if self._token:
+            if token is not None and hmac.compare_digest(token, self._token):
+                return True
+            if auth is not None and hmac.compare_digest(auth, self._bearer):
+                # Our token, not the user's Cursor credential: it must never travel upstream.
+                scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"authorization"]
+                return True
+            if scope.get(_TOKEN_IN_PATH, False):
+                return True
+        return self._team_mode and self._developer(scope, token)
+
+    def _developer(self, scope: Scope, token: bytes | None) -> bool:
+        """A team server: whether the request carries a developer's token (then it is noted on it)."""
+        presented = token if token is not None else scope.get(_PATH_TOKEN)
+        developer = None if presented is None or self.team is None else self.team.identify(presented)
+        if developer is None:
+            return False
+        scope[_DEVELOPER] = developer.name
+        return True
 
     def route_path(self, scope: Scope) -> str:
         """The path to route by. A client that can only be given a base URL (the Cursor CLI)
         presents the token as a path prefix: a matching prefix is cut off here, once per request
         (and counts as the token), from the decoded path and from the raw one (where the token
         may be percent-encoded); a prefix with another token is refused (`check`), never routed
-        or forwarded, and never echoed."""
+        or forwarded, and never echoed. A team server cuts any token prefix here and `check`
+        asks its developers whose it is."""
         path: str = scope["path"]
         prefix = self._path_prefix
-        if not (prefix and path.startswith(local_trust.TOKEN_PATH_PREFIX)) or _TOKEN_IN_PATH in scope:
+        if not path.startswith(local_trust.TOKEN_PATH_PREFIX) or not (prefix or self._team_mode):
             return path
-        matched = hmac.compare_digest(path[: len(prefix)].encode("utf-8", "replace"), prefix.encode())
-        scope[_TOKEN_IN_PATH] = matched
+        if _TOKEN_IN_PATH in scope or _PATH_TOKEN in scope:
+            return path  # cut already
+        matched = bool(prefix) and hmac.compare_digest(path[: len(prefix)].encode("utf-8", "replace"), prefix.encode())
+        end = path.find("/", len(local_trust.TOKEN_PATH_PREFIX))
+        if self._team_mode and not matched and end > 0:
+            # Whose token it is, `check` asks the team's developers.
+            scope[_PATH_TOKEN] = path[len(local_trust.TOKEN_PATH_PREFIX) : end].encode("utf-8", "replace")
+            matched = True
+        else:
+            scope[_TOKEN_IN_PATH] = matched
         if matched:
-            path = scope["path"] = path[len(prefix) - 1 :]
+            path = scope["path"] = path[end:]
             raw: bytes | None = scope.get("raw_path")
             if raw:
                 # The raw prefix ends at the first "/" after the token (a token has none, encoded or not).
-                end = raw.find(b"/", len(local_trust.TOKEN_PATH_PREFIX))
-                scope["raw_path"] = raw[end:] if end >= 0 else b"/"
+                raw_end = raw.find(b"/", len(local_trust.TOKEN_PATH_PREFIX))
+                scope["raw_path"] = raw[raw_end:] if raw_end >= 0 else b"/"
         return path
 
     def _unsupported(self, content_type: bytes | None, allowed: frozenset[bytes]) -> Refusal:

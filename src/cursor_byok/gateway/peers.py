@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..cluster import Answer
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, end_stream_error
-from .bidi import deliver_local, local_parent, seqno0_transport
+from .bidi import check_theirs, deliver_local, local_parent, seqno0_transport
 from .routing import route_for
 from .stream import relay
 from .transport import Route
@@ -32,6 +32,7 @@ class Peers:
         try:
             append = decode_bidi_append(forwarded.body, max_size=server.max_frame_bytes, content_encoding=forwarded.content_encoding)
             request_id = append.request_id
+            check_theirs(gw, request_id, forwarded.developer)
             if append.append_seqno == 0 and not await self._still_owned(append):
                 raise ConnectError("unavailable", "the conversation moved to another instance on the way; send it again")
             await gw.conversations.resolve(request_id)
@@ -39,7 +40,7 @@ class Peers:
             if transport is None or transport.route is not Route.LOCAL:
                 raise ConnectError("not_found", f"no run for request {request_id} on the instance that runs its conversation")
             parent = local_parent(gw, forwarded.parent_request_id, forwarded.parent_tool_call_id)
-            durable = deliver_local(gw, transport, append, parent)
+            durable = deliver_local(gw, transport, append, parent, forwarded.developer)
             if append.append_seqno == 0:
                 self.cluster.bound_here(request_id)
             await gw.conversations.appends.stored(durable)

@@ -24,9 +24,10 @@ from ..protocol import (
     SERVER_HEARTBEAT_FRAME, ConnectError, check_id, client_message, connect_error_from, end_stream_error, parse_request_headers,
 )
 from .asgi import Receive, Scope, Send
-from .bidi import local_parent, seqno0_transport, deliver_local
+from .bidi import check_theirs, deliver_local, local_parent, seqno0_transport
 from .crossing import claim_for_run
 from .deadline import Deadline
+from .guard import developer_of
 from .stream import SHUTTING_DOWN, end_at_deadline, only_terminal, relay
 from .transport import Route, Transport
 
@@ -111,6 +112,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         if raw is None:
             raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")
         first = client_message(request_id, 0, raw)
+        check_theirs(gw, request_id, developer_of(scope))
         if gw.cluster is not None:
             await claim_for_run(gw, gw.cluster, first)
         transport = seqno0_transport(gw, first)
@@ -122,7 +124,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         # request is seen before the model is called. One it cannot take ends the stream (below).
         failure: list[ConnectError] = []
         with gw.conversations.together():
-            _journaled(deliver_local(gw, transport, first, parent), request_id)
+            _journaled(deliver_local(gw, transport, first, parent, developer_of(scope)), request_id)
             if gw.cluster is not None:
                 gw.cluster.bound_here(request_id)
             try:

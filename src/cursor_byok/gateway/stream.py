@@ -17,6 +17,7 @@ from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stre
 from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, BodyTooLarge, Receive, Scope, Send, reply_error, watch_disconnect
 from .crossing import relay_remote, stream_elsewhere
 from .deadline import Deadline
+from .guard import developer_of
 from .transport import Route, Waiter
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ async def _serve_run_sse(
         deadline.stop()  # the deadline header goes upstream with the request, which keeps it
         await gw.upstream.forward(scope, receive, send, body=body)
         return
-    if stream is None:
+    if stream is None or stream.developer not in (None, developer_of(scope)):  # a team server: theirs alone
         await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})

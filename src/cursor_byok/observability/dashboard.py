@@ -108,8 +108,8 @@ class Dashboard:
                 return _json(await views.overview(self.store, self.config, now_ms=now, hours=hours))
             case ["usage"]:
                 by = params.get("by", "model")
-                if by not in ("model", "day"):
-                    raise ValueError("by: model or day")
+                if by not in ("model", "day", "user"):
+                    raise ValueError("by: model, day or user")
                 since = since_ms(params["since"], now) if "since" in params else None
                 rows = await views.usage(self.store, self.config, since_ms=since, by=by)
                 return _json({"rows": rows, "totals": views.totals(rows)})
@@ -142,6 +142,7 @@ class Dashboard:
                 "run_id": run.run_id,
                 "trace_id": run.trace_id,
                 "model_id": run.model.id if run.model is not None else run.requested_model,
+                "user": run.developer,  # a team server's developer
                 "phase": run.phases[-1][0] if run.phases else "",
                 "started_at_ms": run.started_ms,
                 "elapsed_ms": now_ms - run.started_ms,

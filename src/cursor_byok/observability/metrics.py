@@ -44,7 +44,9 @@ class GatewayGauges:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, per_user: bool = False) -> None:
+        """`per_user`: a team server's, whose run, call, token and cost counters carry a `user` label."""
+        self.per_user = per_user
         self.run_errors: collections.Counter[str] = collections.Counter()  # failed runs by Connect code
         self._gateway: GatewayGauges | None = None
 
@@ -72,10 +74,15 @@ class Series:
         disable_created_metrics()  # a `_created` series beside every counter is noise here
         self.registry = CollectorRegistry()
         r = self.registry
-        self.runs = Counter("cursor_byok_runs", "Finished runs by model and outcome.", ["model", "outcome"], registry=r)
+        user = ["user"] if metrics.per_user else []  # a team server's developer ("" for none)
+        self.runs = Counter("cursor_byok_runs", "Finished runs by model and outcome.", ["model", "outcome", *user], registry=r)
         self.calls = Counter(
             "cursor_byok_provider_calls", "Provider calls by model, provider kind and result (ok or the error kind).",
-            ["model", "provider", "result"], registry=r,
+            ["model", "provider", "result", *user], registry=r,
+        )
+        self.cost = Counter(
+            "cursor_byok_cost_usd", "USD spent on provider calls, as the configured prices price them (unpriced models count 0).",
+            ["model", *user], registry=r,
         )
         self.ttft = Histogram(
             "cursor_byok_provider_ttft_seconds", "Provider calls: start to first text, thinking or tool call.",
@@ -85,7 +92,7 @@ class Series:
             "cursor_byok_provider_call_duration_seconds", "Provider calls: start to end of the response.",
             ["model"], buckets=LATENCY_BUCKETS, registry=r,
         )
-        self.tokens = Counter("cursor_byok_tokens", "Tokens by model and kind.", ["model", "kind"], registry=r)
+        self.tokens = Counter("cursor_byok_tokens", "Tokens by model and kind.", ["model", "kind", *user], registry=r)
         self.tool_round_trip = Histogram(
             "cursor_byok_tool_round_trip_seconds", "Tool calls: sent to the IDE (or started) to result.",
             ["tool"], buckets=TOOL_BUCKETS, registry=r,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..providers import ProviderCall
 from ..store import CallRecord, UsageRecord
 from .logs import RUN_IDS
 from .metrics import TOKEN_KINDS, Metrics
+from .views import priced
 
 log = logging.getLogger("cursor_byok.runs")
 
@@ -47,6 +49,7 @@ class Recorder:
         self.store = store
         self.metrics = metrics
         self.live: dict[str, RunState] = {}  # runs in progress, by run id
+        self.spent: Callable[[str, float], None] | None = None  # a team server's: told what each developer's calls cost
 
     # -- RunObserver ------------------------------------------------------------------------------------
     def run_started(self, run: ObservedRun) -> None:
@@ -97,7 +100,7 @@ class Recorder:
                 "cache_read_tokens": tokens["cache_read_tokens"], "calls": state.calls, "tool_calls": state.tool_calls,
             },
         )
-        self.metrics.series.runs.labels(model_id, outcome).inc()
+        self.metrics.series.runs.labels(model_id, outcome, *self._user(run.developer)).inc()
         if error_code is not None:
             self.metrics.run_errors[error_code] += 1
         if self.store is not None and not self.store.closed:
@@ -115,6 +118,7 @@ class Recorder:
                 calls=state.calls,
                 tool_calls=state.tool_calls,
                 phases=msgspec.json.encode(phase_ms(run.phases, now_ns)).decode(),
+                user_name=run.developer,
                 **tokens,
             ))
         RUN_IDS.set(None)
@@ -128,15 +132,24 @@ class Recorder:
         self._write(record)
 
     # -- internals -------------------------------------------------------------------------------------------
+    def _user(self, developer: str | None) -> tuple[str, ...]:
+        """The `user` label's value, on a team server's counters."""
+        return (developer or "",) if self.metrics.per_user else ()
+
     def _count_call(self, record: dict[str, Any]) -> None:
-        m, model = self.metrics.series, record["model_id"]
-        m.calls.labels(model, record["provider"], record["error_kind"] or "ok").inc()
+        m, model, user = self.metrics.series, record["model_id"], self._user(record["user_name"])
+        m.calls.labels(model, record["provider"], record["error_kind"] or "ok", *user).inc()
         m.duration.labels(model).observe(record["duration_ms"] / 1000)
         if record["ttft_ms"] is not None:
             m.ttft.labels(model).observe(record["ttft_ms"] / 1000)
         for kind, name in zip(TOKEN_KINDS, _TOKEN_FIELDS):
             if record[name]:
-                m.tokens.labels(model, kind).inc(record[name])
+                m.tokens.labels(model, kind, *user).inc(record[name])
+        usd = priced(self.config, model, record)
+        if usd:
+            m.cost.labels(model, *user).inc(usd)
+            if self.spent is not None and record["user_name"]:
+                self.spent(record["user_name"], usd)
 
     def _flush(self, state: RunState) -> None:
         record, state.pending = state.pending, None
@@ -183,6 +196,7 @@ def call_fields(run: ObservedRun, call: ProviderCall, seq: int) -> dict[str, Any
         "provider_request_id": call.provider_request_id or (error.request_id if error is not None else None),
         "error_kind": error.kind if error is not None else None,
         "error_message": error.message if error is not None else None,
+        "user_name": run.developer,
         "request_body": call.request_body,
         "response_body": bytes(call.response_body) if call.response_body is not None else None,
     }

@@ -35,7 +35,7 @@ def _payload_user_text(payload: bytes | None) -> str:
     return user_text(entry.get("message") or {}) if isinstance(entry, dict) else ""
 
 
-def _priced(config: Config, model_id: str, tokens: Mapping[str, Any]) -> float | None:
+def priced(config: Config, model_id: str, tokens: Mapping[str, Any]) -> float | None:
     model = config.model(model_id)
     return cost(
         model.price if model is not None else None,
@@ -52,7 +52,7 @@ def _sum_costs(costs: Sequence[float | None]) -> float | None:
 def usage_row(group: UsageGroup, config: Config) -> dict[str, Any]:
     row = msgspec.structs.asdict(group)
     row["cache_hit_rate"] = cache_hit_rate(group.input_tokens, group.cache_read_tokens)
-    row["cost"] = _priced(config, group.model_id, row)
+    row["cost"] = priced(config, group.model_id, row)
     return row
 
 
@@ -67,8 +67,9 @@ def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 async def usage(store: Any, config: Config, *, since_ms: int | None, by: str) -> list[dict[str, Any]]:
-    """Calls, tokens, cache hits and cost per model (`by="model"`) or per day and model (`"day"`)."""
-    return [usage_row(g, config) for g in await store.usage_groups(since_ms=since_ms, by_day=by == "day")]
+    """Calls, tokens, cache hits and cost per model (`by="model"`), per day and model (`"day"`) or
+    per developer and model (`"user"`, a team server's)."""
+    return [usage_row(g, config) for g in await store.usage_groups(since_ms=since_ms, by_day=by == "day", by_user=by == "user")]
 
 
 async def overview(store: Any, config: Config, *, now_ms: int, hours: int) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def call_view(call: CallRecord, config: Config) -> dict[str, Any]:
     del view["request_body"], view["response_body"]
     view["has_bodies"] = call.request_body is not None or call.response_body is not None
     view["tools"] = msgspec.json.decode(call.tools) if call.tools else []
-    view["cost"] = _priced(config, call.model_id, view)
+    view["cost"] = priced(config, call.model_id, view)
     return view
 
 

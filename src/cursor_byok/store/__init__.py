@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .calls import ActivityBucket, CallRecord, ConversationSummary, UsageGroup
 from .core import is_postgres_url
+from .developers import DeveloperRecord
 from .errors import (
     BindingConflict,
     ConstraintViolation,
@@ -68,6 +69,7 @@ __all__ = [
     "ConstraintViolation",
     "DatabaseError",
     "DatabaseStats",
+    "DeveloperRecord",
     "ConversationPage",
     "ConversationRecord",
     "ConversationRows",

@@ -26,8 +26,8 @@ ON CONFLICT (trace_id) DO UPDATE SET
 INSERT_USAGE = """
 INSERT INTO usage (run_id, conversation_id, model_id, provider, input_tokens, output_tokens,
     cache_read_tokens, cache_write_tokens, reasoning_tokens, ttft_ms, duration_ms, created_at_ms,
-    trace_id, outcome, error_code, calls, tool_calls, phases)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    trace_id, outcome, error_code, calls, tool_calls, phases, user_name)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 
@@ -48,7 +48,7 @@ class ActivityRecords(StoreCore):
                record.input_tokens, record.output_tokens, record.cache_read_tokens,
                record.cache_write_tokens, record.reasoning_tokens, record.ttft_ms,
                record.duration_ms, record.created_at_ms, record.trace_id, record.outcome,
-               record.error_code, record.calls, record.tool_calls, record.phases)
+               record.error_code, record.calls, record.tool_calls, record.phases, record.user_name)
         return self._enqueue(
             RowWrite(f"record usage of {record.model_id}", Stage.USAGE, INSERT_USAGE, row)
         )

@@ -46,12 +46,13 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
     tools: bytes | None = None  # JSON list of the tool calls it asked for, with their round trips
     request_body: bytes | None = None  # detailed mode only
     response_body: bytes | None = None
+    user_name: str | None = None  # the developer of a team server it was made for
 
 
 class UsageGroup(msgspec.Struct, frozen=True):
     """Provider calls summed over one group (a model, or a model on one day)."""
 
-    group: str  # the day (YYYY-MM-DD, local time) or "" when grouped by model only
+    group: str  # the day (YYYY-MM-DD, local time), the developer ("" for none), or "" when grouped by model only
     model_id: str
     calls: int
     errors: int
@@ -116,9 +117,10 @@ class CallRecords(StoreCore):
         rows = await self._read(f"SELECT {_CALL_COLUMNS} FROM provider_calls WHERE trace_id = ? AND seq = ?", (trace_id, seq))
         return CallRecord(**dict(zip(_CALL_FIELDS, rows[0]))) if rows else None
 
-    async def usage_groups(self, *, since_ms: int | None, by_day: bool) -> list[UsageGroup]:
-        """Provider calls since `since_ms`, summed per model (and per local day with `by_day`)."""
-        day = "date(started_at_ms / 1000, 'unixepoch', 'localtime')" if by_day else "''"
+    async def usage_groups(self, *, since_ms: int | None, by_day: bool, by_user: bool = False) -> list[UsageGroup]:
+        """Provider calls since `since_ms`, summed per model (and per local day with `by_day`, or
+        per developer with `by_user`)."""
+        day = "date(started_at_ms / 1000, 'unixepoch', 'localtime')" if by_day else "COALESCE(user_name, '')" if by_user else "''"
         where, params = _where(since_ms=since_ms)
         rows = await self._read(
             f"SELECT {day} AS day, model_id, {_SUMS} FROM provider_calls {where} GROUP BY day, model_id ORDER BY day, model_id",

@@ -23,8 +23,8 @@ from .core import StoreCore
 from .ops import BatchContext, RowWrite, Stage, Statement, WriteOp
 
 RECORD_APPEND = """
-INSERT INTO inbound_appends (request_id, generation, seqno, message, received_at_ms)
-VALUES (?, ?, ?, ?, ?)
+INSERT INTO inbound_appends (request_id, generation, seqno, message, received_at_ms, user_name)
+VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (request_id, generation, seqno) DO NOTHING
 """
 
@@ -45,7 +45,9 @@ ON CONFLICT (request_id, generation, seqno) DO UPDATE SET
     reason = excluded.reason, quarantined_at_ms = excluded.quarantined_at_ms
 """
 
-SELECT_INBOUND = "SELECT rowid, request_id, generation, seqno, message FROM inbound_appends ORDER BY request_id, generation, seqno"
+SELECT_INBOUND = (
+    "SELECT rowid, request_id, generation, seqno, message, user_name FROM inbound_appends ORDER BY request_id, generation, seqno"
+)
 HAS_QUARANTINE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantined_appends'"
 
 SELECT_QUARANTINED = """
@@ -65,6 +67,7 @@ class InboundStream(msgspec.Struct, frozen=True):
     request_id: str
     generation: str
     appends: list[InboundAppend]
+    developer: str | None = None  # a team server's, whose run request opened it
 
 
 class QuarantinedStream(msgspec.Struct, frozen=True):
@@ -117,9 +120,12 @@ class _Quarantine(WriteOp):
 class InboundRecords(StoreCore):
     """The inbound journal (a mixin of `Store`)."""
 
-    def record_append(self, request_id: str, generation: str, seqno: int, message: bytes) -> asyncio.Future[None]:
-        """Journal one append; a repeat of a recorded (request id, generation, seqno) is a no-op."""
-        row = (request_id, generation, seqno, bytes(message), self._clock())
+    def record_append(
+        self, request_id: str, generation: str, seqno: int, message: bytes, developer: str | None = None
+    ) -> asyncio.Future[None]:
+        """Journal one append (`developer`: a team server's, whose request it came in); a repeat of
+        a recorded (request id, generation, seqno) is a no-op."""
+        row = (request_id, generation, seqno, bytes(message), self._clock(), developer)
         return self._enqueue(RowWrite(f"journal append {request_id}#{seqno}", Stage.INBOUND, RECORD_APPEND, row))
 
     def forget_appends(self, request_id: str, generation: str) -> asyncio.Future[None]:
@@ -143,12 +149,15 @@ class InboundRecords(StoreCore):
 def select_inbound(conn: sqlite3.Connection) -> list[InboundStream]:
     streams: dict[tuple[str, str], list[InboundAppend]] = {}
     first: dict[tuple[str, str], int] = {}  # the rowid of each generation's earliest row: arrival order
+    developers: dict[tuple[str, str], str] = {}  # of each generation's run request
     rows = conn.execute(SELECT_INBOUND)
-    for rowid, request_id, generation, seqno, message in rows:
+    for rowid, request_id, generation, seqno, message, developer in rows:
         key = (request_id, generation)
         streams.setdefault(key, []).append(InboundAppend(seqno, message))
         first[key] = min(rowid, first.get(key, rowid))
-    return [InboundStream(request_id, generation, streams[(request_id, generation)]) for request_id, generation in sorted(streams, key=first.__getitem__)]
+        if seqno == 0 and developer is not None:
+            developers[key] = developer
+    return [InboundStream(*key, streams[key], developers.get(key)) for key in sorted(streams, key=first.__getitem__)]
 
 
 def select_quarantined(conn: sqlite3.Connection) -> list[QuarantinedStream]:

@@ -362,10 +362,38 @@ _QUARANTINE = Migration(
     ),
 )
 
+# A team server's developers (`cursor-byok users`): a token is stored only as its SHA-256 (hex),
+# and each provider call and run usage row names the developer it was made for (NULL: none, as on a
+# single-user server), as does each journaled append (a run resumed from it stays theirs). A budget
+# is in millionths of a USD; NULL: the config's default. No foreign keys: records stay when a
+# developer is revoked.
+_DEVELOPERS = Migration(
+    11,
+    "team developers; the developer of each provider call and run",
+    (
+        """
+        CREATE TABLE developers (
+            name             TEXT PRIMARY KEY NOT NULL,
+            token_sha256     TEXT NOT NULL UNIQUE,
+            created_at_ms    INTEGER NOT NULL,
+            revoked_at_ms    INTEGER,
+            budget_micro_usd INTEGER
+        ) STRICT
+        """,
+        "ALTER TABLE provider_calls ADD COLUMN user_name TEXT",
+        "ALTER TABLE usage ADD COLUMN user_name TEXT",
+        "ALTER TABLE inbound_appends ADD COLUMN user_name TEXT",
+        """
+        CREATE INDEX provider_calls_by_user ON provider_calls(user_name, started_at_ms)
+            WHERE user_name IS NOT NULL
+        """,
+    ),
+)
+
 # Several instances on one PostgreSQL database: a conversation's one owner, until expires_at_ms on
 # the database's clock, renewed by the owner (cluster/leases.py). The embedded store never uses it.
 _LEASES = Migration(
-    11,
+    12,
     "conversation leases",
     (
         """
@@ -381,7 +409,7 @@ _LEASES = Migration(
 
 MIGRATIONS: tuple[Migration, ...] = (
     _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS, _INBOUND, _NO_BLOBS,
-    _QUARANTINE, _LEASES,
+    _QUARANTINE, _DEVELOPERS, _LEASES,
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -32,6 +32,7 @@ class Stage(enum.IntEnum):
     CALLS = 9
     INBOUND = 10
     RETENTION = 11
+    DEVELOPERS = 12
 
 
 STAGES = len(Stage)

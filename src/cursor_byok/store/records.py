@@ -236,6 +236,7 @@ class UsageRecord(msgspec.Struct, frozen=True):
     calls: int = 0  # provider calls
     tool_calls: int = 0
     phases: str | None = None  # JSON: milliseconds spent in each lifecycle phase
+    user_name: str | None = None  # the developer of a team server it ran for
 
 
 class UsageTotals(msgspec.Struct, frozen=True):

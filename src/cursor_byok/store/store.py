@@ -1,6 +1,6 @@
 """The store: one SQLite database in WAL mode, one writer thread, one reader thread (core.py), with
 the write and read methods of each record family (conversations.py, history.py, deliveries.py,
-activity.py, calls.py, inbound.py) and retention (retention.py)."""
+activity.py, calls.py, inbound.py, developers.py) and retention (retention.py)."""
 from __future__ import annotations
 
 import sqlite3
@@ -14,6 +14,7 @@ from .calls import CallRecords
 from .conversations import ConversationRecords, select_bindings, select_conversation, select_runs, select_tool_state
 from .core import StoreStats
 from .deliveries import DeliveryRecords, select_deliveries
+from .developers import DeveloperRecords
 from .history import HistoryRecords, select_checkpoints, select_events
 from .inbound import InboundRecords
 from .ops import UNLIMITED
@@ -27,7 +28,10 @@ EventReader = Callable[[Iterator[tuple[int, str, str, "str | None", bytes]]], An
 the cursor yields them."""
 
 
-class Store(ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, InboundRecords, RetentionRecords):
+class Store(
+    ConversationRecords, HistoryRecords, DeliveryRecords, ActivityRecords, CallRecords, InboundRecords, RetentionRecords,
+    DeveloperRecords,
+):
     """See core.py. Create with `await Store.open(path)`; end with `await close()`."""
 
     async def load_conversation(self, conversation_id: str, events: EventReader | None = None) -> ConversationRows:

@@ -188,10 +188,10 @@ async function live() {
     h("h1", {}, "Live runs"),
     h("div", {class: "cards"}, card("Runs in progress", l.runs.length), card("Active conversations", l.active_conversations), card("Open RunSSE streams", l.open_streams)),
     l.runs.length
-      ? table([["Conversation"], ["Model"], ["Phase"], ["Elapsed", "num"], ["Calls", "num"], ["Tool calls", "num"], ["Output", "num"]],
+      ? table([["Conversation"], ["Developer"], ["Model"], ["Phase"], ["Elapsed", "num"], ["Calls", "num"], ["Tool calls", "num"], ["Output", "num"]],
         l.runs.map((r) => h("tr", {},
           h("td", {class: "mono"}, h("a", {href: "#/conversation/" + encodeURIComponent(r.conversation_id)}, r.conversation_id.slice(0, 12))),
-          h("td", {}, r.model_id), h("td", {}, r.phase), h("td", {class: "num"}, fmt.ms(r.elapsed_ms)),
+          h("td", {}, r.user || "-"), h("td", {}, r.model_id), h("td", {}, r.phase), h("td", {class: "num"}, fmt.ms(r.elapsed_ms)),
           h("td", {class: "num"}, r.calls), h("td", {class: "num"}, r.tool_calls), h("td", {class: "num"}, fmt.int(r.output_tokens)))))
       : h("p", {class: "muted"}, "No run in progress."));
 }
@@ -224,6 +224,19 @@ async function models() {
       })));
 }
 
+// A team server: what each developer used (the user label of `cursor-byok usage --by user`).
+async function developers() {
+  const month = await api("usage?since=30d&by=user");
+  show(
+    h("h1", {}, "Developers, last 30 days"),
+    month.rows.length ? table([["Developer"], ["Model"], ["Calls", "num"], ["Errors", "num"], ["Input", "num"], ["Output", "num"], ["Cache hit", "num"], ["Cost", "num"]],
+      month.rows.map((d) => h("tr", {"data-user": d.group},
+        h("td", {}, d.group || "-"), h("td", {}, d.model_id), h("td", {class: "num"}, fmt.int(d.calls)), h("td", {class: "num"}, fmt.int(d.errors)),
+        h("td", {class: "num"}, fmt.int(d.input_tokens)), h("td", {class: "num"}, fmt.int(d.output_tokens)),
+        h("td", {class: "num"}, fmt.pct(d.cache_hit_rate)), h("td", {class: "num"}, fmt.money(d.cost)))))
+      : h("p", {class: "muted"}, "No provider calls in the last 30 days. On a team server (docs/team.md) each developer's calls are listed here."));
+}
+
 // Capture on records every agent RPC to disk: say so on every page while it lasts.
 async function captureBanner() {
   const el = document.getElementById("capture");
@@ -248,6 +261,7 @@ async function route() {
     else if (page === "conversations") await conversations(null);
     else if (page === "live") await live();
     else if (page === "models") await models();
+    else if (page === "developers") await developers();
     else await overview();
     document.body.dataset.ready = name;
   } catch (e) {
