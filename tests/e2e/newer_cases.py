@@ -22,6 +22,7 @@ SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("protocol/bidi.py", "client_message", "message"): ("agent.v1.AgentClientMessage.message",),
     ("protocol/ids.py", "_check_action", "action"): ("agent.v1.ConversationAction.action",),
     ("gateway/routing.py", "route_for", "message"): ("agent.v1.AgentClientMessage.message",),
+    ("interceptor/team.py", "_run_request_model", "message"): ("agent.v1.AgentClientMessage.message",),
     ("conversation/service.py", "ConversationService.deliver", "message"): ("agent.v1.AgentClientMessage.message",),
     ("conversation/service.py", "ConversationService.deliver", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/runtime.py", "ConversationRuntime._on_client_input", "message"): ("agent.v1.AgentClientMessage.message",),
