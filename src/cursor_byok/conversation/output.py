@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -38,6 +39,44 @@ class Rebuilt(Protocol):
 
 def _bytes(frame: bytes | Rebuilt) -> bytes:
     return frame if type(frame) is bytes else frame.encode()  # type: ignore[union-attr]
+
+
+@dataclass(slots=True, eq=False)
+class _Packed:
+    """A finished stream's frames as one buffer and the offsets between them. A list of frames is
+    a container the cycle collector walks item by item on every full collection, and finished
+    streams are retained for minutes (tens of thousands of frames under load); bytes and an array
+    are not walked. A `Rebuilt` frame keeps an empty slot in `data` and is encoded on a replay."""
+
+    data: bytes
+    starts: array[int]  # frame n is data[starts[n]:starts[n + 1]]
+    rebuilt: dict[int, Rebuilt]
+
+    @classmethod
+    def of(cls, frames: list[bytes | Rebuilt]) -> _Packed:
+        starts, rebuilt, offset = array("Q", [0]), {}, 0
+        for n, frame in enumerate(frames):
+            if type(frame) is not bytes:
+                rebuilt[n] = frame  # type: ignore[assignment]
+            else:
+                offset += len(frame)
+            starts.append(offset)
+        return cls(b"".join([f for f in frames if type(f) is bytes]), starts, rebuilt)  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def tail(self, start: int) -> bytes:
+        """Frames `start` to the last, joined."""
+        later = sorted(n for n in self.rebuilt if n >= start)
+        if not later:
+            return self.data[self.starts[start]:]
+        parts, at = [], self.starts[start]
+        for n in later:
+            parts += (self.data[at:self.starts[n]], self.rebuilt[n].encode())
+            at = self.starts[n]
+        parts.append(self.data[at:])
+        return b"".join(parts)
 
 
 class ReplayUnavailable(Exception):
@@ -72,7 +111,8 @@ class OutputStream:
     cursor_run_id: str = ""
     applied_seqno: int = 0
     settled_seqno: int = 0
-    frames: list[bytes | Rebuilt] = field(default_factory=list)
+    frames: list[bytes | Rebuilt] = field(default_factory=list)  # while it runs; `packed` once finished
+    packed: _Packed | None = None
     rebuilt: int = 0  # frames retained as `Rebuilt` so far (0: every frame is bytes)
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
@@ -89,7 +129,7 @@ class OutputStream:
 
     @property
     def end(self) -> int:
-        return self.base + len(self.frames)
+        return self.base + len(self.packed if self.packed is not None else self.frames)
 
     def _deliver(self, frame: bytes) -> None:
         """Hand the frame just retained to every waiting reader: pushed where it can be, else wake."""
@@ -143,6 +183,7 @@ class OutputStream:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} already has its terminal")
         self._retain(terminal_frame)
         self.closed = True
+        self.packed, self.frames = _Packed.of(self.frames), []
         self.touch()
         self._deliver(terminal_frame)
 
@@ -156,6 +197,8 @@ class OutputStream:
         if position >= self.end:
             return ReadResult(b"", position, self.closed)
         start = position - self.base
+        if self.packed is not None:
+            return ReadResult(self.packed.tail(start), self.end, True)
         frames = self.frames
         if len(frames) - start == 1:
             chunk = _bytes(frames[start])
