@@ -245,3 +245,16 @@ async def test_a_finished_stream_gives_the_collector_nothing_per_frame_and_repla
         assert (result.position, result.finished) == (2001, True)
     assert stream.read_now(2001).data == b""
     assert stream.retained_bytes == len(whole)
+
+
+async def test_a_finished_stream_trimmed_past_its_rebuilt_frames_replays_what_is_left() -> None:
+    stream = OutputHub(max_retained_bytes=80).open("r1")
+    frames = [f"f{n:08}".encode() for n in range(20)]  # 10 bytes each: 8 of them fit
+    for n, frame in enumerate(frames):
+        stream.write(frame, retain=_Blob(frame) if n % 3 == 0 else None)
+    stream.close(b"END")
+    assert stream.base > 0
+    with pytest.raises(ReplayUnavailable):
+        stream.read_now(stream.base - 1)
+    for position in range(stream.base, 21):
+        assert stream.read_now(position).data == b"".join(frames[position:]) + b"END"

@@ -17,6 +17,7 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,15 +54,15 @@ class _Packed:
     rebuilt: dict[int, Rebuilt]
 
     @classmethod
-    def of(cls, frames: list[bytes | Rebuilt]) -> _Packed:
-        starts, rebuilt, offset = array("Q", [0]), {}, 0
-        for n, frame in enumerate(frames):
-            if type(frame) is not bytes:
-                rebuilt[n] = frame  # type: ignore[assignment]
-            else:
-                offset += len(frame)
-            starts.append(offset)
-        return cls(b"".join([f for f in frames if type(f) is bytes]), starts, rebuilt)  # type: ignore[misc]
+    def of(cls, frames: list[bytes | Rebuilt], rebuilt: list[int]) -> _Packed:
+        """`rebuilt`: the indexes of `frames` that are `Rebuilt`, in order."""
+        sizes, parts, at = list(map(len, frames)), [], 0
+        for n in rebuilt:
+            sizes[n] = 0
+            parts += frames[at:n]
+            at = n + 1
+        parts += frames[at:]
+        return cls(b"".join(parts), array("Q", accumulate(sizes, initial=0)), {n: frames[n] for n in rebuilt})  # type: ignore[arg-type,misc]
 
     def __len__(self) -> int:
         return len(self.starts) - 1
@@ -113,7 +114,7 @@ class OutputStream:
     settled_seqno: int = 0
     frames: list[bytes | Rebuilt] = field(default_factory=list)  # while it runs; `packed` once finished
     packed: _Packed | None = None
-    rebuilt: int = 0  # frames retained as `Rebuilt` so far (0: every frame is bytes)
+    rebuilt: list[int] = field(default_factory=list)  # positions of the frames retained as `Rebuilt`
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
     closed: bool = False
@@ -165,6 +166,7 @@ class OutputStream:
         del self.frames[:drop]
         self.retained_bytes = size
         self.base += drop
+        self.rebuilt = [p for p in self.rebuilt if p >= self.base]
 
     def write(self, frame: bytes, retain: Rebuilt | None = None) -> None:
         """Send `frame`; retained for replay as itself, or as `retain` (which encodes it again)."""
@@ -173,8 +175,8 @@ class OutputStream:
         if retain is None:
             self._retain(frame)
         else:
+            self.rebuilt.append(self.end)
             self._retain(retain)
-            self.rebuilt += 1
         self._deliver(frame)
 
     def close(self, terminal_frame: bytes) -> None:
@@ -183,7 +185,7 @@ class OutputStream:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} already has its terminal")
         self._retain(terminal_frame)
         self.closed = True
-        self.packed, self.frames = _Packed.of(self.frames), []
+        self.packed, self.frames = _Packed.of(self.frames, [p - self.base for p in self.rebuilt]), []
         self.touch()
         self._deliver(terminal_frame)
 
