@@ -17,8 +17,8 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol
 
 log = logging.getLogger("cursor_byok.conversation.output")
@@ -51,7 +51,7 @@ class _Packed:
 
     data: bytes
     starts: array[int]  # frame n is data[starts[n]:starts[n + 1]]
-    rebuilt: dict[int, Rebuilt]
+    rebuilt: dict[int, Rebuilt]  # by index, ascending
 
     @classmethod
     def of(cls, frames: list[bytes | Rebuilt], rebuilt: list[int]) -> _Packed:
@@ -62,14 +62,14 @@ class _Packed:
             parts += frames[at:n]
             at = n + 1
         parts += frames[at:]
-        return cls(b"".join(parts), array("Q", accumulate(sizes, initial=0)), {n: frames[n] for n in rebuilt})  # type: ignore[arg-type,misc]
+        return cls(b"".join(parts), array("Q", accumulate(sizes, initial=0)), {n: frames[n] for n in rebuilt})  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         return len(self.starts) - 1
 
     def tail(self, start: int) -> bytes:
         """Frames `start` to the last, joined."""
-        later = sorted(n for n in self.rebuilt if n >= start)
+        later = [n for n in self.rebuilt if n >= start]  # in order: they were added so
         if not later:
             return self.data[self.starts[start]:]
         parts, at = [], self.starts[start]
