@@ -103,8 +103,8 @@ async def test_a_finished_stream_holds_the_turn_once_and_replays_it_whole(rig: R
     first = await ide.turn(run_request(words, model=MODEL, conversation_id=uuid.uuid4().hex), request_id=request_id)
     assert first.text == "noted" and first.terminal is None
     output = rig.service.hub.get(request_id)
-    assert output is not None and output.closed
-    kept = b"".join(frame for frame in output.frames if type(frame) is bytes)
+    assert output is not None and output.closed and output.packed is not None
+    kept = output.packed.data  # a finished stream's frames held as bytes (its rebuilt ones not among them)
     # Once: the turn's user message blob (a protobuf only the run request held). Not again as the
     # root blob of the history's user message.
     assert kept.count(words.encode()) == 1

@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol
 
 log = logging.getLogger("cursor_byok.conversation.output")
@@ -38,6 +40,44 @@ class Rebuilt(Protocol):
 
 def _bytes(frame: bytes | Rebuilt) -> bytes:
     return frame if type(frame) is bytes else frame.encode()  # type: ignore[union-attr]
+
+
+@dataclass(slots=True, eq=False)
+class _Packed:
+    """A finished stream's frames as one buffer and the offsets between them. A list of frames is
+    a container the cycle collector walks item by item on every full collection, and finished
+    streams are retained for minutes (tens of thousands of frames under load); bytes and an array
+    are not walked. A `Rebuilt` frame keeps an empty slot in `data` and is encoded on a replay."""
+
+    data: bytes
+    starts: array[int]  # frame n is data[starts[n]:starts[n + 1]]
+    rebuilt: dict[int, Rebuilt]  # by index, ascending
+
+    @classmethod
+    def of(cls, frames: list[bytes | Rebuilt], rebuilt: list[int]) -> _Packed:
+        """`rebuilt`: the indexes of `frames` that are `Rebuilt`, in order."""
+        sizes, parts, at = list(map(len, frames)), [], 0
+        for n in rebuilt:
+            sizes[n] = 0
+            parts += frames[at:n]
+            at = n + 1
+        parts += frames[at:]
+        return cls(b"".join(parts), array("Q", accumulate(sizes, initial=0)), {n: frames[n] for n in rebuilt})  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def tail(self, start: int) -> bytes:
+        """Frames `start` to the last, joined."""
+        later = [n for n in self.rebuilt if n >= start]  # in order: they were added so
+        if not later:
+            return self.data[self.starts[start]:]
+        parts, at = [], self.starts[start]
+        for n in later:
+            parts += (self.data[at:self.starts[n]], self.rebuilt[n].encode())
+            at = self.starts[n]
+        parts.append(self.data[at:])
+        return b"".join(parts)
 
 
 class ReplayUnavailable(Exception):
@@ -72,8 +112,9 @@ class OutputStream:
     cursor_run_id: str = ""
     applied_seqno: int = 0
     settled_seqno: int = 0
-    frames: list[bytes | Rebuilt] = field(default_factory=list)
-    rebuilt: int = 0  # frames retained as `Rebuilt` so far (0: every frame is bytes)
+    frames: list[bytes | Rebuilt] = field(default_factory=list)  # while it runs; `packed` once finished
+    packed: _Packed | None = None
+    rebuilt: list[int] = field(default_factory=list)  # positions of the frames retained as `Rebuilt`
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
     closed: bool = False
@@ -90,7 +131,7 @@ class OutputStream:
 
     @property
     def end(self) -> int:
-        return self.base + len(self.frames)
+        return self.base + len(self.packed if self.packed is not None else self.frames)
 
     def _deliver(self, frame: bytes) -> None:
         """Hand the frame just retained to every waiting reader: pushed where it can be, else wake."""
@@ -126,6 +167,7 @@ class OutputStream:
         del self.frames[:drop]
         self.retained_bytes = size
         self.base += drop
+        self.rebuilt = [p for p in self.rebuilt if p >= self.base]
 
     def write(self, frame: bytes, retain: Rebuilt | None = None) -> None:
         """Send `frame`; retained for replay as itself, or as `retain` (which encodes it again)."""
@@ -134,8 +176,8 @@ class OutputStream:
         if retain is None:
             self._retain(frame)
         else:
+            self.rebuilt.append(self.end)
             self._retain(retain)
-            self.rebuilt += 1
         self._deliver(frame)
 
     def close(self, terminal_frame: bytes) -> None:
@@ -144,6 +186,7 @@ class OutputStream:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} already has its terminal")
         self._retain(terminal_frame)
         self.closed = True
+        self.packed, self.frames = _Packed.of(self.frames, [p - self.base for p in self.rebuilt]), []
         self.touch()
         self._deliver(terminal_frame)
 
@@ -157,6 +200,8 @@ class OutputStream:
         if position >= self.end:
             return ReadResult(b"", position, self.closed)
         start = position - self.base
+        if self.packed is not None:
+            return ReadResult(self.packed.tail(start), self.end, True)
         frames = self.frames
         if len(frames) - start == 1:
             chunk = _bytes(frames[start])
