@@ -148,7 +148,9 @@ class ConnectionWarden:
             while True:
                 await asyncio.sleep(self.limits.sweep_seconds)
                 try:
-                    self.sweep()
+                    # The /proc reads (a readlink per descriptor) run off the loop: under load a sweep
+                    # of a few hundred descriptors was one of the stalls a turn start waited behind.
+                    self.apply(await asyncio.to_thread(self.read_sockets), time.monotonic())
                 except Exception:  # noqa: BLE001 - a bug here must not end the watch for good
                     log.exception("connection sweep failed")
         finally:
@@ -157,39 +159,50 @@ class ConnectionWarden:
                 os.close(self._reserve)
 
     def sweep(self) -> None:
-        now = time.monotonic()
+        """One look, all of it on the calling thread."""
+        self.apply(self.read_sockets(), time.monotonic())
+
+    def read_sockets(self) -> list[tuple[int, int]] | None:
+        """(descriptor, inode) of each open socket: the part of a look that only reads /proc (any
+        thread). None: not even the reserve descriptor could read the directory."""
         try:
             names = os.listdir(_FD_DIR)
         except OSError:  # no descriptor left to read the directory with: use the reserve's
             if self._reserve is None:
-                return
+                return None
             os.close(self._reserve)
             self._reserve = None
             try:
                 names = os.listdir(_FD_DIR)
             except OSError:
-                return
-        try:
-            self._look(names, now)
-            self._enforce(now)
-        finally:
-            if self._reserve is None:
-                self._reserve = _open_reserve()
-
-    def _look(self, names: list[str], now: float) -> None:
-        seen: dict[int, _Socket] = {}
-        foreign: set[int] = set()
+                return None
+        found: list[tuple[int, int]] = []
         for name in names:
             try:
                 link = os.readlink(f"{_FD_DIR}/{name}")
             except OSError:
                 continue
-            if not link.startswith("socket:["):
-                continue
-            inode = int(link[8:-1])
+            if link.startswith("socket:["):
+                found.append((int(name), int(link[8:-1])))
+        return found
+
+    def apply(self, found: list[tuple[int, int]] | None, now: float) -> None:
+        """The rest of a look, on the loop: what the sockets are, and the deadlines and cap enforced."""
+        try:
+            if found is not None:
+                self._look(found, now)
+                self._enforce(now)
+        finally:
+            if self._reserve is None:
+                self._reserve = _open_reserve()
+
+    def _look(self, found: list[tuple[int, int]], now: float) -> None:
+        seen: dict[int, _Socket] = {}
+        foreign: set[int] = set()
+        for fd, inode in found:
             known = self._sockets.get(inode)
             if known is None and inode not in self._foreign:
-                known = self._inspect(int(name), inode, now)
+                known = self._inspect(fd, inode, now)
             if known is None:
                 foreign.add(inode)
             else:
