@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -32,9 +33,9 @@ def instance_config(data_dir: Path, provider: FakeProviderServer, store_url: str
     )
 
 
-@pytest.fixture
-def pair(tmp_path: Path, provider: FakeProviderServer, postgres_url: str):
-    servers = [ServerProcess(instance_config(tmp_path / name, provider, postgres_url)) for name in ("a", "b")]
+def running(configs: list[ServerConfig]) -> Iterator[list[ServerProcess]]:
+    """The instances started, yielded, and stopped again (a fixture's body)."""
+    servers = [ServerProcess(config) for config in configs]
     for server in servers:
         server.start()
     try:
@@ -42,6 +43,11 @@ def pair(tmp_path: Path, provider: FakeProviderServer, postgres_url: str):
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture
+def pair(tmp_path: Path, provider: FakeProviderServer, postgres_url: str) -> Iterator[list[ServerProcess]]:
+    yield from running([instance_config(tmp_path / name, provider, postgres_url) for name in ("a", "b")])
 
 
 def ended_well(log: StreamLog) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -18,28 +19,22 @@ from tests.harness.balancer import balanced_client
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
+from .test_cluster import running
 from .test_crash_recovery import wait_until
 from .test_team import CURSOR_BEARER, MODEL, PRICE, TOKEN_HEADER, add_user
 
 
 @pytest.fixture
-def team_pair(tmp_path: Path, provider: FakeProviderServer, postgres_url: str):
-    servers = [
-        ServerProcess(ServerConfig(
+def team_pair(tmp_path: Path, provider: FakeProviderServer, postgres_url: str) -> Iterator[list[ServerProcess]]:
+    yield from running([
+        ServerConfig(
             data_dir=tmp_path / name,
             models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=provider.url + "/v1", extra=PRICE)],
             runsse_wait_seconds=5.0,
             extra_toml=f'[team]\nenabled = true\n\n[store]\nurl = "{postgres_url}"\n\n[cluster]\nlease_seconds = 1.0\n',
-        ))
+        )
         for name in ("a", "b")
-    ]
-    for server in servers:
-        server.start()
-    try:
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+    ])
 
 
 def split_ide(a: ServerProcess, appends_to: dict[str, str], workspace: Path, token: str) -> ScriptedIDE:
