@@ -21,6 +21,13 @@ from cursor_byok.protocol import agent_pb2 as pb, decode_bidi_append, end_stream
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
 WORDS = 2_000
+# The stamp provider's other paces, by the run request's model id (the turn-start benchmark's
+# background streams); any other model streams at the default pace.
+PACED = {model: PROVIDER.replace("/v1/", f"/{model}/v1/") for model in ("fast", "w50")}
+
+
+def provider_url(run_request: pb.AgentClientMessage) -> str:
+    return PACED.get(run_request.run_request.requested_model.model_id, PROVIDER)
 
 
 def turn_text(words: int = WORDS) -> str:
@@ -72,12 +79,12 @@ async def forward(session: aiohttp.ClientSession, url: str, text: Callable[[str]
         response.release()
 
 
-async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
+async def _forward(queue: asyncio.Queue[bytes | None], url: str) -> None:
     global _session
     if _session is None:
         _session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30))
     try:
-        await forward(_session, PROVIDER, lambda content: queue.put_nowait(delta(content)))
+        await forward(_session, url, lambda content: queue.put_nowait(delta(content)))
     finally:
         queue.put_nowait(None)
 
@@ -93,7 +100,7 @@ async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
     if path.endswith("/BidiAppend"):
         append = decode_bidi_append(body)
         if append.variant == "run_request":
-            task = asyncio.get_running_loop().create_task(_forward(_channel(append.request_id)))
+            task = asyncio.get_running_loop().create_task(_forward(_channel(append.request_id), provider_url(append.message)))
             _tasks.add(task)
             task.add_done_callback(_tasks.discard)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/proto")]})
