@@ -2,12 +2,12 @@
 turns back to back on one server, so that the benchmark's probe turns are timed on an event loop
 that is not also reading thousands of other deltas a second.
 
-    python -m benchmarks.support.background PORT frames|relay MODEL COUNT
+    python -m benchmarks.support.background PORT PROVIDER_PORT frames|relay MODEL COUNT
 
 `frames`: the server speaks RunSSE frames (ours, the floor); `relay`: it relays the provider's SSE
 bytes (the bare app). It prints `streaming` once every conversation has its first text, then
-answers lines on stdin: `words` → the words of answer text read so far; `stop` → each ends its
-turn, then `stopped`; `leave` → every connection closed at once (a client leaving), then `left`.
+answers lines on stdin: `words` → the words of answer text read so far; `stop` → the stamp
+provider ends the answers in progress, each conversation its turn, then `stopped`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 
 import uvloop
 
-from benchmarks.test_turn_start import TURNS, Client
+from benchmarks.test_turn_start import TURNS, Client, provider_control
 
 STAMP = b'"content":"'
 
@@ -75,18 +75,14 @@ class Background:
             conversation.close()
             conversation = await self.client(self.port, self.model).open()
 
-    async def stop(self, *, leave: bool) -> None:
-        """Let each end its turn, or (`leave`) close every connection at once, as a client leaving."""
+    async def stop(self, provider_port: int) -> None:
+        """No more turns; the provider ends the answers in progress; each turn ends as usual."""
         self.stopping = True
-        if leave:
-            for task in self.tasks:
-                task.cancel()
-            for conversation in self.conversations:
-                conversation.close()
-        await asyncio.gather(*self.tasks, return_exceptions=leave)
+        await provider_control(provider_port, "finish")
+        await asyncio.gather(*self.tasks)
 
 
-async def main(port: int, client: str, model: str, count: int) -> None:
+async def main(port: int, provider_port: int, client: str, model: str, count: int) -> None:
     background = Background(port, CLIENTS[client], model, count)
     await background.start()
     print("streaming", flush=True)
@@ -95,10 +91,10 @@ async def main(port: int, client: str, model: str, count: int) -> None:
         if command == "words":
             print(background.words(), flush=True)
         else:
-            await background.stop(leave=command == "leave")
-            print("left" if command == "leave" else "stopped", flush=True)
+            await background.stop(provider_port)
+            print("stopped", flush=True)
             return
 
 
 if __name__ == "__main__":
-    uvloop.run(main(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    uvloop.run(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])))

@@ -12,8 +12,9 @@ connection's write buffer is full, as a provider streaming faster than its reade
 under `/w50/v1/` LONG_WORDS words at 50 words/s (the turn-start benchmark's background streams).
 
 Control paths, for the benchmark: `POST /control/hold` makes it keep every later request unanswered
-(stamped on arrival) until `POST /control/release`; `GET /control/count` answers how many model
-requests it has received. Like the other stand-ins it is built to cost the machine little: bodies
+(stamped on arrival) until `POST /control/release`; `POST /control/finish` ends every answer in
+progress (its finish chunks next); `GET /control/count` answers how many model requests it has
+received. Like the other stand-ins it is built to cost the machine little: bodies
 are counted, not parsed, and each chunk is one prebuilt write from a timer callback.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,7 +60,7 @@ class _Answer:
     """One streamed reply: the arrival stamp as the first text (ended by `|`) at once, then words at
     its pace (one callback per write), then the finish chunks; then `done()`."""
 
-    __slots__ = ("connection", "transport", "left", "pace", "loop", "done")
+    __slots__ = ("connection", "transport", "left", "pace", "loop", "done", "__weakref__")
 
     def __init__(self, connection: _Connection, stamp: int, pace: Pace, done: Callable[[], None]) -> None:
         assert connection.transport is not None
@@ -97,6 +99,7 @@ class _State:
         self.paces = paces  # by the request path's first segment
         self.hold = False
         self.held: list[tuple[_Connection, int, Pace]] = []
+        self.answers: weakref.WeakSet[_Answer] = weakref.WeakSet()  # in progress
         self.count = 0
 
 
@@ -168,6 +171,10 @@ class _Connection(asyncio.Protocol):
                 held.stream(held_stamp, pace)
             state.held.clear()
             transport.write(_plain(b"released"))
+        elif path == b"/control/finish":
+            for answer in state.answers:
+                answer.left = 0
+            transport.write(_plain(b"finished"))
         elif path == b"/control/count":
             transport.write(_plain(b"%d" % state.count))
         else:
@@ -182,7 +189,7 @@ class _Connection(asyncio.Protocol):
     def stream(self, stamp: int, pace: Pace) -> None:
         assert self.transport is not None
         if not self.transport.is_closing():
-            _Answer(self, stamp, pace, self._ended)
+            self.state.answers.add(_Answer(self, stamp, pace, self._ended))
 
     def _ended(self) -> None:
         self.answering = False
