@@ -221,6 +221,14 @@ class Client:
         self.appender.close()
         self.streamer.close()
 
+    async def _reconnect(self) -> None:
+        """A new connection for one the server closed while idle (a turn of 40 s outlasts its
+        keep-alive), as an HTTP client does."""
+        if self.appender.closed:
+            self.appender = await Connection.open(HOST, self.port)
+        if self.streamer.closed:
+            self.streamer = await Connection.open(HOST, self.port)
+
     def run_message(self) -> pb.AgentClientMessage:
         """The turn's run request (a subclass may carry more, as the IDE's do)."""
         return run_request(TEXT, model=self.model, conversation_id=self.conversation_id)
@@ -238,6 +246,7 @@ class Client:
         rid = uuid.uuid4().hex
         body = append_body(rid, 0, self.run_message())
         await self.lock.acquire()
+        await self._reconnect()
         self.streamer.send(RUN_SSE, envelope(pb.BidiRequestId(request_id=rid).SerializeToString()))
         sent = time.monotonic_ns()
         self.appender.send(BIDI_APPEND, body)
@@ -273,6 +282,7 @@ class Client:
                     reply.kv_client_message.id = msg.kv_server_message.id
                     reply.kv_client_message.set_blob_result.SetInParent()
                     async with self.lock:
+                        await self._reconnect()
                         status, _ = await self.appender.post(BIDI_APPEND, append_body(rid, next(seqnos), reply))
                     assert status == 200, status
                 elif result is None and msg.interaction_update.WhichOneof("message") == "text_delta":
