@@ -207,6 +207,7 @@ async def measure(servers: list[Server], provider_port: int) -> None:
 @pytest.mark.timeout(3600)
 @pytest.mark.benchmark(group="turn-start-load")
 def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
+    load_before = os.getloadavg()[0]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
     provider_port = free_port()
     provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), PROBE_CHUNKS,
@@ -255,6 +256,7 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
         provider.terminate()
         provider.wait(10)
     report(benchmark.extra_info, {server.name: server for server in servers})
+    print(f"machine load (1-minute average) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; servers from {SRC}")
 
 
 def _added(phase: Phase, q: float) -> float:
