@@ -3,10 +3,12 @@ floor and the bare granian app under the same load, every target of the issue a 
 
     .venv/bin/python -m pytest -q -s -p no:randomly benchmarks/test_turn_start_load.py
 
-Three servers, up at once, against one fake provider
+Three servers (four with BENCH_BEFORE_SRC), up at once, against one fake provider
 (`support/stamp_provider.py`: it stamps the moment it holds a whole request, CLOCK_MONOTONIC, and
 sends the stamp back as the first text):
-- **ours**: the real `cursor-byok serve` (from BENCH_SRC, as `test_turn_start.py`);
+- **ours**: the real `cursor-byok serve` (from BENCH_SRC, as `test_turn_start.py`), and with
+  BENCH_BEFORE_SRC=<another checkout>/src a second one, **before**, from that tree, in the same
+  rotation (a before/after pair seconds apart, under the same outside load);
 - **floor**: `support/bare_turn_app.py`, granian + the append's decode + one prebuilt provider
   request through aiohttp + the answer's text as frames (no history, persistence or prompt);
 - **bare**: `support/bare_relay_app.py`, granian + the append's decode + the same prebuilt request,
@@ -30,7 +32,8 @@ Knobs: BENCH_LOADS="idle,fast:8,fast:32,w50:32", BENCH_LOAD_SAMPLES=100 (probes 
 BENCH_PROBE_GAP_MS=40 (a random pause up to this before each probe, so probes do not march in step
 with the streams), BENCH_WORD_WINDOW_S=3, BENCH_LONG_WORDS=2000, BENCH_FAST_BATCH=1 (words per
 provider write in fast streams), BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
-BENCH_TURNS_PER_CONVERSATION=3, BENCH_TARGETS="ours,floor,bare", BENCH_READY_SPAWNS=3, BENCH_SRC. A short run (a smoke
+BENCH_TURNS_PER_CONVERSATION=3, BENCH_TARGETS="ours,floor,bare" (with "before" second when
+BENCH_BEFORE_SRC is set), BENCH_READY_SPAWNS=3, BENCH_SRC, BENCH_BEFORE_SRC. A short run (a smoke
 check of the harness, not figures):
 BENCH_LOADS=idle,fast:2,w50:2 BENCH_LOAD_SAMPLES=10 BENCH_BURST=10 BENCH_HELD=5 BENCH_RSS_CONVERSATIONS=5
 """
@@ -65,7 +68,9 @@ PROBE_GAP = float(os.environ.get("BENCH_PROBE_GAP_MS", "40")) / 1000
 WORD_WINDOW = float(os.environ.get("BENCH_WORD_WINDOW_S", "3"))
 LONG_WORDS = os.environ.get("BENCH_LONG_WORDS", "2000")
 FAST_BATCH = os.environ.get("BENCH_FAST_BATCH", "1")
-TARGETS = os.environ.get("BENCH_TARGETS", "ours,floor,bare").split(",")
+BEFORE_SRC = os.environ.get("BENCH_BEFORE_SRC", "")  # a second tree of ours, "before", measured in the same rotation
+TARGETS = os.environ.get("BENCH_TARGETS", "ours,before,floor,bare" if BEFORE_SRC else "ours,floor,bare").split(",")
+OURS = {"ours": SRC, "before": BEFORE_SRC}  # our servers by name: the cursor_byok tree each runs
 READY_SPAWNS = int(os.environ.get("BENCH_READY_SPAWNS", "3"))
 PROBE_CHUNKS, PROBE_INTERVAL_MS = "2", "5"  # a probe's answer: the stamp, then 2 words 5 ms apart
 
@@ -216,21 +221,22 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
     env["BENCH_PROVIDER_URL"] = f"{root}/v1"
     wait_healthy(f"{root}/control/count")
     config = ServerConfig(
-        data_dir=tmp_path / "data",
+        data_dir=tmp_path,
         models=[ModelSpec(id=model, provider="openai-chat", base_url=f"{root}{prefix}/v1", max_output_tokens=1000)
                 for model, prefix in ((MODEL, ""), ("fast", "/fast"), ("w50", "/w50"))],
         continuation_window_seconds=0.02,
         extra_server={"max_transports": 4096},
     )
-    config.data_dir.mkdir(parents=True)
     servers = [Server(name, free_port(), "relay" if name == "bare" else "frames") for name in TARGETS]
-    config_path = config.data_dir / "config.toml"
     for server in servers:
-        if server.name == "ours":
-            config_path.write_text(config.toml(server.port))
+        if server.name in OURS:
+            config.data_dir = tmp_path / server.name
+            config.data_dir.mkdir()
+            (config.data_dir / "config.toml").write_text(config.toml(server.port))
 
     def command(server: Server) -> tuple[list[str], str]:
-        if server.name == "ours":
+        if server.name in OURS:
+            config_path = tmp_path / server.name / "config.toml"
             return [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config_path)], "/__byok-api__/healthz"
         app = {"floor": "benchmarks.support.bare_turn_app:app", "bare": "benchmarks.support.bare_relay_app:app"}[server.name]
         return [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
@@ -240,8 +246,8 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
         for spawned in range(READY_SPAWNS):  # spawns alternate between the servers; the last ones stay up
             for server in servers:
                 cmd, health = command(server)
-                server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}"}, server.port, health,
-                                           tmp_path / f"{server.name}.log")
+                path = f"{ROOT}:{OURS.get(server.name, SRC)}:{CPROFILE_SITE}"
+                server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": path}, server.port, health, tmp_path / f"{server.name}.log")
                 server.ready_seconds.append(ready)
                 if spawned < READY_SPAWNS - 1:
                     stop(server.proc)
@@ -256,7 +262,8 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
         provider.terminate()
         provider.wait(10)
     report(benchmark.extra_info, {server.name: server for server in servers})
-    print(f"machine load (1-minute average) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; servers from {SRC}")
+    print(f"machine load (1-minute average) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end;"
+          f" ours from {SRC}" + (f", before from {BEFORE_SRC}" if BEFORE_SRC else ""))
 
 
 def _added(phase: Phase, q: float) -> float:
@@ -295,8 +302,10 @@ def report(info: dict[str, object], servers: dict[str, Server]) -> None:
         info.update({f"{name}_burst_p50_ms": round(pct(s.burst.to_provider_ns, 0.5), 3), f"{name}_burst_p99_ms": round(pct(s.burst.to_provider_ns, 0.99), 3),
                      f"{name}_cpu_us_per_start": round(s.cpu_us_per_start), f"{name}_peak_rss_mib": round(s.peak_rss_kib / 1024, 1),
                      f"{name}_ready_ms": round(s.ready * 1000)})
-    if {"ours", "floor", "bare"} <= set(servers):
-        targets(servers["ours"], servers["floor"], servers["bare"])
+    if {"floor", "bare"} <= set(servers):
+        for name in OURS:
+            if name in servers:
+                targets(servers[name], servers["floor"], servers["bare"])
 
 
 def targets(ours: Server, floor: Server, bare: Server) -> None:
@@ -311,14 +320,13 @@ def targets(ours: Server, floor: Server, bare: Server) -> None:
             b = bare.phases[load]
             for q, label in ((0.5, "p50"), (0.99, "p99")):
                 rows.append((f"{load.split(':')[1]} streaming fast: TTFT {label}, × bare app", pct(phase.probes.ttft_ns, q) / pct(b.probes.ttft_ns, q), 5.0))
-                rows.append((f"{load.split(':')[1]} streaming fast: added TTFT {label}, × bare app's", _added(phase, q) / max(_added(b, q), 0.01), 5.0))
         elif load.startswith("w50:"):
             rows.append((f"{load.split(':')[1]} streaming at 50 words/s: added TTFT p99, ms", _added(phase, 0.99), 5.0))
     rows.append((f"{BURST} within 1 s: append→provider p99, × floor", pct(ours.burst.to_provider_ns, 0.99) / pct(floor.burst.to_provider_ns, 0.99), 10.0))
     rows.append(("CPU per start, × floor", ours.cpu_us_per_start / floor.cpu_us_per_start, 1.5))
     rows.append((f"peak RSS over {RSS_CONVERSATIONS} conversations, MiB", ours.peak_rss_kib / 1024, 90.0))
     rows.append(("spawn → ready, × bare app", ours.ready / bare.ready, 1.2))
-    print("targets (issue 35):")
+    print(f"targets (issue 35), {ours.name}:")
     for what, measured, limit in rows:
         print(f"  {what:<52} {measured:8.2f}  ≤ {limit:<5g} {'met' if measured <= limit else 'NOT met'}")
     for load, phase in ours.phases.items():
