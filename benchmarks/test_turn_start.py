@@ -169,21 +169,48 @@ def pct(values: list[int], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] / 1e6
 
 
+def _tag(message: type, name: str) -> int:
+    """The first byte of a length-delimited field's key (fields 1-15)."""
+    return message.DESCRIPTOR.fields_by_name[name].number << 3 | 2
+
+
+_UPDATE, _TEXT_DELTA = _tag(pb.AgentServerMessage, "interaction_update"), _tag(pb.InteractionUpdate, "text_delta")
+
+
+def is_text_delta(payload: bytes) -> bool:
+    """Whether a serialized server message is a text delta, read off its first two keys: a reader
+    of thousands of deltas a second counts their words without parsing each."""
+    if payload[:1] != bytes((_UPDATE,)):
+        return False
+    at = 1
+    while payload[at] & 0x80:  # the update's length (a varint)
+        at += 1
+    return len(payload) > at + 1 and payload[at + 1] == _TEXT_DELTA
+
+
 @dataclass
 class Samples:
     to_provider_ns: list[int] = field(default_factory=list)  # first append → provider has the request
     ttft_ns: list[int] = field(default_factory=list)  # first append → first text delta at the IDE
 
+    def add(self, sample: tuple[int, int]) -> None:
+        """One turn's (append → provider, append → first token)."""
+        self.to_provider_ns.append(sample[0])
+        self.ttft_ns.append(sample[1])
+
 
 class Client:
     """One conversation as the IDE drives it: a keep-alive connection for appends and one for RunSSE."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, model: str = MODEL) -> None:
         self.port = port
+        self.model = model
         self.conversation_id = uuid.uuid4().hex
         self.appender: Connection
         self.streamer: Connection
         self.lock = asyncio.Lock()  # the append connection carries one request at a time
+        self.words = 0  # words of answer text read so far, every turn
+        self.texted = asyncio.Event()  # set at the first answer text
 
     async def open(self) -> Client:
         self.appender = await Connection.open(HOST, self.port)
@@ -194,12 +221,24 @@ class Client:
         self.appender.close()
         self.streamer.close()
 
+    async def _reconnect(self) -> None:
+        """A new connection for one the server closed while idle (a turn of 40 s outlasts its
+        keep-alive), as an HTTP client does."""
+        if self.appender.closed:
+            self.appender = await Connection.open(HOST, self.port)
+        if self.streamer.closed:
+            self.streamer = await Connection.open(HOST, self.port)
+
     def run_message(self) -> pb.AgentClientMessage:
         """The turn's run request (a subclass may carry more, as the IDE's do)."""
-        return run_request(TEXT, model=MODEL, conversation_id=self.conversation_id)
+        return run_request(TEXT, model=self.model, conversation_id=self.conversation_id)
 
     def seen(self, msg: pb.AgentServerMessage) -> None:
-        """A message the turn's stream delivered (a subclass may keep what it needs of it)."""
+        """A message the turn's stream delivered, but for the text deltas after its first, which
+        `read` counts the words of (a subclass may keep more of it)."""
+        if msg.interaction_update.WhichOneof("message") == "text_delta":
+            self.words += msg.interaction_update.text_delta.text.count("word")
+            self.texted.set()
 
     async def start(self) -> Callable[[], Awaitable[tuple[int, int]]]:
         """Open RunSSE and send the turn's run request; returns `finish`, which reads the turn to its
@@ -207,40 +246,51 @@ class Client:
         rid = uuid.uuid4().hex
         body = append_body(rid, 0, self.run_message())
         await self.lock.acquire()
+        await self._reconnect()
         self.streamer.send(RUN_SSE, envelope(pb.BidiRequestId(request_id=rid).SerializeToString()))
         sent = time.monotonic_ns()
         self.appender.send(BIDI_APPEND, body)
         replied = asyncio.get_running_loop().create_task(self._first_reply())
-        seqnos = iter(range(1, 1 << 30))
 
         async def finish() -> tuple[int, int]:
-            decoder = hotpath.FrameDecoder()
-            result: tuple[int, int] | None = None
-            ended = False
-            async for chunk in self.streamer.chunks():  # read to the reply's end: the connection is reused
-                now = time.monotonic_ns()
-                for flags, payload in decoder.feed(chunk):
-                    if flags & hotpath.FLAG_END_STREAM:
-                        ended = True
-                        continue
-                    msg = pb.AgentServerMessage.FromString(payload)
-                    self.seen(msg)
-                    if msg.WhichOneof("message") == "kv_server_message":
-                        reply = pb.AgentClientMessage()
-                        reply.kv_client_message.id = msg.kv_server_message.id
-                        reply.kv_client_message.set_blob_result.SetInParent()
-                        async with self.lock:
-                            status, _ = await self.appender.post(BIDI_APPEND, append_body(rid, next(seqnos), reply))
-                        assert status == 200, status
-                    elif result is None and msg.interaction_update.WhichOneof("message") == "text_delta":
-                        stamp = int(msg.interaction_update.text_delta.text.split("|", 1)[0])
-                        result = (stamp - sent, now - sent)
+            result = await self.read(rid, sent)
             await replied
-            assert ended, "RunSSE ended without an end-of-stream frame"
-            assert result is not None, "the turn ended without text"
             return result
 
         return finish
+
+    async def read(self, rid: str, sent: int) -> tuple[int, int]:
+        """Read the turn's RunSSE to its end (the connection is reused), acking blobs; (append →
+        provider, append → first token) in ns."""
+        decoder = hotpath.FrameDecoder()
+        seqnos = iter(range(1, 1 << 30))
+        result: tuple[int, int] | None = None
+        ended = False
+        async for chunk in self.streamer.chunks():
+            now = time.monotonic_ns()
+            for flags, payload in decoder.feed(chunk):
+                if flags & hotpath.FLAG_END_STREAM:
+                    ended = True
+                    continue
+                if result is not None and is_text_delta(payload):
+                    self.words += payload.count(b"word")
+                    continue
+                msg = pb.AgentServerMessage.FromString(payload)
+                self.seen(msg)
+                if msg.WhichOneof("message") == "kv_server_message":
+                    reply = pb.AgentClientMessage()
+                    reply.kv_client_message.id = msg.kv_server_message.id
+                    reply.kv_client_message.set_blob_result.SetInParent()
+                    async with self.lock:
+                        await self._reconnect()
+                        status, _ = await self.appender.post(BIDI_APPEND, append_body(rid, next(seqnos), reply))
+                    assert status == 200, status
+                elif result is None and msg.interaction_update.WhichOneof("message") == "text_delta":
+                    stamp = int(msg.interaction_update.text_delta.text.split("|", 1)[0])
+                    result = (stamp - sent, now - sent)
+        assert ended, "RunSSE ended without an end-of-stream frame"
+        assert result is not None, "the turn ended without text"
+        return result
 
     async def _first_reply(self) -> None:
         try:
@@ -267,7 +317,7 @@ async def direct_turn(conn: Connection) -> tuple[int, int]:
     return result
 
 
-async def concurrent(port: int, conversations: int, samples: int, *, direct: bool = False) -> Samples:
+async def concurrent(port: int, conversations: int, samples: int, *, direct: bool = False, client: type[Client] = Client) -> Samples:
     """`conversations` loops at once, each taking turns (TURNS per conversation, then a new one)."""
     per_loop = math.ceil(samples / conversations)
     out = Samples()
@@ -288,27 +338,27 @@ async def concurrent(port: int, conversations: int, samples: int, *, direct: boo
             conn.close()
             return
         while done < per_loop:
-            client = await Client(port).open()
+            conversation = await client(port).open()
             for _ in range(min(TURNS, per_loop - done)):
                 await think()
-                a, b = await client.turn()
+                a, b = await conversation.turn()
                 out.to_provider_ns.append(a)
                 out.ttft_ns.append(b)
                 done += 1
-            client.close()
+            conversation.close()
 
     await asyncio.gather(*(loop() for _ in range(conversations)))
     return out
 
 
-async def burst(port: int, conversations: int, *, direct: bool = False) -> Samples:
+async def burst(port: int, conversations: int, *, direct: bool = False, client: type[Client] = Client) -> Samples:
     """`conversations` first turns whose starts are spread evenly over one second (connections are
     open beforehand, as the IDE's are)."""
     out = Samples()
     if direct:
         conns = [await Connection.open(HOST, port) for _ in range(conversations)]
     else:
-        clients = [await Client(port).open() for _ in range(conversations)]
+        clients = [await client(port).open() for _ in range(conversations)]
     begin = time.monotonic()
 
     async def one(i: int) -> None:
@@ -369,10 +419,10 @@ async def held_turns(provider_port: int, clients: list[Client], *, one_by_one: b
     return release
 
 
-async def warm_provider_pool(port: int, provider_port: int, connections: int) -> None:
+async def warm_provider_pool(port: int, provider_port: int, connections: int, client: type[Client] = Client) -> None:
     """Leave `connections` kept-alive connections to the provider in the server's pool (as any
     server has after serving that many turns at once), so held starts do not each pay a connect."""
-    clients = [await Client(port).open() for _ in range(connections)]
+    clients = [await client(port).open() for _ in range(connections)]
     await (await held_turns(provider_port, clients, one_by_one=False))()
     for c in clients:
         c.close()

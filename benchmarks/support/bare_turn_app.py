@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import msgspec
@@ -21,6 +21,13 @@ from cursor_byok.protocol import agent_pb2 as pb, decode_bidi_append, end_stream
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
 WORDS = 2_000
+# The stamp provider's other paces, by the run request's model id (the turn-start benchmark's
+# background streams); any other model streams at the default pace.
+PACED = {model: PROVIDER.replace("/v1/", f"/{model}/v1/") for model in ("fast", "w50")}
+
+
+def provider_url(run_request: pb.AgentClientMessage) -> str:
+    return PACED.get(run_request.run_request.requested_model.model_id, PROVIDER)
 
 
 def turn_text(words: int = WORDS) -> str:
@@ -72,44 +79,59 @@ async def forward(session: aiohttp.ClientSession, url: str, text: Callable[[str]
         response.release()
 
 
-async def _forward(queue: asyncio.Queue[bytes | None]) -> None:
+def session() -> aiohttp.ClientSession:
+    """The process's one provider session (made on first use, inside the server's loop)."""
     global _session
     if _session is None:
         _session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30))
+    return _session
+
+
+async def _forward(queue: asyncio.Queue[bytes | None], url: str) -> None:
     try:
-        await forward(_session, PROVIDER, lambda content: queue.put_nowait(delta(content)))
+        await forward(session(), url, lambda content: queue.put_nowait(delta(content)))
     finally:
         queue.put_nowait(None)
 
 
 _tasks: set[asyncio.Task[None]] = set()
+Answer = Callable[[asyncio.Queue[bytes | None], str], Awaitable[None]]  # fills a RunSSE's queue from a provider URL
 
 
-async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
-    if scope["type"] != "http":
-        return
-    body = await whole_body(receive)
-    path = scope["path"]
-    if path.endswith("/BidiAppend"):
-        append = decode_bidi_append(body)
-        if append.variant == "run_request":
-            task = asyncio.get_running_loop().create_task(_forward(_channel(append.request_id)))
-            _tasks.add(task)
-            task.add_done_callback(_tasks.discard)
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/proto")]})
+def turn_app(answer: Answer, headers: list[tuple[bytes, bytes]], end: bytes) -> Callable[..., Awaitable[None]]:
+    """An ASGI app: a BidiAppend's run request starts `answer` for its request id; that id's RunSSE
+    sends `headers`, then what `answer` queues, then `end`."""
+
+    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        body = await whole_body(receive)
+        path = scope["path"]
+        if path.endswith("/BidiAppend"):
+            append = decode_bidi_append(body)
+            if append.variant == "run_request":
+                task = asyncio.get_running_loop().create_task(answer(_channel(append.request_id), provider_url(append.message)))
+                _tasks.add(task)
+                task.add_done_callback(_tasks.discard)
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/proto")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if path.endswith("/RunSSE"):
+            request_id = _request_id(body)
+            queue = _channel(request_id)
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            while (frame := await queue.get()) is not None:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+            _frames.pop(request_id, None)
+            await send({"type": "http.response.body", "body": end, "more_body": False})
+            return
+        await send({"type": "http.response.start", "status": 204 if path.endswith("healthz") else 404, "headers": []})
         await send({"type": "http.response.body", "body": b""})
-        return
-    if path.endswith("/RunSSE"):
-        request_id = _request_id(body)
-        queue = _channel(request_id)
-        await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-        while (frame := await queue.get()) is not None:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-        _frames.pop(request_id, None)
-        await send({"type": "http.response.body", "body": end_stream_ok(), "more_body": False})
-        return
-    await send({"type": "http.response.start", "status": 204 if path.endswith("healthz") else 404, "headers": []})
-    await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+app = turn_app(_forward, HEADERS, end_stream_ok())
 
 
 def _request_id(body: bytes) -> str:

@@ -67,6 +67,11 @@ class Connection:
             data = await self.reader.readexactly(size + 2)
             yield data[:-2]
 
+    @property
+    def closed(self) -> bool:
+        """The peer has closed it (e.g. a server letting an idle keep-alive connection go)."""
+        return self.reader.at_eof() or self.writer.is_closing()
+
     def close(self) -> None:
         self.writer.close()
 

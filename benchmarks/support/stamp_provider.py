@@ -2,11 +2,19 @@
 has a whole request (time.monotonic_ns, one clock for every process on the machine) and sends that
 stamp back at once as the first text chunk; the rest of the answer follows at a model's pace.
 
-    python -m benchmarks.support.stamp_provider PORT [CHUNKS INTERVAL_MS]   (default 10 chunks, 20 ms)
+    python -m benchmarks.support.stamp_provider PORT [CHUNKS INTERVAL_MS [LONG_WORDS FAST_BATCH]]
+    (defaults: 10 chunks 20 ms apart; long answers of 2,000 words, sent 1 word per write)
+
+The path says how the answer streams (every answer starts with the stamp): under `/v1/` CHUNKS
+chunks INTERVAL_MS apart; under `/fast/v1/` LONG_WORDS one-word chunks as fast as the server takes
+them (FAST_BATCH words per write, the next write on the next loop iteration, paused while the
+connection's write buffer is full, as a provider streaming faster than its reader is held back);
+under `/w50/v1/` LONG_WORDS words at 50 words/s (the turn-start benchmark's background streams).
 
 Control paths, for the benchmark: `POST /control/hold` makes it keep every later request unanswered
-(stamped on arrival) until `POST /control/release`; `GET /control/count` answers how many model
-requests it has received. Like the other stand-ins it is built to cost the machine little: bodies
+(stamped on arrival) until `POST /control/release`; `POST /control/finish` ends every answer in
+progress (its finish chunks next); `GET /control/count` answers how many model requests it has
+received. Like the other stand-ins it is built to cost the machine little: bodies
 are counted, not parsed, and each chunk is one prebuilt write from a timer callback.
 """
 from __future__ import annotations
@@ -14,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import uvloop
 
@@ -36,17 +46,36 @@ _WORD = _chunk(_HEAD + b" word" + _TAIL)
 _LAST = _chunk(_END) + b"0\r\n\r\n"
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How an answer streams after its stamp: `words` words, `batch` per write, `interval` seconds
+    apart (0: on the next loop iteration, while the connection takes more)."""
+
+    words: int
+    interval: float
+    batch: int = 1
+
+
 class _Answer:
-    """One streamed reply: the arrival stamp as the first text (ended by `|`) at once, then `chunks`
-    words `interval` apart (one timer callback each), then the finish chunks; then `done()`."""
+    """One streamed reply: the arrival stamp as the first text (ended by `|`) at once, then words at
+    its pace (one callback per write), then the finish chunks; then `done()`."""
 
-    __slots__ = ("transport", "left", "interval", "loop", "done")
+    __slots__ = ("connection", "transport", "left", "pace", "loop", "done", "__weakref__")
 
-    def __init__(self, transport: asyncio.Transport, stamp: int, chunks: int, interval: float, done: Callable[[], None]) -> None:
-        self.transport, self.left, self.interval, self.done = transport, chunks, interval, done
+    def __init__(self, connection: _Connection, stamp: int, pace: Pace, done: Callable[[], None]) -> None:
+        assert connection.transport is not None
+        self.connection, self.transport, self.left, self.pace, self.done = connection, connection.transport, pace.words, pace, done
         self.loop = asyncio.get_running_loop()
-        transport.write(_RESPONSE_HEAD + _chunk(b"%s%d|%s" % (_HEAD, stamp, _TAIL)))
-        self.loop.call_later(interval, self.tick)
+        self.transport.write(_RESPONSE_HEAD + _chunk(b"%s%d|%s" % (_HEAD, stamp, _TAIL)))
+        self._next()
+
+    def _next(self) -> None:
+        if self.pace.interval:
+            self.loop.call_later(self.pace.interval, self.tick)
+        elif self.connection.paused:
+            self.connection.resume = self.tick  # the server is behind: on when it has read
+        else:
+            self.loop.call_soon(self.tick)
 
     def tick(self) -> None:
         if self.transport.is_closing():
@@ -55,9 +84,10 @@ class _Answer:
             self.transport.write(_LAST)
             self.done()
             return
-        self.left -= 1
-        self.transport.write(_WORD)
-        self.loop.call_later(self.interval, self.tick)
+        words = min(self.left, self.pace.batch)
+        self.left -= words
+        self.transport.write(_WORD * words)
+        self._next()
 
 
 def _plain(body: bytes) -> bytes:
@@ -65,10 +95,11 @@ def _plain(body: bytes) -> bytes:
 
 
 class _State:
-    def __init__(self, chunks: int, interval: float) -> None:
-        self.chunks, self.interval = chunks, interval
+    def __init__(self, paces: dict[bytes, Pace]) -> None:
+        self.paces = paces  # by the request path's first segment
         self.hold = False
-        self.held: list[tuple[_Connection, int]] = []
+        self.held: list[tuple[_Connection, int, Pace]] = []
+        self.answers: weakref.WeakSet[_Answer] = weakref.WeakSet()  # in progress
         self.count = 0
 
 
@@ -83,6 +114,17 @@ class _Connection(asyncio.Protocol):
         self.head: bytes | None = None  # the current request's head, once it is complete
         self.need = 0  # body bytes the current request still lacks
         self.answering = False
+        self.paused = False  # the transport's write buffer is full
+        self.resume: Callable[[], None] | None = None  # the answer waiting for it to drain
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.resume is not None:
+            resume, self.resume = self.resume, None
+            resume()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -125,33 +167,38 @@ class _Connection(asyncio.Protocol):
             transport.write(_plain(b"held"))
         elif path == b"/control/release":
             state.hold = False
-            for held, held_stamp in state.held:
-                held.stream(held_stamp)
+            for held, held_stamp, pace in state.held:
+                held.stream(held_stamp, pace)
             state.held.clear()
             transport.write(_plain(b"released"))
+        elif path == b"/control/finish":
+            for answer in state.answers:
+                answer.left = 0
+            transport.write(_plain(b"finished"))
         elif path == b"/control/count":
             transport.write(_plain(b"%d" % state.count))
         else:
             state.count += 1
             self.answering = True
+            pace = state.paces.get(path.split(b"/", 2)[1], state.paces[b"v1"])
             if state.hold:
-                state.held.append((self, stamp))
+                state.held.append((self, stamp, pace))
             else:
-                self.stream(stamp)
+                self.stream(stamp, pace)
 
-    def stream(self, stamp: int) -> None:
+    def stream(self, stamp: int, pace: Pace) -> None:
         assert self.transport is not None
         if not self.transport.is_closing():
-            _Answer(self.transport, stamp, self.state.chunks, self.state.interval, self._ended)
+            self.state.answers.add(_Answer(self, stamp, pace, self._ended))
 
     def _ended(self) -> None:
         self.answering = False
         self._next()
 
 
-async def main(port: int, chunks: int, interval_ms: float) -> None:
+async def main(port: int, chunks: int, interval_ms: float, long_words: int, fast_batch: int) -> None:
     loop = asyncio.get_running_loop()
-    state = _State(chunks, interval_ms / 1000)
+    state = _State({b"v1": Pace(chunks, interval_ms / 1000), b"fast": Pace(long_words, 0.0, fast_batch), b"w50": Pace(long_words, 1 / 50)})
     server = await loop.create_server(lambda: _Connection(state), "127.0.0.1", port, backlog=1024)
     async with server:
         await server.serve_forever()
@@ -159,4 +206,6 @@ async def main(port: int, chunks: int, interval_ms: float) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    uvloop.run(main(int(args[0]), int(args[1]) if len(args) > 1 else 10, float(args[2]) if len(args) > 2 else 20.0))
+    defaults = ["0", "10", "20", "2000", "1"]
+    port, chunks, interval_ms, long_words, fast_batch = args + defaults[len(args):]
+    uvloop.run(main(int(port), int(chunks), float(interval_ms), int(long_words), int(fast_batch)))
