@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import resource
 import select
 import socket
@@ -422,8 +423,14 @@ async def test_an_aborted_upload_never_reaches_upstream_complete(recorded_server
 async def test_an_inline_token_in_a_readable_config_is_refused(tmp_path: Path) -> None:
     cfg = EdgeServerConfig(data_dir=tmp_path / "data", extra_server={"auth_token": TOKEN})
     server = ServerProcess(cfg)
-    with pytest.raises(RuntimeError, match="permissions must be 0600"):
-        await asyncio.to_thread(server.start)
+    # Written as an editor writes it, readable by others: a CLI test run in this process before may
+    # have left the server's umask 077 behind, which would write it private.
+    shared_umask = os.umask(0o022)
+    try:
+        with pytest.raises(RuntimeError, match="permissions must be 0600"):
+            await asyncio.to_thread(server.start)
+    finally:
+        os.umask(shared_umask)
     server.config_path.chmod(0o600)
     ok = ServerProcess(cfg)
     ok.config_path.parent.mkdir(parents=True, exist_ok=True)
