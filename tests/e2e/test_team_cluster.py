@@ -1,7 +1,8 @@
 """A team server of two instances on one PostgreSQL database (issue 37): a developer's turn split
 across the instances (no affinity: the RunSSE on A, the run request on B, which then runs it, the
 tool's result through A, forwarded to B) is theirs on the instance that runs it (its usage row names
-them), and another developer's append forwarded to that run is refused there as on one instance."""
+them), and another developer's append forwarded to that run, or RunSSE relayed from it, is refused
+there as on one instance."""
 from __future__ import annotations
 
 import asyncio
@@ -67,6 +68,9 @@ async def test_a_developers_split_turn_is_theirs_on_the_instance_that_runs_it(
         assert started.status_code == 200, started.text
         await wait_until(lambda: len(ide.held) == 1)
         appends_to["url"] = a.base_url  # B runs the turn: what comes through A is forwarded to it
+        stolen = StreamLog()  # the intruder's RunSSE on A, relayed from B: not theirs to read
+        await asyncio.wait_for(intruder.stream(request_id, stolen), 10)
+        assert stolen.terminal is not None and stolen.terminal.code == "not_found", (stolen.kinds(), stolen.terminal)
         [reply] = ide.execute(ide.held[0][1])
         refused = await intruder.append(request_id, reply, seqno=1)  # through A, forwarded to B
         assert refused.status_code == 403 and refused.json()["code"] == "permission_denied", refused.text

@@ -29,6 +29,8 @@ from .notes import Kind, Message
 from .port import Answer, Forwarded, Local, OwnerGone
 
 log = logging.getLogger("cursor_byok.cluster")
+# A READ names the request id, then (a team server) the reader's developer: ids never hold it.
+READER_SEPARATOR = "\x00"
 
 YIELDED, BUSY = b"yielded", b"busy"
 INSTANCE_FILE = "cluster-instance"
@@ -217,15 +219,17 @@ class Cluster:
             return None
         return msgspec.msgpack.decode(raw, type=Answer)
 
-    async def read(self, owner: str, request_id: str) -> AsyncIterator[tuple[bytes, bool]]:
+    async def read(self, owner: str, request_id: str, developer: str | None = None) -> AsyncIterator[tuple[bytes, bool]]:
         """The owner's output stream for the request id, from its start: (frames, more) until the
-        last. Raises OwnerGone when the owner goes silent and its lease on the conversation ends."""
+        last. Raises OwnerGone when the owner goes silent and its lease on the conversation ends.
+        `developer`: a team server's reader, whom the owner checks the stream against."""
         corr = uuid.uuid4().hex
         inbox = self._readers[corr] = asyncio.Queue()
         leases = self._leases()
         last = False
         try:
-            await self.bus.send(owner, Message(Kind.READ, self.me, corr, request_id.encode()))
+            asked = request_id if developer is None else f"{request_id}{READER_SEPARATOR}{developer}"
+            await self.bus.send(owner, Message(Kind.READ, self.me, corr, asked.encode()))
             while True:
                 try:
                     message = await asyncio.wait_for(inbox.get(), self.lease_seconds)
@@ -328,6 +332,7 @@ class Cluster:
             await self.bus.send(question.sender, Message(Kind.OUT if more else Kind.END, self.me, question.corr, frames))
 
         try:
-            await self.local.serve_read(question.body.decode(), sink)
+            request_id, _, developer = question.body.decode().partition(READER_SEPARATOR)
+            await self.local.serve_read(request_id, developer or None, sink)
         finally:
             self._serving.pop(key, None)

@@ -77,16 +77,19 @@ async def forward_append(
     return False
 
 
-async def relay_remote(cluster: Cluster, owner: str, request_id: str, receive: Receive, send: Send) -> bool:
+async def relay_remote(
+    cluster: Cluster, owner: str, request_id: str, developer: str | None, receive: Receive, send: Send
+) -> bool:
     """A RunSSE whose stream another instance writes: its frames, as they come, through its
     terminal. False when the owner went silent and its lease ended before any frame came: nothing
-    was sent, and the stream is to be found again (another instance, or this one, took it over)."""
+    was sent, and the stream is to be found again (another instance, or this one, took it over).
+    `developer`: a team server's reader; the owner relays only that developer's stream."""
     me = asyncio.current_task()
     assert me is not None
     watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
     started = False
     try:
-        async for frames, more in cluster.read(owner, request_id):
+        async for frames, more in cluster.read(owner, request_id, developer):
             if not started:
                 await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
                 started = True

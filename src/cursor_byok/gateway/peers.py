@@ -60,11 +60,12 @@ class Peers:
             return True
         return await self.cluster.claim(conversation_id, 0.0, run_request.request_id) == self.cluster.me
 
-    async def serve_read(self, request_id: str, sink: Sink) -> None:
-        """Another instance's RunSSE on a stream written here: relayed as a local reader would read it."""
+    async def serve_read(self, request_id: str, developer: str | None, sink: Sink) -> None:
+        """Another instance's RunSSE on a stream written here: relayed as a local reader would read it
+        (on a team server, only to the stream's developer)."""
         gw = self.gw
         stream = await gw.conversations.hub.wait_for(request_id, gw.config.server.runsse_wait_seconds)
-        if stream is None:
+        if stream is None or stream.developer not in (None, developer):
             await sink(end_stream_error(ConnectError("not_found", f"no run for request {request_id}")), False)
             return
 

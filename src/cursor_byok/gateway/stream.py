@@ -96,7 +96,7 @@ async def _serve_run_sse(
     if elsewhere is not None:
         assert gw.cluster is not None
         deadline.stop()
-        if not await relay_remote(gw.cluster, elsewhere, request_id, receive, send):
+        if not await relay_remote(gw.cluster, elsewhere, request_id, developer_of(scope), receive, send):
             # Its owner stopped before a frame came: found again (taken over here, or where it went).
             await _serve_run_sse(gw, scope, receive, send, body, request_id, deadline)
         return
