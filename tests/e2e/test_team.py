@@ -74,6 +74,18 @@ async def one_turn(server: ServerProcess, workspace: Path, token: str, text: str
         await ide.close()
 
 
+async def assert_not_theirs(ide: ScriptedIDE, intruder: ScriptedIDE, request_id: str) -> StreamLog:
+    """Another developer's RunSSE on `ide`'s run (held at its first exec) finds no run, and their
+    answer to that exec is refused; what the intruder's stream got, returned."""
+    stolen = StreamLog()
+    await asyncio.wait_for(intruder.stream(request_id, stolen), 10)
+    assert stolen.terminal is not None and stolen.terminal.code == "not_found", (stolen.kinds(), stolen.terminal)
+    [reply] = ide.execute(ide.held[0][1])
+    refused = await intruder.append(request_id, reply, seqno=1)
+    assert refused.status_code == 403 and refused.json()["code"] == "permission_denied", refused.text
+    return stolen
+
+
 def get(server: ServerProcess, path: str, token: str) -> httpx.Response:
     return httpx.get(f"{server.base_url}{path}", headers={TOKEN_HEADER: token}, timeout=5)
 
@@ -326,12 +338,8 @@ async def test_a_developer_cannot_read_or_append_to_anothers_stream(
         live = get(server, "/ui/api/live", owner).json()["runs"]
         assert [run["user"] for run in live] == ["judy"], live  # the dashboard's live runs
 
-        stolen = StreamLog()
-        await asyncio.wait_for(intruder.stream(request_id, stolen), 10)
-        assert stolen.terminal is not None and stolen.terminal.code == "not_found" and "judy" not in stolen.raw.decode("latin-1")
-        [reply] = ide.execute(ide.held[0][1])
-        refused = await intruder.append(request_id, reply, seqno=1)
-        assert refused.status_code == 403 and refused.json()["code"] == "permission_denied", refused.text
+        stolen = await assert_not_theirs(ide, intruder, request_id)
+        assert "judy" not in stolen.raw.decode("latin-1")
 
         for message in ide.execute(ide.held[0][1]):
             assert (await ide.append(request_id, message)).status_code == 200

@@ -14,15 +14,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from cursor_byok.protocol import RUN_SSE_PATH
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.balancer import balanced_client
 from tests.harness.ide import ScriptedIDE, StreamLog, run_request
 from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
 
 from .test_cluster import running
 from .test_crash_recovery import wait_until
-from .test_team import CURSOR_BEARER, MODEL, PRICE, TOKEN_HEADER, add_user
+from .test_team import CURSOR_BEARER, MODEL, PRICE, TOKEN_HEADER, add_user, assert_not_theirs
 
 
 @pytest.fixture
@@ -68,12 +68,7 @@ async def test_a_developers_split_turn_is_theirs_on_the_instance_that_runs_it(
         assert started.status_code == 200, started.text
         await wait_until(lambda: len(ide.held) == 1)
         appends_to["url"] = a.base_url  # B runs the turn: what comes through A is forwarded to it
-        stolen = StreamLog()  # the intruder's RunSSE on A, relayed from B: not theirs to read
-        await asyncio.wait_for(intruder.stream(request_id, stolen), 10)
-        assert stolen.terminal is not None and stolen.terminal.code == "not_found", (stolen.kinds(), stolen.terminal)
-        [reply] = ide.execute(ide.held[0][1])
-        refused = await intruder.append(request_id, reply, seqno=1)  # through A, forwarded to B
-        assert refused.status_code == 403 and refused.json()["code"] == "permission_denied", refused.text
+        await assert_not_theirs(ide, intruder, request_id)  # the RunSSE relayed from B, the append forwarded to it
         for message in ide.execute(ide.held[0][1]):
             assert (await ide.append(request_id, message)).status_code == 200
         await asyncio.wait_for(reader, 30)
