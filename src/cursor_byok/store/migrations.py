@@ -431,15 +431,20 @@ def check_sequence(migrations: Sequence[Migration]) -> None:
             )
 
 
-def _current_version(conn: sqlite3.Connection) -> int:
+# Whether the version table exists (one row) or not (none); the PostgreSQL store has its own spelling.
+HAS_VERSION_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The highest version recorded (0: none yet); the version table must exist."""
     return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0])
 
 
 def stored_version(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: str) -> int:
     """The database's schema version, read without changing anything (0: not initialised).
     Raises SchemaTooNewError like `apply_migrations`."""
-    known = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
-    version = _current_version(conn) if known else 0
+    known = conn.execute(HAS_VERSION_TABLE).fetchone()
+    version = current_version(conn) if known else 0
     supported = migrations[-1].version if migrations else 0
     if version > supported:
         raise SchemaTooNewError(path, version, supported)
@@ -455,14 +460,14 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration], 
     check_sequence(migrations)
     supported = migrations[-1].version if migrations else 0
     conn.execute(VERSION_TABLE)
-    version = _current_version(conn)
+    version = current_version(conn)
     if version > supported:
         raise SchemaTooNewError(path, version, supported)
     for migration in migrations[version:]:
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Re-read under the write lock: another opener may have applied it meanwhile.
-            if _current_version(conn) >= migration.version:
+            if current_version(conn) >= migration.version:
                 conn.execute("ROLLBACK")
                 continue
             for statement in migration.statements:
@@ -476,7 +481,7 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration], 
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise MigrationError(migration.version, migration.name, exc) from exc
-    final = _current_version(conn)
+    final = current_version(conn)
     if final > supported:
         raise SchemaTooNewError(path, final, supported)
     return final

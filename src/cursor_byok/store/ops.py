@@ -35,9 +35,9 @@ class Stage(enum.IntEnum):
     DEVELOPERS = 12
 
 
-STAGES = len(Stage)
+STAGES = len(Stage)  # iterating an enum class is slow enough to show in every batch
 # A LIMIT that limits nothing, in a form both backends take (SQLite's -1 is an error in PostgreSQL).
-UNLIMITED = 2**62  # iterating an enum class is slow enough to show in every batch
+UNLIMITED = 2**62
 
 Row = tuple[Any, ...]
 Statement = tuple[Stage, str, Row]

@@ -256,10 +256,14 @@ class WriterThread:
                 for conversation_id in op.seq_conversations():
                     self._seq_cache.pop(conversation_id, None)
             raise
-        cache = self._seq_cache
-        ctx.commit_into(cache)
-        while len(cache) > SEQ_CACHE_LIMIT:
-            del cache[next(iter(cache))]  # the least recently written
+        if self._embedded:
+            # Only the embedded store's counters are kept between transactions: other servers write
+            # a shared database, so there they are read in every transaction (the cache stays empty;
+            # a checkpoint's default `through_event_seq` must count their events too).
+            cache = self._seq_cache
+            ctx.commit_into(cache)
+            while len(cache) > SEQ_CACHE_LIMIT:
+                del cache[next(iter(cache))]  # the least recently written
         return results
 
     def _probe(self, ops: list[WriteOp], look_up_events: bool) -> Probe:
@@ -271,10 +275,6 @@ class WriterThread:
             if look_up_events:
                 keys.extend(op.event_keys())
             request_ids.extend(op.binding_keys())
-        if not self._embedded:
-            # Other servers write a shared database: the counters are read in every transaction
-            # (a checkpoint's default `through_event_seq` must count their events too).
-            self._seq_cache.clear()
         missing = [c for c in conversations if c not in self._seq_cache]
         # Every probe is sent before any is read: one round trip for all on a pipelined connection.
         execute, encode = self._conn.execute, msgspec.json.encode

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..migrations import Migration
+from ..migrations import Migration, stored_version
 from .connection import PgConnection, connect, redacted, translate
-from .schema import UntranslatableStatement, apply_migrations, derive, stored_version
+from .schema import UntranslatableStatement, apply_migrations, derive
 from .stats import database_stats
 
 __all__ = [
@@ -34,7 +34,7 @@ def open_connections(
         reader = connect(url, application_name="cursor-byok reader")
         opened.append(reader)
         if read_only:
-            version = stored_version(reader, migrations, location=location)
+            version = stored_version(reader, migrations, path=location)
     except BaseException:
         for conn in opened:
             conn.close()

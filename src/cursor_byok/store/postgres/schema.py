@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import MigrationError, SchemaTooNewError
-from ..migrations import VERSION_TABLE, Migration, check_sequence
+from ..migrations import VERSION_TABLE, Migration, check_sequence, current_version
 
-__all__ = ["UntranslatableStatement", "apply_migrations", "derive", "stored_version"]
+__all__ = ["UntranslatableStatement", "apply_migrations", "derive"]
 
 # Any constant: the key of the advisory lock every opener takes while it migrates.
 MIGRATION_LOCK = 0x6279_6F6B
@@ -105,21 +105,6 @@ def derive(migration: Migration) -> list[str]:
     return [pg for statement in migration.statements for pg in translate_statement(statement)]
 
 
-def _current_version(conn: Any) -> int:
-    return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0])
-
-
-def stored_version(conn: Any, migrations: Sequence[Migration], *, location: str) -> int:
-    """The database's schema version without changing anything (0: not initialised); raises
-    SchemaTooNewError for a newer one."""
-    known = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()[0]
-    version = _current_version(conn) if known else 0
-    supported = migrations[-1].version if migrations else 0
-    if version > supported:
-        raise SchemaTooNewError(location, version, supported)
-    return version
-
-
 def apply_migrations(conn: Any, migrations: Sequence[Migration], *, location: str) -> int:
     """Bring the database up to the last of `migrations` (each in its own transaction, under the
     advisory lock); returns the resulting version. `conn`: a PgConnection in autocommit mode."""
@@ -134,7 +119,7 @@ def apply_migrations(conn: Any, migrations: Sequence[Migration], *, location: st
         try:
             conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             conn.execute(version_table)
-            version = _current_version(conn)
+            version = current_version(conn)
             if version > supported:
                 raise SchemaTooNewError(location, version, supported)
             if migration is not None and version < migration.version:
@@ -153,4 +138,4 @@ def apply_migrations(conn: Any, migrations: Sequence[Migration], *, location: st
             if migration is None:
                 raise
             raise MigrationError(migration.version, migration.name, exc) from exc
-    return _current_version(conn)
+    return current_version(conn)

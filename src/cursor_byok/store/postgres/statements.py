@@ -5,6 +5,7 @@ Ids read from a JSON parameter are put in the C collation, as the tables' text c
 from __future__ import annotations
 
 from ..inbound import HAS_QUARANTINE, SELECT_INBOUND
+from ..migrations import HAS_VERSION_TABLE
 from ..ops import PROBE_BINDINGS, PROBE_EVENT_IDS, PROBE_SEQS
 from ..retention import RULES
 
@@ -37,6 +38,7 @@ JOIN history_events AS h
         "SELECT ARRAY[received_at_ms, (ctid::text::point)[0]::bigint, (ctid::text::point)[1]::bigint],",
     ),
     HAS_QUARANTINE: "SELECT 1 WHERE to_regclass('quarantined_appends') IS NOT NULL",
+    HAS_VERSION_TABLE: "SELECT 1 WHERE to_regclass('schema_version') IS NOT NULL",
 }
 
 # Retention picks rows by their physical id (ctid), re-checking the rule's condition when deleting.
