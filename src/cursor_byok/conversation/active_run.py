@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import tools
 from ..config import ModelConfig
-from ..protocol import agent_pb2 as pb, encode_server_message, encode_server_messages
+from ..protocol import agent_pb2 as pb, encode_server_message, encode_server_messages, requested_model_id
 from ..run import RunEngine, RunSpec, ToolCallRequest, ToolOutcome
 from .actions import Injected
 from .client_context import ContextQuery
@@ -18,7 +18,7 @@ from .identity import new_run_id
 from .observation import ObservedRun
 from .output import OutputStream
 from .presenter import RunPresenter
-from .run_setup import agent_mode, cursor_run_id, prefetched_blobs, requested_model_id, turn_user_message, workspace_root
+from .run_setup import agent_mode, cursor_run_id, prefetched_blobs, turn_user_message, workspace_root
 
 
 def now_ms() -> int:

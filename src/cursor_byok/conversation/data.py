@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import prompting
 from ..config import Config, ModelConfig
-from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error
+from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error, requested_model_id
 from ..run import Interrupted, RunEngine, ToolCallPart, batch_outcomes, tool_call_request, tool_results_message
 from . import client_context, updates
 from .actions import Injected
@@ -25,7 +25,7 @@ from .identity import ParentConversationRef
 from .observation import NO_OBSERVER, RunObserver
 from .output import OutputStream
 from .persistence import ConversationRecords, StoredConversation
-from .run_setup import requested_model_id, run_spec, tool_context, workspace_root
+from .run_setup import run_spec, tool_context, workspace_root
 from .state import Phase
 from .sync import BlobSync
 from .tool_calls import ToolRounds

@@ -14,13 +14,6 @@ from .identity import ParentConversationRef
 ResolveEffort = Callable[[ModelConfig, str, list[tuple[str, str]]], str]
 
 
-def requested_model_id(rr: pb.AgentRunRequest) -> str:
-    """`requested_model.model_id` when set, else `model_details.model_id` (PROTOCOL.md 2.1)."""
-    if rr.HasField("requested_model") and rr.requested_model.model_id:
-        return rr.requested_model.model_id
-    return rr.model_details.model_id
-
-
 def cursor_run_id(rr: pb.AgentRunRequest) -> str:
     return rr.run_id if rr.HasField("run_id") else ""
 

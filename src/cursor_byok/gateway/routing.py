@@ -17,15 +17,9 @@ ROOT_PATH = "/"  # a person's browser or curl (not through the proxy): where the
 METRICS_PATH = "/metrics"  # Prometheus text format
 
 
-def requested_model_id(run_request: pb.AgentRunRequest) -> str:
-    if run_request.HasField("requested_model") and run_request.requested_model.model_id:
-        return run_request.requested_model.model_id
-    return run_request.model_details.model_id
-
-
 def route_for(message: pb.AgentClientMessage, config: Config) -> Route:
     """Route of a transport from its seqno-0 message; ConnectError if it does not select a model."""
-    from ..protocol import which
+    from ..protocol import requested_model_id, which
 
     if which(message, "message") != "run_request":
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")

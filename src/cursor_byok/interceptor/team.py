@@ -19,7 +19,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..protocol import BIDI_APPEND_PATH, RUN_SSE_PATH, ConnectError, agent_pb2, decode_bidi_append, decode_unary, side_pb2, which
+from ..protocol import (
+    BIDI_APPEND_PATH, RUN_SSE_PATH, ConnectError, agent_pb2, decode_bidi_append, decode_unary, requested_model_id, side_pb2, which,
+)
 
 log = logging.getLogger("cursor_byok.interceptor")
 
@@ -62,12 +64,7 @@ def own_entries(path: str, body: bytes, model_ids: Iterable[str]) -> bytes:
 
 
 def _run_request_model(message: agent_pb2.AgentClientMessage) -> str:
-    if which(message, "message") != "run_request":
-        return ""
-    run = message.run_request
-    if run.HasField("requested_model") and run.requested_model.model_id:
-        return run.requested_model.model_id
-    return run.model_details.model_id
+    return requested_model_id(message.run_request) if which(message, "message") == "run_request" else ""
 
 
 class TeamRoutes:

@@ -32,7 +32,7 @@ from .errors import (
 from .paths import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
 
 if TYPE_CHECKING:
-    from .bidi import BidiAppend, client_message, decode_bidi_append
+    from .bidi import BidiAppend, client_message, decode_bidi_append, requested_model_id
     from .codec import (
         DEFAULT_MAX_MESSAGE_SIZE,
         SERVER_HEARTBEAT_FRAME,
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 __getattr__ = lazy_names(
     __name__,
     {
-        "bidi": ("BidiAppend", "client_message", "decode_bidi_append"),
+        "bidi": ("BidiAppend", "client_message", "decode_bidi_append", "requested_model_id"),
         "codec": (
             "DEFAULT_MAX_MESSAGE_SIZE", "SERVER_HEARTBEAT_FRAME", "DecodedStream", "StreamDecoder", "decode_message",
             "decode_stream", "decode_unary", "encode_server_message", "encode_server_messages", "encode_unary",
@@ -145,6 +145,7 @@ __all__ = [
     "parse_request_headers",
     "parse_trailer",
     "provider_error",
+    "requested_model_id",
     "side_pb2",
     "trailer_frame",
     "unknown_fields",

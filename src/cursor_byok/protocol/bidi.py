@@ -89,6 +89,13 @@ def decode_bidi_append(
     return client_message(request_id, seqno, raw, binary=binary)
 
 
+def requested_model_id(run_request: agent_v1_pb2.AgentRunRequest) -> str:
+    """`requested_model.model_id` when set, else `model_details.model_id` (PROTOCOL.md 2.1)."""
+    if run_request.HasField("requested_model") and run_request.requested_model.model_id:
+        return run_request.requested_model.model_id
+    return run_request.model_details.model_id
+
+
 def client_message(request_id: str, seqno: int, raw: bytes, *, binary: bool = True) -> BidiAppend:
     """One serialized AgentClientMessage as the append it stands for: a BidiAppend's, or one
     message of a `Run` stream (whose position in the stream is its seqno)."""
