@@ -129,6 +129,11 @@ class OutputStream:
     developer: str | None = None  # a team server's, whose request opened it (its runs are theirs)
     _waiters: list[_Waiter] = field(default_factory=list)
 
+    def theirs(self, developer: str | None) -> bool:
+        """Whether a request of `developer` may read or append to this stream (on a team server a
+        run is its developer's alone; elsewhere `developer` is None throughout)."""
+        return self.developer in (None, developer)
+
     @property
     def end(self) -> int:
         return self.base + len(self.packed if self.packed is not None else self.frames)

@@ -61,8 +61,6 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         if durable is None:
             parent = local_parent(gw, headers.parent_request_id, headers.parent_tool_call_id)
             durable = deliver_local(gw, transport, append, parent, developer)
-            if append.append_seqno == 0 and cluster is not None:
-                cluster.bound_here(append.request_id)
         stored = gw.conversations.appends.stored(durable)
         if deadline.timeout_ms is None:
             await stored
@@ -167,16 +165,19 @@ def deliver_local(
     intake = gw.conversations.appends
     parked = gw.transports.early  # later appends waiting for their seqno 0: it takes them along
     if not (parked and append.append_seqno == 0 and append.request_id in parked):
-        return intake.take(transport.order, append, parent, developer)
-    # Appends that waited for this one reach the runtime with it: a cancel among them is seen
-    # before the model is called.
-    with gw.conversations.together():
         durable = intake.take(transport.order, append, parent, developer)
-        for early in parked.pop(append.request_id):
-            try:
-                early.durable = intake.take(transport.order, early.append, None)
-            except (ConnectError, HotPathError) as exc:  # its own request's answer
-                early.error = exc
+    else:
+        # Appends that waited for this one reach the runtime with it: a cancel among them is seen
+        # before the model is called.
+        with gw.conversations.together():
+            durable = intake.take(transport.order, append, parent, developer)
+            for early in parked.pop(append.request_id):
+                try:
+                    early.durable = intake.take(transport.order, early.append, None)
+                except (ConnectError, HotPathError) as exc:  # its own request's answer
+                    early.error = exc
+    if append.append_seqno == 0 and gw.cluster is not None:
+        gw.cluster.bound_here(append.request_id)  # several instances: its run is this one's
     return durable
 
 
@@ -186,7 +187,7 @@ def check_theirs(gw: Gateway, request_id: str, developer: str | None) -> None:
     if gw.guard.team is None:
         return  # a single-user server: nothing to look up
     stream = gw.conversations.hub.get(request_id)
-    if stream is not None and stream.developer not in (None, developer):
+    if stream is not None and not stream.theirs(developer):
         raise ConnectError("permission_denied", f"request {request_id} is another developer's run")
 
 

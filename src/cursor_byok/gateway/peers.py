@@ -41,8 +41,6 @@ class Peers:
                 raise ConnectError("not_found", f"no run for request {request_id} on the instance that runs its conversation")
             parent = local_parent(gw, forwarded.parent_request_id, forwarded.parent_tool_call_id)
             durable = deliver_local(gw, transport, append, parent, forwarded.developer)
-            if append.append_seqno == 0:
-                self.cluster.bound_here(request_id)
             await gw.conversations.appends.stored(durable)
         except HotPathError as exc:
             error = connect_error_from(exc)
@@ -65,7 +63,7 @@ class Peers:
         (on a team server, only to the stream's developer)."""
         gw = self.gw
         stream = await gw.conversations.hub.wait_for(request_id, gw.config.server.runsse_wait_seconds)
-        if stream is None or stream.developer not in (None, developer):
+        if stream is None or not stream.theirs(developer):
             await sink(end_stream_error(ConnectError("not_found", f"no run for request {request_id}")), False)
             return
 

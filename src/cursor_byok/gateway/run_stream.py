@@ -125,8 +125,6 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         failure: list[ConnectError] = []
         with gw.conversations.together():
             _journaled(deliver_local(gw, transport, first, parent, developer_of(scope)), request_id)
-            if gw.cluster is not None:
-                gw.cluster.bound_here(request_id)
             try:
                 for raw in frames.received():
                     _deliver_next(gw, transport, request_id, raw)

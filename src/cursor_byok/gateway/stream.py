@@ -104,7 +104,7 @@ async def _serve_run_sse(
         deadline.stop()  # the deadline header goes upstream with the request, which keeps it
         await gw.upstream.forward(scope, receive, send, body=body)
         return
-    if stream is None or stream.developer not in (None, developer_of(scope)):  # a team server: theirs alone
+    if stream is None or not stream.theirs(developer_of(scope)):
         await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
