@@ -30,6 +30,14 @@ PROXY_STACK = ("cryptography", "h2", "cursor_byok.interceptor.ca", "cursor_byok.
 # httpx's command-line client, which httpx imports whenever these happen to be installed, and the
 # metrics exposition, needed from the first counted run or scrape on.
 NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
+# What a running server loads only when something asks for it, neither to get ready nor to warm up
+# for its first turns: the relay's HTTP/1 parser (a Run stream relayed through a proxy), the
+# instances of a PostgreSQL cluster, a team server's developers, a capture that is on, and what only
+# other commands use (a capture's archive, a launchd plist, suggestions for a mistyped config key).
+ON_DEMAND = (
+    "h11", "cursor_byok.interceptor.dialer", "cursor_byok.cluster.node", "cursor_byok.team.access",
+    "cursor_byok.capture.control", "tarfile", "plistlib", "difflib",
+)
 
 
 def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
@@ -89,8 +97,9 @@ def test_serve_loads_no_http_client_no_protobuf_and_no_gateway_before_it_listens
     heavy = (
         "aiohttp", "httpx", "google.protobuf", "cursor_byok.protocol.messages", "cursor_byok.protocol.compat",
         "cursor_byok.gateway.app", "cursor_byok.conversation", "cursor_byok.store", "cursor_byok.providers",
+        "ctypes.util",  # its find_library runs ldconfig in a child process
     )
-    assert among(loaded, heavy + PROXY_STACK + NOT_AT_START) == []
+    assert among(loaded, heavy + PROXY_STACK + NOT_AT_START + ON_DEMAND) == []
 
 
 def test_a_provider_kind_loads_when_a_model_uses_it() -> None:
@@ -131,5 +140,6 @@ def test_what_the_first_turn_imports_on_first_use_is_imported_once_the_server_is
     )
     assert "cursor_byok.gateway.app" in loaded
     assert among(loaded, NOT_AT_START) == ["prometheus_client"]
+    assert among(loaded, ON_DEMAND) == []
     # The PostgreSQL backend only where a [store] url asks for it: the local server never loads it.
     assert among(loaded, ("psycopg", "cursor_byok.store.postgres")) == []
