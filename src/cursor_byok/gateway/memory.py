@@ -11,7 +11,6 @@ memory grew since the last one.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import logging
 import os
@@ -29,14 +28,13 @@ YOUNG_COLLECTION_ALLOCATIONS = 10_000
 
 
 def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    # The C library the interpreter itself is linked with (dlopen of the process): no library
+    # search, which on Linux (`ctypes.util.find_library`) runs ldconfig in a child before listening.
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)
         libc.mallopt  # noqa: B018 - glibc only
         libc.malloc_trim  # noqa: B018
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows has no handle of the process
         return None
     return libc
 
