@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import local_trust, trust_store
-from ..interceptor import HttpError, UpstreamDialer
 from .hosts import UnusableProxy, is_cursor_host, relay_proxy
 
 if TYPE_CHECKING:
@@ -197,6 +196,7 @@ class Upstream:
         once: `first` and then each message `next_message()` gives (None: the client finished
         sending; an exception: the client went away, and the upstream stream is reset)."""
         from ..h2_client import H2Client, StreamReset  # h2: only this route needs it
+        from ..interceptor import HttpError, UpstreamDialer  # and h11, for a CONNECT through a proxy
 
         url = await self._target_or_refuse(scope, send)
         if url is None:
