@@ -12,13 +12,13 @@ import asyncio
 import logging
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
 
 from .apis import LocalRpcs, Upstream, effort_for
-from .capture import sync_capture
+from .capture import read_active
 from .config import Config, ConfigError, ModelConfig, load, resolve_api_key
 from .conversation import NO_OBSERVER, ConversationService, Keep, OutputHub, RuntimeServices
 from .gateway import Gateway, sweep_seconds
@@ -29,8 +29,10 @@ from .providers import Provider, ProviderPool
 from .run import RunEngine
 from .store import Store, keep_retention
 from .supervision import Supervisor
-from .team import TeamAccess
 from .trust_store import verified
+
+if TYPE_CHECKING:
+    from .team import TeamAccess
 
 log = logging.getLogger("cursor_byok.server")
 
@@ -59,7 +61,11 @@ class Server:
         metrics = Metrics(per_user=config.team.enabled)
         self.recorder = recorder = Recorder(config, store, metrics) if config.observability.enabled else None
         # A team server's developers (config checks keep observability on with it).
-        self.team = TeamAccess(config, store) if config.team.enabled else None
+        self.team: TeamAccess | None = None
+        if config.team.enabled:
+            from .team import TeamAccess  # only a team server loads its developers' module
+
+            self.team = TeamAccess(config, store)
         self.services = services = RuntimeServices(
             config=config,
             make_engine=lambda model: RunEngine(self.adapter(model), keep_bodies=config.observability.detailed),
@@ -191,7 +197,10 @@ async def start(config: Config, guard: Any = None, tls: ssl.SSLContext | None = 
         await store.close()
         raise
     try:
-        server.gateway.capture = sync_capture(None, config)[0]  # off: one failed open; on: a writer thread starts
+        if read_active(config.data_path) is not None:  # off: one failed open, and the recorder is not loaded
+            from .capture import sync_capture
+
+            server.gateway.capture = sync_capture(None, config)[0]  # a writer thread starts
         if server.team is not None:
             await server.team.try_refresh()  # before the first request: its developer is known
         keep = await server._join_cluster()

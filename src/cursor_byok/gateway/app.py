@@ -12,7 +12,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..apis import LocalRpcs, Upstream
-from ..capture import Capture
 from ..config import Config, ServerConfig
 from ..conversation import ConversationService, Keep, Phase
 from ..instance import ConnectionBook, PeerState
@@ -31,6 +30,7 @@ from .transport import Route, Transports
 from .ui import handle_metrics, handle_root, handle_ui
 
 if TYPE_CHECKING:
+    from ..capture import Capture
     from ..cluster import Cluster
 
 log = logging.getLogger("cursor_byok.gateway")

@@ -6,7 +6,6 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
-from ..capture import sync_capture
 from ..observability import UI_HEADERS
 from ..protocol import ConnectError
 from .asgi import Receive, Scope, Send, reply, reply_error
@@ -65,6 +64,8 @@ async def handle_capture(gw: Gateway, scope: Scope, send: Send) -> None:
     """GET: whether capture is on; POST: read the data dir's capture settings again (after
     `cursor-byok capture start|stop`), answering once a stopped capture is all written."""
     if scope["method"] == "POST":
+        from ..capture import sync_capture  # its recorder: only once a capture is asked for
+
         async with _CAPTURE_SWITCH:
             gw.capture, status = await asyncio.to_thread(sync_capture, gw.capture, gw.config)
     else:
