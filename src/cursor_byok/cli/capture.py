@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +140,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    import tarfile  # every command imports this module; only an export writes an archive
+
     cfg = load_config(args)
     sessions = _sessions(cfg)
     if args.session:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import enum
 import os
-import plistlib
 import re
 import shlex
 import subprocess
@@ -165,6 +164,8 @@ def _linux(command: list[str], names: list[str], environ: dict[str, str]) -> Ser
 
 
 def _macos(command: list[str], names: list[str], environ: dict[str, str]) -> ServicePlan:
+    import plistlib  # every command imports this module; only a macOS install writes a plist
+
     present = {n: environ[n] for n in names if environ.get(n)}
     log_file = str(Path.home() / "Library" / "Logs" / "cursor-byok.log")
     agent: dict[str, object] = {

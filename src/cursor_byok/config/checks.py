@@ -3,7 +3,6 @@ type, worded as `<toml key>: <problem>`), then what a well-formed config can sti
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import typing
 from collections.abc import Iterable, Iterator
@@ -57,6 +56,8 @@ def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """` (did you mean X?)` for the closest of `choices` to a mistyped `word`, else ''."""
+    import difflib  # only a config with a mistake needs it
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 
