@@ -61,6 +61,13 @@ def test_help_and_version_load_nothing_of_the_server() -> None:
         assert among(loaded, SERVER_STACK + PROXY_STACK + ("asyncio", "ssl")) == [], argv
 
 
+def test_a_command_loads_no_other_command_group() -> None:
+    """`serve` (and every command named on its command line) imports its own group only."""
+    others = tuple(f"cursor_byok.cli.{group}" for group in ("connect", "doctor", "service", "ca", "capture", "conversations", "db", "users"))
+    assert among(loaded_after(run_cli("serve", "--help")), others) == []
+    assert among(loaded_after(run_cli("--help")), others) == sorted(others)  # the whole help lists them all
+
+
 def test_doctor_loads_nothing_of_the_server(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(ServerConfig(data_dir=tmp_path, models=[ModelSpec("m", "openai-chat", "http://127.0.0.1:9/v1")]).toml(9))
