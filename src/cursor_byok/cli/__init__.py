@@ -24,6 +24,7 @@ inside the commands that need them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -31,17 +32,16 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError
-from . import ca, capture, completion, config, connect, conversations, cursor, db, doctor, models, serve, service, usage, users
 from .common import PROG, CommandError, echo, setup_logging
 
-# The group that registers each command, in the order the help lists them: a command line naming
-# one builds that group's parsers only (all ~50 of them are ~10 ms of every start, `serve`'s too).
+# The module (command group) that registers each command, in the order the help lists them: a
+# command line naming one imports and builds that group alone (all of them, ~50 parsers, are ~15 ms
+# of every start, `serve`'s too).
 COMMANDS = {
-    "serve": serve, "connect": connect, "doctor": doctor, "config": config, "models": models,
-    "conversations": conversations, "usage": usage, "users": users, "db": db, "cursor": cursor, "ca": ca,
-    "service": service, "capture": capture, "replay": capture, "completion": completion,
+    "serve": "serve", "connect": "connect", "doctor": "doctor", "config": "config", "models": "models",
+    "conversations": "conversations", "usage": "usage", "users": "users", "db": "db", "cursor": "cursor", "ca": "ca",
+    "service": "service", "capture": "capture", "replay": "capture", "completion": "completion",
 }
-COMMAND_GROUPS = tuple(dict.fromkeys(COMMANDS.values()))
 # The options before a command (`_shared_options`): those that take a value, and those that do not.
 _VALUE_OPTIONS = frozenset({"--config", "--store-url", "--log-format", "--log-level"})
 _FLAGS = frozenset({"-v", "--verbose"})
@@ -71,15 +71,16 @@ def named_command(argv: Sequence[str]) -> str | None:
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole parser, or (`command`) one with that command's group alone."""
+    """The whole parser, or (`command`) one with that command's group alone (the others are not
+    even imported)."""
     common = argparse.ArgumentParser(add_help=False)  # options every subcommand accepts after its name too
     _shared_options(common, argparse.SUPPRESS)
     parser = argparse.ArgumentParser(prog=PROG, description="Cursor's agent backend, run locally on your own model keys.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     _shared_options(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for group in COMMAND_GROUPS if command is None else (COMMANDS[command],):
-        group.register(sub, common)
+    for group in dict.fromkeys(COMMANDS.values()) if command is None else (COMMANDS[command],):
+        importlib.import_module(f"{__name__}.{group}").register(sub, common)
     return parser
 
 
