@@ -3,6 +3,7 @@ under /ui/api/. Transport-free: the gateway reads the request (behind its guard)
 `respond` returns."""
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import time
 import urllib.parse
@@ -77,8 +78,13 @@ class Dashboard:
         self.recorder = recorder
         self._adapter = adapter  # the provider a model's test call uses
         self._gauges = gauges
+
+    @functools.cached_property
+    def _static(self) -> dict[str, bytes]:
+        """The pages, read when the first is asked for: not by every start (the package's resource
+        reader and the files are ~3 ms of it)."""
         files = importlib.resources.files(__package__).joinpath("ui")
-        self._static = {name: files.joinpath(name).read_bytes() for name in set(STATIC.values())}
+        return {name: files.joinpath(name).read_bytes() for name in set(STATIC.values())}
 
     async def respond(self, method: str, path: str, query: str, body: bytes) -> UiResponse:
         """`path`: what follows /ui/."""
