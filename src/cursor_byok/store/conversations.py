@@ -102,10 +102,11 @@ class ConversationRecords(StoreCore):
         self._check_writable()
         if not request_id or not conversation_id:
             raise ValueError("request_id and conversation_id must be non-empty")
-        self._bindings.reserve(request_id, conversation_id)
+        bindings = self._bindings
+        bindings.reserve(request_id, conversation_id)
         row = (request_id, conversation_id, cursor_run_id,
                self._clock() if created_at_ms is None else created_at_ms)
-        return self._enqueue(BindRequest(self._bindings, row), later=later)
+        return self._enqueue(BindRequest(bindings, row, probe=not bindings.take_unbound(request_id)), later=later)
 
     def bound_conversation(self, request_id: str) -> str | None:
         """The conversation a request_id is bound (or being bound) to, if memory holds it: the
@@ -126,6 +127,7 @@ class ConversationRecords(StoreCore):
         rows = self._read_now(SELECT_BOUND, (request_id,))
         if rows is not None:
             if not rows:
+                bindings.unbound(request_id)
                 return None
             bindings.remember(request_id, rows[0][0])
             return str(rows[0][0])
