@@ -39,6 +39,8 @@ async def test_unfinished_runs_are_found_after_reopen(store_location, conversati
         assert [(r.run_id, r.conversation_id, r.phase) for r in unfinished] == [
             ("r0", "c", "modeling"), ("r2", "d", "modeling"),
         ]
+        # One conversation's (another instance taking it over): an index range, not every one's.
+        assert [r.run_id for r in await store.find_unfinished_runs("d")] == ["r2"]
         for run in unfinished:
             store.finish_run(run.run_id, RunOutcome.INTERRUPTED_BY_CRASH, ended_at_ms=99)
         await store.flush()
