@@ -233,10 +233,16 @@ class ConversationRecords(StoreCore):
     async def list_runs(self, conversation_id: str) -> list[RunRecord]:
         return await self._read_job(lambda conn: select_runs(conn, conversation_id))
 
-    async def find_unfinished_runs(self) -> list[RunRecord]:
-        """Runs without an outcome: after a crash these are the ones to mark
-        INTERRUPTED_BY_CRASH (and resume from their conversation's latest checkpoint)."""
-        rows = await self._read(f"{_RUN_SELECT} WHERE outcome IS NULL ORDER BY started_at_ms, run_id", ())
+    async def find_unfinished_runs(self, conversation_id: str | None = None) -> list[RunRecord]:
+        """Runs without an outcome (of one conversation, when given: a range of its runs' index):
+        after a crash these are the ones to mark INTERRUPTED_BY_CRASH (and resume from their
+        conversation's latest checkpoint)."""
+        if conversation_id is None:
+            rows = await self._read(f"{_RUN_SELECT} WHERE outcome IS NULL ORDER BY started_at_ms, run_id", ())
+        else:
+            rows = await self._read(
+                f"{_RUN_SELECT} WHERE conversation_id = ? AND outcome IS NULL ORDER BY started_at_ms, run_id", (conversation_id,)
+            )
         return [_run(r) for r in rows]
 
 
