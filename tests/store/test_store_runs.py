@@ -39,6 +39,8 @@ async def test_unfinished_runs_are_found_after_reopen(store_location, conversati
         assert [(r.run_id, r.conversation_id, r.phase) for r in unfinished] == [
             ("r0", "c", "modeling"), ("r2", "d", "modeling"),
         ]
+        # One conversation's (another instance taking it over): an index range, not every one's.
+        assert [r.run_id for r in await store.find_unfinished_runs("d")] == ["r2"]
         for run in unfinished:
             store.finish_run(run.run_id, RunOutcome.INTERRUPTED_BY_CRASH, ended_at_ms=99)
         await store.flush()
@@ -53,3 +55,15 @@ async def test_unfinished_runs_are_found_after_reopen(store_location, conversati
 async def test_start_run_requires_an_active_run(store: Store) -> None:
     with pytest.raises(ValueError):
         store.start_run(RunRecord("r", "c", "done", started_at_ms=1, outcome=RunOutcome.SUCCEEDED, ended_at_ms=2))
+
+
+async def test_every_index_of_the_runs_table_serves_a_query(store: Store, committed) -> None:
+    """Each run start writes every index of its row: by conversation (its runs, their count, a
+    deletion's), unfinished (a restart's recovery) and finished (retention). None by Cursor run id:
+    no query reads runs by it."""
+    await store.flush()
+    if store.path is None:
+        names = committed("SELECT indexname FROM pg_indexes WHERE tablename = 'runs' AND indexname <> 'runs_pkey'")
+    else:
+        names = committed("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND sql IS NOT NULL")
+    assert sorted(n for (n,) in names) == ["runs_by_conversation", "runs_finished", "runs_unfinished"]

@@ -5,7 +5,9 @@ most recently used ones.
 A binding never moves, so a cached one never goes stale. A conflict is refused at enqueue time when
 memory knows the request id (a binding being written is always known, so two concurrent binds of one
 request id to different conversations can never both be accepted), and otherwise by the writer,
-which reads the stored binding of every request id its batch binds before planning it.
+which reads the stored binding of every request id its batch binds before planning it, unless the
+loop's own read found none (`unbound`: only this process binds, so nothing can have bound it since
+but the bind that takes that answer; the table's trigger still refuses a move).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class BindingCache:
     """The bindings being written (each until its last pending write commits or fails) and, up to
     `capacity`, the most recently used committed or looked-up ones."""
 
-    __slots__ = ("_recent", "_reserved", "capacity", "commits")
+    __slots__ = ("_recent", "_reserved", "_unbound", "capacity", "commits")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         if capacity < 1:
@@ -45,6 +47,7 @@ class BindingCache:
         self.commits = 0  # bindings committed so far: tells a lookup whether one may have passed it by
         self._recent: OrderedDict[str, str] = OrderedDict()
         self._reserved: dict[str, list[Any]] = {}  # request_id → [conversation_id, pending writes]
+        self._unbound: OrderedDict[str, bool] = OrderedDict()  # read as not stored, not bound since
 
     def __len__(self) -> int:
         return len(self._recent) + len(self._reserved)
@@ -63,6 +66,16 @@ class BindingCache:
         self._recent.move_to_end(request_id)
         while len(self._recent) > self.capacity:
             self._recent.popitem(last=False)
+
+    def unbound(self, request_id: str) -> None:
+        """The store holds no binding of `request_id`, as read while nothing was being committed."""
+        self._unbound[request_id] = True
+        while len(self._unbound) > self.capacity:
+            self._unbound.popitem(last=False)
+
+    def take_unbound(self, request_id: str) -> bool:
+        """Whether `request_id` was read as not stored (said once: the bind that takes it stores it)."""
+        return self._unbound.pop(request_id, False)
 
     def reserve(self, request_id: str, conversation_id: str) -> None:
         """Raise BindingConflict if memory knows another binding; else hold this one until its
@@ -92,18 +105,20 @@ class BindingCache:
 
 
 class BindRequest(WriteOp):
-    __slots__ = ("_cache", "_request_id", "_row")
+    __slots__ = ("_cache", "_probe", "_request_id", "_row")
 
-    def __init__(self, cache: BindingCache, row: Row) -> None:
+    def __init__(self, cache: BindingCache, row: Row, *, probe: bool = True) -> None:
+        """`probe` False: the request id is known not to be stored (`BindingCache.take_unbound`)."""
         self._cache = cache
         self._row = row
         self._request_id: str = row[0]
+        self._probe = probe
 
     def describe(self) -> str:
         return f"bind request {self._request_id} to {self._row[1]}"
 
     def binding_keys(self) -> tuple[str, ...]:
-        return (self._request_id,)
+        return (self._request_id,) if self._probe else ()
 
     def plan(self, ctx: BatchContext, out: list[Statement]) -> BindOutcome:
         conversation_id = self._row[1]

@@ -102,10 +102,11 @@ class ConversationRecords(StoreCore):
         self._check_writable()
         if not request_id or not conversation_id:
             raise ValueError("request_id and conversation_id must be non-empty")
-        self._bindings.reserve(request_id, conversation_id)
+        bindings = self._bindings
+        bindings.reserve(request_id, conversation_id)
         row = (request_id, conversation_id, cursor_run_id,
                self._clock() if created_at_ms is None else created_at_ms)
-        return self._enqueue(BindRequest(self._bindings, row), later=later)
+        return self._enqueue(BindRequest(bindings, row, probe=not bindings.take_unbound(request_id)), later=later)
 
     def bound_conversation(self, request_id: str) -> str | None:
         """The conversation a request_id is bound (or being bound) to, if memory holds it: the
@@ -126,6 +127,7 @@ class ConversationRecords(StoreCore):
         rows = self._read_now(SELECT_BOUND, (request_id,))
         if rows is not None:
             if not rows:
+                bindings.unbound(request_id)
                 return None
             bindings.remember(request_id, rows[0][0])
             return str(rows[0][0])
@@ -231,10 +233,16 @@ class ConversationRecords(StoreCore):
     async def list_runs(self, conversation_id: str) -> list[RunRecord]:
         return await self._read_job(lambda conn: select_runs(conn, conversation_id))
 
-    async def find_unfinished_runs(self) -> list[RunRecord]:
-        """Runs without an outcome: after a crash these are the ones to mark
-        INTERRUPTED_BY_CRASH (and resume from their conversation's latest checkpoint)."""
-        rows = await self._read(f"{_RUN_SELECT} WHERE outcome IS NULL ORDER BY started_at_ms, run_id", ())
+    async def find_unfinished_runs(self, conversation_id: str | None = None) -> list[RunRecord]:
+        """Runs without an outcome (of one conversation, when given: a range of its runs' index):
+        after a crash these are the ones to mark INTERRUPTED_BY_CRASH (and resume from their
+        conversation's latest checkpoint)."""
+        if conversation_id is None:
+            rows = await self._read(f"{_RUN_SELECT} WHERE outcome IS NULL ORDER BY started_at_ms, run_id", ())
+        else:
+            rows = await self._read(
+                f"{_RUN_SELECT} WHERE conversation_id = ? AND outcome IS NULL ORDER BY started_at_ms, run_id", (conversation_id,)
+            )
         return [_run(r) for r in rows]
 
 

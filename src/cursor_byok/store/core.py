@@ -110,6 +110,37 @@ def postgres_backend() -> Any:
     return postgres
 
 
+SQLiteConnections = tuple[
+    sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None, sqlite3.Connection | None
+]
+
+
+def _open_sqlite(
+    path: Path, sync: Synchronous, busy_timeout_ms: int, migrations: Sequence[Migration], read_only: bool
+) -> SQLiteConnections:
+    """The writer (migrating the schema first), its schema version, the reader, the loop's reader and
+    the checkpoints' connections; `read_only`: the reader alone."""
+    if read_only:
+        reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
+        try:
+            return None, stored_version(reader, migrations, path=str(path)), reader, None, None
+        except BaseException:
+            reader.close()
+            raise
+    opened: list[sqlite3.Connection] = []
+    try:
+        writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
+        opened.append(writer)
+        opened.append(connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True))
+        opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=True))  # the loop's
+        opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=False))  # checkpoints
+    except BaseException:
+        for conn in opened:
+            conn.close()
+        raise
+    return writer, version, opened[1], opened[2], opened[3]
+
+
 class StoreCore:
     """Create with `await Store.open(path)`; end with `await close()`."""
 
@@ -190,53 +221,27 @@ class StoreCore:
         if is_postgres_url(path):
             url = str(path)
             backend = postgres_backend()
-            pg_writer, version, pg_reader = await asyncio.to_thread(
+            writer, version, reader = await asyncio.to_thread(
                 backend.open_connections, url, migrations=migrations, read_only=read_only
             )
-            for conn in (pg_writer, pg_reader):
-                if conn is not None and trace is not None:
-                    conn.set_trace_callback(trace)
-            return cls(
-                path=None, location=backend.redacted(url), writer=pg_writer, reader=pg_reader, loop_reader=None,
-                checkpoints=None, clock=clock or now_ms, max_batch_ops=max_batch_ops, schema_version=version,
-                synchronous=sync, binding_cache=binding_cache,
+            loop_reader, checkpoints, file, location, busy_timeout_s = None, None, None, backend.redacted(url), 0.0
+        else:
+            check_sqlite_version()
+            file = Path(path).expanduser()
+            file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            writer, version, reader, loop_reader, checkpoints = await asyncio.to_thread(
+                _open_sqlite, file, sync, busy_timeout_ms, migrations, read_only
             )
-        check_sqlite_version()
-        path = Path(path).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-
-        Connections = tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None, sqlite3.Connection | None]
-
-        def open_all() -> Connections:
-            if read_only:
-                reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
-                try:
-                    return None, stored_version(reader, migrations, path=str(path)), reader, None, None
-                except BaseException:
-                    reader.close()
-                    raise
-            opened: list[sqlite3.Connection] = []
-            try:
-                writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
-                opened.append(writer)
-                opened.append(connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True))
-                opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=True))
-                opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=False))  # checkpoints
-            except BaseException:
-                for conn in opened:
-                    conn.close()
-                raise
-            return writer, version, opened[1], opened[2], opened[3]
-
-        writer, version, reader, loop_reader, checkpoints = await asyncio.to_thread(open_all)
+            location = str(file)
+            busy_timeout_s = 0.0 if writer is None else prepare_writer(writer)
         if trace is not None:
             for conn in (writer, reader, loop_reader, checkpoints):
                 if conn is not None:
                     conn.set_trace_callback(trace)
         return cls(
-            path=path, location=str(path), busy_timeout_s=0.0 if writer is None else prepare_writer(writer), writer=writer, reader=reader, loop_reader=loop_reader, checkpoints=checkpoints,
-            clock=clock or now_ms, max_batch_ops=max_batch_ops, schema_version=version, synchronous=sync,
-            binding_cache=binding_cache,
+            path=file, location=location, busy_timeout_s=busy_timeout_s, writer=writer, reader=reader,
+            loop_reader=loop_reader, checkpoints=checkpoints, clock=clock or now_ms, max_batch_ops=max_batch_ops,
+            schema_version=version, synchronous=sync, binding_cache=binding_cache,
         )
 
     async def __aenter__(self: Self) -> Self:

@@ -407,9 +407,12 @@ _LEASES = Migration(
     ),
 )
 
+# Every run start wrote an entry of this index, and no query reads runs by their Cursor run id.
+_NO_RUNS_BY_CURSOR_RUN = Migration(13, "drop the unread index of runs by Cursor run id", ("DROP INDEX IF EXISTS runs_by_cursor_run",))
+
 MIGRATIONS: tuple[Migration, ...] = (
     _CORE, _OBSERVABILITY, _DELIVERIES, _DELETIONS, _TOOL_STATE, _RETENTION, _PROVIDER_CALLS, _INBOUND, _NO_BLOBS,
-    _QUARANTINE, _DEVELOPERS, _LEASES,
+    _QUARANTINE, _DEVELOPERS, _LEASES, _NO_RUNS_BY_CURSOR_RUN,
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -46,8 +46,13 @@ class Store(
         """True: nothing of this conversation is committed (a new one: `load_conversation` would
         find nothing), answered on the loop at once. False: it may have something, or that cannot
         be told without waiting (then read it). Exact: its events and tool state cannot outlive its
-        row (foreign keys), and it is asked only while no write is being committed."""
-        return self._read_now(_HAS_CONVERSATION, (conversation_id,)) == []
+        row (foreign keys), and it is asked only while no write is being committed. True also tells
+        the writer its seqs start at zero (no probe for them in its first transaction)."""
+        if self._read_now(_HAS_CONVERSATION, (conversation_id,)) != []:
+            return False
+        if self._writer is not None:
+            self._writer.counts_from_zero(conversation_id)
+        return True
 
     async def export_conversation(
         self, conversation_id: str, *, events_after: int = 0, events_limit: int | None = None

@@ -116,6 +116,13 @@ class WriterThread:
             self._conn_lock.release()
         return outcome
 
+    def counts_from_zero(self, conversation_id: str) -> None:
+        """From the loop, with nothing handed over still uncommitted: nothing of this conversation is
+        stored, so its counters start at zero without a probe. The embedded store only: it alone
+        writes its database's events."""
+        if self._embedded:
+            self._seq_cache.setdefault(conversation_id, (0, 0))
+
     def checkpoint_soon(self, run: Callable[[sqlite3.Connection], None]) -> None:
         """From any thread: `run(connection)` before the next batch, no commit beside it."""
         self._checkpoint = run
