@@ -28,10 +28,7 @@ _WANTED = frozenset(
 _WANTED_BYTES = {name.encode(): name for name in _WANTED}
 # What a plain request (the IDE's: no encoding, no deadline, no parent) lacks: absent all of these,
 # nothing of them is parsed.
-_UNCOMMON = frozenset(
-    {"connect-timeout-ms", "content-encoding", "connect-content-encoding", "grpc-encoding", "grpc-timeout",
-     "x-parent-request-id", "x-parent-agent-tool-call-id", "x-cursor-streaming"}
-)
+_UNCOMMON = _WANTED - {"connect-protocol-version", "x-request-id", "content-length"}
 _ENCODINGS = frozenset({"identity", "gzip"})
 # Connect spec: connect-timeout-ms is a positive integer of at most 10 digits.
 _MAX_TIMEOUT_DIGITS = 10
