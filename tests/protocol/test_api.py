@@ -153,6 +153,23 @@ def test_headers_from_mapping_and_asgi_pairs() -> None:
     assert parse_request_headers(pairs) == expected
 
 
+def test_headers_of_a_plain_request_and_names_in_any_case() -> None:
+    """The IDE's shape (none of the encoding, deadline or parent headers) and pairs whose names
+    come in another case read as the same headers from a mapping."""
+    plain = {"Host": "127.0.0.1:1", "Content-Type": "application/proto", "Content-Length": "12", "X-Request-Id": " r-1 ",
+             "Connect-Protocol-Version": "1", "User-Agent": "connect-es"}
+    expected = RequestHeaders(connect_protocol_version="1", request_id="r-1", content_length=12)
+    assert parse_request_headers(plain) == expected
+    assert parse_request_headers([(k.encode(), v.encode()) for k, v in plain.items()]) == expected
+    assert parse_request_headers([(k.lower().encode(), v.encode()) for k, v in plain.items()]) == expected
+    assert parse_request_headers([(b"X-Request-Id", b""), (b"content-length", b"x")]) == RequestHeaders()
+    timed = [(b"Connect-Timeout-Ms", b"5"), (b"X-Parent-Request-Id", b"p"), (b"X-Parent-Agent-Tool-Call-Id", b"c")]
+    assert parse_request_headers(timed) == RequestHeaders(timeout_ms=5, parent_request_id="p", parent_tool_call_id="c")
+    with pytest.raises(ConnectError) as raised:
+        parse_request_headers([(b"x-parent-request-id", b"p\x01q"), (b"x-parent-agent-tool-call-id", b"c")])
+    assert raised.value.code == "invalid_argument"
+
+
 def test_headers_defaults_and_encodings() -> None:
     assert parse_request_headers({}) == RequestHeaders()
     assert parse_request_headers([]).content_encoding == "identity"

@@ -108,8 +108,17 @@ async def reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes,
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+# An append's answer (200, no body), the same every time: its headers are built once (a tuple, so
+# that no reader of one answer can change the next).
+_EMPTY_PROTO_HEADERS = (*PROTO_HEADERS, (b"content-length", b"0"))
+
+
 async def reply_proto(send: Send, body: bytes = b"") -> None:
-    await reply(send, 200, body, PROTO_HEADERS)
+    if body:
+        await reply(send, 200, body, PROTO_HEADERS)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": _EMPTY_PROTO_HEADERS})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 ERROR_HEADERS = [(b"content-type", b"application/json")]

@@ -25,6 +25,10 @@ _WANTED = frozenset(
         "content-length",
     }
 )
+_WANTED_BYTES = {name.encode(): name for name in _WANTED}
+# What a plain request (the IDE's: no encoding, no deadline, no parent) lacks: absent all of these,
+# nothing of them is parsed.
+_UNCOMMON = _WANTED - {"connect-protocol-version", "x-request-id", "content-length"}
 _ENCODINGS = frozenset({"identity", "gzip"})
 # Connect spec: connect-timeout-ms is a positive integer of at most 10 digits.
 _MAX_TIMEOUT_DIGITS = 10
@@ -57,15 +61,21 @@ def _collect(headers: HeaderSource) -> dict[str, str]:
     """Lower-cased name → first value, for the headers we read."""
     found: dict[str, str] = {}
     if isinstance(headers, Mapping):
-        items: Iterable[tuple[str | bytes, str | bytes]] = headers.items()
-    else:
-        items = headers
-    for raw_name, raw_value in items:
-        name = raw_name.decode("latin-1") if isinstance(raw_name, bytes) else raw_name
-        name = name.lower()
-        if name in _WANTED and name not in found:
-            value = raw_value.decode("latin-1") if isinstance(raw_value, bytes) else raw_value
-            found[name] = value.strip()
+        for name, value in headers.items():
+            name = name.lower()
+            if name in _WANTED and name not in found:
+                found[name] = value.strip()
+        return found
+    # ASGI pairs: the HTTP server hands names over lower-cased, so most are looked up as they are
+    # (one dict lookup for a header we do not read, instead of decoding and lower-casing it first).
+    for raw_name, raw_value in headers:
+        name = _WANTED_BYTES.get(raw_name)
+        if name is None:
+            name = _WANTED_BYTES.get(raw_name.lower())
+            if name is None:
+                continue
+        if name not in found:
+            found[name] = raw_value.decode("latin-1").strip()
     return found
 
 
@@ -106,6 +116,12 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
     unimplemented for a content encoding other than identity/gzip.
     """
     found = _collect(headers)
+    if found.keys().isdisjoint(_UNCOMMON):
+        return RequestHeaders(
+            connect_protocol_version=found.get("connect-protocol-version"),
+            request_id=found.get("x-request-id") or None,
+            content_length=_length(found.get("content-length")),
+        )
     gzip = _encoding("content-encoding", found.get("content-encoding"))
     gzip = _encoding("connect-content-encoding", found.get("connect-content-encoding")) or gzip
     gzip = _encoding("grpc-encoding", found.get("grpc-encoding")) or gzip
@@ -116,8 +132,9 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
             "invalid_argument",
             "protocol error: x-parent-request-id and x-parent-agent-tool-call-id must be sent together",
         )
-    check_id("x-parent-request-id", parent_request_id or "")
-    check_id("x-parent-agent-tool-call-id", parent_tool_call_id or "")
+    if parent_request_id is not None and parent_tool_call_id is not None:
+        check_id("x-parent-request-id", parent_request_id)
+        check_id("x-parent-agent-tool-call-id", parent_tool_call_id)
     return RequestHeaders(
         connect_protocol_version=found.get("connect-protocol-version"),
         timeout_ms=_timeout(found.get("connect-timeout-ms")) if "grpc-timeout" not in found else _grpc_timeout(found["grpc-timeout"]),
