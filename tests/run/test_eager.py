@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from cursor_byok.run import start_now
+from cursor_byok.run import start_now, start_task
 
 
 async def test_a_coroutine_that_never_waits_is_done_at_once_without_a_task() -> None:
@@ -125,3 +125,82 @@ async def test_an_error_after_the_first_wait_fails_the_task() -> None:
     gate.set_result(None)
     with pytest.raises(RuntimeError, match="late failure"):
         await task
+
+
+async def test_start_task_runs_the_first_step_now_as_the_task_itself() -> None:
+    """Time bounds entered in that step (a provider call's) act on the new task, not the caller's."""
+    gate: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    seen: list[object] = []
+
+    async def work() -> str:
+        seen.append(asyncio.current_task())
+        return await gate
+
+    me = asyncio.current_task()
+    task = start_task(work())
+    assert seen == [task] and asyncio.current_task() is me
+    gate.set_result("done")
+    assert await task == "done"
+
+
+async def test_start_task_after_a_pending_future_runs_in_the_pass_that_learns_it() -> None:
+    after: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    steps: list[str] = []
+
+    async def work() -> str:
+        steps.append("first step")
+        await asyncio.sleep(0)
+        return "went on"
+
+    task = start_task(work(), after)
+    await asyncio.sleep(0)  # the task's own first pass: it waits for the coroutine's first step
+    assert steps == [] and not task.done()
+    after.set_result(None)  # its callbacks run in the next pass, ahead of this test's step
+    await asyncio.sleep(0)
+    assert steps == ["first step"]
+    assert await task == "went on"
+
+
+async def test_start_task_cancelled_before_its_first_step_never_runs_it() -> None:
+    after: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("ran")
+
+    task = start_task(work(), after)
+    task.cancel()
+    after.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == [] and not after.cancelled()  # the shared future is left alone
+
+
+async def test_start_task_cancelled_once_begun_reaches_the_coroutine_where_it_waits() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def work() -> None:
+        try:
+            await gate
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    task = start_task(work())
+    task.cancel()  # before the task took the first step's handoff
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"]
+
+
+async def test_start_task_of_a_coroutine_that_never_waits_ends_with_its_result_or_error() -> None:
+    async def value() -> int:
+        return 7
+
+    async def failure() -> None:
+        raise ValueError("bad")
+
+    assert await start_task(value()) == 7
+    with pytest.raises(ValueError, match="bad"):
+        await start_task(failure())
