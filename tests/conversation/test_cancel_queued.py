@@ -1,6 +1,8 @@
 """A cancel the runtime holds in its queue (behind another command, its task not yet woken) when a
-run's model request is about to leave is taken first: the request never leaves. In this process,
-where the test decides that both reach the runtime in the run request's own step."""
+run's model request is about to leave (in the pass that learns its input's commit) is taken first:
+the request never leaves. In this process, where the test decides that both reach the runtime in
+the run request's own step, and that the input's commit is the writer thread's (one the loop makes
+itself is learnt in that step: the request leaves in it, before any later input)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cursor_byok.run import start_now
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import StreamLog, cancel_message, run_request
 from tests.harness.inprocess import MODEL, Rig
@@ -38,14 +41,15 @@ async def test_a_cancel_queued_behind_another_command_is_taken_before_the_model_
     assert store is not None
     await service.resolve(rid)
     await store.flush()
-    await asyncio.sleep(0.05)  # past the spacing of the loop's own commits: the store is idle
     committed_on_the_loop = store.stats.loop_commits
+    reading = start_now(store.latest_checkpoint(conv))  # a store thread is busy: the loop commits nothing itself
     service.open_run(rid, run_request("cancelled at once", model=MODEL, conversation_id=conv).run_request)
-    # Its input is stored in this step, so the model request would leave in the loop's next pass.
-    assert store.stats.loop_commits == committed_on_the_loop + 1
+    # Its input's commit is the writer's: the model request would leave in the pass that learns it.
+    assert store.stats.loop_commits == committed_on_the_loop
     service.heartbeat(rid)  # posted: the runtime's queue is not empty, its task wakes a pass later
     service.deliver(rid, cancel_message(), seqno=1)  # so this waits in the queue behind it
     await asyncio.wait_for(reader, 10)
+    await reading
     assert log.terminal is not None and log.terminal.code == "canceled"
     provider.enqueue(OPENAI_CHAT.text(["after"]))
     after = await rig.ide().turn(run_request("the next question", model=MODEL, conversation_id=conv))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 
@@ -169,8 +170,17 @@ async def test_start_task_cancelled_before_its_first_step_never_runs_it() -> Non
         ran.append("ran")
 
     task = start_task(work(), after)
-    task.cancel()
+    task.cancel()  # before the task's own first pass
     after.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == []
+
+    after = asyncio.get_running_loop().create_future()
+    task = start_task(work(), after)
+    await asyncio.sleep(0)  # the task waits for the first step now
+    after.set_result(None)  # the first step is due ahead of the task's wake-up ...
+    task.cancel()  # ... that this cancel schedules
     with pytest.raises(asyncio.CancelledError):
         await task
     assert ran == [] and not after.cancelled()  # the shared future is left alone
@@ -204,3 +214,38 @@ async def test_start_task_of_a_coroutine_that_never_waits_ends_with_its_result_o
     assert await start_task(value()) == 7
     with pytest.raises(ValueError, match="bad"):
         await start_task(failure())
+
+
+async def test_tasks_made_in_the_first_step_start_in_it_too() -> None:
+    """As aiohttp's request body writer: the whole request leaves in the step, not a pass later."""
+    steps: list[str] = []
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def body_writer() -> None:
+        steps.append("body written")
+        await gate
+
+    async def work() -> None:
+        inner = asyncio.get_running_loop().create_task(body_writer())
+        steps.append("request sent")
+        await inner
+
+    task = start_task(work())
+    assert steps == ["body written", "request sent"]
+    assert asyncio.get_running_loop().get_task_factory() is None  # only while that step runs
+    gate.set_result(None)
+    await task
+
+
+LOG_ID: contextvars.ContextVar[str] = contextvars.ContextVar("LOG_ID", default="caller's")
+
+
+async def test_the_first_step_runs_in_the_tasks_own_context() -> None:
+    async def work() -> str:
+        LOG_ID.set("the task's")
+        await asyncio.sleep(0)
+        return LOG_ID.get()
+
+    task = start_task(work())
+    assert LOG_ID.get() == "caller's"
+    assert await task == "the task's"
