@@ -6,6 +6,7 @@ itself is learnt in that step: the request leaves in it, before any later input)
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.run import start_now
-from tests.fakes import OPENAI_CHAT, FakeProviderServer
+from tests.fakes import OPENAI_CHAT, CallSpec, FakeProviderServer
 from tests.harness.ide import StreamLog, cancel_message, run_request
 from tests.harness.inprocess import MODEL, Rig
 
@@ -56,3 +57,29 @@ async def test_a_cancel_queued_behind_another_command_is_taken_before_the_model_
     assert after.terminal is None and after.text == "after"
     assert len(provider.requests) == 2  # the first turn's and the next turn's: the cancelled one never left
     assert "cancelled at once" in provider.requests[-1].body.decode()  # its input is kept
+
+
+async def test_a_cancel_queued_when_a_tool_round_ends_is_taken_before_the_next_request_leaves(
+    warm: tuple[Rig, FakeProviderServer], tmp_path: Path
+) -> None:
+    """A later cycle's request, whose input is stored already, leaves in the step the engine goes on
+    in: what is queued for the runtime by then (a cancel behind another command) is taken first."""
+    rig, provider = warm
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    provider.enqueue(OPENAI_CHAT.tool_calls([CallSpec("call_1", "Read", [json.dumps({"path": str(tmp_path / "notes.txt")})])]))
+    ide = rig.ide(tmp_path)
+    ide.hold_execs = True
+    service = rig.service
+
+    async def results_then_cancel(rid: str, log: StreamLog) -> None:
+        while not ide.held:
+            await asyncio.sleep(0.01)
+        (_, ex), = ide.held
+        for reply in ide.execute(ex):  # the batch ends: the engine goes on in the loop's next pass
+            service.deliver(rid, reply)
+        service.heartbeat(rid)  # posted: the runtime's task wakes a pass later, behind the engine
+        service.deliver(rid, cancel_message())  # so this waits in the queue behind it
+
+    log = await ide.turn(run_request("read the notes", model=MODEL, conversation_id=uuid.uuid4().hex), during=results_then_cancel)
+    assert log.terminal is not None and log.terminal.code == "canceled"
+    assert len(provider.requests) == 1  # the tool call's: the next cycle's never left
