@@ -165,7 +165,7 @@ class _Continuation(Coroutine[Any, Any, Any]):
             if not self._began:  # it never ran: it ends with what was thrown
                 self._began = True
                 self._coro.close()
-                raise exc[0] if isinstance(exc[0], BaseException) else exc[1] if len(exc) > 1 else exc[0]()
+                raise exc[0]  # the error asyncio throws in (an instance; a class is made one)
             return self._coro.throw(*exc)
         finally:
             del exc  # an error going on out of here holds this frame: holding it too would be a cycle
