@@ -247,16 +247,16 @@ class RunEngine:
         `work` runs in a task of its own (the provider's time bounds act on the task they are
         entered in) whose first step (the request sent) is not a pass of the loop later: now, or
         while `after` (the input's commit) is pending, in the pass that learns it. `then` is called
-        once that first step has run."""
+        once that first step has run, or, while the request waits for `after`, a pass later."""
         if self._interrupted:  # cut before it began: it never runs
             work.close()
             return True
         task = start_task(work, after)
         if then is not None:
             if after is None or after.done():
-                then()
+                then()  # the request has left
             else:
-                after.add_done_callback(lambda _: then())  # after the task's first step, which runs first
+                asyncio.get_running_loop().call_soon(then)  # while it waits for the commit, as the request would
         # Cut by `interrupt()` directly: no watcher task and wait per provider call.
         self._cuttable = task
         try:
