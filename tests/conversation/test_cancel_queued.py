@@ -71,9 +71,12 @@ async def test_a_cancel_queued_when_a_tool_round_ends_is_taken_before_the_next_r
     ide.hold_execs = True
     service = rig.service
 
-    async def results_then_cancel(rid: str, log: StreamLog) -> None:
-        while not ide.held:
+    async def exec_held() -> None:
+        while not ide.held:  # the IDE got the Read and holds it
             await asyncio.sleep(0.01)
+
+    async def results_then_cancel(rid: str, log: StreamLog) -> None:
+        await asyncio.wait_for(exec_held(), 10)
         (_, ex), = ide.held
         for reply in ide.execute(ex):  # the batch ends: the engine goes on in the loop's next pass
             service.deliver(rid, reply)
