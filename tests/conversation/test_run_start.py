@@ -7,9 +7,12 @@ import asyncio
 import re
 import uuid
 
+import pytest
+
 from cursor_byok.conversation import OutputStream
 from cursor_byok.conversation.commands import Reader
 from cursor_byok.conversation.state import Phase
+from cursor_byok.run import start_now
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import StreamLog, run_request
 from tests.harness.inprocess import MODEL, Rig
@@ -109,3 +112,29 @@ def test_run_ids_are_128_random_bits_in_hex() -> None:
     ids = {new_run_id() for _ in range(1000)}
     assert len(ids) == 1000
     assert all(re.fullmatch(r"run-[0-9a-f]{32}", run_id) for run_id in ids)
+
+
+async def test_a_new_conversations_history_read_is_asked_for_in_the_run_requests_step(
+    rig: Rig, provider: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a store thread is busy the loop cannot tell a new conversation has nothing stored: the
+    read goes to the reader thread, and it is asked for at once, not from a task a pass later."""
+    store = rig.store
+    assert store is not None
+    asked: list[str] = []
+    load = store.load_conversation
+
+    def recording(conversation_id: str, *args: object) -> object:
+        asked.append(conversation_id)
+        return load(conversation_id, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "load_conversation", recording)
+    conv, rid = uuid.uuid4().hex, uuid.uuid4().hex
+    await rig.service.resolve(rid)
+    reading = start_now(store.latest_checkpoint(conv))  # a store thread is busy
+    provider.enqueue(OPENAI_CHAT.text(["an answer"]))
+    rig.service.open_run(rid, run_request("a question", model=MODEL, conversation_id=conv).run_request)
+    assert asked == [conv]
+    log = await asyncio.wait_for(rig.ide().stream(rid, StreamLog()), 10)
+    await reading
+    assert log.terminal is None and log.text == "an answer"

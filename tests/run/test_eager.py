@@ -1,11 +1,15 @@
-"""start_now: a coroutine runs to its first wait in the caller's step, then on as a task."""
+"""start_now: a coroutine runs to its first wait in the caller's step, then on as a task; start_task: the same
+step as a task of its own, now or in the pass that learns what it waits for first."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
-from cursor_byok.run import start_now
+from cursor_byok.run import start_now, start_task
 
 
 async def test_a_coroutine_that_never_waits_is_done_at_once_without_a_task() -> None:
@@ -49,7 +53,8 @@ async def test_it_runs_up_to_its_first_wait_now_and_carries_on_in_a_task() -> No
     assert steps == ["before the wait", "after: opened"]
 
 
-async def test_cancelling_the_task_reaches_the_coroutine_where_it_waits() -> None:
+@pytest.mark.parametrize("start", [start_now, start_task])
+async def test_cancelling_the_task_reaches_the_coroutine_where_it_waits(start: Callable[[Coroutine[Any, Any, None]], asyncio.Future[None]]) -> None:
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     seen: list[str] = []
 
@@ -62,7 +67,7 @@ async def test_cancelling_the_task_reaches_the_coroutine_where_it_waits() -> Non
         finally:
             seen.append("cleaned up")
 
-    task = start_now(work())
+    task = start(work())
     task.cancel()  # before the task took its first step
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -70,7 +75,7 @@ async def test_cancelling_the_task_reaches_the_coroutine_where_it_waits() -> Non
 
     gate = asyncio.get_running_loop().create_future()
     seen.clear()
-    task = start_now(work())
+    task = start(work())
     await asyncio.sleep(0)  # the task waits on the gate now
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -125,3 +130,108 @@ async def test_an_error_after_the_first_wait_fails_the_task() -> None:
     gate.set_result(None)
     with pytest.raises(RuntimeError, match="late failure"):
         await task
+
+
+async def test_start_task_runs_the_first_step_now_as_the_task_itself() -> None:
+    """Time bounds entered in that step (a provider call's) act on the new task, not the caller's."""
+    gate: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    seen: list[object] = []
+
+    async def work() -> str:
+        seen.append(asyncio.current_task())
+        return await gate
+
+    me = asyncio.current_task()
+    task = start_task(work())
+    assert seen == [task] and asyncio.current_task() is me
+    gate.set_result("done")
+    assert await task == "done"
+
+
+async def test_start_task_after_a_pending_future_runs_in_the_pass_that_learns_it() -> None:
+    after: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    steps: list[str] = []
+
+    async def work() -> str:
+        steps.append("first step")
+        await asyncio.sleep(0)
+        return "went on"
+
+    task = start_task(work(), after)
+    await asyncio.sleep(0)  # the task's own first pass: it waits for the coroutine's first step
+    assert steps == [] and not task.done()
+    after.set_result(None)  # its callbacks run in the next pass, ahead of this test's step
+    await asyncio.sleep(0)
+    assert steps == ["first step"]
+    assert await task == "went on"
+
+
+async def test_start_task_cancelled_before_its_first_step_never_runs_it() -> None:
+    after: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("ran")
+
+    task = start_task(work(), after)
+    task.cancel()  # before the task's own first pass
+    after.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == []
+
+    after = asyncio.get_running_loop().create_future()
+    task = start_task(work(), after)
+    await asyncio.sleep(0)  # the task waits for the first step now
+    after.set_result(None)  # the first step is due ahead of the task's wake-up ...
+    task.cancel()  # ... that this cancel schedules
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == [] and not after.cancelled()  # the shared future is left alone
+
+
+async def test_start_task_of_a_coroutine_that_never_waits_ends_with_its_result_or_error() -> None:
+    async def value() -> int:
+        return 7
+
+    async def failure() -> None:
+        raise ValueError("bad")
+
+    assert await start_task(value()) == 7
+    with pytest.raises(ValueError, match="bad"):
+        await start_task(failure())
+
+
+async def test_tasks_made_in_the_first_step_start_in_it_too() -> None:
+    """As aiohttp's request body writer: the whole request leaves in the step, not a pass later."""
+    steps: list[str] = []
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def body_writer() -> None:
+        steps.append("body written")
+        await gate
+
+    async def work() -> None:
+        inner = asyncio.get_running_loop().create_task(body_writer())
+        steps.append("request sent")
+        await inner
+
+    task = start_task(work())
+    assert steps == ["body written", "request sent"]
+    assert asyncio.get_running_loop().get_task_factory() is None  # only while that step runs
+    gate.set_result(None)
+    await task
+
+
+LOG_ID: contextvars.ContextVar[str] = contextvars.ContextVar("LOG_ID", default="caller's")
+
+
+async def test_the_first_step_runs_in_the_tasks_own_context() -> None:
+    async def work() -> str:
+        LOG_ID.set("the task's")
+        await asyncio.sleep(0)
+        return LOG_ID.get()
+
+    task = start_task(work())
+    assert LOG_ID.get() == "caller's"
+    assert await task == "the task's"

@@ -14,7 +14,7 @@ from typing import Any
 from .. import prompting
 from ..config import Config, ModelConfig
 from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error, requested_model_id
-from ..run import Interrupted, RunEngine, ToolCallPart, batch_outcomes, tool_call_request, tool_results_message
+from ..run import Interrupted, RunEngine, ToolCallPart, batch_outcomes, start_now, tool_call_request, tool_results_message
 from . import client_context, updates
 from .actions import Injected
 from .active_run import ActiveRun, now_ms
@@ -96,8 +96,11 @@ class ConversationData:
             if stored is not None:  # nothing to wait for: the start goes on in this step
                 self._restore(stored)
                 return
-            self._loading = asyncio.get_running_loop().create_task(self._load())
-            self._loading.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
+            loading = start_now(self._load())  # the read asked for now, not from a task a pass later
+            if loading.done():  # it did not wait (failed at once: the next start reads again)
+                return loading.result()
+            self._loading = loading
+            loading.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
         # Shielded: a Stop during the read cancels the run, not the read, which still completes.
         await asyncio.shield(self._loading)
 

@@ -67,6 +67,8 @@ class RunPorts:
         run = self.run
         stored, run.input_stored = run.input_stored, None
         self.owner.before_request(stored)
+        if not self.owner.is_current(run.run_id):  # a command queued before it ended the run (its task is cancelled)
+            raise asyncio.CancelledError
         return stored
 
     def commit_assistant(self, message: Message, usage: Usage | None = None, *, answer: bool = False) -> None:

@@ -379,14 +379,14 @@ class ConversationRuntime(CommandInbox):
         self._start(run, final, lambda error, _: CheckpointDone(run.run_id, error))
 
     def before_request(self, stored: asyncio.Future[Any] | None) -> None:
-        """A model request of the current run is about to be built, to leave once `stored` (its
-        input's commit, None: done) is: commands already delivered and still queued are taken just
-        before it may leave, ahead of the provider call's step (no pass of the loop added). A cancel
-        among them ends the run, so the request never leaves; with nothing queued, nothing is done."""
+        """A model request of the current run is built, to leave once `stored` (its input's commit,
+        None: done) is: commands delivered and still queued are taken just before it may leave, now
+        or in the pass that learns the commit (the call starts from a callback of `stored` added
+        after this one). A cancel among them ends the run: the request never leaves."""
         if stored is None or stored.done():
-            asyncio.get_running_loop().call_soon(self.take_queued)  # before the call's first step, made after this
+            self.take_queued()
         else:
-            stored.add_done_callback(self.take_queued)  # before the call, which waits on `stored` after this
+            stored.add_done_callback(self.take_queued)
 
     def step_committed(self, run: ActiveRun) -> None:
         """A step of the run is committed (the engine began the next): checkpoint it meanwhile."""

@@ -42,7 +42,7 @@ from ..providers import (
     make_provider,
 )
 from .compaction import ContextEstimator, estimate_tokens
-from .eager import start_now
+from .eager import start_now, start_task
 from .cycle import batch_outcomes, tool_call_request, tool_results_message
 from .engine import RunEngine, RunResult, RunSpec, RunStop
 from .events import (
@@ -121,4 +121,5 @@ __all__ = [
     "estimate_tokens",
     "make_provider",
     "start_now",
+    "start_task",
 ]

@@ -32,7 +32,7 @@ from ..providers import (
 )
 from .compaction import CHARS_PER_TOKEN, fallback_summary, summary_transcript
 from .cycle import Cycle, Summary, batch_outcomes, tool_call_request, tool_results_message
-from .eager import start_now
+from .eager import start_task
 from .events import CompactionFinished, CompactionStarted, ModelCycleFinished, ToolBatchFinished, ToolBatchStarted
 from .ports import EventSink, HistoryPort, Interrupted, ToolPort
 from .types import ToolCallRequest, ToolOutcome
@@ -217,7 +217,7 @@ class RunEngine:
         )
 
     async def _stream(
-        self, request: ModelRequest, into: Cycle | Summary, sink: EventSink, ready: Awaitable[object],
+        self, request: ModelRequest, into: Cycle | Summary, sink: EventSink, ready: Awaitable[object] | None,
         then: Callable[[], None] | None = None,
     ) -> bool:
         """One provider call streamed into `into` (True: a soft interrupt cut it short, see
@@ -227,8 +227,8 @@ class RunEngine:
         call.started_ns = time.monotonic_ns()
         interrupted = False
         try:
-            at_once = isinstance(ready, asyncio.Future) and not ready.done()  # it waits for its input's commit first
-            interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then, at_once)
+            after = ready if isinstance(ready, asyncio.Future) else None
+            interrupted = await self._interruptible(_drain(self._provider.stream(request, call, ready), into.apply), then, after)
         except BaseException as exc:
             call.error = CallError.of(exc)
             raise
@@ -239,18 +239,25 @@ class RunEngine:
             sink.provider_call(call)
         return interrupted
 
-    async def _interruptible(self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None, at_once: bool = False) -> bool:
+    async def _interruptible(
+        self, work: Coroutine[Any, Any, None], then: Callable[[], None] | None = None, after: asyncio.Future[Any] | None = None
+    ) -> bool:
         """Run `work` until it finishes (False) or a soft interrupt cancels it (True). Its errors
         propagate; if the caller is cancelled, `work` is cancelled and awaited before returning.
-        `then` is called once `work` has run up to its first wait. `at_once`: that first step runs now
-        (`start_now`), for work that waits before anything binds to its task (the provider's time
-        bounds act on the task they are entered in), not a pass of the loop later."""
-        task = start_now(work) if at_once else asyncio.ensure_future(work)
+        `work` runs in a task of its own (the provider's time bounds act on the task they are
+        entered in) whose first step (the request sent) is not a pass of the loop later: now, or
+        while `after` (the input's commit) is pending, in the pass that learns it. `then` is called
+        once that first step has run, or, while the request waits for `after`, a pass later."""
+        if self._interrupted:  # cut before it began: it never runs
+            work.close()
+            return True
+        task = start_task(work, after)
         if then is not None:
-            asyncio.get_running_loop().call_soon(then)  # after the task's first step, which runs first
+            if after is None or after.done():
+                then()  # the request has left
+            else:
+                asyncio.get_running_loop().call_soon(then)  # while it waits for the commit, as the request would
         # Cut by `interrupt()` directly: no watcher task and wait per provider call.
-        if self._interrupted:
-            task.cancel()
         self._cuttable = task
         try:
             await task  # the caller's cancellation cancels `task` and comes once it has ended
