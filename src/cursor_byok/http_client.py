@@ -57,7 +57,9 @@ class RequestHeaders:
     __slots__ = ("fields",)
 
     def __init__(self, headers: Mapping[str, str]) -> None:
-        self.fields = CIMultiDict(headers)  # read, never changed: aiohttp copies it into each request
+        # Through httpx's Headers once, as before: names sent lowercase, values checked as it checks
+        # them. Read, never changed: aiohttp copies it into each request.
+        self.fields = CIMultiDict(httpx.Headers(headers).items())
 
     def __repr__(self) -> str:
         return f"<{len(self.fields)} headers>"
