@@ -30,7 +30,7 @@ socket read to the event the engine sees (for the adapter: SSE decoding and tran
 
     .venv/bin/python -m pytest -q benchmarks/test_provider_request.py -s
     # where the time goes: cProfile with a thread-CPU clock, per scenario, top entries (and each
-    # scenario's stats saved as <prefix>-<scenario>.prof for pstats)
+    # scenario's stats saved as <prefix>-<request|stream>-<scenario>.prof for pstats)
     BENCH_PROVIDER_PROFILE=/tmp/pr .venv/bin/python -m pytest -q benchmarks/test_provider_request.py -s
     # another checkout's code (before/after in one sitting)
     PYTHONPATH=<other>/src .venv/bin/python -m pytest -q benchmarks/test_provider_request.py -s
