@@ -11,21 +11,23 @@ included):
   end and its events decoded (`support/bare_turn_app.py`'s own `forward`);
 - **http**: the same prebuilt body through our client (`ProviderHttp.post`), the answer read to its
   end;
-- **h11**: the same through the candidate client (`support/h11_client.py`: h11 on one kept-alive
+- **h11**: the same through a candidate client (`support/h11_client.py`: h11 on one kept-alive
   asyncio connection, without the TLS, proxy, timeout and pool handling a real one would add);
+- **hybrid**: the same through the other candidate there: h11 writes the request, aiohttp's own
+  connection protocol reads the answer;
 - **new**: a new conversation's first request through the adapter (`stream()`: the body built from
   the compiled system prompt and tool schemas of agent mode and a 2,000-word user message, sent,
   its SSE parsed and translated);
 - **follow-up**: a conversation's third turn (its first two turns' request sent before: the
   adapter's kept prefix), the same way.
 
-The five alternate, request by request, so the machine's load falls on each alike. Each request
+The six alternate, request by request, so the machine's load falls on each alike. Each request
 comes "cold-ish", as in the server, where a start touches much other code in between: before it,
 unrelated work walks a few MiB of memory (`BENCH_PROVIDER_COLD=0` turns that off: hot).
 
 Then the response side, per delta: a second provider answers each request with 100 one-word deltas
-1 ms apart (each arrives alone in its read, as at a model's pace), and **floor**, **http**, **h11**
-and the adapter (**new**) read such answers in turn; CPU per answer / 100 = per delta, from the
+1 ms apart (each arrives alone in its read, as at a model's pace), and **floor**, **http**, **h11**,
+**hybrid** and the adapter (**new**) read such answers in turn; CPU per answer / 100 = per delta, from the
 socket read to the event the engine sees (for the adapter: SSE decoding and translation included).
 
     .venv/bin/python -m pytest -q benchmarks/test_provider_request.py -s
@@ -58,7 +60,7 @@ import uvloop
 
 import cursor_byok
 from benchmarks.support.bare_turn_app import BODY, forward, turn_text
-from benchmarks.support.h11_client import H11Connection
+from benchmarks.support.h11_client import H11Connection, HybridConnection
 from benchmarks.test_gateway import ROOT
 from cursor_byok import prompting
 from cursor_byok.config import ProviderKind
@@ -133,6 +135,7 @@ async def _run(port: int, stream_port: int) -> tuple[dict[str, list[float]], dic
     fields = {"authorization": "Bearer bench-key-0000", "content-type": "application/json", "accept": "text/event-stream"}
     headers = client.headers(fields)
     h11_connections = {p: await H11Connection.open("127.0.0.1", p) for p in (port, stream_port)}
+    hybrid_connections = {p: await HybridConnection.open("127.0.0.1", p) for p in (port, stream_port)}
 
     def request(messages: KeyedMessages) -> ModelRequest:
         return ModelRequest(model=model.model, system=compiled.system, messages=messages, tools=compiled.tools,
@@ -151,8 +154,8 @@ async def _run(port: int, stream_port: int) -> tuple[dict[str, list[float]], dic
                 await response.aclose()
         return exchange
 
-    def candidate(port: int) -> Callable[[], Awaitable[None]]:
-        connection, head = h11_connections[port], [("host", f"127.0.0.1:{port}"), *fields.items()]
+    def candidate(connections: dict[int, H11Connection] | dict[int, HybridConnection], port: int) -> Callable[[], Awaitable[None]]:
+        connection, head = connections[port], [("host", f"127.0.0.1:{port}"), *fields.items()]
 
         async def exchange() -> None:
             await connection.post("/v1/chat/completions", head, BODY)
@@ -173,16 +176,18 @@ async def _run(port: int, stream_port: int) -> tuple[dict[str, list[float]], dic
         adapter.encode_request(request(_History(source, first)))  # the earlier turn's request: the kept prefix
         return consume(adapter, request(_History(source, [*first, _user(text), Message("assistant", [TextPart("done")]), _user(text)])))
 
-    requests = {"floor": floor(url), "http": http(url), "h11": candidate(port), "new": new(adapter), "follow-up": follow_up}
+    requests = {"floor": floor(url), "http": http(url), "h11": candidate(h11_connections, port),
+                "hybrid": candidate(hybrid_connections, port), "new": new(adapter), "follow-up": follow_up}
     stream_url = stream_base + "/chat/completions"
-    streams = {"floor": floor(stream_url), "http": http(stream_url), "h11": candidate(stream_port), "new": new(stream_adapter)}
+    streams = {"floor": floor(stream_url), "http": http(stream_url), "h11": candidate(h11_connections, stream_port),
+               "hybrid": candidate(hybrid_connections, stream_port), "new": new(stream_adapter)}
     try:
         per_request = await _measure(requests, REQUESTS, "request")
         per_answer = await _measure(streams, STREAMS, "stream")
     finally:
         await session.close()
         await client.aclose()
-        for connection in h11_connections.values():
+        for connection in [*h11_connections.values(), *hybrid_connections.values()]:
             connection.close()
     return per_request, {name: [t / DELTAS for t in values] for name, values in per_answer.items()}
 

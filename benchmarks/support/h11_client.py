@@ -1,12 +1,20 @@
-"""The candidate the provider-request benchmark measures against aiohttp: an HTTP/1.1 client on one
-kept-alive connection, h11 over an asyncio Protocol (plain TCP only: no TLS, proxy, timeouts or
-pool: the least such a client would cost). Measured, not used: h11's pure-Python parser loses to
-aiohttp's C parser per streamed read (benchmarks/test_provider_request.py)."""
+"""The candidates the provider-request benchmark measures against aiohttp, each on one kept-alive
+connection (plain TCP only: no TLS, proxy, timeouts or pool: the least such a client would cost):
+
+- `H11Connection`: h11 both ways over an asyncio Protocol. Its pure-Python parser loses to aiohttp's
+  C parser per streamed read.
+- `HybridConnection`: h11 writes the request at once (no task, no loop pass before the bytes leave);
+  aiohttp's own connection protocol reads the answer (its C parser and stream reader, as a session
+  would read it).
+
+Measured, not used (benchmarks/test_provider_request.py)."""
 from __future__ import annotations
 
 import asyncio
 
 import h11
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.streams import StreamReader
 
 
 class H11Connection(asyncio.Protocol):
@@ -67,3 +75,37 @@ class H11Connection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+class HybridConnection:
+    """`post` writes the request with h11 and waits for aiohttp's parse of the response head; `read`
+    returns the body's next bytes (b"" at its end)."""
+
+    def __init__(self, protocol: ResponseHandler) -> None:
+        self._protocol = protocol
+        self._body: StreamReader | None = None
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> HybridConnection:
+        loop = asyncio.get_running_loop()
+        _, protocol = await loop.create_connection(lambda: ResponseHandler(loop), host, port)
+        return cls(protocol)
+
+    async def post(self, target: str, headers: list[tuple[str, str]], body: bytes) -> int:
+        writer = h11.Connection(h11.CLIENT)  # serialises this one request
+        assert self._protocol.transport is not None
+        self._protocol.transport.write(
+            writer.send(h11.Request(method="POST", target=target, headers=[*headers, ("content-length", str(len(body)))]))  # type: ignore[operator]
+            + writer.send(h11.Data(data=body))
+            + writer.send(h11.EndOfMessage())
+        )
+        self._protocol.set_response_params(auto_decompress=False)
+        message, self._body = await self._protocol.read()
+        return message.code
+
+    async def read(self) -> bytes:
+        assert self._body is not None
+        return await self._body.readany()
+
+    def close(self) -> None:
+        self._protocol.close()
