@@ -49,6 +49,7 @@ class RecordedRequest:
     body: bytes
     disconnected: threading.Event = field(default_factory=threading.Event)
     peer: tuple[str, int] | None = None  # the client's address: one per connection
+    names: list[str] = field(default_factory=list)  # the header names as they came on the wire
 
     def json(self) -> Any:
         return msgspec.json.decode(self.body)
@@ -260,6 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
             peer=self.client_address[:2],
+            names=list(self.headers.keys()),
         )
 
     def _cut(self) -> None:

@@ -124,6 +124,17 @@ async def test_headers_carry_key_version_and_extra_headers(fake_server, http_cli
     assert fake_server.requests[0].path == "/v1/messages"
 
 
+async def test_header_names_go_out_lowercase_as_configured_or_not(fake_server, http_client) -> None:
+    # What reaches the provider stays byte for byte what it was: every header name in lowercase,
+    # however a configured extra header spells it.
+    fake_server.enqueue(ANTHROPIC.text(["ok"]))
+    p = provider(fake_server.url, http_client, extra_headers={"Anthropic-Beta": "x", "X-Team-Tag": "y"})
+    [e async for e in p.stream(req([Message("user", [TextPart("hi")])]))]
+    names = fake_server.requests[0].names
+    assert {"x-api-key", "anthropic-version", "anthropic-beta", "x-team-tag", "content-type", "accept"} <= set(names)
+    assert "X-Team-Tag" not in names and "Anthropic-Beta" not in names
+
+
 async def test_redacted_thinking_and_max_tokens_stop(fake_server, http_client) -> None:
     chunks = ANTHROPIC.text(["cut"], usage=UsageSpec()).chunks
     redacted = [

@@ -236,6 +236,20 @@ async def test_reads_split_mid_character_and_mid_crlf_decode_the_same(dialect: D
 
 
 @dialects
+async def test_bad_byte_then_a_split_character_decode_as_a_stream(dialect: Dialect, fake_server, http_client) -> None:
+    # Reads are decoded whole while they hold whole characters; a bad byte (U+FFFD in its place)
+    # switches to decoding as a stream, which must still join a character split between later reads.
+    pieces = ["before ", "bad#byte ", "then 🚀 after"]
+    body = b"".join(dialect.text(pieces).chunks).replace(b"#", b"\xff")
+    rocket = body.index("🚀".encode())
+    bad = body.index(b"\xff")
+    bounds = [0, bad + 1, rocket + 2, len(body)]
+    fake_server.enqueue(Reply(chunks=[body[a:b] for a, b in zip(bounds, bounds[1:])], chunk_delay=0.005))
+    events = await collect(provider_for(dialect, fake_server, http_client), request())
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "before bad\ufffdbyte then 🚀 after"
+
+
+@dialects
 async def test_gzip_encoded_stream_is_decoded(dialect: Dialect, fake_server, http_client) -> None:
     pieces = ["compressed ", "and ", "streamed"]
     packed = gzip.compress(b"".join(dialect.text(pieces).chunks))

@@ -354,9 +354,10 @@ def _translated(events: list[ServerSentEvent], translator: StreamTranslator, wat
     has streamed something is not retried)."""
     out: list[StreamEvent] = []
     pieces: list[str] = []  # of the delta at out[-1], while it is being joined
+    if events:
+        watch.progress()  # once for the read's events: they all arrived now
     try:
         for sse in events:
-            watch.progress()
             for event in translator.feed(sse.event, sse.data):
                 if out and _joinable(out[-1], event):
                     if not pieces:
@@ -398,18 +399,29 @@ def _joined(first: StreamEvent, pieces: list[str]) -> StreamEvent:
 class _SSEReader:
     """Body bytes → server-sent events, with httpx-sse's decoders fed directly: its EventSource
     wraps them in two async-generator layers over httpx's text layer, ~6 µs per chunk that a busy
-    server pays tens of thousands of times a second."""
+    server pays tens of thousands of times a second. A read is decoded in one call while every read
+    so far held whole characters; after the first that did not (a character split between reads,
+    or a bad byte), by the incremental decoder."""
 
-    __slots__ = ("_text", "_lines", "_events", "seen")
+    __slots__ = ("_whole", "_text", "_lines", "_events", "seen")
 
     def __init__(self) -> None:
+        self._whole = True  # the incremental decoder has not been used, so it holds nothing
         self._text = _Utf8Decoder("replace")  # SSE is UTF-8 by definition; a bad byte becomes U+FFFD
         self._lines = SSELineDecoder()
         self._events = SSEDecoder()
         self.seen = False  # any event at all arrived
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        return self._dispatch(self._lines.decode(self._text.decode(chunk)))
+        if self._whole:
+            try:
+                text = chunk.decode()
+            except UnicodeDecodeError:
+                self._whole = False
+                text = self._text.decode(chunk)
+        else:
+            text = self._text.decode(chunk)
+        return self._dispatch(self._lines.decode(text))
 
     def close(self) -> list[ServerSentEvent]:
         """Whatever the end of the body completes (an unterminated last event is dropped, per SSE)."""
@@ -417,7 +429,10 @@ class _SSEReader:
 
     def _dispatch(self, lines: list[str]) -> list[ServerSentEvent]:
         decode = self._events.decode
-        events = [sse for sse in map(decode, lines) if sse is not None]
+        events = []
+        for line in lines:
+            if (sse := decode(line)) is not None:
+                events.append(sse)
         if events:
             self.seen = True
         return events
