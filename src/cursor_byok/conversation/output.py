@@ -140,19 +140,9 @@ class OutputStream:
 
     def _deliver(self, frame: bytes) -> None:
         """Hand the frame just retained to every waiting reader: pushed where it can be, else wake."""
-        waiters = self._waiters
-        if not waiters:
+        if not self._waiters:
             return
-        if len(waiters) == 1 and not self.closed:  # one caught-up reader, the stream going on: the usual case
-            w = waiters[0]
-            if w.push is not None and w.position == self.base + len(self.frames) - 1 and not w.wake.done():
-                if w.push(frame, True):
-                    w.position += 1
-                else:
-                    self._waiters = []
-                    w.wake.set_result(None)
-                return
-        self._waiters = []
+        waiters, self._waiters = self._waiters, []
         end, more = self.end, not self.closed
         for w in waiters:
             if w.wake.done():

@@ -25,28 +25,16 @@ _THINKING_STYLE = pb.ThinkingDeltaUpdate(thinking_style=pb.THINKING_STYLE_DEFAUL
 
 
 def text_delta_frame(text: str) -> bytes:
-    """The frame of `text_delta(text)`, built straight from the text: a run writes one per delta,
-    and a message object built, serialized and framed costs several times as much."""
+    """The frame of the message `interaction_update.text_delta.text = text`, built straight from the
+    text: a run writes one per delta, and a message object built, serialized and framed costs
+    several times as much."""
     return encode_nested_frame(_TEXT_DELTA, text.encode())
 
 
 def thinking_delta_frame(text: str) -> bytes:
-    """The frame of `thinking_delta(text)`, as `text_delta_frame`."""
+    """The frame of `interaction_update.thinking_delta` with `text` in the default thinking style,
+    as `text_delta_frame`."""
     return encode_nested_frame(_THINKING_DELTA, text.encode(), _THINKING_STYLE)
-
-
-def text_delta(text: str) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    m.interaction_update.text_delta.text = text
-    return m
-
-
-def thinking_delta(text: str) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    td = m.interaction_update.thinking_delta
-    td.text = text
-    td.thinking_style = pb.THINKING_STYLE_DEFAULT
-    return m
 
 
 def thinking_completed(duration_ms: int) -> pb.AgentServerMessage:
