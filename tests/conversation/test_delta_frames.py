@@ -11,16 +11,12 @@ from cursor_byok.protocol import encode_server_message
 
 
 def text_delta(text: str) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    m.interaction_update.text_delta.text = text
-    return m
+    return pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(text_delta=pb.TextDeltaUpdate(text=text)))
 
 
 def thinking_delta(text: str) -> pb.AgentServerMessage:
-    m = pb.AgentServerMessage()
-    m.interaction_update.thinking_delta.text = text
-    m.interaction_update.thinking_delta.thinking_style = pb.THINKING_STYLE_DEFAULT
-    return m
+    delta = pb.ThinkingDeltaUpdate(text=text, thinking_style=pb.THINKING_STYLE_DEFAULT)
+    return pb.AgentServerMessage(interaction_update=pb.InteractionUpdate(thinking_delta=delta))
 
 
 @settings(max_examples=300, deadline=None)
