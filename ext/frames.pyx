@@ -302,6 +302,74 @@ def encode_end_stream(json_payload):
     return encode_frame(json_payload, 2)
 
 
+cdef enum:
+    _MAX_NESTING = 16  # message fields around the value (a server message's delta: 2)
+
+
+cdef inline Py_ssize_t _varint_size(uint64_t value) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while value >= 0x80:
+        value >>= 7
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t _put_varint(uint8_t* p, uint64_t value) noexcept nogil:
+    cdef Py_ssize_t n = 0
+    while value >= 0x80:
+        p[n] = <uint8_t>((value & 0x7F) | 0x80)
+        value >>= 7
+        n += 1
+    p[n] = <uint8_t>value
+    return n + 1
+
+
+def encode_nested_frame(tuple fields not None, bytes value not None, bytes tail not None=b""):
+    """The data envelope of a protobuf message whose only content is `value`, a length-delimited
+    field nested in message fields: `fields` are their numbers from the outermost message to the
+    value's own, and `tail` the innermost message's later fields, already encoded. Byte for byte
+    what serializing such a message gives (proto3: an empty value is left out, the messages around
+    it are not)."""
+    cdef Py_ssize_t depth = len(fields)
+    cdef Py_ssize_t i
+    cdef uint64_t keys[_MAX_NESTING]
+    cdef uint64_t sizes[_MAX_NESTING]  # sizes[i]: the content of the message that field i opens
+    cdef uint64_t number
+    if depth == 0:
+        raise ValueError("a nested field needs at least the value's own field number")
+    if depth > _MAX_NESTING:
+        raise ValueError(f"more than {_MAX_NESTING} nested fields")
+    for i in range(depth):
+        if not 1 <= fields[i] < (1 << 29):
+            raise ValueError(f"protobuf field number {fields[i]} is out of range")
+        number = fields[i]
+        keys[i] = (number << 3) | 2
+    cdef Py_ssize_t value_size = PyBytes_GET_SIZE(value)
+    cdef Py_ssize_t tail_size = PyBytes_GET_SIZE(tail)
+    cdef uint64_t content = tail_size
+    if value_size:
+        content += _varint_size(keys[depth - 1]) + _varint_size(value_size) + value_size
+    for i in range(depth - 2, -1, -1):
+        sizes[i] = content
+        content += _varint_size(keys[i]) + _varint_size(content)
+    if content > _MAX_WIRE_LENGTH:
+        raise ValueError(f"payload of {content} bytes does not fit a 4-byte frame length")
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, _HEADER + <Py_ssize_t>content)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    _write_header(p, 0, <uint32_t>content)
+    p += _HEADER
+    for i in range(depth - 1):
+        p += _put_varint(p, keys[i])
+        p += _put_varint(p, sizes[i])
+    if value_size:
+        p += _put_varint(p, keys[depth - 1])
+        p += _put_varint(p, <uint64_t>value_size)
+        memcpy(p, PyBytes_AS_STRING(value), value_size)
+        p += value_size
+    memcpy(p, PyBytes_AS_STRING(tail), tail_size)
+    return out
+
+
 # Hex digit values; 0xFF marks a byte that is not [0-9a-fA-F].
 cdef uint8_t _HEX_VALUE[256]
 

@@ -15,7 +15,7 @@ from cursor_byok.hotpath import errors
 
 def test_exports_the_documented_api() -> None:
     for name in [
-        "FrameDecoder", "encode_frame", "encode_frames", "encode_end_stream", "decode_hex",
+        "FrameDecoder", "encode_frame", "encode_frames", "encode_end_stream", "encode_nested_frame", "decode_hex",
         "ReorderBuffer", "chain", "extend", "common_prefix", "is_strict_prefix", "DIGEST_SIZE",
         "HotPathError", "FrameTooLarge", "TruncatedFrame", "CompressionError", "HexDecodeError",
         "SeqnoError", "NegativeSeqno", "SeqnoOutOfWindow", "FLAG_DATA", "FLAG_COMPRESSED",

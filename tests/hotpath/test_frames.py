@@ -492,3 +492,32 @@ def test_allowed_large_header_commits_memory_only_as_data_arrives(frames: Module
 def test_errors_are_hot_path_errors(frames: ModuleType) -> None:
     with pytest.raises(HotPathError):
         frames.FrameDecoder(1).feed(header(0, 2))
+
+
+# --- a string nested in message fields, encoded as one data frame --------------------------------
+
+
+def test_encode_nested_frame_is_the_messages_encoding(frames: ModuleType) -> None:
+    # AgentServerMessage.interaction_update(1).text_delta(1).text(1) = "hi"
+    assert frames.encode_nested_frame((1, 1, 1), b"hi") == b"\x00\x00\x00\x00\x08\n\x06\n\x04\n\x02hi"
+    # an empty string is left out (proto3), the messages around it are not
+    assert frames.encode_nested_frame((1, 1, 1), b"") == b"\x00\x00\x00\x00\x04\n\x02\n\x00"
+    # .thinking_delta(4) with thinking_style(2) = 1 after its text
+    assert frames.encode_nested_frame((1, 4, 1), b"hi", b"\x10\x01") == b'\x00\x00\x00\x00\n\n\x08"\x06\n\x02hi\x10\x01'
+    assert frames.encode_nested_frame((3,), b"x") == b"\x00\x00\x00\x00\x03\x1a\x01x"
+    # keys and lengths past one byte are varints
+    long = b"y" * 300
+    assert frames.encode_nested_frame((16, 2), long) == b"\x00\x00\x00\x01\x33\x82\x01\xaf\x02\x12\xac\x02" + long
+
+
+@pytest.mark.parametrize("fields", [(), (0,), (1, -1), (1 << 29,)])
+def test_encode_nested_frame_rejects_impossible_field_numbers(frames: ModuleType, fields: tuple[int, ...]) -> None:
+    with pytest.raises((ValueError, OverflowError)):
+        frames.encode_nested_frame(fields, b"x")
+
+
+@BOUNDED
+@given(st.lists(st.integers(1, (1 << 29) - 1), min_size=1, max_size=6), st.binary(max_size=400), st.binary(max_size=20))
+def test_twins_agree_on_nested_frames(fields: list[int], value: bytes, tail: bytes) -> None:
+    twin, compiled = twin_and_compiled("frames")
+    assert compiled.encode_nested_frame(tuple(fields), value, tail) == twin.encode_nested_frame(tuple(fields), value, tail)

@@ -135,7 +135,7 @@ def begin_run(
     run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, agent_mode(rr), follow_up, resumed=resumed)
     # Bound to the stream, not to the run: a run that holds what refers back to it is only freed by
     # the cycle collector, with its run request and turns.
-    run.presenter = RunPresenter(run.run_id, workspace_root(rr), functools.partial(write_to, output), run.turns)
+    run.presenter = RunPresenter(run.run_id, workspace_root(rr), functools.partial(write_to, output), run.turns, output.write)
     run.observed = ObservedRun(
         conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr), developer=output.developer
     )

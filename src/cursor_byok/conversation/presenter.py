@@ -28,11 +28,15 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
 
 
 class RunPresenter:
-    def __init__(self, run_id: str, workspace_root: str | None, write: Callable[..., None], turns: TurnLog) -> None:
+    def __init__(
+        self, run_id: str, workspace_root: str | None, write: Callable[..., None], turns: TurnLog,
+        write_frame: Callable[[bytes], None],
+    ) -> None:
         self.run_id = run_id
         self.turns = turns  # the steps of the turn in progress are recorded there
         self.workspace_root = workspace_root
         self._write = write  # (*AgentServerMessage) -> None
+        self._write_frame = write_frame  # an encoded message's frame (the stream is open while events come)
         self.step = 0
         self.model_call_id = ""
         self.output_tokens = 0
@@ -42,16 +46,18 @@ class RunPresenter:
 
     def present(self, event: Any) -> bool:
         """Write the updates for one engine event. True when a new model cycle (step) started."""
-        match event:
-            case TextDelta():
+        if type(event) is TextDelta:  # most events are; their frames are built without a message
+            if self._thinking_since is not None:
                 self.end_thinking()
-                self.turns.steps.text(event.text)
-                self._write(updates.text_delta(event.text))
+            self.turns.steps.text(event.text)
+            self._write_frame(updates.text_delta_frame(event.text))
+            return False
+        match event:
             case ThinkingDelta():
                 if self._thinking_since is None:
                     self._thinking_since = time.monotonic()
                 self.turns.steps.thinking(event.text)
-                self._write(updates.thinking_delta(event.text))
+                self._write_frame(updates.thinking_delta_frame(event.text))
             case ThinkingEnd():
                 self.end_thinking()
             case ToolCallStart():

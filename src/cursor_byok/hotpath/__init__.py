@@ -55,6 +55,7 @@ __all__ = [
     "encode_end_stream",
     "encode_frame",
     "encode_frames",
+    "encode_nested_frame",
     "extend",
     "holds_unknown",
     "implementation",
@@ -73,6 +74,7 @@ _API: dict[str, tuple[str, ...]] = {
         "encode_frame",
         "encode_frames",
         "encode_end_stream",
+        "encode_nested_frame",
         "decode_hex",
         "FLAG_DATA",
         "FLAG_COMPRESSED",
@@ -141,6 +143,7 @@ FrameDecoder = _active["frames"].FrameDecoder
 encode_frame = _active["frames"].encode_frame
 encode_frames = _active["frames"].encode_frames
 encode_end_stream = _active["frames"].encode_end_stream
+encode_nested_frame = _active["frames"].encode_nested_frame
 decode_hex = _active["frames"].decode_hex
 ReorderBuffer = _active["seqno"].ReorderBuffer
 chain = _active["prefix"].chain

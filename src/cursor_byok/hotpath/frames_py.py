@@ -142,6 +142,36 @@ def encode_frames(payloads: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
+def encode_nested_frame(fields: tuple[int, ...], value: bytes, tail: bytes = b"") -> bytes:
+    """The data envelope of a protobuf message whose only content is `value`, a length-delimited
+    field nested in message fields: `fields` are their numbers from the outermost message to the
+    value's own, and `tail` the innermost message's later fields, already encoded. Byte for byte
+    what serializing such a message gives (proto3: an empty value is left out, the messages around
+    it are not)."""
+    if not fields:
+        raise ValueError("a nested field needs at least the value's own field number")
+    keys = [_field_key(number) for number in fields]
+    content = (keys[-1] + _varint(len(value)) + value if value else b"") + tail
+    for key in reversed(keys[:-1]):
+        content = key + _varint(len(content)) + content
+    return encode_frame(content)
+
+
+def _field_key(number: int) -> bytes:
+    if not 1 <= number < 1 << 29:
+        raise ValueError(f"protobuf field number {number} is out of range")
+    return _varint(number << 3 | 2)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _header(flags: int, payload: bytes) -> bytes:
     length = memoryview(payload).nbytes
     if length > _MAX_WIRE_LENGTH:
