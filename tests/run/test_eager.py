@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
-from cursor_byok.run import start_now, start_task
+from cursor_byok.run import eager, start_now, start_task
 
 
 async def test_a_coroutine_that_never_waits_is_done_at_once_without_a_task() -> None:
@@ -235,3 +236,35 @@ async def test_the_first_step_runs_in_the_tasks_own_context() -> None:
     task = start_task(work())
     assert LOG_ID.get() == "caller's"
     assert await task == "the task's"
+
+
+@pytest.mark.parametrize("start", [start_now, start_task])
+async def test_once_under_way_its_steps_run_no_code_of_ours(start: Callable[[Coroutine[Any, Any, int]], asyncio.Future[int]]) -> None:
+    """A provider call's task takes a step per streamed delta: past its first wait the task drives
+    the coroutine itself, with no frame of this module in between."""
+    loop = asyncio.get_running_loop()
+    gates = [loop.create_future() for _ in range(20)]
+
+    async def work() -> int:
+        for gate in gates:
+            await gate
+        return len(gates)
+
+    task = start(work())
+    gates[0].set_result(None)
+    await asyncio.sleep(0)  # the task's first step takes the handoff
+    ours: list[str] = []
+
+    def watch(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename == eager.__file__:
+            ours.append(frame.f_code.co_name)
+
+    sys.setprofile(watch)
+    try:
+        for gate in gates[1:]:
+            gate.set_result(None)
+            await asyncio.sleep(0)
+    finally:
+        sys.setprofile(None)
+    assert await task == len(gates)
+    assert ours == []
