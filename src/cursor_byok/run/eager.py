@@ -92,9 +92,11 @@ class _Continuation(Coroutine[Any, Any, Any]):
     next step: what it waits on, its result or its error. A step of the task before the
     coroutine's first waits on a future of its own (a gate, which cancelling the task cancels
     alone); every other step (a value, or an error thrown in such as the task's cancellation) goes
-    to the coroutine itself."""
+    to the coroutine itself: once the handoff is taken, by the task straight to the coroutine's
+    own `send` (set on the instance, which the task's step looks up first), so a provider call's
+    task steps per streamed delta without a frame of this class."""
 
-    __slots__ = ("_coro", "_loop", "handoff", "_gate", "_began")
+    __slots__ = ("_coro", "_loop", "handoff", "_gate", "_began", "__dict__")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop, handoff: tuple[int, Any] | None = None) -> None:
         self._coro = coro
@@ -136,6 +138,7 @@ class _Continuation(Coroutine[Any, Any, Any]):
         handoff = self.handoff
         if handoff is not None:
             self.handoff = None
+            self.send = self._coro.send  # type: ignore[method-assign]
             how, what = handoff
             if how is _YIELDED:
                 return what
