@@ -28,6 +28,7 @@ from cursor_byok.providers import (
     Usage,
     make_provider,
 )
+from cursor_byok.providers.openai_chat import ChatTranslator
 from tests.fakes import Reply, fake_model, sse
 
 TOOLS = [ToolSchema("Read", "Read.", {"type": "object"})]
@@ -199,3 +200,45 @@ async def test_a_read_far_behind_the_provider_lets_the_loop_run_between_its_part
             seen.append(event.text)
     assert "".join(seen) == "".join(words)
     assert seen_when_the_loop_ran and seen_when_the_loop_ran[0] < len("".join(words)) / 4, seen_when_the_loop_ran
+
+
+def _fed(*chunks: dict) -> list:
+    """The translator's events for each chunk, one list per chunk (sans IO)."""
+    translator = ChatTranslator()
+    return [list(translator.feed("", msgspec.json.encode(c).decode())) for c in chunks]
+
+
+def _choice(delta: dict, finish: str | None = None, index: int = 0) -> dict:
+    return {"index": index, "delta": delta, "finish_reason": finish}
+
+
+def test_text_chunks_beside_the_plain_one_keep_everything_they_carry() -> None:
+    """A chunk of one text piece takes a short way; a chunk that carries anything more does not lose it."""
+    text_and_finish, text_and_usage, other_choice, empty_reasoning, refusal = _fed(
+        {"id": "cc-1", "choices": [_choice({"content": "a"}, "stop")]},
+        {"choices": [_choice({"content": "b"})], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+        {"choices": [_choice({"content": "ignored"}, index=1)]},
+        {"choices": [_choice({"content": "c", "reasoning_content": ""})]},
+        {"choices": [_choice({"content": "d", "refusal": "no"})]},
+    )
+    assert text_and_finish == [TextDelta("a")]
+    assert text_and_usage == [TextDelta("b")]
+    assert other_choice == []
+    assert empty_reasoning == [TextDelta("c")]
+    assert refusal == [TextDelta("d")]
+    after_thinking, with_call, two_choices = _fed(
+        {"choices": [_choice({"reasoning_content": "hm"})]},
+        {"choices": [_choice({"content": "e"})]},
+        {"choices": [_choice({"content": "f", "tool_calls": [{"index": 0, "id": "c1", "function": {"name": "Read"}}]})]},
+    )[1:] + _fed({"choices": [_choice({"content": "g"}), _choice({"content": "h"}, index=1)]})
+    assert after_thinking == [ThinkingEnd({"openai_chat": {"field": "reasoning_content"}}), TextDelta("e")]
+    assert with_call == [TextDelta("f"), ToolCallStart(0, "c1", "Read")]
+    assert two_choices == [TextDelta("g")]
+
+
+def test_a_plain_text_chunk_still_ends_with_the_response_id_and_usage() -> None:
+    translator = ChatTranslator()
+    for data in ({"id": "cc-9", "choices": [_choice({"content": "x"})]}, {"id": "cc-other", "choices": [_choice({"content": "y"})]},
+                 {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}, {"choices": [_choice({}, "stop")]}):
+        translator.feed("", msgspec.json.encode(data).decode())
+    assert list(translator.close()) == [Usage(input_tokens=3, output_tokens=2), Finish("end_turn", "cc-9")]

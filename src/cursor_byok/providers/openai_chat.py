@@ -135,10 +135,21 @@ class ChatTranslator:
                            provider="openai-chat")
         if self._response_id is None:
             self._response_id = chunk.id
-        if chunk.usage is not None:
+        choices = chunk.choices
+        if chunk.usage is None:
+            if len(choices) == 1 and self._thinking_field is None:
+                # Nearly every chunk: one piece of text and nothing else, as the loop below reads it.
+                choice = choices[0]
+                delta = choice.delta
+                if (
+                    delta is not None and delta.content and choice.index == 0 and not choice.finish_reason
+                    and not delta.reasoning_content and not delta.reasoning and not delta.refusal and not delta.tool_calls
+                ):
+                    return (TextDelta(delta.content),)
+        else:
             self._usage = chunk.usage
         out: list[StreamEvent] = []
-        for choice in chunk.choices:
+        for choice in choices:
             if choice.index != 0:
                 continue
             delta = choice.delta
