@@ -43,19 +43,20 @@ _MIN_THINKING_BUDGET = 1024
 
 
 # ---- wire events ---------------------------------------------------------------------------------
-class _Usage(msgspec.Struct):
+# gc=False: decoded JSON is a tree (never a cycle) made per streamed event; the collector need not track it.
+class _Usage(msgspec.Struct, gc=False):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
 
 
-class _Message(msgspec.Struct):
+class _Message(msgspec.Struct, gc=False):
     id: str | None = None
     usage: _Usage | None = None
 
 
-class _Block(msgspec.Struct):
+class _Block(msgspec.Struct, gc=False):
     type: str = ""
     id: str | None = None
     name: str | None = None
@@ -65,7 +66,7 @@ class _Block(msgspec.Struct):
     data: str | None = None
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     type: str | None = None
     text: str | None = None
     thinking: str | None = None
@@ -74,12 +75,12 @@ class _Delta(msgspec.Struct):
     stop_reason: str | None = None
 
 
-class _Error(msgspec.Struct):
+class _Error(msgspec.Struct, gc=False):
     type: str | None = None
     message: str = ""
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     type: str = ""
     index: int = 0
     message: _Message | None = None

@@ -40,18 +40,19 @@ _REPLAY_KEY = "openai_chat"
 
 
 # ---- wire chunks (only the fields we read; unknown fields are ignored) ---------------------------
-class _FunctionDelta(msgspec.Struct):
+# gc=False: decoded JSON is a tree (never a cycle) made per streamed event; the collector need not track it.
+class _FunctionDelta(msgspec.Struct, gc=False):
     name: str | None = None
     arguments: str | None = None
 
 
-class _ToolCallDelta(msgspec.Struct):
+class _ToolCallDelta(msgspec.Struct, gc=False):
     index: int = 0
     id: str | None = None
     function: _FunctionDelta | None = None
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
@@ -59,22 +60,22 @@ class _Delta(msgspec.Struct):
     tool_calls: list[_ToolCallDelta] | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     index: int = 0
     delta: _Delta | None = None
     finish_reason: str | None = None
 
 
-class _PromptDetails(msgspec.Struct):
+class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
     cache_write_tokens: int | None = None
 
 
-class _CompletionDetails(msgspec.Struct):
+class _CompletionDetails(msgspec.Struct, gc=False):
     reasoning_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: _PromptDetails | None = None
@@ -82,7 +83,7 @@ class _Usage(msgspec.Struct):
     prompt_cache_hit_tokens: int | None = None  # DeepSeek's name for cached input
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     id: str | None = None
     choices: list[_Choice] = []
     usage: _Usage | None = None

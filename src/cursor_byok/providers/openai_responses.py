@@ -38,7 +38,8 @@ _REPLAY_KEY = "openai"
 
 
 # ---- wire events ---------------------------------------------------------------------------------
-class _Item(msgspec.Struct):
+# gc=False: decoded JSON is a tree (never a cycle) made per streamed event; the collector need not track it.
+class _Item(msgspec.Struct, gc=False):
     type: str = ""
     id: str | None = None
     call_id: str | None = None
@@ -48,26 +49,26 @@ class _Item(msgspec.Struct):
     summary: list[Any] | None = None
 
 
-class _InputDetails(msgspec.Struct):
+class _InputDetails(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
 
 
-class _OutputDetails(msgspec.Struct):
+class _OutputDetails(msgspec.Struct, gc=False):
     reasoning_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     input_tokens: int | None = None
     output_tokens: int | None = None
     input_tokens_details: _InputDetails | None = None
     output_tokens_details: _OutputDetails | None = None
 
 
-class _Incomplete(msgspec.Struct):
+class _Incomplete(msgspec.Struct, gc=False):
     reason: str | None = None
 
 
-class _Response(msgspec.Struct):
+class _Response(msgspec.Struct, gc=False):
     id: str | None = None
     status: str | None = None
     usage: _Usage | None = None
@@ -75,7 +76,7 @@ class _Response(msgspec.Struct):
     error: Any = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     type: str = ""
     delta: Any = None
     item_id: str | None = None
