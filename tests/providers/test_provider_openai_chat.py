@@ -242,3 +242,8 @@ def test_a_plain_text_chunk_still_ends_with_the_response_id_and_usage() -> None:
                  {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}, {"choices": [_choice({}, "stop")]}):
         translator.feed("", msgspec.json.encode(data).decode())
     assert list(translator.close()) == [Usage(input_tokens=3, output_tokens=2), Finish("end_turn", "cc-9")]
+    translator = ChatTranslator()  # a first chunk without an id: the first id that comes
+    for data in ({"choices": [_choice({"content": "x"})]}, {"id": "cc-2", "choices": [_choice({"content": "y"})]},
+                 {"id": "cc-3", "choices": [_choice({}, "stop")]}):
+        translator.feed("", msgspec.json.encode(data).decode())
+    assert list(translator.close()) == [Finish("end_turn", "cc-2")]

@@ -84,13 +84,17 @@ class _Usage(msgspec.Struct, gc=False):
 
 
 class _Chunk(msgspec.Struct, gc=False):
-    id: str | None = None
     choices: list[_Choice] = []
     usage: _Usage | None = None
     error: Any = None
 
 
+class _FirstChunk(_Chunk, gc=False):
+    id: str | None = None  # the response's: read until a chunk has told it, then skipped
+
+
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_first_chunk = msgspec.json.Decoder(_FirstChunk).decode
 
 
 _FINISH: dict[str, StopReason] = {
@@ -130,12 +134,15 @@ class ChatTranslator:
         if data == "[DONE]":
             self._done = True
             return ()
-        chunk = _decode_chunk(data)
+        chunk: _Chunk
+        if self._response_id is None:
+            chunk = first = _decode_first_chunk(data)
+            self._response_id = first.id
+        else:
+            chunk = _decode_chunk(data)
         if chunk.error is not None:
             raise classify(status=None, info=error_info_from({"error": chunk.error}), redact=self._redact,
                            provider="openai-chat")
-        if self._response_id is None:
-            self._response_id = chunk.id
         choices = chunk.choices
         if chunk.usage is None:
             if len(choices) == 1 and self._thinking_field is None:
