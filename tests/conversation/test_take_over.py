@@ -25,7 +25,7 @@ async def test_taking_one_conversation_over_reads_and_marks_only_its_runs(tmp_pa
 
         await rig.service.restore(conversation_id="mine")
 
-        unfinished_reads = [s for s in statements if "outcome IS NULL" in s]
+        unfinished_reads = [s for s in statements if s.lstrip().startswith("SELECT") and "outcome IS NULL" in s]
         assert unfinished_reads and all("conversation_id = " in s for s in unfinished_reads), unfinished_reads
         assert (await store.get_run("mine-run")).outcome == RunOutcome.INTERRUPTED_BY_CRASH  # type: ignore[union-attr]
         assert (await store.get_run("theirs-run")).outcome is None  # type: ignore[union-attr]
