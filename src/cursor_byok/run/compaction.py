@@ -100,19 +100,19 @@ class ContextEstimator:
 
     def _extend(self, messages: Sequence[Message]) -> None:
         """Sum the messages past those summed; all of them again when these do not extend those."""
-        count = self._count
-        if count and (len(messages) < count or not _same(self._last, _mark(messages, count - 1))):
+        count, total = self._count, len(messages)
+        if count and (total < count or not _same(self._last, _mark(messages, count - 1))):
             self.reset()
             count = 0
-        if count == len(messages):
+        if count == total:
             return
-        for index in range(count, len(messages)):
+        for index in range(count, total):
             chars, images = _message_size(messages[index])
             self._chars += chars
             self._images += images
-        self.sized += len(messages) - count
-        self._count = len(messages)
-        self._last = _mark(messages, self._count - 1)
+        self.sized += total - count
+        self._count = total
+        self._last = _mark(messages, total - 1)
 
 
 def _mark(messages: Sequence[Message], index: int) -> object:
