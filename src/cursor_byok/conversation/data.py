@@ -20,7 +20,7 @@ from .actions import Injected
 from .active_run import ActiveRun, now_ms
 from .checkpoints import Checkpoints
 from .commands import ClientInput
-from .history import ConversationHistory, EntryKind, HistoryEntry, prompt_mode
+from .history import ConversationHistory, EntryKind, HistoryEntry, prompt_mode, strict_prefix_checks
 from .identity import ParentConversationRef
 from .observation import NO_OBSERVER, RunObserver
 from .output import OutputStream
@@ -54,6 +54,7 @@ class RuntimeServices:
     # serves (`begin_serving`), so their recovery waits do not run out while it resumes others.
     serving: bool = True
     _clocks: list[Callable[[], object]] = field(default_factory=list)  # recovery clocks waiting for that
+    strict_prefix: bool = field(default_factory=strict_prefix_checks)  # read once, not per conversation
 
     def when_serving(self, start: Callable[[], object]) -> None:
         """`start` now when the server serves, else once it does."""
@@ -74,7 +75,7 @@ class ConversationData:
         self.conversation_id = conversation_id
         self.services = services
         self.parent: ParentConversationRef | None = None
-        self.history = ConversationHistory(conversation_id)
+        self.history = ConversationHistory(conversation_id, strict_prefix=services.strict_prefix)
         self.records = ConversationRecords(conversation_id, services.store)
         self.blobs = BlobSync()
         self.checkpoints = Checkpoints(self.history, self.blobs, self.records, services.blob_ack_timeout)
@@ -249,7 +250,7 @@ class ConversationData:
         asked = None if run.resumed or not client_context.lacks_request_context(rr) else self._ask_client_context(run)
         await self.ensure_loaded()
         self.records.run_started(run, self.parent, Phase.PREPARING.value)
-        if not self.history.entries and rr.conversation_state.root_prompt_messages_json:
+        if not len(self.history) and rr.conversation_state.root_prompt_messages_json:
             hydrated = await self.checkpoints.hydrate(run)
             entries = [self.history.append(kind, key, message, run.run_id) for kind, key, message in hydrated]
             await self.records.append_durably([e for e in entries if e is not None])

@@ -82,7 +82,7 @@ class RunPresenter:
                 self.step = event.step
                 self.model_call_id = f"{self.run_id}:{event.step}"
                 self._args.clear()
-                self._write(updates.step_started(event.step))
+                self._write_frame(updates.step_started_frame(event.step))
                 return True
             case ModelCycleFinished():
                 self.end_thinking()

@@ -51,7 +51,10 @@ def request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:
 
 
 def workspace_root(rr: pb.AgentRunRequest) -> str | None:
-    env = request_env(rr)
+    return _root_of(request_env(rr))
+
+
+def _root_of(env: pb.RequestContextEnv | None) -> str | None:
     return env.workspace_paths[0] if env is not None and env.workspace_paths else None
 
 
@@ -61,7 +64,7 @@ def tool_context(
 ) -> tools.ToolContext:
     env = request_env(rr)
     return tools.ToolContext(
-        workspace_root=workspace_root(rr),
+        workspace_root=_root_of(env),
         terminals_folder=(env.terminals_folder or None) if env is not None else None,
         mcp_tools=tools.mcp_descriptors_from_run_request(rr),
         conversation_id=conversation_id,

@@ -54,13 +54,14 @@ class ConversationService:
         rt.start()
         return rt
 
-    async def restore(self, keep: Keep | None = None) -> None:
+    async def restore(self, keep: Keep | None = None, *, conversation_id: str | None = None) -> None:
         """After a restart: runs left without an outcome were cut by a crash; mark them so.
-        `keep`: whether a conversation is this server's to restore (see `resume_journaled`)."""
+        `keep`: whether a conversation is this server's to restore (see `resume_journaled`);
+        `conversation_id`: only that one's runs (one conversation taken over), read by its index."""
         store = self.services.store
         if store is None:
             return
-        for run in await store.find_unfinished_runs():
+        for run in await store.find_unfinished_runs(conversation_id):
             if keep is None or await keep(run.conversation_id):
                 store.finish_run(run.run_id, "interrupted_by_crash")
         await store.flush()

@@ -148,10 +148,9 @@ def repair_dangling_tool_calls(history: ConversationHistory, run_id: str) -> lis
     """After a cancel or a crash the last assistant message may have tool calls whose results were
     never recorded. Answer them with an explicit error result (appended, never rewritten) so the
     provider history stays valid and a side effect is not silently repeated."""
-    entries = history.entries
-    if not entries or entries[-1].kind is not EntryKind.ASSISTANT:
+    last = history.last()
+    if last is None or last.kind is not EntryKind.ASSISTANT:
         return []
-    last = entries[-1]
     calls = [p for p in last.message.parts if isinstance(p, ToolCallPart)]
     if not calls:
         return []

@@ -1,10 +1,12 @@
 """Pure builders of the server messages the runtime writes (one place that knows their shapes)."""
 from __future__ import annotations
 
+import functools
+
 from google.protobuf.message import Message
 
 from ..hotpath import encode_nested_frame
-from ..protocol import agent_pb2 as pb
+from ..protocol import agent_pb2 as pb, encode_server_message
 from ..run import Usage
 
 
@@ -53,6 +55,12 @@ def step_started(step: int) -> pb.AgentServerMessage:
     m = pb.AgentServerMessage()
     m.interaction_update.step_started.step_id = step
     return m
+
+
+@functools.lru_cache(maxsize=64)
+def step_started_frame(step: int) -> bytes:
+    """`step_started(step)`'s frame: the same few steps start every run, so each is encoded once."""
+    return encode_server_message(step_started(step))
 
 
 def step_completed(step: int, duration_ms: int) -> pb.AgentServerMessage:

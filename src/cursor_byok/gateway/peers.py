@@ -86,5 +86,5 @@ class Peers:
         async def only_it(candidate: str | None) -> bool:
             return candidate == conversation_id
 
-        await self.gw.conversations.restore(only_it)
+        await self.gw.conversations.restore(conversation_id=conversation_id)
         await self.gw.resume_journaled(only_it)

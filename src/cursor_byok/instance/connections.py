@@ -131,6 +131,7 @@ class ConnectionWarden:
         self._sockets: dict[int, _Socket] = {}  # by inode: the server port's connections
         self._foreign: set[int] = set()  # inodes of every other socket (the listener, outbound ones)
         self._reserve: int | None = None  # a descriptor kept to look with when all others are taken
+        self._found: list[tuple[int, int]] | None = None  # what the last look found (None: look afresh)
         self.ended: collections.Counter[str] = collections.Counter()
         self._unlogged: collections.Counter[str] = collections.Counter()
         self._logged_at: dict[str, float] = {}
@@ -197,6 +198,9 @@ class ConnectionWarden:
                 self._reserve = _open_reserve()
 
     def _look(self, found: list[tuple[int, int]], now: float) -> None:
+        if found == self._found:  # the very same descriptors and sockets as last time: nothing new to learn
+            return
+        self._found = found
         seen: dict[int, _Socket] = {}
         foreign: set[int] = set()
         for fd, inode in found:
@@ -272,6 +276,7 @@ class ConnectionWarden:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
         self._sockets.pop(entry.inode, None)
+        self._found = None  # its descriptor may still be open: the next look sees it afresh
         self.book.peers.pop(entry.peer, None)
         self.ended[reason] += 1
         self._unlogged[reason] += 1

@@ -1,7 +1,7 @@
 """Context-size estimation and the tool-less summary request used for automatic compaction."""
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from ..providers import (
     ImagePart,
@@ -71,7 +71,7 @@ class ContextEstimator:
         self._count = 0  # the first `_count` messages are summed: their characters and images
         self._chars = 0
         self._images = 0
-        self._last: object = None  # what names the last of them (see `_mark`)
+        self._last: object = None  # what names the last of them (see `_marks`)
         # The provider's count: (input tokens, messages, their chars, their images, base chars, tokenizer).
         self._anchor: tuple[int, int, int, int, int, Hashable] | None = None
         self.sized = 0  # messages sized, over every run: each once while the history only grows
@@ -100,25 +100,26 @@ class ContextEstimator:
 
     def _extend(self, messages: Sequence[Message]) -> None:
         """Sum the messages past those summed; all of them again when these do not extend those."""
-        count = self._count
-        if count and (len(messages) < count or not _same(self._last, _mark(messages, count - 1))):
+        count, total = self._count, len(messages)
+        mark = _marks(messages)
+        if count and (total < count or not _same(self._last, mark(count - 1))):
             self.reset()
             count = 0
-        if count == len(messages):
+        if count == total:
             return
-        for index in range(count, len(messages)):
+        for index in range(count, total):
             chars, images = _message_size(messages[index])
             self._chars += chars
             self._images += images
-        self.sized += len(messages) - count
-        self._count = len(messages)
-        self._last = _mark(messages, self._count - 1)
+        self.sized += total - count
+        self._count = total
+        self._last = mark(total - 1)
 
 
-def _mark(messages: Sequence[Message], index: int) -> object:
-    """What names the index-th message: its key when the messages are keyed (a history's are, and
+def _marks(messages: Sequence[Message]) -> Callable[[int], object]:
+    """What names a message by its index: its key when the messages are keyed (a history's are, and
     a stored message is decoded afresh for each reader), else the message object itself."""
-    return messages.key(index) if isinstance(messages, KeyedMessages) else messages[index]
+    return messages.key if isinstance(messages, KeyedMessages) else messages.__getitem__
 
 
 def _same(mark: object, other: object) -> bool:

@@ -21,7 +21,7 @@ from .derived import DerivedState, summary_blobs, todo_blobs
 from .turns import Blob, StepLog, TurnLog, decode_turn
 from .request import background_completion_messages, prompt_mode, render_request_context, render_user_message
 from .entry import EntryKind, HistoryEntry, canonical, decode_entry, encode_entry
-from .log import ConversationHistory, PrefixViolation, Projection, Window
+from .log import ConversationHistory, PrefixViolation, Projection, Window, strict_prefix_checks
 from .stored import StoredEntries
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "Projection",
     "StoredEntries",
     "Window",
+    "strict_prefix_checks",
     "blob_id",
     "canonical",
     "decode_entry",

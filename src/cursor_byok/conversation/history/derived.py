@@ -21,7 +21,7 @@ class DerivedState:
     this run added, not to the whole conversation."""
 
     def __init__(self, base: pb.ConversationStateStructure) -> None:
-        self._known_paths = set(base.read_paths)
+        self._known_paths: set[str] | None = None  # the base's read paths, once a read asks (most runs read nothing)
         self._base = base
         self.read_paths: list[str] = []
         self.plan: Blob | None = None
@@ -52,8 +52,11 @@ class DerivedState:
         """Paths of successful reads, each once, in the order first read."""
         if call.result.HasField("success"):
             path = call.result.success.path or call.args.path
-            if path and path not in self._known_paths:
-                self._known_paths.add(path)
+            known = self._known_paths
+            if known is None:
+                known = self._known_paths = set(self._base.read_paths)
+            if path and path not in known:
+                known.add(path)
                 self.read_paths.append(path)
 
     def _task(self, call: pb.ToolCall) -> None:

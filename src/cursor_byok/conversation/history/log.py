@@ -26,6 +26,11 @@ STRICT_PREFIX_ENV = "CURSOR_BYOK_STRICT_PREFIX"
 DIGEST = hotpath.DIGEST_SIZE
 
 
+def strict_prefix_checks() -> bool:
+    """Whether a prefix violation raises (tests), as the environment says."""
+    return os.environ.get(STRICT_PREFIX_ENV) == "1"
+
+
 class PrefixViolation(AssertionError):
     """The new provider history does not extend the previous one (without a compaction)."""
 
@@ -81,7 +86,7 @@ class Window(Sequence[HistoryEntry]):
         index -= self.stop - self.first
         if not 0 <= index < self.added_stop - self.added_first:
             raise IndexError(index)
-        return self.added[self.added_first + index], 0
+        return self.added._entries[self.added_first + index], 0  # the list itself: a call less per entry read
 
     @overload
     def __getitem__(self, index: int) -> HistoryEntry: ...
@@ -195,7 +200,7 @@ class ConversationHistory:
         self._unchecked: Window | None = None  # a projection whose check waits for the loop's next pass
         self.text_bytes = 0  # what its messages' text holds: most of what a history keeps in memory
         self.context_size = ContextEstimator()  # its projection's size, summed as it grows (see the run engine)
-        self.strict_prefix = os.environ.get(STRICT_PREFIX_ENV) == "1" if strict_prefix is None else strict_prefix
+        self.strict_prefix = strict_prefix_checks() if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
         return len(self._stored) + len(self._added)
@@ -209,6 +214,12 @@ class ConversationHistory:
     def entries(self) -> Window:
         """Every entry in order (a stored one is made when asked for)."""
         return Window(self._added, self._stored)
+
+    def last(self) -> HistoryEntry | None:
+        """The newest entry (a stored one is made when asked for)."""
+        if self._added._entries:
+            return self._added._entries[-1]
+        return self._stored.entry(len(self._stored) - 1) if len(self._stored) else None
 
     def _index(self, event_id: str) -> int | None:
         position = self._positions.get(event_id)
