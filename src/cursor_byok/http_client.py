@@ -70,9 +70,10 @@ class RequestHeaders:
     header lines h11 writes: the caller's, then aiohttp's defaults the caller did not name. Never
     shown by repr: they carry the key."""
 
-    __slots__ = ("fields", "host")
+    __slots__ = ("fields", "host", "heads")
 
     def __init__(self, headers: Mapping[str, str]) -> None:
+        self.heads: dict[tuple[_Route, str], tuple[bytes, bytes]] = {}  # by route and method: `_Route._head`
         # Through httpx's Headers once, as before: names sent lowercase, values checked as it checks
         # them. A Host of the caller's takes the place of the URL's, first, as aiohttp places it.
         self.host: bytes | None = None
@@ -190,14 +191,28 @@ class _Route:
     def request_bytes(self, method: str, headers: RequestHeaders, body: bytes | None) -> bytes:
         """The request as aiohttp's request writes it: Host, the headers, Content-Length when there
         is a body, a plain-HTTP proxy's credentials; then the body."""
+        head = headers.heads.get((self, method)) or self._head(method, headers, body is not None)
+        if body is None:
+            return head[0]
+        return b"".join((head[0], b"%d" % len(body), head[1], body))
+
+    def _head(self, method: str, headers: RequestHeaders, with_body: bool) -> tuple[bytes, bytes]:
+        """The request's head written by h11 once for these headers to this route (it checks and
+        writes each header line; ~75 Python calls a request): the text around the body's length,
+        which each request fills in."""
         lines = [(b"Host", headers.host or self.host), *headers.fields]
-        if body is not None:
-            lines.append((b"Content-Length", str(len(body)).encode()))
+        if with_body:
+            lines.append((b"Content-Length", b"0"))
         lines += self.proxy_fields
-        head = h11.Connection(h11.CLIENT).send(h11.Request(method=method, target=self.target, headers=lines))
-        assert head is not None
-        # The body follows as it is: with a Content-Length, h11 would only copy it.
-        return head + body if body else head
+        written = h11.Connection(h11.CLIENT).send(h11.Request(method=method, target=self.target, headers=lines))
+        assert written is not None
+        if with_body:
+            before, _, after = written.rpartition(b"\r\nContent-Length: 0\r\n")
+            head = (before + b"\r\nContent-Length: ", b"\r\n" + after)
+        else:
+            head = (written, b"")
+        headers.heads[(self, method)] = head
+        return head
 
 
 class _Via:

@@ -116,17 +116,17 @@ async def _read_all(response: ProviderResponse) -> bytes:
 async def test_the_request_is_sent_as_aiohttps_request_sends_it_on_one_kept_alive_connection() -> None:
     async with _Origin(_whole(b"data: 1\n\n"), _whole(b"data: 2\n\n"), b"HTTP/1.1 204 No Content\r\n\r\n") as origin, ProviderHttp(trust_env=False) as client:
         headers = client.headers({"Authorization": "Bearer k", "Content-Type": "application/json", "accept": "text/event-stream"})
-        for expected in (b"data: 1\n\n", b"data: 2\n\n"):
-            response = await client.post(origin.url + "/v1/chat/completions?beta=1", b'{"a":1}', headers, connect_timeout=5)
+        for body, expected in ((b'{"a":1}', b"data: 1\n\n"), (b'{"a":10}', b"data: 2\n\n")):
+            response = await client.post(origin.url + "/v1/chat/completions?beta=1", body, headers, connect_timeout=5)
             assert (response.status, response.headers["content-type"]) == (200, "text/event-stream")
             assert await _read_all(response) == expected
         assert await client.probe(origin.url + "/v1", connect_timeout=5) == 204
     host = origin.url.removeprefix("http://").encode()
     defaults = b"Accept-Encoding: %s\r\nUser-Agent: %s\r\n" % (ClientRequest.DEFAULT_HEADERS["Accept-Encoding"].encode(), SERVER_SOFTWARE.encode())
     post = (b"POST /v1/chat/completions?beta=1 HTTP/1.1\r\nHost: %s\r\nauthorization: Bearer k\r\ncontent-type: application/json\r\n"
-            b"accept: text/event-stream\r\n%sContent-Length: 7\r\n\r\n{\"a\":1}") % (host, defaults)
+            b"accept: text/event-stream\r\n%sContent-Length: %%d\r\n\r\n%%s") % (host, defaults)
     head = b"HEAD /v1 HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n%s\r\n" % (host, defaults)
-    assert origin.connections == [[post, post, head]]
+    assert origin.connections == [[post % (7, b'{"a":1}'), post % (8, b'{"a":10}'), head]]
 
 
 async def test_a_connection_the_provider_closed_while_idle_is_replaced() -> None:
