@@ -22,7 +22,6 @@ import asyncio
 import http.cookiejar
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
 
 from .trust_store import default_cas_skipped
 
@@ -246,9 +245,10 @@ async def _exchange(
     connection: aiohttp.connector.Connection, request: bytes, *, head_only: bool, info: RequestInfo
 ) -> tuple[RawResponseMessage, StreamReader]:
     """Send `request` on the connection and read the response head with the connection's own
-    protocol, as aiohttp's session and response do (an interim 1xx skipped). The one place that
-    reaches below aiohttp's public API (its response protocol's read): tests/providers/
-    test_provider_http.py fails loudly if that changes."""
+    protocol, as aiohttp's session and response do (an interim 1xx skipped). With `_Route`'s
+    pool request, the only use of aiohttp below its public API (its response protocol's read, a
+    request made outside a session): tests/providers/test_provider_http.py fails loudly if those
+    change."""
     protocol = connection.protocol
     assert isinstance(protocol, ResponseHandler)
     protocol.set_response_params(skip_payload=head_only, read_until_eof=True, auto_decompress=False)
