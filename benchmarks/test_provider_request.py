@@ -9,12 +9,14 @@ included):
 
 - **floor**: a prebuilt body POSTed through a plain `aiohttp.ClientSession`, the answer read to its
   end and its events decoded (`support/bare_turn_app.py`'s own `forward`);
-- **http**: the same prebuilt body through our client (`ProviderHttp.post`), the answer read to its
-  end;
+- **http**: the same prebuilt body through our client (`ProviderHttp.post`: aiohttp's pooled
+  connection, the head h11 wrote once for the provider, aiohttp's protocol reading), the answer
+  read to its end;
 - **h11**: the same through a candidate client (`support/h11_client.py`: h11 on one kept-alive
   asyncio connection, without the TLS, proxy, timeout and pool handling a real one would add);
 - **hybrid**: the same through the other candidate there: h11 writes the request, aiohttp's own
-  connection protocol reads the answer;
+  connection protocol reads the answer (what `ProviderHttp` does, without its pool, TLS, proxies
+  and timeouts);
 - **new**: a new conversation's first request through the adapter (`stream()`: the body built from
   the compiled system prompt and tool schemas of agent mode and a 2,000-word user message, sent,
   its SSE parsed and translated);

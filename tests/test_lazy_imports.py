@@ -31,12 +31,12 @@ PROXY_STACK = ("cryptography", "h2", "cursor_byok.interceptor.ca", "cursor_byok.
 # metrics exposition, needed from the first counted run or scrape on.
 NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
 # What a running server loads only when something asks for it, neither to get ready nor to warm up
-# for its first turns: the relay's HTTP/1 parser (a Run stream relayed through a proxy), the
+# for its first turns: the relay's HTTP/1 dialer (a Run stream relayed through a proxy), the
 # instances of a PostgreSQL cluster, a team server's developers, a capture that is on, and what only
 # other commands use (a capture's archive, a launchd plist, suggestions for a mistyped config key),
 # and the package resource reader that reads the dashboard's pages.
 ON_DEMAND = (
-    "h11", "cursor_byok.interceptor.dialer", "cursor_byok.cluster.node", "cursor_byok.team.access",
+    "cursor_byok.interceptor.dialer", "cursor_byok.cluster.node", "cursor_byok.team.access",
     "cursor_byok.capture.control", "tarfile", "plistlib", "difflib", "importlib.readers",
 )
 

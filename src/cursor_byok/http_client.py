@@ -3,33 +3,40 @@ transport (httpcore + h11 over anyio) costs ~65 µs of CPU per streamed chunk an
 on a kept-alive loopback connection; aiohttp's costs ~20 µs and a fraction of that
 (benchmarks/results/gateway.md). Every hop we add sits in front of a user's keystroke or a model's
 token, so all outbound traffic goes this way: the IDE's relayed requests with httpx's API on top
-(the httpx-aiohttp transport), model provider requests on aiohttp itself.
+(the httpx-aiohttp transport), model provider requests on aiohttp's connections themselves.
 
 Model provider requests go through `ProviderHttp`, a narrow seam (post, probe, read chunks) so the
-provider adapters never see the client library. It posts with aiohttp, the URL parsed and the
-headers built once per provider, and reads the body as aiohttp hands it over: an `httpx.Request` and
-`httpx.Response` around each call (as the httpx-aiohttp transport makes them) cost ~130 Python calls
-and ~0.2 ms of CPU in front of every model call (benchmarks/test_provider_request.py). An h11 client
-measured there writes a request for less but reads each streamed delta for ~20 µs more than aiohttp's
-C parser. Errors are as the transport makes them: aiohttp's mapped to httpx's by its table, chained
-to an `HttpError`.
+provider adapters never see the client library. A request takes a connection from aiohttp's
+connector (its pool, keep-alive, TLS, proxies and connect timeout), is written at once with h11 on
+that connection's transport, and its answer is read by the connection's own aiohttp protocol (its
+C parser and stream reader), which is released back to the pool at the body's end as aiohttp's own
+response releases it. aiohttp's request and response objects around that cost ~40% of a model
+call's client CPU (benchmarks/test_provider_request.py); h11 reading as well would cost ~20 µs more
+per streamed delta than aiohttp's C parser. The bytes sent are those aiohttp's request sends
+(the same default headers, in its order). Errors are aiohttp's, as its session raises them,
+mapped to httpx's by the httpx-aiohttp table and chained to an `HttpError`.
 """
 from __future__ import annotations
 
+import asyncio
 import http.cookiejar
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
 
 from .trust_store import default_cas_skipped
 
 with default_cas_skipped():  # aiohttp's own default contexts: never used here (trust_store.py)
     import aiohttp
+import h11  # noqa: E402
 import httpx  # noqa: E402
 import httpx_aiohttp.transport  # noqa: E402
 from httpx_aiohttp import HttpxAiohttpClient  # noqa: E402
 from httpx_aiohttp.transport import map_aiohttp_exceptions  # noqa: E402
-from multidict import CIMultiDict  # noqa: E402
+from aiohttp.client_proto import ResponseHandler  # noqa: E402
+from aiohttp.client_reqrep import ClientRequest, RequestInfo  # noqa: E402
+from aiohttp.http import SERVER_SOFTWARE, HttpProcessingError, RawResponseMessage  # noqa: E402
+from aiohttp.streams import StreamReader  # noqa: E402
+from multidict import CIMultiDictProxy  # noqa: E402
 from yarl import URL  # noqa: E402
 
 from .proxy_env import env_proxy  # noqa: E402
@@ -53,16 +60,31 @@ class HttpError(Exception):
     cause (the client's error, which names what happened) is chained."""
 
 
-class RequestHeaders:
-    """Headers made once and sent with every request of a provider (`ProviderHttp.headers`), in
-    the form aiohttp takes without converting them. Never shown by repr: they carry the key."""
+# What aiohttp's request adds to the caller's headers, unless the caller named them, in its order.
+_DEFAULT_HEADERS = (*ClientRequest.DEFAULT_HEADERS.items(), ("User-Agent", SERVER_SOFTWARE))
 
-    __slots__ = ("fields",)
+
+class RequestHeaders:
+    """Headers made once and sent with every request of a provider (`ProviderHttp.headers`), as the
+    header lines h11 writes: the caller's, then aiohttp's defaults the caller did not name. Never
+    shown by repr: they carry the key."""
+
+    __slots__ = ("fields", "host", "heads")
 
     def __init__(self, headers: Mapping[str, str]) -> None:
+        self.heads: dict[tuple[_Route, str], tuple[bytes, bytes]] = {}  # by route and method: `_Route._head`
         # Through httpx's Headers once, as before: names sent lowercase, values checked as it checks
-        # them. Read, never changed: aiohttp copies it into each request.
-        self.fields = CIMultiDict(httpx.Headers(headers).items())
+        # them. A Host of the caller's takes the place of the URL's, first, as aiohttp places it.
+        self.host: bytes | None = None
+        self.fields: list[tuple[bytes, bytes]] = []
+        named = set()
+        for name, value in httpx.Headers(headers).items():
+            named.add(name)
+            if name == "host":
+                self.host = value.encode()
+            else:
+                self.fields.append((name.encode(), value.encode()))
+        self.fields += [(name.encode(), value.encode()) for name, value in _DEFAULT_HEADERS if name.lower() not in named]
 
     def __repr__(self) -> str:
         return f"<{len(self.fields)} headers>"
@@ -70,25 +92,23 @@ class RequestHeaders:
 
 class ProviderResponse:
     """A response whose body is read as it arrives. `aclose()` it when done: a body read to its end
-    returns the connection to the pool, an unfinished one closes it."""
+    has returned the connection to the pool, an unfinished one closes it."""
 
-    __slots__ = ("_response", "_next")
+    __slots__ = ("status", "headers", "_connection", "_body", "_next")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
+    def __init__(self, connection: aiohttp.connector.Connection, message: RawResponseMessage, body: StreamReader) -> None:
+        self.status: int = message.code
+        # aiohttp's mapping, as its response gives it: a repeated header's `get` is its first value
+        # (one Retry-After, one content type: a second one is not joined into an unreadable value).
+        self.headers: Mapping[str, str] = message.headers
+        self._connection = connection
+        self._body = body
         self._next: Callable[[], Awaitable[bytes]]
-        if response.headers.get("content-encoding", "identity").lower() in ("", "identity"):
-            self._next = response.content.readany  # b"" at the end: what a plain aiohttp client reads
+        body.on_eof(connection.release)  # at once if there is no body
+        if message.headers.get("content-encoding", "identity").lower() in ("", "identity"):
+            self._next = body.readany  # b"" at the end: what a plain aiohttp client reads
         else:  # decoded by httpx's decoders, as for any httpx response
-            self._next = httpx.Response(response.status, headers=response.raw_headers, stream=_Body(response)).aiter_bytes().__anext__
-
-    @property
-    def status(self) -> int:
-        return self._response.status
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        return self._response.headers
+            self._next = httpx.Response(self.status, headers=message.raw_headers, stream=_Body(body)).aiter_bytes().__anext__
 
     async def next_chunk(self) -> bytes:
         """The body bytes that have arrived (waiting for some), decoded if it was content-encoded;
@@ -101,10 +121,9 @@ class ProviderResponse:
             raise _failure(exc)  # noqa: B904 - it chains its cause
 
     async def aclose(self) -> None:
-        try:
-            await self._response.__aexit__(None, None, None)
-        except (aiohttp.ClientError, httpx.HTTPError) as exc:
-            raise _failure(exc)  # noqa: B904 - it chains its cause
+        if not self._body.is_eof():  # cut short: the rest of the body would be read by the next request
+            self._connection.close()
+        self._connection.release()  # a no-op once released or closed
 
 
 def _failure(exc: aiohttp.ClientError | httpx.HTTPError) -> HttpError:
@@ -128,15 +147,15 @@ def _failure(exc: aiohttp.ClientError | httpx.HTTPError) -> HttpError:
 class _Body(httpx.AsyncByteStream):
     """A content-encoded response body for httpx's decoders: aiohttp's chunks as they arrive."""
 
-    __slots__ = ("_response",)
+    __slots__ = ("_body",)
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
+    def __init__(self, body: StreamReader) -> None:
+        self._body = body
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while True:
             try:
-                chunk = await self._response.content.readany()
+                chunk = await self._body.readany()
             except Exception:
                 with map_aiohttp_exceptions():
                     raise
@@ -146,41 +165,104 @@ class _Body(httpx.AsyncByteStream):
 
 
 class _Route:
-    """Where an endpoint's requests go: its URL as aiohttp takes it, the session (direct, or
-    through the proxy the environment names for it) and that proxy's request arguments."""
+    """Where an endpoint's requests go: its pool (`_Via`), the request line's target and Host, and
+    an aiohttp request that names the connection to take from the pool (made once: the connector
+    reads only its address, TLS and proxy)."""
 
-    __slots__ = ("url", "via")
+    __slots__ = ("url", "via", "target", "host", "proxy_fields", "connection_request", "info")
 
     def __init__(self, url: URL, via: _Via) -> None:
         self.url = url
         self.via = via
+        # A plain-HTTP request through a proxy names the whole URL and carries the proxy's
+        # credentials; one through a CONNECT tunnel is the origin's own (the tunnel carries them).
+        through_proxy = via.proxy_url is not None and url.scheme == "http"
+        self.target = str(url).encode() if through_proxy else url.raw_path_qs.encode()
+        self.proxy_fields: list[tuple[bytes, bytes]] = []
+        if through_proxy and via.proxy_auth is not None:
+            self.proxy_fields.append((b"Proxy-Authorization", via.proxy_auth.encode().encode()))
+        # No proxy headers of its own: aiohttp's connector adds the proxy's Host to them, and they
+        # are part of the pool's key, so a request reused with any would miss its pooled connection.
+        self.connection_request = ClientRequest("POST", url, loop=asyncio.get_running_loop(), proxy=via.proxy_url, proxy_auth=via.proxy_auth)
+        self.host: bytes = self.connection_request.headers["Host"].encode()
+        self.info = RequestInfo(url, "POST", CIMultiDictProxy(self.connection_request.headers), url)
+
+    def request_bytes(self, method: str, headers: RequestHeaders, body: bytes | None) -> bytes:
+        """The request as aiohttp's request writes it: Host, the headers, Content-Length when there
+        is a body, a plain-HTTP proxy's credentials; then the body."""
+        head = headers.heads.get((self, method)) or self._head(method, headers, body is not None)
+        if body is None:
+            return head[0]
+        return b"".join((head[0], b"%d" % len(body), head[1], body))
+
+    def _head(self, method: str, headers: RequestHeaders, with_body: bool) -> tuple[bytes, bytes]:
+        """The request's head written by h11 once for these headers to this route (it checks and
+        writes each header line; ~75 Python calls a request): the text around the body's length,
+        which each request fills in."""
+        lines = [(b"Host", headers.host or self.host), *headers.fields]
+        if with_body:
+            lines.append((b"Content-Length", b"0"))
+        lines += self.proxy_fields
+        written = h11.Connection(h11.CLIENT).send(h11.Request(method=method, target=self.target, headers=lines))
+        assert written is not None
+        if with_body:
+            before, _, after = written.rpartition(b"\r\nContent-Length: 0\r\n")
+            head = (before + b"\r\nContent-Length: ", b"\r\n" + after)
+        else:
+            head = (written, b"")
+        headers.heads[(self, method)] = head
+        return head
 
 
 class _Via:
-    """One keep-alive pool: an aiohttp session, made in the loop on first use, and the proxy its
-    requests name (its URL and credentials read once)."""
+    """One keep-alive pool: aiohttp's connector, made in the loop on first use, and the proxy its
+    connections go through (its URL and credentials read once)."""
 
-    __slots__ = ("_ssl", "_session", "proxy")
+    __slots__ = ("_ssl", "_connector", "proxy_url", "proxy_auth")
 
     def __init__(self, ssl_context: ssl.SSLContext, proxy_url: str) -> None:
         self._ssl = ssl_context
-        self._session: aiohttp.ClientSession | None = None
+        self._connector: aiohttp.TCPConnector | None = None
         proxy = httpx.Proxy(proxy_url) if proxy_url else None  # its credentials come from the URL's userinfo
-        self.proxy: dict[str, Any] = {
-            "proxy": str(proxy.url) if proxy else None,
-            "proxy_auth": aiohttp.BasicAuth(*proxy.auth) if proxy and proxy.auth else None,
-            "proxy_headers": proxy.headers if proxy else None,
-        }
+        self.proxy_url = URL(str(proxy.url)) if proxy else None
+        self.proxy_auth = aiohttp.BasicAuth(*proxy.auth) if proxy and proxy.auth else None
 
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_SECONDS, ssl=self._ssl, limit=_MAX_CONNECTIONS)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+    async def connect(self, route: _Route, timeout: aiohttp.ClientTimeout) -> aiohttp.connector.Connection:
+        """A pooled connection to the route's origin, or a new one (as aiohttp's session takes it)."""
+        if self._connector is None:
+            self._connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_SECONDS, ssl=self._ssl, limit=_MAX_CONNECTIONS)
+        try:
+            return await self._connector.connect(route.connection_request, [], timeout)
+        except asyncio.TimeoutError as exc:
+            raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {route.url}") from exc
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._connector is not None:
+            await self._connector.close()
+
+
+async def _exchange(
+    connection: aiohttp.connector.Connection, request: bytes, *, head_only: bool, info: RequestInfo
+) -> tuple[RawResponseMessage, StreamReader]:
+    """Send `request` on the connection and read the response head with the connection's own
+    protocol, as aiohttp's session and response do (an interim 1xx skipped). With `_Route`'s
+    pool request, the only use of aiohttp below its public API (its response protocol's read, a
+    request made outside a session): tests/providers/test_provider_http.py fails loudly if those
+    change."""
+    protocol = connection.protocol
+    assert isinstance(protocol, ResponseHandler)
+    protocol.set_response_params(skip_payload=head_only, read_until_eof=True, auto_decompress=False)
+    transport = connection.transport
+    if transport is None or transport.is_closing():
+        raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+    transport.write(request)
+    while True:
+        try:
+            message, body = await protocol.read()
+        except HttpProcessingError as exc:
+            raise aiohttp.ClientResponseError(info, (), status=exc.code, message=exc.message, headers=exc.headers) from exc
+        if not 100 <= message.code <= 199 or message.code == 101:
+            return message, body
 
 
 class ProviderHttp:
@@ -220,22 +302,20 @@ class ProviderHttp:
         timeout = self._timeouts.get(connect_timeout)
         if timeout is None:
             timeout = self._timeouts[connect_timeout] = aiohttp.ClientTimeout(sock_connect=connect_timeout)
-        via = route.via
         try:
-            response = await via.session()._request(
-                method,
-                route.url,
-                headers=headers.fields,
-                data=body or None,
-                allow_redirects=False,
-                auto_decompress=False,
-                compress=False,
-                timeout=timeout,
-                **via.proxy,
-            )
+            connection = await route.via.connect(route, timeout)
+            try:
+                message, response_body = await _exchange(
+                    connection, route.request_bytes(method, headers, body), head_only=method == "HEAD", info=route.info
+                )
+            except BaseException:
+                connection.close()
+                raise
         except aiohttp.ClientError as exc:
             raise _failure(exc)  # noqa: B904 - it chains its cause
-        return ProviderResponse(response)
+        except OSError as exc:  # as aiohttp's session raises it
+            raise _failure(aiohttp.ClientOSError(*exc.args))  # noqa: B904 - it chains its cause
+        return ProviderResponse(connection, message, response_body)
 
     def _route(self, url: str) -> _Route:
         parsed = httpx.URL(url)  # as the environment's proxy rules read it
