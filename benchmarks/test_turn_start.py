@@ -63,6 +63,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.support.bare_turn_app import BODY, turn_text
+from benchmarks.support.cold_start import answered
 from benchmarks.support.rawhttp import Connection
 from benchmarks.test_gateway import ROOT, _tree, rss_kib, wait_healthy
 from cursor_byok import hotpath
@@ -468,26 +469,12 @@ async def cpu_per_start_by_thread(provider_port: int, pid: int, clients: list[Cl
 
 
 # ---- processes ----------------------------------------------------------------------------------
-def _healthy(port: int, path: str) -> bool:
-    """The health check answers and the server is ready: ours answers the probe while it still loads
-    its gateway, marked `x-cursor-byok-starting`; "up" here is the first answer without that mark."""
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\nconnection: close\r\n\r\n".encode())
-            head = b""
-            while b"\r\n\r\n" not in head and (chunk := s.recv(4096)):
-                head += chunk
-            return head.split(b" ", 2)[1] in (b"200", b"204") and b"x-cursor-byok-starting" not in head.lower()
-    except (OSError, IndexError):
-        return False
-
-
 def spawn(cmd: list[str], env: dict[str, str], port: int, health: str, log: Path) -> tuple[subprocess.Popen[bytes], float]:
     """Start a server; returns it and the seconds from spawn to its health check answering ready."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
     deadline = started + 30
-    while not _healthy(port, health):
+    while not answered(port, health, ready=True):  # ours: held until loaded, as the floor's backlog holds it
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{cmd} did not come up:\n{log.read_text()[-4000:]}")
         time.sleep(0.002)

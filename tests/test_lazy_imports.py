@@ -151,3 +151,12 @@ def test_what_the_first_turn_imports_on_first_use_is_imported_once_the_server_is
     assert among(loaded, ON_DEMAND) == []
     # The PostgreSQL backend only where a [store] url asks for it: the local server never loads it.
     assert among(loaded, ("psycopg", "cursor_byok.store.postgres")) == []
+
+
+def test_the_composition_root_loads_the_store_and_leaves_the_rest_to_its_start() -> None:
+    """The gateway's loader imports the composition root, then its `start` opens the store beside the
+    import of everything else (the store's file work lets go of the interpreter lock; a first start
+    waits on the disk for its schema): so importing the root loads the store and nothing else of the stack."""
+    loaded = loaded_after("import cursor_byok.server")
+    assert "cursor_byok.store" in loaded
+    assert among(loaded, ("cursor_byok.conversation", "cursor_byok.gateway.app", "cursor_byok.providers", "aiohttp", "httpx")) == []

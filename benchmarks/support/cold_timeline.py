@@ -94,12 +94,17 @@ def _on_import(module: str, hook) -> None:  # type: ignore[no-untyped-def]
 
 
 def _hook_root(root) -> None:  # type: ignore[no-untyped-def]
-    import cursor_byok.conversation as conversation
-    import cursor_byok.providers as providers
     import cursor_byok.store as store
 
+    # the composition root opens the store beside the import of the rest (`running`)
+    _after(store.Store, "open", "store opened (migrations checked)", before="store opening begins")
+
+
+def _hook_running(root) -> None:  # type: ignore[no-untyped-def]
+    import cursor_byok.conversation as conversation
+    import cursor_byok.providers as providers
+
     _stamp("gateway modules imported")
-    _after(store.Store, "open", "store opened (migrations checked)", before="gateway start begins")
     _after(providers.ProviderPool, "track", "provider pool started")
     _after(conversation.ConversationService, "restore", "conversations restored")
     _after(root.Gateway, "resume_journaled", "journal recovered")
@@ -145,6 +150,7 @@ def child(argv: list[str]) -> None:
 
     _on_import("cursor_byok.gateway.front", hook_front)
     _on_import("cursor_byok.server", _hook_root)
+    _on_import("cursor_byok.running", _hook_running)
     _on_import("cursor_byok.trust_store", lambda store: _after(store, "verified", "trust store built"))
     cli.main(argv)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 log = logging.getLogger("cursor_byok.datadir")
 
@@ -22,8 +23,7 @@ FILE_MODE = 0o600
 PUBLIC_SUFFIXES = (".crt",)
 
 
-@dataclass(frozen=True, slots=True)
-class OpenEntry:
+class OpenEntry(msgspec.Struct, frozen=True):
     """A file or folder in the data dir that users other than its owner can reach."""
 
     path: Path

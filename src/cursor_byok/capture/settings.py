@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import msgspec
 
 __all__ = ["CaptureSettings", "captures_dir", "clear_active", "read_active", "write_active"]
 
@@ -18,8 +19,7 @@ _CAPTURES = "captures"
 _ACTIVE = "active.json"
 
 
-@dataclass(frozen=True, slots=True)
-class CaptureSettings:
+class CaptureSettings(msgspec.Struct, frozen=True):
     session: str  # the folder under captures/ this capture writes to
     with_content: bool = False
 
@@ -44,7 +44,7 @@ def write_active(data_path: Path, settings: CaptureSettings) -> None:
     folder = captures_dir(data_path)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = folder / f".{_ACTIVE}.tmp"
-    tmp.write_text(json.dumps(asdict(settings)))
+    tmp.write_text(json.dumps(msgspec.structs.asdict(settings)))
     os.replace(tmp, folder / _ACTIVE)
 
 

@@ -10,7 +10,6 @@ import shlex
 import shutil
 import sys
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -166,8 +165,7 @@ def echo(*parts: object, file: TextIO | None = None) -> None:
     print(*parts, file=file or sys.stdout, flush=True)
 
 
-@dataclass(frozen=True, slots=True)
-class KeyStatus:
+class KeyStatus(msgspec.Struct, frozen=True):
     """Whether a model's API key can be read, and where it comes from (never the key itself)."""
 
     needed: bool

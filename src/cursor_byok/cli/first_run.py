@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..config import Config, ProviderKind, config_path
 from .common import CommandError, echo, typed_command
@@ -49,8 +50,7 @@ max_output_tokens = 32000
 """
 
 
-@dataclass(frozen=True, slots=True)
-class _Example:
+class _Example(msgspec.Struct, frozen=True):
     id: str
     base_url: str
     url_note: str

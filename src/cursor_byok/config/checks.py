@@ -2,7 +2,6 @@
 type, worded as `<toml key>: <problem>`), then what a well-formed config can still get wrong."""
 from __future__ import annotations
 
-import dataclasses
 import re
 import typing
 from collections.abc import Iterable, Iterator
@@ -62,13 +61,12 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-@dataclasses.dataclass(slots=True)
-class _Shape:
+class _Shape(msgspec.Struct):
     """What the shape check found: one line per problem, and the keys they are about (the meaning
     checks say nothing more about those)."""
 
-    problems: list[str] = dataclasses.field(default_factory=list)
-    bad_keys: set[str] = dataclasses.field(default_factory=set)
+    problems: list[str] = msgspec.field(default_factory=list)
+    bad_keys: set[str] = msgspec.field(default_factory=set)
 
     def add(self, key: str, line: str) -> None:
         self.problems.append(line)

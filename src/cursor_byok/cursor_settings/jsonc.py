@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _LITERALS = {"true": True, "false": False, "null": None}
@@ -29,8 +30,7 @@ class JsoncError(ValueError):
         self.column = column
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
+class Member(msgspec.Struct, frozen=True):
     key: str
     key_start: int  # the key's opening quote
     value_start: int
@@ -38,8 +38,7 @@ class Member:
     comma: int | None  # the separator after the value, if any
 
 
-@dataclass(frozen=True, slots=True)
-class TopLevel:
+class TopLevel(msgspec.Struct, frozen=True):
     open_brace: int
     close_brace: int
     members: tuple[Member, ...]

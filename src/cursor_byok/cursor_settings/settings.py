@@ -14,10 +14,11 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 from . import jsonc
 
@@ -42,8 +43,7 @@ class IntegrationState(str, enum.Enum):
     PARTIAL = "partial"  # some are: edited by hand, or a different proxy URL
 
 
-@dataclass(frozen=True, slots=True)
-class SettingsStatus:
+class SettingsStatus(msgspec.Struct, frozen=True):
     path: Path
     exists: bool
     state: IntegrationState
@@ -58,14 +58,13 @@ class SettingsStatus:
         return self.values.get(DISABLE_HTTP2_KEY) is not True
 
 
-@dataclass(slots=True)
-class _Backup:
+class _Backup(msgspec.Struct):
     settings_path: str
     origin: str  # "existing" | "created" (file did not exist) | "blank" (file was whitespace only)
     blank_text: str = ""  # the original whitespace of a blank file
     empty_inner: str | None = None  # text between the braces of an originally empty object
-    previous: dict[str, str | None] = field(default_factory=dict)  # key -> raw value text or None
-    applied: dict[str, Any] = field(default_factory=dict)  # key -> the value `enable` set
+    previous: dict[str, str | None] = msgspec.field(default_factory=dict)  # key -> raw value text or None
+    applied: dict[str, Any] = msgspec.field(default_factory=dict)  # key -> the value `enable` set
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,8 +165,7 @@ def _read_backup(path: Path) -> _Backup | None:
     return _Backup.from_json(data, path)
 
 
-@dataclass(frozen=True, slots=True)
-class EnableRecord:
+class EnableRecord(msgspec.Struct, frozen=True):
     """What a standing `enable` remembers: which settings file it edited, and the http.proxy value it
     replaced there (a corporate proxy Cursor used before), if that was a string."""
 

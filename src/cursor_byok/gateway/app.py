@@ -49,7 +49,7 @@ def sweep_seconds(server: ServerConfig) -> float:
 
 
 class Gateway:
-    """The ASGI app over parts the composition root (`cursor_byok.server`) made and closes."""
+    """The ASGI app over parts the composition root (`cursor_byok.server`, `running`) made and closes."""
 
     def __init__(
         self,

@@ -36,7 +36,8 @@ STARTING_HEADER = (b"x-cursor-byok-starting", b"1")
 
 
 class Running(Protocol):
-    """What the composition root's `start(config, guard, tls)` returns: the gateway it wired, the
+    """What the composition root's `start(config, guard, tls)` returns (`tls`: the trust store's
+    context being built, awaited by the root once it needs it): the gateway it wired, the
     supervisor of its background tasks (`serve` adds the connection warden), how to read the config
     again (SIGHUP) and how to close everything."""
 
@@ -63,13 +64,16 @@ class LoadingFront:
     async def load(self) -> Running:
         """Import the composition root (in a thread) and start the server it makes; the started
         server. A failure is raised here; requests waiting for the gateway are answered `unavailable`."""
+        # The trust store's CAs load with the interpreter lock let go: beside the import, not after it.
+        tls = asyncio.ensure_future(asyncio.to_thread(trust_store.verified))
         try:
-            # The trust store's CAs load with the interpreter lock let go: beside the import, not after it.
-            root, tls = await asyncio.gather(
-                asyncio.to_thread(importlib.import_module, self.root), asyncio.to_thread(trust_store.verified)
-            )
+            root = await asyncio.to_thread(importlib.import_module, self.root)
             server: Running = await root.start(self.config, self._guard, tls)
         except BaseException as exc:
+            if not tls.done():
+                tls.cancel()
+            elif not tls.cancelled():
+                tls.exception()  # retrieved: the start's own failure is the one raised
             self._loaded.set_exception(exc)
             self._loaded.exception()  # the waiting requests answer for it; the caller gets it raised
             raise

@@ -30,8 +30,9 @@ import hmac
 import ipaddress
 import logging
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from .. import local_trust
 from ..apis import is_cursor_host
@@ -77,8 +78,7 @@ _DEVELOPER = "cursor_byok.developer"  # a team server: whose token the request c
 _WATCHED = frozenset({b"host", b"origin", b"content-type", b"authorization", _UPSTREAM_URL, _PROXY_MARK, _TOKEN})
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True):
     status: int
     error: ConnectError
 

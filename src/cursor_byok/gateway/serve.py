@@ -8,7 +8,7 @@ SIGINT or SIGTERM (to the process or its whole group) stops it within 3 s, howev
 connections are: open RunSSE streams get their one `unavailable` terminal and DRAIN_SECONDS to read
 it, the HTTP server then closes gracefully until CUT_SECONDS, whatever request still runs is
 cancelled, and the server gets CUT_GRACE_SECONDS to let go of it. A second signal skips the rest of
-the drain. SIGHUP reads the config file again (`cursor_byok.server.Server.reload`).
+the drain. SIGHUP reads the config file again (`cursor_byok.running.Server.reload`).
 """
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ import socket
 import struct
 import time
 from collections.abc import Hashable, Iterator, MutableMapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 log = logging.getLogger("cursor_byok.connections")
 
@@ -63,8 +64,7 @@ def raise_open_file_limit() -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-@dataclass(slots=True)
-class PeerState:
+class PeerState(msgspec.Struct):
     """What the gateway saw of one client connection (by its address and port)."""
 
     active: int = 0  # requests in progress
@@ -102,16 +102,14 @@ class ConnectionBook:
             state.last_active = time.monotonic()
 
 
-@dataclass(slots=True)
-class _Socket:
+class _Socket(msgspec.Struct):
     fd: int
     inode: int
     peer: tuple[str, int]
     first_seen: float
 
 
-@dataclass(frozen=True, slots=True)
-class WardenLimits:
+class WardenLimits(msgspec.Struct, frozen=True):
     port: int
     first_byte_seconds: float
     head_seconds: float

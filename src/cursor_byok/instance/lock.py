@@ -14,8 +14,9 @@ import errno
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 LOCK_FILE_NAME = "server.lock"
 ACQUIRE_PATIENCE_SECONDS = 0.5  # a probe (doctor, the CLI) holds the lock for microseconds: wait it out
@@ -55,8 +56,7 @@ class DataDirError(Exception):
     """The data dir (or its database) cannot be used; the message names the cause and the fix."""
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
+class Holder(msgspec.Struct, frozen=True):
     """Who holds a data dir, as its lock file describes it (None fields: not recorded yet)."""
 
     pid: int | None = None

@@ -3,16 +3,16 @@ missing, unreadable or mismatched file is one line naming the key and the file, 
 inside the HTTP server once it is half up."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 
 class TlsFilesError(Exception):
     """The TLS certificate or key cannot be served (one line: the config key, the file, why)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TlsFiles:
+class TlsFiles(msgspec.Struct, frozen=True):
     cert: Path
     key: Path
 

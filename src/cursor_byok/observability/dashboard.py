@@ -8,7 +8,6 @@ import importlib.resources
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -35,8 +34,7 @@ UI_HEADERS = [
 _AGE_UNITS = {"h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 
 
-@dataclass(frozen=True, slots=True)
-class UiResponse:
+class UiResponse(msgspec.Struct, frozen=True):
     status: int
     content_type: str
     body: bytes

@@ -11,8 +11,9 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ..lazy import warm_after_start
 
@@ -27,8 +28,7 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 1
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
-@dataclass(frozen=True, slots=True)
-class GatewayGauges:
+class GatewayGauges(msgspec.Struct, frozen=True):
     """What the gateway counts itself, read at scrape time."""
 
     active_conversations: Callable[[], int]

@@ -3,7 +3,8 @@ dashboard's "test" button and `cursor-byok models test`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 from ..config import ModelConfig
 from ..providers import CallError, Finish, Message, ModelRequest, Provider, ProviderCall, TextDelta, TextPart, ThinkingDelta, Usage
@@ -11,8 +12,7 @@ from ..providers import CallError, Finish, Message, ModelRequest, Provider, Prov
 DEFAULT_PROMPT = "Say hello in five words."
 
 
-@dataclass(frozen=True, slots=True)
-class ModelTestResult:
+class ModelTestResult(msgspec.Struct, frozen=True):
     text: str
     ttft_ms: float | None
     total_ms: float

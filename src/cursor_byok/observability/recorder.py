@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -28,18 +27,17 @@ log = logging.getLogger("cursor_byok.runs")
 _TOKEN_FIELDS = tuple(f"{kind}_tokens" for kind in TOKEN_KINDS)
 
 
-@dataclass(slots=True)
-class RunState:
+class RunState(msgspec.Struct):
     """What the recorder keeps about one run (on its ObservedRun, so a call that ends after its
     run finds it)."""
 
     run: ObservedRun
     calls: int = 0
-    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_TOKEN_FIELDS, 0))
+    tokens: dict[str, int] = msgspec.field(default_factory=lambda: dict.fromkeys(_TOKEN_FIELDS, 0))
     first_token_ns: int = 0
     tool_calls: int = 0
     pending: dict[str, Any] | None = None  # the last call's record, waiting for its tools
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     finished: bool = False
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from cursor_byok.prompting import McpToolDescriptor, mcp_tool_names
 
 from ._wire import pb, value_to_json
@@ -22,8 +24,7 @@ __all__ = [
 # Model-facing todo statuses, in the order the summary lists them.
 TODO_STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
 
-@dataclass(frozen=True, slots=True)
-class McpDescriptor:
+class McpDescriptor(msgspec.Struct, frozen=True):
     """One MCP tool the IDE offered in `AgentRunRequest.mcp_tools`.
 
     server: the server identifier (McpToolDefinition.provider_identifier);
@@ -34,7 +35,7 @@ class McpDescriptor:
     server: str
     name: str
     description: str = ""
-    input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    input_schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
     provider_identifier: str = ""
     definition_name: str = ""
 
@@ -85,8 +86,7 @@ def mcp_descriptors_from_run_request(run_request: pb.AgentRunRequest) -> list[Mc
     return list(unique.values())
 
 
-@dataclass(frozen=True, slots=True)
-class TodoEntry:
+class TodoEntry(msgspec.Struct, frozen=True):
     """One item of the conversation's todo list (status is one of TODO_STATUSES)."""
 
     id: str

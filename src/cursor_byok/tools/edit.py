@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 __all__ = ["EditProblem", "Replacement", "apply_str_replace", "count_lines"]
 
@@ -13,8 +14,7 @@ class EditProblem(Exception):
     """The replacement cannot be applied; the message is shown to the model."""
 
 
-@dataclass(frozen=True, slots=True)
-class Replacement:
+class Replacement(msgspec.Struct, frozen=True):
     text: str
     occurrences: int
     lines_added: int

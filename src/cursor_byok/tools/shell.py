@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import Message
+import msgspec
 
 from ._wire import pb, which
 from .arguments import Arguments
@@ -294,13 +294,12 @@ _SHELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _FIELD = re.compile(r"^([a-z_]+):\s?(.*)$")
 
 
-@dataclass(slots=True)
-class TerminalFile:
+class TerminalFile(msgspec.Struct):
     """What the IDE's terminal file `<terminals_folder>/<shell_id>.txt` says about a shell."""
 
     finished: bool
     output: str
-    fields: dict[str, str] = field(default_factory=dict)
+    fields: dict[str, str] = msgspec.field(default_factory=dict)
 
     @property
     def exit_code(self) -> int | None:

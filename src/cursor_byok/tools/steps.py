@@ -1,8 +1,9 @@
 """What a ToolExecution asks its driver (the conversation runtime) to do next."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Union
+
+import msgspec
 
 from cursor_byok.run import ToolOutcome
 
@@ -19,8 +20,7 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class ExecStep:
+class ExecStep(msgspec.Struct):
     """Send `message` as `exec_server_message` after reserving a fresh id into `message.id`.
 
     delay_ms > 0 (only Await's terminal polls): send it no earlier than that many ms from now.
@@ -31,22 +31,19 @@ class ExecStep:
     delay_ms: int = 0
 
 
-@dataclass(slots=True)
-class InteractionStep:
+class InteractionStep(msgspec.Struct):
     """Send `query` as `interaction_query` after reserving a fresh id into `query.id`."""
 
     query: pb.InteractionQuery
 
 
-@dataclass(slots=True)
-class Progress:
+class Progress(msgspec.Struct):
     """Interaction updates to emit now; the execution still waits on the same exec/interaction."""
 
-    updates: list[pb.InteractionUpdate] = field(default_factory=list)
+    updates: list[pb.InteractionUpdate] = msgspec.field(default_factory=list)
 
 
-@dataclass(slots=True)
-class Done:
+class Done(msgspec.Struct):
     """The call is finished: emit tool_call_completed (ToolExecution.completed()) and commit."""
 
     outcome: ToolOutcome
