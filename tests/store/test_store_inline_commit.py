@@ -102,7 +102,7 @@ async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Stor
 
     spaced_before = db_path.stat().st_size
     loop_commits = store.stats.loop_commits
-    # Each write past the loop-commit spacing: the loop's, unless the thread holds the connection
+    # Each write after a pause, the store idle: the loop's, unless the thread holds the connection
     # (checkpointing) at that instant. However they split, their pages reach the database file
     # while the WAL stays bounded; without a checkpoint for the loop's commits they never would.
     written = 0
