@@ -18,11 +18,12 @@ model request waits for.
 A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
 store's threads are idle (nothing handed over is uncommitted, no read outstanding) and the batch
 is small, however soon after its previous commit: no hand-over to the thread and back (a queue
-put, the thread's wake-up, the interpreter lock passed back and forth, the loop's wake-up: more CPU
-than the commit's own SQL), and its future resolves in the same step. At most one such commit per
-pass of the loop: the starts of a burst that arrive in one pass still share commits on the thread,
-and while the thread commits them, later ones join its next batch. Another process's write lock sends the writes to the thread too (it waits
-for the lock; the loop never does).
+put, the thread's wake-up, the interpreter lock passed back and forth, the loop's wake-up: on the
+thread a start's commit cost ~0.55 ms of CPU, its SQL ~0.3), and its future resolves in the same
+step. At most one such commit per pass of the loop: the starts of a burst that arrive in one pass
+still share commits on the thread, and while the thread commits them, later ones join its next
+batch. Another process's write lock sends the writes to the thread too (it waits for the lock; the
+loop never does).
 
 Reads run on their own thread and connection (WAL readers never block the writer): a
 conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
