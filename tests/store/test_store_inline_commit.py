@@ -55,6 +55,22 @@ async def test_another_process_lock_sends_the_write_to_the_thread_and_never_bloc
     assert ticks_while_locked and ticks_while_locked[0] > 0  # the loop ran while the lock was held
 
 
+async def test_starts_in_passes_of_their_own_all_commit_on_the_idle_loop(store: Store, conversation, raw_db) -> None:
+    """However soon after the loop's previous commit: while the writer thread is idle a hop to it
+    and back costs more CPU than the commit itself, in both threads."""
+    raw_db()  # SQLite only: the loop commits nothing on PostgreSQL
+    store.upsert_conversation(conversation("c"))
+    await store.flush()
+    before = store.stats.loop_commits
+    for n in range(5):
+        store.record_append("r", "", n, b"the append")
+        stored = store.append_events("c", [_event(f"user-{n}")])
+        store.hand_over_now()
+        assert stored.done(), f"start {n} went to the writer thread"
+        await asyncio.sleep(0)  # the next start comes in a later pass of the loop
+    assert store.stats.loop_commits - before == 5
+
+
 async def test_awaited_run_starts_in_one_instant_still_share_commits(store: Store, conversation) -> None:
     await store.flush()
     before = store.stats.transactions
@@ -86,7 +102,7 @@ async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Stor
 
     spaced_before = db_path.stat().st_size
     loop_commits = store.stats.loop_commits
-    # Each write past the loop-commit spacing: the loop's, unless the thread holds the connection
+    # Each write after a pause, the store idle: the loop's, unless the thread holds the connection
     # (checkpointing) at that instant. However they split, their pages reach the database file
     # while the WAL stays bounded; without a checkpoint for the loop's commits they never would.
     written = 0

@@ -17,12 +17,13 @@ model request waits for.
 
 A write someone is about to wait on (`hand_over_now`) is committed by the loop itself when the
 store's threads are idle (nothing handed over is uncommitted, no read outstanding) and the batch
-is small, at most once every `LOOP_COMMIT_SPACING_NS`: no hand-over to the thread and back, and
-its future resolves in the same step. The spacing keeps the loop's share of commit work small
-under load (most of a commit runs in SQLite without the interpreter lock: on the thread, in
-parallel with the loop), so starts under load, and a burst of them in one pass, still share
-commits on the thread. Another process's write lock sends the writes to the thread too (it waits
-for the lock; the loop never does).
+is small, however soon after its previous commit: no hand-over to the thread and back (a queue
+put, the thread's wake-up, the interpreter lock passed back and forth, the loop's wake-up: on the
+thread a start's commit cost ~0.55 ms of CPU, its SQL ~0.3), and its future resolves in the same
+step. At most one such commit per pass of the loop: the starts of a burst that arrive in one pass
+still share commits on the thread, and while the thread commits them, later ones join its next
+batch. Another process's write lock sends the writes to the thread too (it waits for the lock; the
+loop never does).
 
 Reads run on their own thread and connection (WAL readers never block the writer): a
 conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
@@ -61,8 +62,6 @@ log = logging.getLogger("cursor_byok.store")
 T = TypeVar("T")
 # The largest batch the loop commits itself: a few run starts' records, not a backlog.
 LOOP_COMMIT_MAX_OPS = 64
-# At most one commit on the loop per 20 ms (~0.3 ms each): under 2 % of the loop's time.
-LOOP_COMMIT_SPACING_NS = 20_000_000
 # How long a write queued `later` may wait for another to share its commit.
 LATER_SECONDS = 0.2
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -170,7 +169,7 @@ class StoreCore:
         self._due = False  # a hand-over is scheduled for this pass of the loop
         self._later: asyncio.TimerHandle | None = None  # the hand-over of writes queued `later`
         self._in_flight = 0  # ops handed to the writer thread and not yet delivered back
-        self._next_loop_commit_ns = 0  # monotonic: the loop may commit itself from then on
+        self._committed_this_pass = False  # the loop has committed itself in this pass of the loop
         self._unreported: list[WriteFailedError] = []
         self._closing = False
         self._closed = False
@@ -358,18 +357,22 @@ class StoreCore:
         ops = self._outbox
         writer = self._writer
         if (
-            ops and writer is not None and self._threads_idle() and len(ops) <= LOOP_COMMIT_MAX_OPS
-            and (now := time.monotonic_ns()) >= self._next_loop_commit_ns
+            ops and writer is not None and not self._committed_this_pass and self._threads_idle()
+            and len(ops) <= LOOP_COMMIT_MAX_OPS
         ):
             outcome = writer.try_commit(ops)
             if outcome is not None:
                 self._taken()
-                self._next_loop_commit_ns = now + LOOP_COMMIT_SPACING_NS
+                self._committed_this_pass = True
+                self._loop.call_soon(self._pass_over)
                 self.stats.loop_commits += outcome.transactions
                 self._in_flight += len(ops)
                 self._deliver(ops, outcome)
                 return
         self._hand_over()
+
+    def _pass_over(self) -> None:
+        self._committed_this_pass = False
 
     def _hand_over(self) -> None:
         ops = self._outbox
