@@ -37,15 +37,11 @@ async def start(config: Config, guard: Any = None, tls: Awaitable[ssl.SSLContext
     opening = asyncio.ensure_future(_open_store(config))
     try:
         running = await asyncio.to_thread(importlib.import_module, RUNNING)
+        context = await tls if tls is not None else None
     except BaseException:
         await _close_once_open(opening)
         raise
     store = await opening
-    try:
-        context = await tls if tls is not None else None
-    except BaseException:
-        await store.close()
-        raise
     server: Server = await running.start(config, store, guard, context)
     return server
 

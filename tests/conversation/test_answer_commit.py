@@ -9,7 +9,8 @@ from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import run_request
 from tests.harness.inprocess import MODEL, Rig
 
-# Longer than the store's spacing between commits made on the loop, as a model's answer is.
+# Chunks apart, as a model's answer is: its commit comes passes of the loop after the input's
+# (the loop commits at most once per pass).
 SLOW = 0.03
 
 

@@ -203,27 +203,6 @@ async def test_start_task_of_a_coroutine_that_never_waits_ends_with_its_result_o
         await start_task(failure())
 
 
-async def test_tasks_made_in_the_first_step_start_in_it_too() -> None:
-    """As aiohttp's request body writer: the whole request leaves in the step, not a pass later."""
-    steps: list[str] = []
-    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    async def body_writer() -> None:
-        steps.append("body written")
-        await gate
-
-    async def work() -> None:
-        inner = asyncio.get_running_loop().create_task(body_writer())
-        steps.append("request sent")
-        await inner
-
-    task = start_task(work())
-    assert steps == ["body written", "request sent"]
-    assert asyncio.get_running_loop().get_task_factory() is None  # only while that step runs
-    gate.set_result(None)
-    await task
-
-
 LOG_ID: contextvars.ContextVar[str] = contextvars.ContextVar("LOG_ID", default="caller's")
 
 

@@ -140,7 +140,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    import tarfile  # every command imports this module; only an export writes an archive
+    import tarfile  # only an export writes an archive (the whole help loads this module)
 
     cfg = load_config(args)
     sessions = _sessions(cfg)

@@ -164,7 +164,7 @@ def _linux(command: list[str], names: list[str], environ: dict[str, str]) -> Ser
 
 
 def _macos(command: list[str], names: list[str], environ: dict[str, str]) -> ServicePlan:
-    import plistlib  # every command imports this module; only a macOS install writes a plist
+    import plistlib  # only a macOS install writes a plist (the whole help loads this module)
 
     present = {n: environ[n] for n in names if environ.get(n)}
     log_file = str(Path.home() / "Library" / "Logs" / "cursor-byok.log")

@@ -132,7 +132,7 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
             "invalid_argument",
             "protocol error: x-parent-request-id and x-parent-agent-tool-call-id must be sent together",
         )
-    if parent_request_id is not None and parent_tool_call_id is not None:
+    if parent_request_id is not None:  # and so the tool call's id (checked above)
         check_id("x-parent-request-id", parent_request_id)
         check_id("x-parent-agent-tool-call-id", parent_tool_call_id)
     return RequestHeaders(

@@ -50,9 +50,7 @@ def start_task(
     """A task for `coro` whose first step runs as that task (in its context) but without waiting a
     pass of the loop for it: now, or, while `after` is not done, in the pass that runs `after`'s
     callbacks (whatever its outcome: `coro` awaits it itself). Callbacks added to `after` before
-    this run before that step. Tasks made in that step start the same way (aiohttp's request body
-    writer among them, as aiohttp itself starts it on Python 3.12+): the request leaves in it.
-    Cancelled before its first step, the task ends and `coro` never runs."""
+    this run before that step. Cancelled before its first step, the task ends and `coro` never runs."""
     loop = asyncio.get_running_loop()
     continuation = _Continuation(coro, loop)
     context = contextvars.copy_context() if context is None else context
@@ -62,13 +60,6 @@ def start_task(
     else:
         after.add_done_callback(lambda _: context.run(continuation.first_step, task))
     return task
-
-
-def _start_made_task(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], *, name: str | None = None, context: contextvars.Context | None = None,
-) -> asyncio.Task[Any]:
-    """The loop's task factory while a started task's first step runs."""
-    return start_task(coro, name=name, context=context)
 
 
 class _StartedTask(asyncio.Task[T]):
@@ -115,9 +106,6 @@ class _Continuation(Coroutine[Any, Any, Any]):
         if caller is not None:
             _leave_task(loop, caller)
         _enter_task(loop, task)
-        factory = loop.get_task_factory()
-        if factory is None:
-            loop.set_task_factory(_start_made_task)  # type: ignore[arg-type]
         try:
             self.handoff = (_YIELDED, self._coro.send(None))
         except StopIteration as stop:
@@ -125,8 +113,6 @@ class _Continuation(Coroutine[Any, Any, Any]):
         except (Exception, asyncio.CancelledError) as exc:
             self.handoff = (_RAISED, exc)
         finally:
-            if factory is None:
-                loop.set_task_factory(None)
             _leave_task(loop, task)
             if caller is not None:
                 _enter_task(loop, caller)
