@@ -55,7 +55,8 @@ def _whole(body: bytes, extra: bytes = b"") -> bytes:
 
 class _Origin:
     """A provider on loopback, in the test's own loop: it answers the requests of every connection
-    in turn with the scripted replies (bytes, or None: hold the connection, sending nothing more),
+    in turn with the scripted replies (bytes; None: hold the connection, sending nothing more; b"":
+    close it without an answer),
     records each connection's requests (head and body), and sets `ended[i]` when connection i ends."""
 
     def __init__(self, *replies: bytes | None, tls: ssl.SSLContext | None = None, close_after_reply: bool = False) -> None:
@@ -94,6 +95,10 @@ class _Origin:
                 reply = self.replies.pop(0)
                 if reply is None:
                     await reader.read()  # held until the client goes
+                    return
+                if not reply:  # dropped as it arrived: the provider's idle close crossing the request
+                    writer.close()
+                    await writer.wait_closed()
                     return
                 writer.write(reply)
                 if self.close_after_reply:  # the provider's idle timeout, at once
@@ -138,6 +143,20 @@ async def test_a_connection_the_provider_closed_while_idle_is_replaced() -> None
             await asyncio.sleep(0)
         assert await _read_all(await client.post(origin.url, b"{}", headers, connect_timeout=5)) == b"data: 2\n\n"
     assert [len(requests) for requests in origin.connections] == [1, 1]
+
+
+async def test_a_probe_the_provider_dropped_on_a_kept_connection_is_sent_once_more_on_a_new_one() -> None:
+    # As aiohttp's session does for a request that may be repeated: the probe is what keeps the origin
+    # warm, and a kept connection the provider closed as the probe went out on it says nothing of the
+    # origin. A model request is not sent twice.
+    no_content = b"HTTP/1.1 204 No Content\r\n\r\n"
+    async with _Origin(no_content, b"", no_content, _whole(b"data: 1\n\n"), b"") as origin, ProviderHttp(trust_env=False) as client:
+        assert await client.probe(origin.url + "/v1", connect_timeout=5) == 204
+        assert await client.probe(origin.url + "/v1", connect_timeout=5) == 204
+        assert await _read_all(await client.post(origin.url, b"{}", client.headers({}), connect_timeout=5)) == b"data: 1\n\n"
+        with pytest.raises(HttpError):
+            await client.post(origin.url, b"{}", client.headers({}), connect_timeout=5)
+    assert [len(requests) for requests in origin.connections] == [2, 3]
 
 
 async def test_a_body_cut_short_closes_its_connection_and_the_next_request_opens_another() -> None:
