@@ -302,15 +302,23 @@ class ProviderHttp:
         timeout = self._timeouts.get(connect_timeout)
         if timeout is None:
             timeout = self._timeouts[connect_timeout] = aiohttp.ClientTimeout(sock_connect=connect_timeout)
+        # A HEAD that a kept connection dropped goes once more on a new one, as aiohttp's session
+        # repeats a request that may be repeated; a model request is never sent twice.
+        attempts = 2 if method == "HEAD" else 1
         try:
-            connection = await route.via.connect(route, timeout)
-            try:
-                message, response_body = await _exchange(
-                    connection, route.request_bytes(method, headers, body), head_only=method == "HEAD", info=route.info
-                )
-            except BaseException:
-                connection.close()
-                raise
+            while True:
+                attempts -= 1
+                connection = await route.via.connect(route, timeout)
+                try:
+                    message, response_body = await _exchange(
+                        connection, route.request_bytes(method, headers, body), head_only=method == "HEAD", info=route.info
+                    )
+                    break
+                except BaseException as exc:
+                    connection.close()
+                    if attempts and isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+                        continue
+                    raise
         except aiohttp.ClientError as exc:
             raise _failure(exc)  # noqa: B904 - it chains its cause
         except OSError as exc:  # as aiohttp's session raises it
