@@ -94,16 +94,24 @@ def test_a_reused_client_port_keeps_what_the_gateway_noted_for_the_new_connectio
     book = ConnectionBook()
     book.enabled = True
     warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 3600.0, 0.0, 100), book)
-    old, old_side = connect(listener, b"x")
+    old = socket.socket()
+    old.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    old.connect(listener.getsockname())
+    old_side, _ = listener.accept()
+    old.sendall(b"x")
+    assert old_side.recv(1) == b"x"
     peer = old.getsockname()
     book.peers[peer] = PeerState()
     warden.sweep()
+    # The same client port, as the kernel may hand it out again: held by the new socket before the
+    # old one lets it go (both reuse the address, neither listens), so no other process can take it
+    # in between.
+    new = socket.socket()
+    new.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    new.bind(peer)
     old.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset: no TIME_WAIT holds the port
     old.close()
     old_side.close()
-    new = socket.socket()
-    new.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    new.bind(peer)  # the same client port, as the kernel may hand it out again
     new.connect(listener.getsockname())
     new_side, _ = listener.accept()
     book.peers[peer] = PeerState(active=1)  # the gateway saw the new connection's request
