@@ -70,3 +70,20 @@ def test_a_bundle_that_is_not_pem_is_one_line_naming_it(monkeypatch, tmp_path) -
         verified()
     message = str(caught.value)
     assert message.startswith(f"the CA certificates in SSL_CERT_FILE={bundle}: ") and "\n" not in message, message
+
+
+def test_the_ca_load_imports_nothing_once_its_modules_are_imported() -> None:
+    """The server loads the CAs in a thread while another imports the rest of the server: two threads
+    importing modules that import each other (importlib.resources: certifi's in one, the dashboard's
+    in the other) can deadlock, which Python raises as _DeadlockError and the start fails. So the
+    load's modules are imported first (`import_modules`), and the load itself imports nothing."""
+    script = (
+        "import sys\n"
+        "from cursor_byok import trust_store\n"
+        "trust_store.import_modules()\n"
+        "before = set(sys.modules)\n"
+        "trust_store.verified()\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
