@@ -29,6 +29,14 @@ class TrustStoreError(Exception):
     """The CA certificates could not be loaded; its text is one line naming where from and the fix."""
 
 
+def import_modules() -> None:
+    """Import what `verified` uses, so that it imports nothing itself: the server runs it in a thread
+    while another imports the rest of the server, and two threads importing modules that import each
+    other (importlib.resources: certifi's and the dashboard's) can deadlock (_DeadlockError)."""
+    import certifi.core  # noqa: F401 - httpx's default CAs: where() reads them through importlib.resources
+    import httpx  # noqa: F401
+
+
 def verified(*, trust_env: bool = True) -> ssl.SSLContext:
     """A new verifying context with the trust store's CAs; build it once and share it.
     TrustStoreError when the bundle cannot be loaded."""
@@ -69,4 +77,4 @@ def default_cas_skipped() -> Iterator[None]:
         ssl.SSLContext.set_default_verify_paths = original  # type: ignore[method-assign]
 
 
-__all__ = ["TrustStoreError", "default_cas_skipped", "verified"]
+__all__ = ["TrustStoreError", "default_cas_skipped", "import_modules", "verified"]

@@ -64,7 +64,9 @@ class LoadingFront:
     async def load(self) -> Running:
         """Import the composition root (in a thread) and start the server it makes; the started
         server. A failure is raised here; requests waiting for the gateway are answered `unavailable`."""
-        # The trust store's CAs load with the interpreter lock let go: beside the import, not after it.
+        # The trust store's CAs load with the interpreter lock let go: beside the import, not after it;
+        # its modules imported first, as only one thread may import at a time (see `import_modules`).
+        await asyncio.to_thread(trust_store.import_modules)
         tls = asyncio.ensure_future(asyncio.to_thread(trust_store.verified))
         try:
             root = await asyncio.to_thread(importlib.import_module, self.root)
