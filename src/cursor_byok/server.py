@@ -16,7 +16,7 @@ import ssl
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from .store import Store
+from .store import Store, is_postgres_url
 
 if TYPE_CHECKING:
     from .config import Config
@@ -35,6 +35,10 @@ async def start(config: Config, guard: Any = None, tls: Awaitable[ssl.SSLContext
     server. `guard`: the one already in front of the server while it loaded; `tls`: the trust
     store's context, when it is being built beside this (else each start builds its own)."""
     opening = asyncio.ensure_future(_open_store(config))
+    if is_postgres_url(config.store_location):
+        # Its open imports psycopg on this thread: done before `running` is imported in another, as
+        # only one thread may import at a time (see `trust_store.import_modules`).
+        await asyncio.wait((opening,))
     try:
         running = await asyncio.to_thread(importlib.import_module, RUNNING)
         context = await tls if tls is not None else None
