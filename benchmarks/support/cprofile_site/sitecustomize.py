@@ -4,6 +4,8 @@ Always: every Python thread the server starts gets its name (up to the first ':'
 a per-thread CPU account (/proc/PID/task/TID/comm) tells them apart in any checkout, also one whose
 threads do not name themselves.
 
+When BENCH_TIMELINE_OUT is set: `benchmarks.support.start_timeline` stamps the steps of each turn start.
+
 When BENCH_CPROFILE_OUT is set: SIGUSR1 starts cProfile on the main thread (the event loop's) with a
 thread-CPU clock, SIGUSR2 stops it and writes `<BENCH_CPROFILE_OUT>-<n>.prof` (n counts from 1). A
 thread-CPU clock charges a function only for the CPU its own thread spent in it, not for waits nor
@@ -116,3 +118,7 @@ threading.Thread.run = _run  # type: ignore[method-assign]
 if _OUT:
     signal.signal(signal.SIGUSR1, _start)
     signal.signal(signal.SIGUSR2, _stop)
+if os.environ.get("BENCH_TIMELINE_OUT"):  # a turn start's timeline (benchmarks/test_start_timeline.py)
+    from benchmarks.support import start_timeline
+
+    start_timeline.install()

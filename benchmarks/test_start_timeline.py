@@ -1,0 +1,194 @@
+"""A lone turn start, step by step: where its wall time goes, ours next to the floor's.
+
+    .venv/bin/python -m pytest -q -s -p no:randomly benchmarks/test_start_timeline.py
+
+The idle probe of `test_turn_start_load.py` (one conversation, TURNS turns each, a random pause of
+up to 40 ms before each turn, the same prebuilt request sent straight to the provider after each),
+against ours and the floor (`support/bare_turn_app.py`), each stamping the steps of every start
+(`support/start_timeline.py`, on through BENCH_TIMELINE_OUT). Per step: its p50 time since the IDE
+sent the turn's first append, and, ours only, the loop thread's CPU since the step before and the
+wall time beyond it (waits: thread hops, other processes on the CPU). The client's own stamps frame
+it: the provider has the whole request (`~provider`), the first text reaches the IDE (`~first text`).
+
+The IDE sends RunSSE just before the append, so granian hands both to the loop at once: a start
+whose RunSSE the server had taken before the append was even sent (the client's write preempted by
+the server) is counted apart, as those starts skip the two requests' interleaving.
+
+Knobs: BENCH_TIMELINE_SAMPLES=200 (probe turns per server), BENCH_PROBE_GAP_MS=40, BENCH_SRC.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from benchmarks.support.rawhttp import Connection
+from benchmarks.test_turn_start import CPROFILE_SITE, HOST, MODEL, ROOT, SRC, TURNS, Client, direct_turn, spawn, stop
+from benchmarks.test_gateway import wait_healthy
+from tests.harness.server import ModelSpec, ServerConfig, free_port
+
+SAMPLES = int(os.environ.get("BENCH_TIMELINE_SAMPLES", "200"))
+PROBE_GAP = float(os.environ.get("BENCH_PROBE_GAP_MS", "40")) / 1000
+WARM_UP = 10  # turns left out: the first of a fresh server's
+PROVIDER, FIRST_TEXT = "~provider", "~first text"
+EARLIEST_NS = 2_000_000  # how long before the append is sent a stamp may be its turn's (its RunSSE's)
+
+
+@dataclass
+class Turn:
+    sent: int  # the first append sent (monotonic ns)
+    provider: int  # the provider has the whole request
+    first_text: int  # the first text delta reached the IDE
+    after: int  # stamps before it are not this turn's (the previous turn's end, or just before it was sent)
+    ended: int  # its stream read to the end
+
+
+@dataclass
+class Stamps:
+    """One server's stamps: (monotonic ns, loop thread CPU ns, step), in time order."""
+
+    rows: list[tuple[int, int, str]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: Path) -> Stamps:
+        rows = []
+        for line in path.read_text().splitlines():
+            ns, cpu, step = line.split()
+            rows.append((int(ns), int(cpu), step))
+        return cls(sorted(rows))
+
+    def of(self, turn: Turn) -> list[tuple[int, int, str]]:
+        """The turn's steps: the first stamp of each step from its RunSSE on to its first text."""
+        seen: set[str] = set()
+        out = []
+        for row in self.rows:
+            if row[0] < turn.after or row[0] > turn.first_text or row[2] in seen:
+                continue
+            seen.add(row[2])
+            out.append(row)
+        return out
+
+
+class TimedClient(Client):
+    """The benchmark's IDE, keeping each turn's client-side stamps."""
+
+    turns: list[Turn] = []
+
+    async def read(self, rid: str, sent: int) -> tuple[int, int]:
+        result = await super().read(rid, sent)
+        after = max(self.turns[-1].ended if self.turns else 0, sent - EARLIEST_NS)
+        self.turns.append(Turn(sent, sent + result[0], sent + result[1], after, time.monotonic_ns()))
+        return result
+
+
+async def probes(port: int, provider_port: int) -> list[int]:
+    """SAMPLES lone turns (as the load benchmark's idle probe); the direct calls' first-chunk ns."""
+    direct = await Connection.open(HOST, provider_port)
+    firsts = []
+    conversation: Client | None = None
+    for n in range(SAMPLES + WARM_UP):
+        if n % TURNS == 0:
+            if conversation is not None:
+                conversation.close()
+            conversation = await TimedClient(port).open()
+        assert conversation is not None
+        await asyncio.sleep(random.uniform(0, PROBE_GAP))
+        await conversation.turn()
+        firsts.append((await direct_turn(direct))[1])
+    assert conversation is not None
+    conversation.close()
+    direct.close()
+    return firsts[WARM_UP:]
+
+
+@dataclass
+class Timeline:
+    name: str
+    direct_first_ns: list[int]
+    since_sent: dict[str, list[float]] = field(default_factory=dict)  # step → µs after the append was sent
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # step → loop CPU µs since the step before
+    off_cpu: dict[str, list[float]] = field(default_factory=dict)  # step → wall µs beyond that CPU
+    runsse_before: int = 0  # turns whose RunSSE the server took before the append was sent
+    provider_split: dict[bool, list[float]] = field(default_factory=dict)  # RunSSE before? → append → provider µs
+
+    def add(self, turn: Turn, steps: list[tuple[int, int, str]]) -> None:
+        previous: tuple[int, int] | None = None
+        for ns, cpu, step in steps:
+            self.since_sent.setdefault(step, []).append((ns - turn.sent) / 1e3)
+            if previous is not None:
+                self.cpu.setdefault(step, []).append((cpu - previous[1]) / 1e3)
+                self.off_cpu.setdefault(step, []).append(((ns - previous[0]) - (cpu - previous[1])) / 1e3)
+            previous = (ns, cpu)
+        self.since_sent.setdefault(PROVIDER, []).append((turn.provider - turn.sent) / 1e3)
+        self.since_sent.setdefault(FIRST_TEXT, []).append((turn.first_text - turn.sent) / 1e3)
+        before = any(step == "in:RunSSE" and ns < turn.sent for ns, _, step in steps)
+        self.runsse_before += before
+        self.provider_split.setdefault(before, []).append((turn.provider - turn.sent) / 1e3)
+
+    def report(self) -> None:
+        turns = len(self.since_sent[PROVIDER])
+        direct = statistics.median(self.direct_first_ns) / 1e3
+        print(f"\n{self.name}: {turns} lone turns; added TTFT p50 {statistics.median(self.since_sent[FIRST_TEXT]) - direct:.0f} µs"
+              f" (direct call's first chunk {direct:.0f} µs)")
+        print(f"  {'step':<16} {'p50 µs since sent':>18} {'loop CPU since prev':>20} {'beyond CPU p50 / mean':>22}")
+        for step, values in sorted(self.since_sent.items(), key=lambda kv: statistics.median(kv[1])):
+            cpu = self.cpu.get(step)
+            extra = f"{statistics.median(cpu):>20.0f} {statistics.median(self.off_cpu[step]):>12.0f} / {statistics.mean(self.off_cpu[step]):<7.0f}" if cpu else ""
+            print(f"  {step:<16} {statistics.median(values):>18.0f} {extra}")
+        for before, values in sorted(self.provider_split.items()):
+            what = "RunSSE taken before the append was sent" if before else "RunSSE and append interleaved"
+            print(f"  {what}: {len(values)} turns, append → provider p50 {statistics.median(values):.0f} µs")
+
+
+@pytest.mark.timeout(900)
+def test_start_timeline(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}:{CPROFILE_SITE}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
+    provider_port = free_port()
+    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), "2", "5"], env=env, cwd=ROOT)
+    env["BENCH_PROVIDER_URL"] = f"http://{HOST}:{provider_port}/v1"
+    timelines = []
+    try:
+        wait_healthy(f"http://{HOST}:{provider_port}/control/count")
+        for name in ("ours", "floor"):
+            port = free_port()
+            out = tmp_path / f"{name}.stamps"
+            if name == "ours":
+                config = ServerConfig(
+                    data_dir=tmp_path / "data",
+                    models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
+                    continuation_window_seconds=0.02,
+                )
+                config.data_dir.mkdir()
+                (config.data_dir / "config.toml").write_text(config.toml(port))
+                cmd = [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config.data_dir / "config.toml")]
+                health = "/__byok-api__/healthz"
+            else:
+                cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST, "--port", str(port),
+                       "--workers", "1", "--no-ws", "benchmarks.support.bare_turn_app:app"]
+                health = "/healthz"
+            proc, _ = spawn(cmd, {**env, "BENCH_TIMELINE_OUT": str(out)}, port, health, tmp_path / f"{name}.log")
+            TimedClient.turns = []
+            try:
+                direct = asyncio.run(probes(port, provider_port))
+            finally:
+                stop(proc)
+            stamps = Stamps.read(out)
+            timeline = Timeline(name, direct)
+            for turn in TimedClient.turns[WARM_UP:]:
+                timeline.add(turn, stamps.of(turn))
+            timelines.append(timeline)
+    finally:
+        provider.terminate()
+        provider.wait(10)
+    print(f"\nload average {os.getloadavg()[0]:.2f}")
+    for timeline in timelines:
+        timeline.report()
+        assert timeline.since_sent.get("write" if timeline.name == "ours" else "task"), "no start was stamped"
