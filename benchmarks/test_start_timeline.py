@@ -51,28 +51,38 @@ class Turn:
     ended: int  # its stream read to the end
 
 
+@dataclass(frozen=True)
+class Stamp:
+    ns: int  # monotonic
+    cpu: int  # the loop thread's CPU clock
+    voluntary: int  # its context switches so far: waits of its own (a lock, the GIL, I/O)
+    involuntary: int  # ... and preemptions (another thread or process had the CPU)
+    step: str
+
+
 @dataclass
 class Stamps:
-    """One server's stamps: (monotonic ns, loop thread CPU ns, step), in time order."""
+    """One server's stamps (`support/start_timeline.py`), in time order."""
 
-    rows: list[tuple[int, int, str]] = field(default_factory=list)
+    rows: list[Stamp] = field(default_factory=list)
 
     @classmethod
     def read(cls, path: Path) -> Stamps:
         rows = []
         for line in path.read_text().splitlines():
-            ns, cpu, step = line.split()
-            rows.append((int(ns), int(cpu), step))
-        return cls(sorted(rows))
+            *numbers, step = line.split()
+            ns, cpu, voluntary, involuntary = map(int, numbers)
+            rows.append(Stamp(ns, cpu, voluntary, involuntary, step))
+        return cls(sorted(rows, key=lambda s: s.ns))
 
-    def of(self, turn: Turn) -> list[tuple[int, int, str]]:
+    def of(self, turn: Turn) -> list[Stamp]:
         """The turn's steps: the first stamp of each step from its RunSSE on to its first text."""
         seen: set[str] = set()
         out = []
         for row in self.rows:
-            if row[0] < turn.after or row[0] > turn.first_text or row[2] in seen:
+            if row.ns < turn.after or row.ns > turn.first_text or row.step in seen:
                 continue
-            seen.add(row[2])
+            seen.add(row.step)
             out.append(row)
         return out
 
@@ -116,20 +126,22 @@ class Timeline:
     since_sent: dict[str, list[float]] = field(default_factory=dict)  # step → µs after the append was sent
     cpu: dict[str, list[float]] = field(default_factory=dict)  # step → loop CPU µs since the step before
     off_cpu: dict[str, list[float]] = field(default_factory=dict)  # step → wall µs beyond that CPU
+    switches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # step → (voluntary, involuntary) since the step before
     runsse_before: int = 0  # turns whose RunSSE the server took before the append was sent
     provider_split: dict[bool, list[float]] = field(default_factory=dict)  # RunSSE before? → append → provider µs
 
-    def add(self, turn: Turn, steps: list[tuple[int, int, str]]) -> None:
-        previous: tuple[int, int] | None = None
-        for ns, cpu, step in steps:
-            self.since_sent.setdefault(step, []).append((ns - turn.sent) / 1e3)
+    def add(self, turn: Turn, steps: list[Stamp]) -> None:
+        previous: Stamp | None = None
+        for s in steps:
+            self.since_sent.setdefault(s.step, []).append((s.ns - turn.sent) / 1e3)
             if previous is not None:
-                self.cpu.setdefault(step, []).append((cpu - previous[1]) / 1e3)
-                self.off_cpu.setdefault(step, []).append(((ns - previous[0]) - (cpu - previous[1])) / 1e3)
-            previous = (ns, cpu)
+                self.cpu.setdefault(s.step, []).append((s.cpu - previous.cpu) / 1e3)
+                self.off_cpu.setdefault(s.step, []).append(((s.ns - previous.ns) - (s.cpu - previous.cpu)) / 1e3)
+                self.switches.setdefault(s.step, []).append((s.voluntary - previous.voluntary, s.involuntary - previous.involuntary))
+            previous = s
         self.since_sent.setdefault(PROVIDER, []).append((turn.provider - turn.sent) / 1e3)
         self.since_sent.setdefault(FIRST_TEXT, []).append((turn.first_text - turn.sent) / 1e3)
-        before = any(step == "in:RunSSE" and ns < turn.sent for ns, _, step in steps)
+        before = any(s.step == "in:RunSSE" and s.ns < turn.sent for s in steps)
         self.runsse_before += before
         self.provider_split.setdefault(before, []).append((turn.provider - turn.sent) / 1e3)
 
@@ -138,10 +150,18 @@ class Timeline:
         direct = statistics.median(self.direct_first_ns) / 1e3
         print(f"\n{self.name}: {turns} lone turns; added TTFT p50 {statistics.median(self.since_sent[FIRST_TEXT]) - direct:.0f} µs"
               f" (direct call's first chunk {direct:.0f} µs)")
-        print(f"  {'step':<16} {'p50 µs since sent':>18} {'loop CPU since prev':>20} {'beyond CPU p50 / mean':>22}")
+        print(f"  {'step':<16} {'p50 µs since sent':>18} {'loop CPU since prev':>20} {'beyond CPU p50 / mean / p95':>28}"
+              f" {'switched: own / preempted':>26}")
         for step, values in sorted(self.since_sent.items(), key=lambda kv: statistics.median(kv[1])):
             cpu = self.cpu.get(step)
-            extra = f"{statistics.median(cpu):>20.0f} {statistics.median(self.off_cpu[step]):>12.0f} / {statistics.mean(self.off_cpu[step]):<7.0f}" if cpu else ""
+            extra = ""
+            if cpu:
+                off = sorted(self.off_cpu[step])
+                switches = self.switches[step]
+                own = sum(v > 0 for v, _ in switches) / len(switches)
+                preempted = sum(i > 0 for _, i in switches) / len(switches)
+                extra = (f"{statistics.median(cpu):>20.0f} {statistics.median(off):>10.0f} / {statistics.mean(off):>6.0f} / {off[int(len(off) * 0.95)]:>6.0f}"
+                         f" {own:>15.0%} / {preempted:>7.0%}")
             print(f"  {step:<16} {statistics.median(values):>18.0f} {extra}")
         for before, values in sorted(self.provider_split.items()):
             what = "RunSSE taken before the append was sent" if before else "RunSSE and append interleaved"

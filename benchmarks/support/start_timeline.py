@@ -27,6 +27,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -34,17 +35,21 @@ from types import ModuleType
 from typing import Any
 
 OUT = os.environ.get("BENCH_TIMELINE_OUT", "")
-_stamps: list[tuple[int, int, str]] = []  # (monotonic ns, loop thread CPU ns, step)
+# (monotonic ns, loop thread CPU ns, its voluntary and involuntary context switches so far, step):
+# a wait off the CPU with a voluntary switch is the thread's own (a lock, the interpreter's among
+# them, or I/O); with an involuntary one, another thread or process had the CPU.
+_stamps: list[tuple[int, int, int, int, str]] = []
 
 
 def stamp(step: str) -> None:
-    _stamps.append((time.monotonic_ns(), time.thread_time_ns(), step))
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    _stamps.append((time.monotonic_ns(), time.thread_time_ns(), usage.ru_nvcsw, usage.ru_nivcsw, step))
 
 
 def flush() -> None:
     if _stamps:
         with open(OUT, "a") as out:
-            out.writelines(f"{ns} {cpu} {step}\n" for ns, cpu, step in _stamps)
+            out.writelines(" ".join(map(str, row)) + "\n" for row in _stamps)
         _stamps.clear()
 
 
