@@ -49,6 +49,7 @@ class Turn:
     first_text: int  # the first text delta reached the IDE
     after: int  # stamps before it are not this turn's (the previous turn's end, or just before it was sent)
     ended: int  # its stream read to the end
+    new: bool  # a new conversation's first turn (else a follow-up, with the turns before as history)
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,13 @@ class TimedClient(Client):
     """The benchmark's IDE, keeping each turn's client-side stamps."""
 
     turns: list[Turn] = []
+    taken = 0  # turns this conversation has taken
 
     async def read(self, rid: str, sent: int) -> tuple[int, int]:
         result = await super().read(rid, sent)
         after = max(self.turns[-1].ended if self.turns else 0, sent - EARLIEST_NS)
-        self.turns.append(Turn(sent, sent + result[0], sent + result[1], after, time.monotonic_ns()))
+        self.turns.append(Turn(sent, sent + result[0], sent + result[1], after, time.monotonic_ns(), not self.taken))
+        self.taken += 1
         return result
 
 
@@ -127,8 +130,7 @@ class Timeline:
     cpu: dict[str, list[float]] = field(default_factory=dict)  # step → loop CPU µs since the step before
     off_cpu: dict[str, list[float]] = field(default_factory=dict)  # step → wall µs beyond that CPU
     switches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # step → (voluntary, involuntary) since the step before
-    runsse_before: int = 0  # turns whose RunSSE the server took before the append was sent
-    provider_split: dict[bool, list[float]] = field(default_factory=dict)  # RunSSE before? → append → provider µs
+    provider_split: dict[str, list[float]] = field(default_factory=dict)  # kind of turn → append → provider µs
 
     def add(self, turn: Turn, steps: list[Stamp]) -> None:
         previous: Stamp | None = None
@@ -141,9 +143,10 @@ class Timeline:
             previous = s
         self.since_sent.setdefault(PROVIDER, []).append((turn.provider - turn.sent) / 1e3)
         self.since_sent.setdefault(FIRST_TEXT, []).append((turn.first_text - turn.sent) / 1e3)
+        to_provider = (turn.provider - turn.sent) / 1e3
         before = any(s.step == "in:RunSSE" and s.ns < turn.sent for s in steps)
-        self.runsse_before += before
-        self.provider_split.setdefault(before, []).append((turn.provider - turn.sent) / 1e3)
+        self.provider_split.setdefault("RunSSE taken before the append was sent" if before else "RunSSE and append interleaved", []).append(to_provider)
+        self.provider_split.setdefault("a new conversation's first turn" if turn.new else "a follow-up turn", []).append(to_provider)
 
     def report(self) -> None:
         turns = len(self.since_sent[PROVIDER])
@@ -163,8 +166,7 @@ class Timeline:
                 extra = (f"{statistics.median(cpu):>20.0f} {statistics.median(off):>10.0f} / {statistics.mean(off):>6.0f} / {off[int(len(off) * 0.95)]:>6.0f}"
                          f" {own:>15.0%} / {preempted:>7.0%}")
             print(f"  {step:<16} {statistics.median(values):>18.0f} {extra}")
-        for before, values in sorted(self.provider_split.items()):
-            what = "RunSSE taken before the append was sent" if before else "RunSSE and append interleaved"
+        for what, values in self.provider_split.items():
             print(f"  {what}: {len(values)} turns, append → provider p50 {statistics.median(values):.0f} µs")
 
 
