@@ -17,6 +17,8 @@ start's path. The steps (ours; the floor, `bare_turn_app`, has the ones marked *
     committed         ... and is committed (on the loop) or handed to the writer thread
     engine            the run engine starts (the input prepared)
     write             the provider request is written (our HTTP client's exchange begins)
+    response*         the provider's response head is read (ours: our HTTP client's response is made;
+                      the floor: aiohttp's response has started)
     attached          the RunSSE found its stream
     delivered         the hand-over returned to the gateway
     task*             the floor's provider task begins (it then posts through aiohttp)
@@ -152,6 +154,7 @@ def _patch_store(module: ModuleType) -> None:
 
 def _patch_http_client(module: ModuleType) -> None:
     module._exchange = _before_async(lambda *_: "write", module._exchange)
+    module.ProviderResponse.__init__ = _after("response", module.ProviderResponse.__init__)
 
 
 def _patch_floor(module: ModuleType) -> None:
@@ -177,6 +180,15 @@ def _patch_floor(module: ModuleType) -> None:
 
     module.app = app
     module.forward = _before_async(lambda *_: "task", module.forward)
+    response = module.aiohttp.ClientResponse
+    started = response.start
+
+    async def start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await started(self, *args, **kwargs)
+        stamp("response")
+        return result
+
+    response.start = start
 
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
