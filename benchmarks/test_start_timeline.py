@@ -2,8 +2,8 @@
 
     .venv/bin/python -m pytest -q -s -p no:randomly benchmarks/test_start_timeline.py
 
-The idle probe of `test_turn_start_load.py` (one conversation, TURNS turns each, a random pause of
-up to 40 ms before each turn, the same prebuilt request sent straight to the provider after each),
+The idle probe of `test_turn_start_load.py` (conversations of TURNS turns, one turn at a time, a
+random pause of up to 40 ms before each, the same prebuilt request sent straight to the provider after each),
 against ours and the floor (`support/bare_turn_app.py`), each stamping the steps of every start
 (`support/start_timeline.py`, on through BENCH_TIMELINE_OUT). Per step: its p50 time since the IDE
 sent the turn's first append, and, ours only, the loop thread's CPU since the step before and the
@@ -14,13 +14,13 @@ The IDE sends RunSSE just before the append, so granian hands both to the loop a
 whose RunSSE the server had taken before the append was even sent (the client's write preempted by
 the server) is counted apart, as those starts skip the two requests' interleaving.
 
-Knobs: BENCH_TIMELINE_SAMPLES=200 (probe turns per server), BENCH_PROBE_GAP_MS=40, BENCH_SRC.
+Knobs: those of the idle probe (BENCH_LOAD_SAMPLES=100 probe turns per server, the first WARM_UP left
+out; BENCH_PROBE_GAP_MS=40), BENCH_SRC.
 """
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -30,13 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.support.rawhttp import Connection
-from benchmarks.test_turn_start import CPROFILE_SITE, HOST, MODEL, ROOT, SRC, TURNS, Client, direct_turn, spawn, stop
+from benchmarks.test_turn_start import CPROFILE_SITE, HOST, MODEL, ROOT, SRC, Client, spawn, stop
+from benchmarks.test_turn_start_load import probe
 from benchmarks.test_gateway import wait_healthy
 from tests.harness.server import ModelSpec, ServerConfig, free_port
 
-SAMPLES = int(os.environ.get("BENCH_TIMELINE_SAMPLES", "200"))
-PROBE_GAP = float(os.environ.get("BENCH_PROBE_GAP_MS", "40")) / 1000
 WARM_UP = 10  # turns left out: the first of a fresh server's
 PROVIDER, FIRST_TEXT = "~provider", "~first text"
 EARLIEST_NS = 2_000_000  # how long before the append is sent a stamp may be its turn's (its RunSSE's)
@@ -100,26 +98,6 @@ class TimedClient(Client):
         self.turns.append(Turn(sent, sent + result[0], sent + result[1], after, time.monotonic_ns(), not self.taken))
         self.taken += 1
         return result
-
-
-async def probes(port: int, provider_port: int) -> list[int]:
-    """SAMPLES lone turns (as the load benchmark's idle probe); the direct calls' first-chunk ns."""
-    direct = await Connection.open(HOST, provider_port)
-    firsts = []
-    conversation: Client | None = None
-    for n in range(SAMPLES + WARM_UP):
-        if n % TURNS == 0:
-            if conversation is not None:
-                conversation.close()
-            conversation = await TimedClient(port).open()
-        assert conversation is not None
-        await asyncio.sleep(random.uniform(0, PROBE_GAP))
-        await conversation.turn()
-        firsts.append((await direct_turn(direct))[1])
-    assert conversation is not None
-    conversation.close()
-    direct.close()
-    return firsts[WARM_UP:]
 
 
 @dataclass
@@ -199,11 +177,11 @@ def test_start_timeline(tmp_path: Path) -> None:
             proc, _ = spawn(cmd, {**env, "BENCH_TIMELINE_OUT": str(out)}, port, health, tmp_path / f"{name}.log")
             TimedClient.turns = []
             try:
-                direct = asyncio.run(probes(port, provider_port))
+                phase = asyncio.run(probe(port, provider_port, TimedClient))
             finally:
                 stop(proc)
             stamps = Stamps.read(out)
-            timeline = Timeline(name, direct)
+            timeline = Timeline(name, phase.direct.ttft_ns[WARM_UP:])
             for turn in TimedClient.turns[WARM_UP:]:
                 timeline.add(turn, stamps.of(turn))
             timelines.append(timeline)

@@ -17,6 +17,8 @@ start's path. The steps (ours; the floor, `bare_turn_app`, has the ones marked *
     committed         ... and is committed (on the loop) or handed to the writer thread
     engine            the run engine starts (the input prepared)
     write             the provider request is written (our HTTP client's exchange begins)
+    replied           the append is answered
+    bytes_in*         the provider's first bytes reach its connection's protocol (aiohttp's, in both)
     response*         the provider's response head is read (ours: our HTTP client's response is made;
                       the floor: aiohttp's response has started)
     attached          the RunSSE found its stream
@@ -109,6 +111,7 @@ def _answered(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return await fn(*args, **kwargs)
         finally:
+            stamp("replied")
             flush()
 
     return wrapper
@@ -155,6 +158,13 @@ def _patch_store(module: ModuleType) -> None:
 def _patch_http_client(module: ModuleType) -> None:
     module._exchange = _before_async(lambda *_: "write", module._exchange)
     module.ProviderResponse.__init__ = _after("response", module.ProviderResponse.__init__)
+    _patch_aiohttp_protocol()
+
+
+def _patch_aiohttp_protocol() -> None:
+    from aiohttp.client_proto import ResponseHandler
+
+    ResponseHandler.data_received = _before("bytes_in", ResponseHandler.data_received)
 
 
 def _patch_floor(module: ModuleType) -> None:
@@ -189,6 +199,7 @@ def _patch_floor(module: ModuleType) -> None:
         return result
 
     response.start = start
+    _patch_aiohttp_protocol()
 
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
