@@ -6,7 +6,7 @@ Off unless BENCH_TIMELINE_OUT names a file: then `cprofile_site` (on the servers
 `install()`, which wraps a few functions of the server as their modules are imported (nothing in
 `src` knows of it, so the tree measured is the tree as it is). A wrapper adds a stamp before or
 after the call it wraps; the stamps are written out after each BidiAppend is answered, off the
-start's path. The steps (ours; the floor, `bare_turn_app`, has the ones marked *):
+start's path (`FLUSH_AFTER_SECONDS` later). The steps (ours; the floor, `bare_turn_app`, has the ones marked *):
 
     in:<method>*      the ASGI call begins (granian has handed the request to the loop)
     body:<method>*    its body is read
@@ -27,6 +27,7 @@ start's path. The steps (ours; the floor, `bare_turn_app`, has the ones marked *
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.abc
 import importlib.machinery
@@ -50,11 +51,18 @@ def stamp(step: str) -> None:
     _stamps.append((time.monotonic_ns(), time.thread_time_ns(), usage.ru_nvcsw, usage.ru_nivcsw, step))
 
 
+FLUSH_AFTER_SECONDS = 0.05  # the stamps are written this long after a start's append is answered: off its path
+
+
 def flush() -> None:
     if _stamps:
         with open(OUT, "a") as out:
             out.writelines(" ".join(map(str, row)) + "\n" for row in _stamps)
         _stamps.clear()
+
+
+def flush_later() -> None:
+    asyncio.get_running_loop().call_later(FLUSH_AFTER_SECONDS, flush)
 
 
 def _method(scope: dict[str, Any]) -> str:
@@ -112,7 +120,7 @@ def _answered(fn: Callable[..., Any]) -> Callable[..., Any]:
             return await fn(*args, **kwargs)
         finally:
             stamp("replied")
-            flush()
+            flush_later()
 
     return wrapper
 
@@ -186,7 +194,7 @@ def _patch_floor(module: ModuleType) -> None:
             await inner(scope, read, send)
         finally:
             if method == "BidiAppend":
-                flush()
+                flush_later()
 
     module.app = app
     module.forward = _before_async(lambda *_: "task", module.forward)
