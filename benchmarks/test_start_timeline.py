@@ -119,12 +119,15 @@ class Timeline:
                 self.off_cpu.setdefault(s.step, []).append(((s.ns - previous.ns) - (s.cpu - previous.cpu)) / 1e3)
                 self.switches.setdefault(s.step, []).append((s.voluntary - previous.voluntary, s.involuntary - previous.involuntary))
             previous = s
-        self.since_sent.setdefault(PROVIDER, []).append((turn.provider - turn.sent) / 1e3)
-        self.since_sent.setdefault(FIRST_TEXT, []).append((turn.first_text - turn.sent) / 1e3)
         to_provider = (turn.provider - turn.sent) / 1e3
+        self.since_sent.setdefault(PROVIDER, []).append(to_provider)
+        self.since_sent.setdefault(FIRST_TEXT, []).append((turn.first_text - turn.sent) / 1e3)
         before = any(s.step == "in:RunSSE" and s.ns < turn.sent for s in steps)
-        self.provider_split.setdefault("RunSSE taken before the append was sent" if before else "RunSSE and append interleaved", []).append(to_provider)
-        self.provider_split.setdefault("a new conversation's first turn" if turn.new else "a follow-up turn", []).append(to_provider)
+        for kind in (
+            "RunSSE taken before the append was sent" if before else "RunSSE and append interleaved",
+            "a new conversation's first turn" if turn.new else "a follow-up turn",
+        ):
+            self.provider_split.setdefault(kind, []).append(to_provider)
 
     def report(self) -> None:
         turns = len(self.since_sent[PROVIDER])
@@ -141,8 +144,8 @@ class Timeline:
                 switches = self.switches[step]
                 own = sum(v > 0 for v, _ in switches) / len(switches)
                 preempted = sum(i > 0 for _, i in switches) / len(switches)
-                extra = (f"{statistics.median(cpu):>20.0f} {statistics.median(off):>10.0f} / {statistics.mean(off):>6.0f} / {off[int(len(off) * 0.95)]:>6.0f}"
-                         f" {own:>15.0%} / {preempted:>7.0%}")
+                beyond = f"{statistics.median(off):>10.0f} / {statistics.mean(off):>6.0f} / {off[int(len(off) * 0.95)]:>6.0f}"
+                extra = f"{statistics.median(cpu):>20.0f} {beyond} {own:>15.0%} / {preempted:>7.0%}"
             print(f"  {step:<16} {statistics.median(values):>18.0f} {extra}")
         for what, values in self.provider_split.items():
             print(f"  {what}: {len(values)} turns, append → provider p50 {statistics.median(values):.0f} µs")

@@ -28,6 +28,7 @@ start's path (`FLUSH_AFTER_SECONDS` later). The steps (ours; the floor, `bare_tu
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import importlib.abc
 import importlib.machinery
@@ -250,3 +251,4 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     sys.meta_path.insert(0, _Finder())
+    atexit.register(flush)  # what the last start left unwritten
