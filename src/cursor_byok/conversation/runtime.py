@@ -493,9 +493,6 @@ END_STREAM_OK = end_stream_ok()
 END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancelled"))
 
 
-__all__ = ["ConversationRuntime", "RuntimeServices"]
-
-
 # What a run step's end is as a command (`ConversationRuntime._start`): run id, error, result.
 def _prepared(run_id: str, error: BaseException | None, _: Any) -> Prepared:
     return Prepared(run_id, error)
@@ -507,3 +504,7 @@ def _engine_done(run_id: str, error: BaseException | None, result: Any) -> Engin
 
 def _checkpoint_done(run_id: str, error: BaseException | None, _: Any) -> CheckpointDone:
     return CheckpointDone(run_id, error)
+
+
+__all__ = ["ConversationRuntime", "RuntimeServices"]
+
