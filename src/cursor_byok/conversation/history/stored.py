@@ -88,6 +88,8 @@ class StoredEntries:
 
     def find(self, event_id: str) -> int | None:
         """The index of the entry stored under `event_id`, if any."""
+        if not self.count:  # nothing stored (a conversation begun in this process): no id to encode and hash
+            return None
         table, starts, needle = self._lookup, self._key_starts, event_id.encode()
         mask = len(table) - 1
         at = hash(event_id) & mask
