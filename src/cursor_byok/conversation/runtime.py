@@ -33,7 +33,7 @@ from . import actions, updates
 from .active_run import ActiveRun, begin_run
 from .commands import (
     CheckpointDone, ClientInput, Command, EngineDone, FinalizeExpired, Heartbeat, InjectionsTaken, Prepared, ReattachExpired, Reader,
-    RecoveryExpired, Shutdown, StartRun, ToolBatch,
+    RecoveryExpired, Shutdown, StartRun, ToolBatch, checkpoint_done, engine_done, prepared,
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
@@ -163,7 +163,7 @@ class ConversationRuntime(CommandInbox):
         self._transition(Phase.PREPARING)
         if cmd.resumed:  # before any input is taken; it waits for its IDE, not forever
             self.data.resume(run, partial(self.post, RecoveryExpired(run.run_id)))
-        self._start(run, self.data.prepare(run), _prepared)
+        self._start(run, self.data.prepare(run), prepared)
 
     def _start(self, run: ActiveRun, work: Awaitable[Any], done: Callable[[str, BaseException | None, Any], Command]) -> None:
         """Run one step of `run` (`work`, not yet started), at once up to its first wait, then as its
@@ -204,7 +204,7 @@ class ConversationRuntime(CommandInbox):
     def _run_engine(self, run: ActiveRun) -> None:
         assert run.engine is not None and run.spec is not None
         port = RunPorts(self, run)
-        self._start(run, run.engine.run(run.spec, port, port, port), _engine_done)
+        self._start(run, run.engine.run(run.spec, port, port, port), engine_done)
 
     # -- tools and client input ---------------------------------------------------------------------------
     def _on_tool_batch(self, cmd: ToolBatch) -> None:
@@ -372,7 +372,7 @@ class ConversationRuntime(CommandInbox):
         if self.phase is Phase.INTERRUPTING:
             self._transition(Phase.MODELING)
         self._transition(Phase.CHECKPOINTING)
-        self._start(run, self.data.checkpoints.final(run, lambda: self.is_current(run.run_id)), _checkpoint_done)
+        self._start(run, self.data.checkpoints.final(run, lambda: self.is_current(run.run_id)), checkpoint_done)
 
     def before_request(self, stored: asyncio.Future[Any] | None) -> None:
         """A model request of the current run is built, to leave once `stored` (its input's commit,
@@ -491,19 +491,6 @@ class ConversationRuntime(CommandInbox):
 
 END_STREAM_OK = end_stream_ok()
 END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancelled"))
-
-
-# What a run step's end is as a command (`ConversationRuntime._start`): run id, error, result.
-def _prepared(run_id: str, error: BaseException | None, _: Any) -> Prepared:
-    return Prepared(run_id, error)
-
-
-def _engine_done(run_id: str, error: BaseException | None, result: Any) -> EngineDone:
-    return EngineDone(run_id, getattr(result, "usage_total", None), error)
-
-
-def _checkpoint_done(run_id: str, error: BaseException | None, _: Any) -> CheckpointDone:
-    return CheckpointDone(run_id, error)
 
 
 __all__ = ["ConversationRuntime", "RuntimeServices"]
