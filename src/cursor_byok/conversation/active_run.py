@@ -44,7 +44,7 @@ class ActiveBatch:
         return all(p.outcome is not None for p in self.pending)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: ~45 fields would make each run's instance dict an object of its own
 class ActiveRun:
     run_id: str
     cursor_run_id: str

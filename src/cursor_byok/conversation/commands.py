@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from ..protocol import agent_pb2 as pb
 from ..run import ToolCallRequest, ToolOutcome, Usage
@@ -105,3 +106,14 @@ Command = (
 )
 
 
+# What a run step's end is as a command (the runtime's `_start`): run id, error, result.
+def prepared(run_id: str, error: BaseException | None, _: Any) -> Prepared:
+    return Prepared(run_id, error)
+
+
+def engine_done(run_id: str, error: BaseException | None, result: Any) -> EngineDone:
+    return EngineDone(run_id, getattr(result, "usage_total", None), error)
+
+
+def checkpoint_done(run_id: str, error: BaseException | None, _: Any) -> CheckpointDone:
+    return CheckpointDone(run_id, error)

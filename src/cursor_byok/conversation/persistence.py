@@ -192,4 +192,4 @@ class ConversationRecords:
 
 
 def _event(entry: HistoryEntry) -> NewEvent:
-    return NewEvent(event_id=entry.event_id, kind=entry.kind.value, payload=encode_entry(entry.kind, entry.message), run_id=entry.run_id)
+    return NewEvent(event_id=entry.event_id, kind=entry.kind._value_, payload=encode_entry(entry.kind, entry.message), run_id=entry.run_id)

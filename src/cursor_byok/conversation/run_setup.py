@@ -72,7 +72,7 @@ def tool_context(
         run_id=run_id,
         available_models=[m.id for m in config.models],
         default_subagent_model=model.id,
-        mode=mode.value,
+        mode=mode._value_,
         allow_subagents=parent is None,
     )
 

@@ -33,7 +33,7 @@ from . import actions, updates
 from .active_run import ActiveRun, begin_run
 from .commands import (
     CheckpointDone, ClientInput, Command, EngineDone, FinalizeExpired, Heartbeat, InjectionsTaken, Prepared, ReattachExpired, Reader,
-    RecoveryExpired, Shutdown, StartRun, ToolBatch,
+    RecoveryExpired, Shutdown, StartRun, ToolBatch, checkpoint_done, engine_done, prepared,
 )
 from .data import ConversationData, RuntimeServices
 from .engine_port import RunPorts
@@ -128,7 +128,7 @@ class ConversationRuntime(CommandInbox):
             raise
         self.phase = target
         if self.run is not None:
-            self.run.observed.phases.append((target.value, time.monotonic_ns()))
+            self.run.observed.phases.append((target._value_, time.monotonic_ns()))  # _value_: the attribute, not the property's call
 
     def is_current(self, run_id: str) -> bool:
         return self.run is not None and self.run.run_id == run_id
@@ -163,24 +163,25 @@ class ConversationRuntime(CommandInbox):
         self._transition(Phase.PREPARING)
         if cmd.resumed:  # before any input is taken; it waits for its IDE, not forever
             self.data.resume(run, partial(self.post, RecoveryExpired(run.run_id)))
-        self._start(run, lambda: self.data.prepare(run), lambda error, _: Prepared(run.run_id, error))
+        self._start(run, self.data.prepare(run), prepared)
 
-    def _start(self, run: ActiveRun, work: Callable[[], Awaitable[Any]], done: Callable[[BaseException | None, Any], Command]) -> None:
-        """Run one step of `run`, at once up to its first wait, then as its task; its end (result or
-        error) comes back as a command, taken where it ends when the runtime is free, and the
-        handlers decide what it means. A cancelled task reports nothing: the run has ended."""
+    def _start(self, run: ActiveRun, work: Awaitable[Any], done: Callable[[str, BaseException | None, Any], Command]) -> None:
+        """Run one step of `run` (`work`, not yet started), at once up to its first wait, then as its
+        task; its end (result or error) comes back as the command `done(run id, error, result)`,
+        taken where it ends when the runtime is free, and the handlers decide what it means. A
+        cancelled task reports nothing: the run has ended."""
+        run.task = start_now(self._report(run.run_id, work, done))
 
-        async def report() -> None:
-            try:
-                result = await work()
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:
-                self.take_now(done(exc, None))
-                return
-            self.take_now(done(None, result))
-
-        run.task = start_now(report())
+    async def _report(self, run_id: str, work: Awaitable[Any], done: Callable[[str, BaseException | None, Any], Command]) -> None:
+        # A method, not a closure per step: no function, cells and tuple per run held while it runs.
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.take_now(done(run_id, exc, None))
+            return
+        self.take_now(done(run_id, None, result))
 
     # -- prepare done → modeling -----------------------------------------------------------------------
     def _on_prepared(self, cmd: Prepared) -> None:
@@ -202,12 +203,8 @@ class ConversationRuntime(CommandInbox):
 
     def _run_engine(self, run: ActiveRun) -> None:
         assert run.engine is not None and run.spec is not None
-        engine, spec, port = run.engine, run.spec, RunPorts(self, run)
-
-        def done(error: BaseException | None, result: Any) -> EngineDone:
-            return EngineDone(run.run_id, getattr(result, "usage_total", None), error)
-
-        self._start(run, lambda: engine.run(spec, port, port, port), done)
+        port = RunPorts(self, run)
+        self._start(run, run.engine.run(run.spec, port, port, port), engine_done)
 
     # -- tools and client input ---------------------------------------------------------------------------
     def _on_tool_batch(self, cmd: ToolBatch) -> None:
@@ -375,8 +372,7 @@ class ConversationRuntime(CommandInbox):
         if self.phase is Phase.INTERRUPTING:
             self._transition(Phase.MODELING)
         self._transition(Phase.CHECKPOINTING)
-        final = partial(self.data.checkpoints.final, run, lambda: self.is_current(run.run_id))
-        self._start(run, final, lambda error, _: CheckpointDone(run.run_id, error))
+        self._start(run, self.data.checkpoints.final(run, lambda: self.is_current(run.run_id)), checkpoint_done)
 
     def before_request(self, stored: asyncio.Future[Any] | None) -> None:
         """A model request of the current run is built, to leave once `stored` (its input's commit,
@@ -498,3 +494,4 @@ END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancell
 
 
 __all__ = ["ConversationRuntime", "RuntimeServices"]
+

@@ -124,7 +124,7 @@ def compile_request(
     sorted by name. MCP tools: only in modes that allow CallMcpTool, sorted by model-facing name,
     appended after the fixed tools.
     """
-    mode = Mode(mode)
+    mode = mode if type(mode) is Mode else Mode(mode)  # a Mode as it is: Mode(mode) is two Python calls even then
     if request_context is not None:  # rendered into the result: compile it afresh
         return _compile(mode, model, tool_names, mcp_tools, request_context, custom_system_prompt)
     key = (mode, model.label, tuple(sorted(tool_names)), msgspec.json.encode(mcp_tools) if mcp_tools else b"", custom_system_prompt)

@@ -106,6 +106,7 @@ def render_runtime_message(message: RuntimeMessage) -> str:
     for sel in message.selections:
         where = f"{sel.path}:{sel.start_line}" if sel.start_line is not None else sel.path
         parts.append(_block("selection", sel.text, path=where))
-    parts.append(_MODE_REMINDERS[Mode(message.mode)])
+    mode = message.mode
+    parts.append(_MODE_REMINDERS[mode if type(mode) is Mode else Mode(mode)])
     parts.append(_block("user_query", message.query))
     return "\n\n".join(parts)

@@ -162,13 +162,15 @@ class Fragments:
     def encode(self, body: dict[str, Any]) -> bytes:
         """The request body's JSON, a keyed messages' array in it (at its top level) copied in once
         with the rest; that source's next prefix is a view of the bytes returned."""
-        key = next((k for k, v in body.items() if isinstance(v, Array)), None)
-        if key is None:
+        for key, array in body.items():  # a loop, not a generator's frame and steps per request
+            if type(array) is Array:
+                break
+        else:
             return encode(body)
-        array: Array = body[key]
         before, after = encode({**body, key: msgspec.Raw(_MARK)}).split(_MARK)
-        data = b"".join((before, *array.pieces, after))
-        start = len(before) + sum(map(len, array.pieces[:3]))  # past "[", the lead and its comma
+        pieces = array.pieces
+        data = b"".join((before, *pieces, after))
+        start = len(before) + len(pieces[0]) + len(pieces[1]) + len(pieces[2])  # past "[", the lead and its comma
         view = memoryview(data)[start : len(data) - len(after) - 1]
         if 4 * (len(data) - len(view)) > len(view):  # the rest (tools, system prompt) would outweigh a quarter of the array: the array alone, copied
             prefix = _Prefix(array.messages, bytes(view), len(view))

@@ -66,9 +66,9 @@ class Window(Sequence[HistoryEntry]):
     def __init__(self, added: Appended | list[HistoryEntry], stored: StoredEntries = EMPTY, first: int = 0, stop: int | None = None,
                  context: HistoryEntry | None = None, added_first: int = 0, added_stop: int | None = None) -> None:
         self.context = context
-        self.stored, self.first, self.stop = stored, first, len(stored) if stop is None else stop
+        self.stored, self.first, self.stop = stored, first, stored.count if stop is None else stop
         self.added = added if isinstance(added, Appended) else Appended(added)
-        self.added_first, self.added_stop = added_first, len(self.added) if added_stop is None else added_stop
+        self.added_first, self.added_stop = added_first, len(self.added._entries) if added_stop is None else added_stop
 
     def __len__(self) -> int:
         return (self.context is not None) + self.stop - self.first + self.added_stop - self.added_first
@@ -203,12 +203,12 @@ class ConversationHistory:
         self.strict_prefix = strict_prefix_checks() if strict_prefix is None else strict_prefix
 
     def __len__(self) -> int:
-        return len(self._stored) + len(self._added)
+        return self._stored.count + len(self._added._entries)  # the lists' lengths: no call of theirs
 
     @property
     def stored_count(self) -> int:
         """How many entries were read from the store (the rest were appended since)."""
-        return len(self._stored)
+        return self._stored.count
 
     @property
     def entries(self) -> Window:
@@ -219,7 +219,8 @@ class ConversationHistory:
         """The newest entry (a stored one is made when asked for)."""
         if self._added._entries:
             return self._added._entries[-1]
-        return self._stored.entry(len(self._stored) - 1) if len(self._stored) else None
+        count = self._stored.count
+        return self._stored.entry(count - 1) if count else None
 
     def _index(self, event_id: str) -> int | None:
         position = self._positions.get(event_id)
@@ -243,9 +244,10 @@ class ConversationHistory:
 
     @property
     def next_seq(self) -> int:
-        if self._added:
-            return self._added[-1].seq + 1
-        return self._stored.seq(len(self._stored) - 1) + 1 if self._stored else 1
+        added, count = self._added._entries, self._stored.count
+        if added:
+            return added[-1].seq + 1
+        return self._stored.seq(count - 1) + 1 if count else 1
 
     def append(self, kind: EntryKind, event_id: str, message: Message, run_id: str) -> HistoryEntry | None:
         """Append one entry; None when event_id is already in the log (idempotent retry)."""
@@ -302,7 +304,7 @@ class ConversationHistory:
     def project(self) -> Projection:
         """Provider-neutral messages: everything since the latest compaction (which brings along the
         latest request context that preceded it)."""
-        stored, base = len(self._stored), self._base
+        stored, base = self._stored.count, self._base
         window = Window(self._added, self._stored, min(base, stored), added_first=max(base - stored, 0))
         if window and window.kind(0) is EntryKind.COMPACTION and self._base_context is not None:
             window.context = self._base_context

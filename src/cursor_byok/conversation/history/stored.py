@@ -28,7 +28,7 @@ Row = tuple[int, str, str, "str | None", bytes]  # (seq, event_id, kind, run_id,
 class StoredEntries:
     """Immutable: the stored part of a history never changes (new entries are appended beside it)."""
 
-    __slots__ = ("_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_starts", "_run_of", "_lookup")
+    __slots__ = ("count", "_payloads", "_payload_starts", "_keys", "_key_starts", "_kinds", "_seqs", "_runs", "_run_starts", "_run_of", "_lookup")
 
     def __init__(self, rows: Iterable[Row] = ()) -> None:
         payloads, keys, kinds, runs = bytearray(), bytearray(), bytearray(), bytearray()  # no object per row held meanwhile
@@ -52,9 +52,10 @@ class StoredEntries:
         self._payload_starts, self._key_starts, self._run_starts = payload_starts, key_starts, run_starts
         self._seqs, self._run_of = seqs, run_of
         self._lookup = _table(hashes)
+        self.count = len(kinds)  # read as an attribute by the history: no call per length asked
 
     def __len__(self) -> int:
-        return len(self._kinds)
+        return self.count
 
     def kind(self, index: int) -> EntryKind:
         return KINDS[self._kinds[index]]
@@ -87,6 +88,8 @@ class StoredEntries:
 
     def find(self, event_id: str) -> int | None:
         """The index of the entry stored under `event_id`, if any."""
+        if not self.count:  # nothing stored (a conversation begun in this process): no id to encode and hash
+            return None
         table, starts, needle = self._lookup, self._key_starts, event_id.encode()
         mask = len(table) - 1
         at = hash(event_id) & mask
@@ -98,7 +101,7 @@ class StoredEntries:
 
     def last_of(self, kind: EntryKind, stop: int | None = None) -> int | None:
         """The index of the last entry of `kind` before `stop` (default: all), if any."""
-        at = self._kinds.rfind(bytes((KINDS.index(kind),)), 0, len(self) if stop is None else stop)
+        at = self._kinds.rfind(bytes((KINDS.index(kind),)), 0, self.count if stop is None else stop)
         return None if at < 0 else at
 
 
