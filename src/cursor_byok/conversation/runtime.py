@@ -494,4 +494,3 @@ END_STREAM_CANCELED = end_stream_error(ConnectError("canceled", "run was cancell
 
 
 __all__ = ["ConversationRuntime", "RuntimeServices"]
-
