@@ -40,6 +40,8 @@ from .thread_names import name_this_thread
 
 log = logging.getLogger("cursor_byok.store")
 
+# What a batch that needs no probe reads (it is only ever read).
+NOTHING_PROBED = Probe({}, {}, {})
 # Per-conversation seq counters are a cache of the conversations written lately (a miss costs one
 # indexed probe); bounded, so idle conversations hold nothing here.
 SEQ_CACHE_LIMIT = 1024
@@ -283,6 +285,8 @@ class WriterThread:
                 keys.extend(op.event_keys())
             request_ids.extend(op.binding_keys())
         missing = [c for c in conversations if c not in self._seq_cache]
+        if not (missing or keys or request_ids):
+            return NOTHING_PROBED  # a start's transaction, as a rule: its counters and bindings are known
         # Every probe is sent before any is read: one round trip for all on a pipelined connection.
         execute, encode = self._conn.execute, msgspec.json.encode
         seq_rows = execute(PROBE_SEQS, (encode(missing).decode(),)) if missing else ()
