@@ -202,16 +202,19 @@ class HttpStreamProvider(abc.ABC):
                             watch.waiting = False
                             if kept is not None and len(kept) < _KEPT_BODY_CAP:
                                 kept += chunk[: _KEPT_BODY_CAP - len(kept)]
-                            for start in range(0, len(chunk), _READ_PART_BYTES):
-                                if start:  # far behind the provider: what else is ready runs first
-                                    await asyncio.sleep(0)
-                                part = chunk[start : start + _READ_PART_BYTES] if len(chunk) > _READ_PART_BYTES else chunk
+                            size, start = len(chunk), 0
+                            while True:  # a read in parts of _READ_PART_BYTES (nearly always one)
+                                part = chunk if size <= _READ_PART_BYTES else chunk[start : start + _READ_PART_BYTES]
                                 events, failed = _translated(reader.feed(part), translator, watch)
                                 for event in events:
                                     emitted = True
                                     yield event
                                 if failed is not None:
                                     raise failed
+                                start += _READ_PART_BYTES
+                                if start >= size:
+                                    break
+                                await asyncio.sleep(0)  # far behind the provider: what else is ready runs first
                         for sse in reader.close():
                             for event in translator.feed(sse.event, sse.data):
                                 emitted = True
@@ -345,35 +348,48 @@ def _request_id(response: ProviderResponse, redact: Callable[[str], str]) -> str
     return None
 
 
-def _translated(events: list[ServerSentEvent], translator: StreamTranslator, watch: _IdleWatch) -> tuple[list[StreamEvent], Exception | None]:
+def _translated(events: list[ServerSentEvent], translator: StreamTranslator, watch: _IdleWatch) -> tuple[Sequence[StreamEvent], Exception | None]:
     """The events of one read (or of one part of a long read), translated, with adjacent deltas
     of one message part (text, thinking, one tool call's arguments) joined into one: a provider
     faster than the server leaves many in each read, and every delta costs a frame, an encode and a
     send on its way to the IDE, on the loop every other stream and run start shares. The error a
     translation raised comes back beside what came before it, which is streamed first (a call that
     has streamed something is not retried)."""
+    if not events:
+        return (), None
+    watch.progress()  # once for the read's events: they all arrived now
+    failed: Exception | None = None
+    if len(events) == 1:  # a stream that keeps up: one event a read, as the adapter gives it
+        sse = events[0]
+        try:
+            produced: Sequence[StreamEvent] = translator.feed(sse.event, sse.data)
+        except Exception as exc:  # noqa: BLE001 - raised by the caller
+            return (), exc
+    else:
+        produced = []
+        try:
+            for sse in events:
+                produced += translator.feed(sse.event, sse.data)
+        except Exception as exc:  # noqa: BLE001 - raised by the caller once what came before it is streamed
+            failed = exc
+    return (produced if len(produced) < 2 else _adjacent_joined(produced)), failed
+
+
+def _adjacent_joined(events: Sequence[StreamEvent]) -> list[StreamEvent]:
     out: list[StreamEvent] = []
     pieces: list[str] = []  # of the delta at out[-1], while it is being joined
-    if events:
-        watch.progress()  # once for the read's events: they all arrived now
-    try:
-        for sse in events:
-            for event in translator.feed(sse.event, sse.data):
-                if out and _joinable(out[-1], event):
-                    if not pieces:
-                        pieces.append(_piece(out[-1]))
-                    pieces.append(_piece(event))
-                    continue
-                if pieces:
-                    out[-1], pieces = _joined(out[-1], pieces), []
-                out.append(event)
-    except Exception as exc:  # noqa: BLE001 - raised by the caller once what came before it is streamed
-        failed: Exception | None = exc
-    else:
-        failed = None
+    for event in events:
+        if out and _joinable(out[-1], event):
+            if not pieces:
+                pieces.append(_piece(out[-1]))
+            pieces.append(_piece(event))
+            continue
+        if pieces:
+            out[-1], pieces = _joined(out[-1], pieces), []
+        out.append(event)
     if pieces:
         out[-1] = _joined(out[-1], pieces)
-    return out, failed
+    return out
 
 
 def _joinable(previous: StreamEvent, event: StreamEvent) -> bool:
