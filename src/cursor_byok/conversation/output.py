@@ -178,12 +178,16 @@ class OutputStream:
         """Send `frame`; retained for replay as itself, or as `retain` (which encodes it again)."""
         if self.closed:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} is closed")
-        if retain is None:
-            self._retain(frame)
+        if retain is None:  # every streamed delta: `_retain` inline
+            self.frames.append(frame)
+            self.retained_bytes += len(frame)
+            if self.retained_bytes > self.max_retained_bytes:
+                self._trim()
         else:
             self.rebuilt.append(self.end)
             self._retain(retain)
-        self._deliver(frame)
+        if self._waiters:
+            self._deliver(frame)
 
     def close(self, terminal_frame: bytes) -> None:
         """Append the one terminal frame. A second close is a lifecycle bug."""

@@ -40,7 +40,8 @@ class StepLog:
         self._taken = 0  # published steps whose tool calls were taken
 
     def text(self, text: str) -> None:
-        self._close_thinking(0)
+        if self._thinking:  # a step of its own before the text (checked here: once per streamed delta)
+            self._close_thinking(0)
         self._text.append(text)
 
     def thinking(self, text: str) -> None:
