@@ -22,7 +22,7 @@ def route_for(message: pb.AgentClientMessage, config: Config) -> Route:
     """Route of a transport from its seqno-0 message; ConnectError if it does not select a model.
     (Its protobuf helpers through the façade's attributes: loaded on first use, and not imported
     again by every call.)"""
-    if protocol.which(message, "message") != "run_request":
+    if (message.WhichOneof("message") or protocol.which(message, "message")) != "run_request":
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
     model_id = protocol.requested_model_id(message.run_request)
     if not model_id:
