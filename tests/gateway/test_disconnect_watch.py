@@ -51,6 +51,15 @@ async def test_a_receive_that_fails_ends_the_watch_without_calling_on_leave() ->
     assert watch.ended and left == []
 
 
+async def test_a_receive_that_raises_at_once_ends_the_watch() -> None:
+    def closed() -> asyncio.Future[dict[str, Any]]:
+        raise RuntimeError("protocol closed")
+
+    watch = DisconnectWatch(closed, lambda: None)
+    assert watch.ended
+    watch.stop()
+
+
 async def test_a_coroutine_receive_is_watched_by_a_task() -> None:
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     left = asyncio.Event()

@@ -176,7 +176,11 @@ class DisconnectWatch:
         self._next()
 
     def _next(self) -> None:
-        pending = self._receive()
+        try:
+            pending = self._receive()
+        except Exception:  # noqa: BLE001 - nothing more to receive: as a watching task would have ended
+            self.ended = True
+            return
         try:
             pending.add_done_callback(self._received)  # type: ignore[attr-defined]
         except AttributeError:
