@@ -20,7 +20,7 @@ def timed_out() -> ConnectError:
 
 
 async def hold(pending: Pending, port: int, seconds: float = 10.0) -> None:
-    async with pending.slot(scope(port), seconds, timed_out):
+    with pending.slot(scope(port), seconds, timed_out):
         await asyncio.sleep(seconds * 2)
 
 
@@ -68,7 +68,7 @@ async def test_one_connection_holds_at_most_its_share() -> None:
 async def test_an_unrelated_timeout_inside_a_slot_is_not_taken_for_ours() -> None:
     pending = Pending(max_total=4, per_connection=4)
     with pytest.raises(TimeoutError):
-        async with pending.slot(scope(1), 10.0, timed_out):
+        with pending.slot(scope(1), 10.0, timed_out):
             async with asyncio.timeout(0.01):
                 await asyncio.sleep(1)
     assert len(pending) == 0
@@ -124,7 +124,7 @@ async def test_a_cancellation_from_outside_is_not_taken_for_the_deadline() -> No
 async def test_slots_left_in_quick_succession_leave_nothing_behind() -> None:
     pending = Pending(max_total=4, per_connection=4)
     for _ in range(5000):
-        async with pending.slot(scope(1), 30.0, timed_out):
+        with pending.slot(scope(1), 30.0, timed_out):
             pass
     assert len(pending) == 0
     assert len(pending._deadlines) <= 64 + 2  # the deadlines of slots long left are dropped as it goes

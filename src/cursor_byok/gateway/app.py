@@ -167,16 +167,18 @@ class Gateway:
         path = self.guard.route_path(scope)
         method = scope["method"]
         local = method == "POST" and path in _AGENT_ROUTES
-        side_rpc = not local and self.local_rpcs.handles(path)
-        ui = path.startswith(UI_PREFIX) or path == UI_PATH
-        metrics = path == METRICS_PATH and method == "GET"
-        root = path == ROOT_PATH and method in ("GET", "HEAD") and not self.guard.from_proxy(scope)
-        if local:
+        if local:  # an agent route (every turn's two requests): none of the others need telling apart
+            side_rpc = ui = metrics = root = False
             types: frozenset[bytes] | None = AGENT_TYPES
-        elif path in HEALTH_PATHS or metrics or root:
-            types = frozenset()
         else:
-            types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
+            side_rpc = self.local_rpcs.handles(path)
+            ui = path.startswith(UI_PREFIX) or path == UI_PATH
+            metrics = path == METRICS_PATH and method == "GET"
+            root = path == ROOT_PATH and method in ("GET", "HEAD") and not self.guard.from_proxy(scope)
+            if path in HEALTH_PATHS or metrics or root:
+                types = frozenset()
+            else:
+                types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
         refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
         if refusal is UNKNOWN_DEVELOPER and self.guard.team is not None and await self.guard.team.learn():
             refusal = self.guard.check(scope, types)  # a developer added a moment ago is known now

@@ -160,14 +160,51 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
     await reply(send, status, error_body(err), headers)
 
 
-async def watch_disconnect(receive: Receive, on_leave: Callable[[], object]) -> None:
-    """Once the request body is read: call `on_leave` when the client goes away (run beside the
-    handler as a task of its own, done only then)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            on_leave()
+class DisconnectWatch:
+    """Once the request body is read: calls `on_leave` when the client goes away. A callback on
+    the server's pending receive rather than a task of its own (granian's receive is a future, as
+    a task would wait on it): every RunSSE has one, and a task costs its start a loop step, its
+    registration and its cancellation. A `receive` that is a plain coroutine gets a task."""
+
+    __slots__ = ("_receive", "_on_leave", "_pending", "ended")
+
+    def __init__(self, receive: Receive, on_leave: Callable[[], object]) -> None:
+        self._receive = receive
+        self._on_leave = on_leave
+        self._pending: asyncio.Future[Message] | None = None
+        self.ended = False  # the client left (`on_leave` was called), or receiving failed
+        self._next()
+
+    def _next(self) -> None:
+        try:
+            pending = self._receive()
+        except Exception:  # noqa: BLE001 - nothing more to receive: as a watching task would have ended
+            self.ended = True
             return
+        try:
+            pending.add_done_callback(self._received)  # type: ignore[attr-defined]
+        except AttributeError:
+            pending = asyncio.ensure_future(pending)
+            pending.add_done_callback(self._received)
+        self._pending = pending  # type: ignore[assignment]
+
+    def _received(self, pending: asyncio.Future[Message]) -> None:
+        if pending is not self._pending or pending.cancelled():
+            return  # stopped
+        self._pending = None
+        if pending.exception() is not None:
+            self.ended = True  # nothing more to receive: as a watching task would have ended
+            return
+        if pending.result()["type"] == "http.disconnect":
+            self.ended = True
+            self._on_leave()
+            return
+        self._next()  # the end of the body (read up to its declared length, not past it)
+
+    def stop(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.cancel()
 
 
 def header(scope: Scope, name: bytes) -> str | None:

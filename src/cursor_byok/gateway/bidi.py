@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..conversation import ParentConversationRef, fingerprint
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, parse_request_headers
-from .asgi import Receive, Scope, Send, reply_error, reply_proto, watch_disconnect
+from .asgi import DisconnectWatch, Receive, Scope, Send, reply_error, reply_proto
 from .crossing import forward_append, owner_elsewhere
 from .deadline import Deadline
 from .guard import developer_of
@@ -130,10 +130,10 @@ async def _later_before_seqno0(
             left_first = True
             me.cancel()
 
-    left = asyncio.get_running_loop().create_task(watch_disconnect(receive, leave))
+    left = DisconnectWatch(receive, leave)
     try:
         try:
-            async with gw.pending.slot(scope, wait, on_timeout):
+            with gw.pending.slot(scope, wait, on_timeout):
                 transport = await gw.transports.wait_for(request_id, Waiter.APPEND)
         except asyncio.CancelledError:
             if not left_first:
@@ -148,7 +148,7 @@ async def _later_before_seqno0(
             raise
         transport = taken  # its seqno 0 took it along before the wait was cut: answered as taken
     finally:
-        left.cancel()
+        left.stop()
         gw.transports.unpark(early)
     if early.error is not None:
         raise early.error

@@ -8,13 +8,12 @@ conversation here and the rest finds its transport here. What this instance does
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..cluster import Forwarded, OwnerGone
 from ..protocol import BidiAppend, ConnectError, end_stream_error
-from .asgi import STREAM_HEADERS, Receive, Send, watch_disconnect
+from .asgi import STREAM_HEADERS, DisconnectWatch, Receive, Send
 from .routing import route_for
 from .transport import Route
 
@@ -86,7 +85,7 @@ async def relay_remote(
     `developer`: a team server's reader; the owner relays only that developer's stream."""
     me = asyncio.current_task()
     assert me is not None
-    watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
+    watch = DisconnectWatch(receive, me.cancel)
     started = False
     try:
         async for frames, more in cluster.read(owner, request_id, developer):
@@ -99,10 +98,8 @@ async def relay_remote(
             return False
         await send({"type": "http.response.body", "body": end_stream_error(OWNER_GONE), "more_body": False})
     except asyncio.CancelledError:
-        if not watcher.done():
+        if not watch.ended:
             raise  # the client left otherwise: the reader's LEAVE told the owner
     finally:
-        watcher.cancel()
-        with contextlib.suppress(BaseException):
-            await watcher
+        watch.stop()
     return True

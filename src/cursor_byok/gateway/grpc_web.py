@@ -21,7 +21,7 @@ import json
 from ..hotpath import encode_frame
 from ..protocol import ConnectError, connect_end_to_trailer, trailer_frame
 from .asgi import Message, Scope, Send
-from .guard import GRPC_WEB_TYPES
+from .guard import GRPC_WEB_TYPES, PROTO_TYPES
 
 _GRPC_WEB = b"application/grpc-web"
 _RESPONSE_TYPE = (b"content-type", b"application/grpc-web+proto")
@@ -39,6 +39,8 @@ class _Reply(enum.Enum):
 def is_grpc_web(scope: Scope) -> bool:
     for name, value in scope["headers"]:
         if name == b"content-type":
+            if value in PROTO_TYPES:  # Connect's, as the IDE sends it: nothing to normalise
+                return False
             return value.split(b";", 1)[0].strip().lower() in GRPC_WEB_TYPES
     return False
 

@@ -31,7 +31,8 @@ _CLOCK_GRAIN = 0.001
 
 
 class _Slot:
-    """One pending wait (`async with`): held by the task that entered it."""
+    """One pending wait (`with`: neither entering nor leaving awaits, so no coroutine of its own
+    either): held by the task that entered it."""
 
     __slots__ = ("body_bytes", "connection", "evicted", "expired", "seconds", "task", "_cancelling", "_on_timeout", "_pending")
 
@@ -46,15 +47,14 @@ class _Slot:
         self.evicted = False
         self.body_bytes = 0  # of its request body, read and held so far
 
-    async def __aenter__(self) -> None:
+    def __enter__(self) -> None:
         self.hold()
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.leave(exc_type)
 
     def hold(self) -> None:
-        """Enter the slot (what `async with` does first; `read_body` calls it directly: two
-        coroutines less for every request body)."""
+        """Enter the slot (what `with` does first; `read_body` calls it directly)."""
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("a pending slot is held by a task")
@@ -74,7 +74,7 @@ class _Slot:
             raise (ConnectError("resource_exhausted", EVICTED_MESSAGE) if self.evicted else self._on_timeout()) from None
 
     def cut(self) -> None:
-        """End the wait now: its task gets the cancellation that `__aexit__` turns into its error."""
+        """End the wait now: its task gets the cancellation that `__exit__` turns into its error."""
         self.expired = True
         assert self.task is not None
         self.task.cancel()
@@ -107,7 +107,7 @@ class Pending:
         return len(self._slots)
 
     def slot(self, scope: Scope, seconds: float, on_timeout: Callable[[], ConnectError]) -> _Slot:
-        """Hold a pending slot (`async with`) for at most `seconds`: raises `on_timeout` when the time
+        """Hold a pending slot (`with`) for at most `seconds`: raises `on_timeout` when the time
         is up, resource_exhausted when a newer request needed the slot, resource_exhausted at once
         when this connection already holds its share."""
         connection = connection_of(scope)

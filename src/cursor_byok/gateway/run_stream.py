@@ -107,7 +107,7 @@ async def handle_run(gw: Gateway, scope: Scope, receive: Receive, send: Send) ->
         on_timeout = no_first
         if deadline.remaining() < wait:  # the client gives up first
             wait, on_timeout = deadline.remaining(), deadline.error
-        async with gw.pending.slot(scope, wait, on_timeout):  # a stream that sends nothing holds a bounded slot
+        with gw.pending.slot(scope, wait, on_timeout):  # a stream that sends nothing holds a bounded slot
             raw = await frames.next()
         if raw is None:
             raise ConnectError("invalid_argument", "first Run message must select a model (the stream had none)")

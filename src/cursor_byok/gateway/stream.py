@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conversation import OutputStream, ReplayUnavailable
 from ..protocol import ConnectError, agent_pb2, check_id, decode_unary, end_stream_error, parse_request_headers
-from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, BodyTooLarge, Receive, Scope, Send, reply_error, watch_disconnect
+from .asgi import ERROR_REPLIES, STREAM_HEADERS, BodyTimeout, BodyTooLarge, DisconnectWatch, Receive, Scope, Send, reply_error
 from .crossing import relay_remote, stream_elsewhere
 from .deadline import Deadline
 from .guard import developer_of
@@ -46,16 +46,17 @@ async def handle_run_sse(gw: Gateway, scope: Scope, receive: Receive, send: Send
         await only_terminal(send, err)
         return
     me = asyncio.current_task()
+    assert me is not None
     deadline = Deadline.of(headers.timeout_ms)
     deadline.cancels(me)
     try:
-        await _serve_run_sse(gw, scope, receive, send, body, request_id, deadline)
+        await _serve_run_sse(gw, me, scope, receive, send, body, request_id, deadline)
     finally:
         deadline.stop()
 
 
 async def _serve_run_sse(
-    gw: Gateway, scope: Scope, receive: Receive, send: Send, body: bytes, request_id: str, deadline: Deadline
+    gw: Gateway, me: asyncio.Task[Any], scope: Scope, receive: Receive, send: Send, body: bytes, request_id: str, deadline: Deadline
 ) -> None:
     wait = gw.config.server.runsse_wait_seconds
     if gw.stopping:
@@ -65,7 +66,6 @@ async def _serve_run_sse(
     def no_append() -> ConnectError:
         return ConnectError("deadline_exceeded", f"no BidiAppend for request {request_id} within {wait:g}s")
 
-    me = asyncio.current_task()
     gw.waiting_readers.add(me)  # a stop ends the wait (the reader is cancelled) with unavailable
     elsewhere: str | None = None  # the other instance that writes this stream (several on one database)
     try:
@@ -76,7 +76,7 @@ async def _serve_run_sse(
                 elsewhere = await stream_elsewhere(gw.cluster, request_id, wait, no_append)
                 transport = gw.transports.get(request_id)
             if elsewhere is None and transport is None:
-                async with gw.pending.slot(scope, wait, no_append):
+                with gw.pending.slot(scope, wait, no_append):
                     transport = await gw.transports.wait_for(request_id, Waiter.RUN_SSE)
         local = elsewhere is None and (transport is None or transport.route is Route.LOCAL)
         stream = await gw.conversations.hub.wait_for(request_id, wait) if local else None  # a valid transport's run
@@ -98,7 +98,7 @@ async def _serve_run_sse(
         deadline.stop()
         if not await relay_remote(gw.cluster, elsewhere, request_id, developer_of(scope), receive, send):
             # Its owner stopped before a frame came: found again (taken over here, or where it went).
-            await _serve_run_sse(gw, scope, receive, send, body, request_id, deadline)
+            await _serve_run_sse(gw, me, scope, receive, send, body, request_id, deadline)
         return
     if not local:
         deadline.stop()  # the deadline header goes upstream with the request, which keeps it
@@ -109,20 +109,18 @@ async def _serve_run_sse(
         return
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     gw.conversations.attach(request_id, stream)
-    watcher = asyncio.get_running_loop().create_task(watch_disconnect(receive, me.cancel))
+    watch = DisconnectWatch(receive, me.cancel)
     try:
         await relay(stream, send)
     except asyncio.CancelledError:
-        if watcher.done():
+        if watch.ended:
             return  # the client went away: only a detach (below); the run goes on and a reconnect replays
         if deadline.took(me):
             await end_at_deadline(send, deadline)
             return
         raise
     finally:
-        watcher.cancel()
-        with contextlib.suppress(BaseException):
-            await watcher
+        watch.stop()
         gw.conversations.detach(request_id, stream)
 
 

@@ -75,6 +75,9 @@ class Transports:
         # Whether the request id's run still goes on: its transport stays however long the IDE
         # takes (a tool it runs for minutes sends no append), or its next append has nowhere to go.
         self.run_is_live = run_is_live
+        from ..conversation import AppendOrder  # loaded with the gateway, not with its health probe's routing
+
+        self._new_order = AppendOrder
         self._by_request: dict[str, Transport] = {}  # least recently seen first
         self._waiting: dict[str, dict[Waiter, list[asyncio.Future[Transport]]]] = {}
         self.early: dict[str, list[EarlyAppend]] = {}  # appends waiting for their seqno 0, by request id
@@ -102,9 +105,7 @@ class Transports:
                 log.warning("transport limit reached; dropped the least recently used", extra={"request_id": oldest})
             if len(self._by_request) >= self.max_transports:
                 raise ConnectError("resource_exhausted", f"too many live runs ({self.max_transports}); try again when one has ended")
-        from ..conversation import AppendOrder  # loaded with the gateway, not with its health probe's routing
-
-        t = Transport(request_id, route, AppendOrder(request_id, self.window))
+        t = Transport(request_id, route, self._new_order(request_id, self.window))
         self._by_request[request_id] = t
         for waiters in self._waiting.pop(request_id, {}).values():
             for fut in waiters:
