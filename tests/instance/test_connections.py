@@ -96,6 +96,9 @@ def test_a_reused_client_port_keeps_what_the_gateway_noted_for_the_new_connectio
     warden = ConnectionWarden(WardenLimits(listener.getsockname()[1], 3600.0, 0.0, 100), book)
     old = socket.socket()
     old.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # A port of its own, bound before connecting: a port the kernel picks at connect may be shared
+    # with other processes' connections to other peers, and those would refuse the second bind.
+    old.bind(("127.0.0.1", 0))
     old.connect(listener.getsockname())
     old_side, _ = listener.accept()
     old.sendall(b"x")
