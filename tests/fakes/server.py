@@ -34,6 +34,8 @@ class Reply:
     stall_after: int | None = None  # after this many chunks, stop sending and hold the connection
     cut_after: int | None = None  # after this many chunks, drop the connection mid-body
     stall_head: bool = False  # send nothing at all, not even the status line, and hold the connection
+    pause_after: int | None = None  # after this many chunks, wait for `resume` (set by the test), then go on
+    resume: threading.Event | None = None
 
 
 class _RawArray(msgspec.Struct):
@@ -239,6 +241,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if reply.stall_after is not None and i >= reply.stall_after:
                     self._stall(request)
                     return
+                if i == reply.pause_after and reply.resume is not None:
+                    reply.resume.wait()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
                 if reply.chunk_delay:
