@@ -29,6 +29,7 @@ from .errors import (
     parse_retry_after,
 )
 from .fragments import Fragments
+from .pass_share import pass_share
 from .types import ModelRequest, ProviderCall, StreamEvent, TextDelta, ThinkingDelta, ToolCallArgsDelta
 
 _log = logging.getLogger("cursor_byok.providers")
@@ -184,6 +185,7 @@ class HttpStreamProvider(abc.ABC):
                 try:
                     translator = self.new_translator()
                     reader = _SSEReader()
+                    share = pass_share()
                     try:
                         while True:
                             watch.waiting = True
@@ -203,9 +205,14 @@ class HttpStreamProvider(abc.ABC):
                             if kept is not None and len(kept) < _KEPT_BODY_CAP:
                                 kept += chunk[: _KEPT_BODY_CAP - len(kept)]
                             for start in range(0, len(chunk), _READ_PART_BYTES):
-                                if start:  # far behind the provider: what else is ready runs first
-                                    await asyncio.sleep(0)
                                 part = chunk[start : start + _READ_PART_BYTES] if len(chunk) > _READ_PART_BYTES else chunk
+                                # A response's first events go at once (a run start's first text);
+                                # later parts wait their turn when other streams used up this pass.
+                                turn = share.turn(len(part), ahead=not emitted)
+                                if turn is not None:
+                                    await turn
+                                elif start:  # far behind the provider: what else is ready runs first
+                                    await asyncio.sleep(0)
                                 events, failed = _translated(reader.feed(part), translator, watch)
                                 for event in events:
                                     emitted = True
