@@ -247,3 +247,49 @@ def test_a_plain_text_chunk_still_ends_with_the_response_id_and_usage() -> None:
                  {"id": "cc-3", "choices": [_choice({}, "stop")]}):
         translator.feed("", msgspec.json.encode(data).decode())
     assert list(translator.close()) == [Finish("end_turn", "cc-2")]
+
+
+async def test_streams_far_behind_the_provider_share_each_pass_of_the_loop(fake_server, http_client) -> None:
+    # Twelve streams each find a whole 2,000-word answer in their reads. Each alone hands it on in
+    # parts; together, a pass of the loop would carry one part of every stream (12 × 8 KiB), and a
+    # run start's every step waits for such a pass. The streams share one budget per pass instead.
+    from cursor_byok.providers.pass_share import PER_PASS_BYTES
+    from cursor_byok.providers.transport import _READ_PART_BYTES
+
+    streams = 12
+    words = [f" w{i:04d}" for i in range(2_000)]
+    body = b"".join([*(chunk({"content": w}) for w in words), chunk(finish="stop"), b"data: [DONE]\n\n"])
+    for _ in range(streams):
+        fake_server.enqueue(Reply(body=body))
+    loop = asyncio.get_running_loop()
+    passes = [0]
+    words_in_pass: dict[int, int] = {}
+    first_texts: set[int] = set()  # passes in which a stream's first text came (it goes at once)
+    done = False
+
+    def tick() -> None:
+        passes[0] += 1
+        if not done:
+            loop.call_soon(tick)
+
+    async def one() -> str:
+        text = []
+        async for event in provider(fake_server.url + "/v1", http_client).stream(req([Message("user", [TextPart("x")])])):
+            if isinstance(event, TextDelta):
+                if not text:
+                    first_texts.add(passes[0])
+                text.append(event.text)
+                words_in_pass[passes[0]] = words_in_pass.get(passes[0], 0) + event.text.count(" w")
+        return "".join(text)
+
+    tick()
+    try:
+        texts = await asyncio.gather(*(one() for _ in range(streams)))
+    finally:
+        done = True
+    assert texts == ["".join(words)] * streams  # every stream whole and in order
+    per_word = len(chunk({"content": words[0]}))
+    # A pass carries the budget and at most one part past it (but for streams' first texts, at once).
+    most = (PER_PASS_BYTES + _READ_PART_BYTES) // per_word + 1
+    later = [n for at, n in words_in_pass.items() if at not in first_texts]
+    assert later and max(later) <= most, sorted(later)[-5:]

@@ -29,6 +29,7 @@ from .errors import (
     parse_retry_after,
 )
 from .fragments import Fragments
+from .pass_share import pass_share
 from .types import ModelRequest, ProviderCall, StreamEvent, TextDelta, ThinkingDelta, ToolCallArgsDelta
 
 _log = logging.getLogger("cursor_byok.providers")
@@ -184,6 +185,7 @@ class HttpStreamProvider(abc.ABC):
                 try:
                     translator = self.new_translator()
                     reader = _SSEReader()
+                    share = pass_share()
                     try:
                         while True:
                             watch.waiting = True
@@ -205,6 +207,13 @@ class HttpStreamProvider(abc.ABC):
                             size, start = len(chunk), 0
                             while True:  # a read in parts of _READ_PART_BYTES (nearly always one)
                                 part = chunk if size <= _READ_PART_BYTES else chunk[start : start + _READ_PART_BYTES]
+                                # A response's first events go at once (a run start's first text);
+                                # later parts wait their turn when other streams used up this pass.
+                                turn = share.turn(len(part), ahead=not emitted)
+                                if turn is not None:
+                                    await turn
+                                elif start:  # far behind the provider: what else is ready runs first
+                                    await asyncio.sleep(0)
                                 events, failed = _translated(reader.feed(part), translator, watch)
                                 for event in events:
                                     emitted = True
@@ -214,7 +223,6 @@ class HttpStreamProvider(abc.ABC):
                                 start += _READ_PART_BYTES
                                 if start >= size:
                                     break
-                                await asyncio.sleep(0)  # far behind the provider: what else is ready runs first
                         for sse in reader.close():
                             for event in translator.feed(sse.event, sse.data):
                                 emitted = True
