@@ -33,7 +33,7 @@ async def test_a_runs_calls_and_usage_row_and_a_late_call(tmp_path: Path) -> Non
         recorder = Recorder(config, store, Metrics())
         run = ObservedRun("conv", "run-1", "cursor-run", "req", "m", model=config.models[0])
         recorder.run_started(run)
-        assert recorder.live == {"run-1": run.observer_state}
+        assert recorder.live == {"run-1": run}
         recorder.provider_call(run, ended_call(1, usage=Usage(input_tokens=10, output_tokens=2), stop_reason="tool_use"))
         recorder.tool_finished(run, ObservedTool("t1", "Grep", 100, 130, True))
         recorder.run_finished(run, "canceled", None, None)
