@@ -33,7 +33,10 @@ BENCH_PROBE_GAP_MS=40 (a random pause up to this before each probe, so probes do
 with the streams), BENCH_WORD_WINDOW_S=3, BENCH_LONG_WORDS=2000, BENCH_FAST_BATCH=1 (words per
 provider write in fast streams), BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
 BENCH_TURNS_PER_CONVERSATION=3, BENCH_TARGETS="ours,floor,bare" (with "before" second when
-BENCH_BEFORE_SRC is set), BENCH_READY_SPAWNS=3, BENCH_SRC, BENCH_BEFORE_SRC. A short run (a smoke
+BENCH_BEFORE_SRC is set), BENCH_READY_SPAWNS=3, BENCH_SRC, BENCH_BEFORE_SRC; BENCH_GC=<path prefix> logs every garbage
+collection of each server (`support/cprofile_site`, into `<prefix>-<server>.<pid>`) and reports,
+per step, the collections per start (held starts; probes, the load's streams included) and per
+1,000 streamed words (a load's measuring window), with their durations by generation. A short run (a smoke
 check of the harness, not figures):
 BENCH_LOADS=idle,fast:2,w50:2 BENCH_LOAD_SAMPLES=10 BENCH_BURST=10 BENCH_HELD=5 BENCH_RSS_CONVERSATIONS=5
 """
@@ -58,6 +61,7 @@ from benchmarks.test_turn_start import (
     burst, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, pct, pss_kib, spawn, stop,
     warm_provider_pool,
 )
+from benchmarks.support import gc_log
 from benchmarks.support.background import CLIENTS
 from benchmarks.support.rawhttp import Connection
 from tests.harness.server import ModelSpec, ServerConfig, free_port
@@ -71,6 +75,7 @@ FAST_BATCH = os.environ.get("BENCH_FAST_BATCH", "1")
 BEFORE_SRC = os.environ.get("BENCH_BEFORE_SRC", "")  # a second tree of ours, "before", measured in the same rotation
 TARGETS = os.environ.get("BENCH_TARGETS", "ours,before,floor,bare" if BEFORE_SRC else "ours,floor,bare").split(",")
 OURS = {"ours": SRC, "before": BEFORE_SRC}  # our servers by name: the cursor_byok tree each runs
+GC_LOG = os.environ.get("BENCH_GC", "")  # a path prefix: each server's collections logged there
 READY_SPAWNS = int(os.environ.get("BENCH_READY_SPAWNS", "3"))
 PROBE_CHUNKS, PROBE_INTERVAL_MS = "2", "5"  # a probe's answer: the stamp, then 2 words 5 ms apart
 
@@ -83,6 +88,9 @@ class Phase:
     direct: Samples = field(default_factory=Samples)
     words_per_s: float = 0.0
     cpu_us_per_word: float = 0.0
+    words: int = 0  # streamed in the measuring window
+    word_window_ns: tuple[int, int] = (0, 0)
+    probe_window_ns: tuple[int, int] = (0, 0)
 
 
 async def probe(port: int, provider_port: int, client: type[Client]) -> Phase:
@@ -90,6 +98,7 @@ async def probe(port: int, provider_port: int, client: type[Client]) -> Phase:
     phase = Phase()
     direct = await Connection.open(HOST, provider_port)
     conversation: Client | None = None
+    started = time.monotonic_ns()
     for n in range(SAMPLES):
         if n % TURNS == 0:
             if conversation is not None:
@@ -102,6 +111,7 @@ async def probe(port: int, provider_port: int, client: type[Client]) -> Phase:
     assert conversation is not None
     conversation.close()
     direct.close()
+    phase.probe_window_ns = (started, time.monotonic_ns())
     return phase
 
 
@@ -122,12 +132,13 @@ async def load_phase(port: int, provider_port: int, pid: int, kind: str, load: s
 
     try:
         assert (await stdout.readline()).strip() == b"streaming"
-        cpu, words, started = cpu_seconds(pid), int(await ask("words")), time.monotonic()
+        cpu, words, started = cpu_seconds(pid), int(await ask("words")), time.monotonic_ns()
         await asyncio.sleep(WORD_WINDOW)  # a measuring window, not a wait for anything
-        streamed, elapsed = int(await ask("words")) - words, time.monotonic() - started
+        streamed, ended = int(await ask("words")) - words, time.monotonic_ns()
         spent = cpu_seconds(pid) - cpu
         phase = await probe(port, provider_port, CLIENTS[kind])
-        phase.words_per_s, phase.cpu_us_per_word = streamed / elapsed, spent * 1e6 / max(streamed, 1)
+        phase.words_per_s, phase.cpu_us_per_word = streamed / ((ended - started) / 1e9), spent * 1e6 / max(streamed, 1)
+        phase.words, phase.word_window_ns = streamed, (started, ended)
         assert await ask("stop") == "stopped"
     finally:
         if background.returncode is None:
@@ -148,6 +159,7 @@ class Server:
     burst: Samples = field(default_factory=Samples)
     cpu_us_per_start: float = 0.0
     loop_cpu_us_per_start: float = 0.0
+    held_window_ns: tuple[int, int] = (0, 0)
     phases: dict[str, Phase] = field(default_factory=dict)
 
     @property
@@ -187,7 +199,9 @@ async def start_burst(server: Server, provider_port: int) -> None:
 async def cpu_per_start(server: Server, provider_port: int) -> None:
     await warm_provider_pool(server.port, provider_port, HELD, client=server.client)
     clients = [await server.client(server.port).open() for _ in range(HELD)]
+    started = time.monotonic_ns()
     rates = await cpu_per_start_by_thread(provider_port, server.pid, clients)
+    server.held_window_ns = (started, time.monotonic_ns())
     server.cpu_us_per_start, server.loop_cpu_us_per_start = rates.process, rates.loop
     for c in clients:
         c.close()
@@ -247,7 +261,8 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
             for server in servers:
                 cmd, health = command(server)
                 path = f"{ROOT}:{OURS.get(server.name, SRC)}:{CPROFILE_SITE}"
-                server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": path}, server.port, health, tmp_path / f"{server.name}.log")
+                gc_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
+                server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": path, **gc_env}, server.port, health, tmp_path / f"{server.name}.log")
                 server.ready_seconds.append(ready)
                 if spawned < READY_SPAWNS - 1:
                     stop(server.proc)
@@ -302,10 +317,25 @@ def report(info: dict[str, object], servers: dict[str, Server]) -> None:
         info.update({f"{name}_burst_p50_ms": round(pct(s.burst.to_provider_ns, 0.5), 3), f"{name}_burst_p99_ms": round(pct(s.burst.to_provider_ns, 0.99), 3),
                      f"{name}_cpu_us_per_start": round(s.cpu_us_per_start), f"{name}_peak_rss_mib": round(s.peak_rss_kib / 1024, 1),
                      f"{name}_ready_ms": round(s.ready * 1000)})
+    if GC_LOG:
+        collections(servers)
     if {"floor", "bare"} <= set(servers):
         for name in OURS:
             if name in servers:
                 targets(servers[name], servers["floor"], servers["bare"])
+
+
+def collections(servers: dict[str, Server]) -> None:
+    """Each server's garbage collections per step (its own log, BENCH_GC)."""
+    print("garbage collections: count (per start or per 1,000 streamed words), wall ms p50/p99/max, by generation")
+    for name, s in servers.items():
+        windows = [(f"{HELD} held starts", s.held_window_ns, HELD, "start")]
+        for load, phase in s.phases.items():
+            if phase.words:
+                windows.append((f"{load} streaming", phase.word_window_ns, phase.words / 1000, "kword"))
+            windows.append((f"{load} probes", phase.probe_window_ns, SAMPLES, "start"))
+        for label, (start, end), per, unit in windows:
+            print(f"  {name:>6} {label:<18} {gc_log.summary(gc_log.read(f'{GC_LOG}-{name}', start, end), per, unit)}")
 
 
 def targets(ours: Server, floor: Server, bare: Server) -> None:

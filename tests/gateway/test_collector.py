@@ -48,3 +48,12 @@ def test_collections_still_run(collector: None) -> None:
     freeze_startup_objects()
     kept, collections = allocate(3 * YOUNG_COLLECTION_ALLOCATIONS)
     assert len(kept) and collections
+
+
+def test_a_middle_collection_waits_for_many_young_ones(collector: None) -> None:
+    """Runs that are live through a young collection are walked again by the next middle one: it
+    waits long enough that most of them have ended by then (and their objects are gone)."""
+    freeze_startup_objects()
+    gc.collect()
+    kept, collections = allocate(15 * YOUNG_COLLECTION_ALLOCATIONS)  # objects that outlive young passes
+    assert len(kept) and collections.count(0) >= 10 and set(collections) == {0}

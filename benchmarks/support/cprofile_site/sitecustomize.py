@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 _OUT = os.environ.get("BENCH_CPROFILE_OUT", "")
+_GC_OUT = os.environ.get("BENCH_GC_OUT", "")
 _state: dict[str, object] = {"profile": None, "count": 0}
 _threads: dict[threading.Thread, cProfile.Profile] = {}  # every other thread's profiler
 _marks: dict[threading.Thread, dict[Any, Any]] = {}  # their stats at SIGUSR1
@@ -114,6 +115,22 @@ def _stop(*_: object) -> None:
                     marshal.dump(stats, out)
 
 
+def _log_collections(path: str) -> None:
+    fd = os.open(f"{path}.{os.getpid()}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    main = threading.main_thread().ident
+    started = [0, 0]
+
+    def collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0], started[1] = time.perf_counter_ns(), time.thread_time_ns()
+            return
+        wall, cpu = time.perf_counter_ns() - started[0], time.thread_time_ns() - started[1]
+        on_main = int(threading.get_ident() == main)
+        os.write(fd, f"{time.monotonic_ns()} {info['generation']} {wall} {cpu} {on_main} {info['collected']}\n".encode())
+
+    gc.callbacks.append(collection)
+
+
 threading.Thread.run = _run  # type: ignore[method-assign]
 if _OUT:
     signal.signal(signal.SIGUSR1, _start)
@@ -122,3 +139,5 @@ if os.environ.get("BENCH_TIMELINE_OUT"):  # a turn start's timeline (benchmarks/
     from benchmarks.support import start_timeline
 
     start_timeline.install()
+if _GC_OUT:
+    _log_collections(_GC_OUT)

@@ -139,8 +139,8 @@ class Dashboard:
 
     def _live(self, now_ms: int) -> dict[str, Any]:
         runs = []
-        for state in list(self.recorder.live.values()):
-            run = state.run
+        for run in list(self.recorder.live.values()):
+            state = run.observer_state
             runs.append({
                 "conversation_id": run.conversation_id,
                 "run_id": run.run_id,

@@ -27,11 +27,12 @@ log = logging.getLogger("cursor_byok.runs")
 _TOKEN_FIELDS = tuple(f"{kind}_tokens" for kind in TOKEN_KINDS)
 
 
-class RunState(msgspec.Struct):
+class RunState(msgspec.Struct, gc=False):
     """What the recorder keeps about one run (on its ObservedRun, so a call that ends after its
-    run finds it)."""
+    run finds it). Not the run itself: the two would hold each other, a cycle per run that outlives
+    the young collections while the run is live and is then left to a middle or full one. (Nor
+    tracked by the collector: it holds no object that could lead back to it.)"""
 
-    run: ObservedRun
     calls: int = 0
     tokens: dict[str, int] = msgspec.field(default_factory=lambda: dict.fromkeys(_TOKEN_FIELDS, 0))
     first_token_ns: int = 0
@@ -46,14 +47,13 @@ class Recorder:
         self.config = config
         self.store = store
         self.metrics = metrics
-        self.live: dict[str, RunState] = {}  # runs in progress, by run id
+        self.live: dict[str, ObservedRun] = {}  # runs in progress, by run id
         self.spent: Callable[[str, float], None] | None = None  # a team server's: told what each developer's calls cost
 
     # -- RunObserver ------------------------------------------------------------------------------------
     def run_started(self, run: ObservedRun) -> None:
-        state = RunState(run)
-        run.observer_state = state
-        self.live[run.run_id] = state
+        run.observer_state = RunState()
+        self.live[run.run_id] = run
         RUN_IDS.set({
             "trace_id": run.trace_id, "conversation_id": run.conversation_id, "run_id": run.run_id, "request_id": run.request_id,
         })

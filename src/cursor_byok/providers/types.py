@@ -17,11 +17,13 @@ import msgspec
 from .errors import ProviderError
 
 
-class TextPart(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+# Parts are not tracked by the cycle collector (gc=False): a loaded history's parts would be walked
+# again by each middle and full collection, and they hold text and JSON data, never a cycle.
+class TextPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
     text: str
 
 
-class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image"):
+class ImagePart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image"):
     media_type: str  # e.g. "image/png"
     data_base64: str
 
@@ -30,7 +32,7 @@ class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image"):
         return f"data:{self.media_type};base64,{self.data_base64}"
 
 
-class ThinkingPart(msgspec.Struct, frozen=True, tag_field="type", tag="thinking"):
+class ThinkingPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="thinking"):
     text: str
     # Provider data that must be sent back verbatim on the next request, keyed by provider family:
     # {"anthropic": {"signature": ...}} | {"anthropic": {"redacted_data": ...}}
@@ -39,13 +41,13 @@ class ThinkingPart(msgspec.Struct, frozen=True, tag_field="type", tag="thinking"
     replay: dict[str, Any] | None = None
 
 
-class ToolCallPart(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
+class ToolCallPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="tool_call"):
     id: str
     name: str
     arguments: str  # raw JSON text exactly as the model produced it
 
 
-class ToolResultPart(msgspec.Struct, frozen=True, tag_field="type", tag="tool_result"):
+class ToolResultPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="tool_result"):
     call_id: str
     name: str
     content: str
