@@ -6,6 +6,9 @@ threads do not name themselves.
 
 When BENCH_TIMELINE_OUT is set: `benchmarks.support.start_timeline` stamps the steps of each turn start.
 
+When BENCH_GC_OUT is set: one line per garbage collection (generation, wall and CPU ns, on the loop
+thread or not, objects collected) is appended to `<BENCH_GC_OUT>.<pid>`.
+
 When BENCH_CPROFILE_OUT is set: SIGUSR1 starts cProfile on the main thread (the event loop's) with a
 thread-CPU clock, SIGUSR2 stops it and writes `<BENCH_CPROFILE_OUT>-<n>.prof` (n counts from 1). A
 thread-CPU clock charges a function only for the CPU its own thread spent in it, not for waits nor
