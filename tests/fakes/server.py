@@ -242,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self._stall(request)
                     return
                 if i == reply.pause_after and reply.resume is not None:
-                    reply.resume.wait()
+                    reply.resume.wait(_MAX_STALL_SECONDS)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
                 if reply.chunk_delay:

@@ -48,13 +48,6 @@ class _Slot:
         self.body_bytes = 0  # of its request body, read and held so far
 
     def __enter__(self) -> None:
-        self.hold()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.leave(exc_type)
-
-    def hold(self) -> None:
-        """Enter the slot (what `with` does first; `read_body` calls it directly)."""
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("a pending slot is held by a task")
@@ -62,7 +55,7 @@ class _Slot:
         self._cancelling = task.cancelling()
         self._pending._hold(self)
 
-    def leave(self, exc_type: type[BaseException] | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         """Leave the slot after its wait ended with `exc_type` (None: it ended well); raises the
         slot's own error when the wait was cut for it."""
         self._pending._release(self)
@@ -185,11 +178,5 @@ class Pending:
         if expected is None:
             expected = declared_length(scope)
         entry = self.slot(scope, seconds, functools.partial(BodyTimeout, seconds))
-        entry.hold()
-        try:
-            body = await read_body(receive, limit, expected, functools.partial(self._hold_body_bytes, entry))
-        except BaseException as exc:
-            entry.leave(type(exc))
-            raise
-        entry.leave(None)
-        return body
+        with entry:
+            return await read_body(receive, limit, expected, functools.partial(self._hold_body_bytes, entry))

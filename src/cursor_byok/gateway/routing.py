@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import protocol
 from ..config import Config
 from ..protocol import ConnectError
 from .transport import Route
@@ -19,12 +18,12 @@ METRICS_PATH = "/metrics"  # Prometheus text format
 
 
 def route_for(message: pb.AgentClientMessage, config: Config) -> Route:
-    """Route of a transport from its seqno-0 message; ConnectError if it does not select a model.
-    (Its protobuf helpers through the façade's attributes: loaded on first use, and not imported
-    again by every call.)"""
-    if (message.WhichOneof("message") or protocol.which(message, "message")) != "run_request":
+    """Route of a transport from its seqno-0 message; ConnectError if it does not select a model."""
+    from ..protocol import requested_model_id, which
+
+    if which(message, "message") != "run_request":
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
-    model_id = protocol.requested_model_id(message.run_request)
+    model_id = requested_model_id(message.run_request)
     if not model_id:
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
     return Route.LOCAL if config.model(model_id) is not None else Route.UPSTREAM

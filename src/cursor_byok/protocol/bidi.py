@@ -103,7 +103,7 @@ def client_message(request_id: str, seqno: int, raw: bytes, *, binary: bool = Tr
         message = _parse_client_message(raw)
     except DecodeError as exc:
         raise _invalid(f"protobuf decode error: {exc}") from None
-    variant = message.WhichOneof("message") or which(message, "message")  # `which` only for a none: it notes a newer member
+    variant = which(message, "message")
     check_client_message_ids(message, variant)
     return BidiAppend(request_id, seqno, message, raw, binary, variant)
 

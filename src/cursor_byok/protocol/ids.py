@@ -97,7 +97,7 @@ def _check_user_message(prefix: str, um: agent_v1_pb2.UserMessage) -> None:
 
 
 def _check_action(prefix: str, action: agent_v1_pb2.ConversationAction) -> None:
-    kind = action.WhichOneof("action") or which(action, "action")  # `which` only for a none: it notes a newer member
+    kind = which(action, "action")
     if kind == "user_message_action":
         uma = action.user_message_action
         _check_user_message(f"{prefix}.user_message", uma.user_message)
