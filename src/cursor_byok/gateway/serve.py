@@ -33,6 +33,7 @@ from ..instance import (
 )
 from .front import LoadingFront, Running
 from .limits import granian_limits
+from .lock_hand_over import hand_over_the_lock_often
 from .memory import freeze_startup_objects
 
 log = logging.getLogger("cursor_byok.gateway")
@@ -102,6 +103,7 @@ async def _serve(config: Config, listener: socket.socket, root: str) -> int:
     gateway = running.gateway
     signals.on_reload = running.reload
     freeze_startup_objects()
+    hand_over_the_lock_often()
     _start_warden(config, running)
     log.info("serving", extra={"host": config.server.host, "port": config.server.port, "db": running.store.location})
     stop_asked = asyncio.create_task(signals.received.wait())
