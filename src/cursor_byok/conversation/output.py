@@ -178,14 +178,9 @@ class OutputStream:
         """Send `frame`; retained for replay as itself, or as `retain` (which encodes it again)."""
         if self.closed:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} is closed")
-        if retain is None:  # every streamed delta: `_retain` inline
-            self.frames.append(frame)
-            self.retained_bytes += len(frame)
-            if self.retained_bytes > self.max_retained_bytes:
-                self._trim()
-        else:
+        if retain is not None:
             self.rebuilt.append(self.end)
-            self._retain(retain)
+        self._retain(frame if retain is None else retain)
         if self._waiters:
             self._deliver(frame)
 

@@ -20,7 +20,7 @@ from .crossing import forward_append, owner_elsewhere
 from .deadline import Deadline
 from .guard import developer_of
 from .routing import route_for
-from .transport import EarlyAppend, Route, Transport, Waiter
+from .transport import Route, Transport, Waiter
 
 if TYPE_CHECKING:
     from .app import Gateway
