@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..apis import LocalRpcs, Upstream
 from ..config import Config, ServerConfig
 from ..conversation import ConversationService, Keep, Phase
-from ..instance import ConnectionBook, PeerState
+from ..instance import ConnectionBook
 from ..observability import Dashboard, GatewayGauges, Metrics
 from ..protocol import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH, ConnectError, internal_error, new_error_id
 from .asgi import ERROR_REPLIES, Receive, Scope, Send, reply, reply_error
@@ -143,7 +143,13 @@ class Gateway:
         return stream is not None and not stream.closed
 
     # -- ASGI --------------------------------------------------------------------------------------------
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Coroutine[Any, Any, None]:
+        # The request's coroutine is `_serve`'s own: no frame of ours above it on each of its resumes.
+        if self.capture is None:
+            return self._serve(scope, receive, send)
+        return self.capture.around(scope, receive, send, self._serve)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         me = asyncio.current_task()
@@ -151,10 +157,57 @@ class Gateway:
         self._requests.add(me)
         peer = self.connections.enter(scope)
         try:
-            if self.capture is None:
-                await self._route(scope, receive, send, peer)
+            path = self.guard.route_path(scope)
+            method = scope["method"]
+            local = method == "POST" and path in _AGENT_ROUTES
+            if local:  # an agent route (every turn's two requests): none of the others need telling apart
+                side_rpc = ui = metrics = root = False
+                types: frozenset[bytes] | None = AGENT_TYPES
             else:
-                await self.capture.around(scope, receive, send, functools.partial(self._route, peer=peer))
+                side_rpc = self.local_rpcs.handles(path)
+                ui = path.startswith(UI_PREFIX) or path == UI_PATH
+                metrics = path == METRICS_PATH and method == "GET"
+                root = path == ROOT_PATH and method in ("GET", "HEAD") and not self.guard.from_proxy(scope)
+                if path in HEALTH_PATHS or metrics or root:
+                    types = frozenset()
+                else:
+                    types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
+            refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
+            if refusal is UNKNOWN_DEVELOPER and self.guard.team is not None and await self.guard.team.learn():
+                refusal = self.guard.check(scope, types)  # a developer added a moment ago is known now
+            if refusal is None and (ui or metrics or root):
+                refusal = self.guard.exposed_check(scope)
+            if refusal is not None:
+                await reply_error(send, refusal.error, refusal.status)
+                return
+            if peer is not None and self.guard.requires_token and path not in HEALTH_PATHS:
+                peer.trusted = True  # it gave the token: the IDE's, the last closed for room
+            try:
+                grpc_web = (local or side_rpc) and is_grpc_web(scope)
+                if grpc_web:  # written as Connect, framed as gRPC-Web
+                    send = GrpcWebSend(send)
+                if local:
+                    await _AGENT_ROUTES[path](self, scope, receive, send)
+                elif path in HEALTH_PATHS:
+                    if self.damage is None:
+                        await reply(send, 204, b"", [])
+                    else:
+                        await reply_error(send, ConnectError("data_loss", self.damage), 503)
+                elif ui:  # the dashboard: never forwarded upstream
+                    await handle_ui(self, scope, receive, send, path)
+                elif metrics:
+                    await handle_metrics(self, send)
+                elif root:
+                    await handle_root(self, send)
+                elif side_rpc:
+                    await self.local_rpcs.handle(scope, receive, send, grpc_web=grpc_web)
+                else:
+                    await self.upstream.forward(scope, receive, send)
+            except Exception as exc:  # noqa: BLE001 - a bug must answer an opaque error, never a traceback
+                error_id = new_error_id()
+                log.error("request failed", exc_info=exc, extra={"error_id": error_id, "path": path[:200]})
+                with contextlib.suppress(Exception):  # the response may have started already
+                    await reply_error(send, internal_error(error_id))
         except asyncio.CancelledError:
             if not self._cut:
                 raise
@@ -162,59 +215,6 @@ class Gateway:
         finally:
             self.connections.leave(peer)
             self._requests.discard(me)
-
-    async def _route(self, scope: Scope, receive: Receive, send: Send, peer: PeerState | None = None) -> None:
-        path = self.guard.route_path(scope)
-        method = scope["method"]
-        local = method == "POST" and path in _AGENT_ROUTES
-        if local:  # an agent route (every turn's two requests): none of the others need telling apart
-            side_rpc = ui = metrics = root = False
-            types: frozenset[bytes] | None = AGENT_TYPES
-        else:
-            side_rpc = self.local_rpcs.handles(path)
-            ui = path.startswith(UI_PREFIX) or path == UI_PATH
-            metrics = path == METRICS_PATH and method == "GET"
-            root = path == ROOT_PATH and method in ("GET", "HEAD") and not self.guard.from_proxy(scope)
-            if path in HEALTH_PATHS or metrics or root:
-                types = frozenset()
-            else:
-                types = JSON_TYPES if ui else LOCAL_RPC_TYPES if side_rpc else None
-        refusal = self.guard.check(scope, types, needs_token=path not in HEALTH_PATHS)
-        if refusal is UNKNOWN_DEVELOPER and self.guard.team is not None and await self.guard.team.learn():
-            refusal = self.guard.check(scope, types)  # a developer added a moment ago is known now
-        if refusal is None and (ui or metrics or root):
-            refusal = self.guard.exposed_check(scope)
-        if refusal is not None:
-            await reply_error(send, refusal.error, refusal.status)
-            return
-        if peer is not None and self.guard.requires_token and path not in HEALTH_PATHS:
-            peer.trusted = True  # it gave the token: the IDE's, the last closed for room
-        try:
-            grpc_web = (local or side_rpc) and is_grpc_web(scope)
-            if grpc_web:  # written as Connect, framed as gRPC-Web
-                send = GrpcWebSend(send)
-            if local:
-                await _AGENT_ROUTES[path](self, scope, receive, send)
-            elif path in HEALTH_PATHS:
-                if self.damage is None:
-                    await reply(send, 204, b"", [])
-                else:
-                    await reply_error(send, ConnectError("data_loss", self.damage), 503)
-            elif ui:  # the dashboard: never forwarded upstream
-                await handle_ui(self, scope, receive, send, path)
-            elif metrics:
-                await handle_metrics(self, send)
-            elif root:
-                await handle_root(self, send)
-            elif side_rpc:
-                await self.local_rpcs.handle(scope, receive, send, grpc_web=grpc_web)
-            else:
-                await self.upstream.forward(scope, receive, send)
-        except Exception as exc:  # noqa: BLE001 - a bug must answer an opaque error, never a traceback
-            error_id = new_error_id()
-            log.error("request failed", exc_info=exc, extra={"error_id": error_id, "path": path[:200]})
-            with contextlib.suppress(Exception):  # the response may have started already
-                await reply_error(send, internal_error(error_id))
 
 
 _AGENT_ROUTES = {BIDI_APPEND_PATH: handle_append, RUN_SSE_PATH: handle_run_sse, RUN_PATH: handle_run}
