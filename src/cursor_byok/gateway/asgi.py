@@ -1,4 +1,4 @@
-"""Small ASGI helpers shared by the gateway's handlers (body reading with a cap, unary replies)."""
+"""Small ASGI helpers shared by the gateway's handlers (unary replies, refusals, the disconnect watch)."""
 from __future__ import annotations
 
 import asyncio
@@ -49,39 +49,7 @@ def declared_length(scope: Scope) -> int | None:
     return None
 
 
-async def read_body(receive: Receive, limit: int, expected: int | None = None, on_chunk: Callable[[int], None] | None = None) -> bytes:
-    """The whole request body; ConnectError resource_exhausted past `limit`, from the declared
-    length before reading and per chunk while reading. `expected`: the content-length the request
-    declared. Granian hands over a body's bytes with more_body set and its end as a separate empty
-    message, a wait of its own: once the declared bytes are in, the body is whole and that end is
-    not waited for. `on_chunk(size)`: told of each chunk before it is kept (it may refuse it)."""
-    if expected is not None and expected > limit:
-        raise BodyTooLarge(limit, receive)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectError("canceled", "client disconnected")
-        chunk = message.get("body", b"")
-        more = message.get("more_body", False)
-        if chunk:
-            size += len(chunk)
-            if size == expected:
-                more = False
-            if size > limit:
-                if more:
-                    await _discard(receive, DISCARD_AFTER_REFUSAL)
-                raise ConnectError("resource_exhausted", f"request body exceeds the {limit}-byte limit")
-            if on_chunk is not None:
-                on_chunk(len(chunk))
-            chunks.append(chunk)
-        if not more:
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-async def _discard(receive: Receive, budget: int, idle: float | None = None) -> None:
+async def discard(receive: Receive, budget: int, idle: float | None = None) -> None:
     """Read and drop the rest of a request body (at most `budget` bytes; nothing is kept), until
     nothing came for `idle` seconds if given."""
     while budget > 0:
@@ -149,7 +117,7 @@ async def reply_error(send: Send, err: ConnectError, status: int | None = None) 
         await reply(send, 413, error_body(err), CLOSE_HEADERS)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(LINGER_SECONDS):
-                await _discard(err.receive, DISCARD_AFTER_REFUSAL, LINGER_IDLE_SECONDS)
+                await discard(err.receive, DISCARD_AFTER_REFUSAL, LINGER_IDLE_SECONDS)
         return
     if status is None:
         status = http_status_for(err.code)

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from ..protocol import ConnectError
-from .asgi import BodyTimeout, Receive, Scope, declared_length, read_body
+from .asgi import DISCARD_AFTER_REFUSAL, BodyTimeout, BodyTooLarge, Receive, Scope, declared_length, discard
 
 EVICTED_MESSAGE = "too many pending requests: this one was the oldest and was dropped"
 # A timer may go off up to the loop clock's grain before its time (uvloop keeps milliseconds).
@@ -47,13 +47,14 @@ class _Slot:
         self.evicted = False
         self.body_bytes = 0  # of its request body, read and held so far
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> _Slot:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("a pending slot is held by a task")
         self.task = task
         self._cancelling = task.cancelling()
         self._pending._hold(self)
+        return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         """Leave the slot after its wait ended with `exc_type` (None: it ended well); raises the
@@ -173,10 +174,35 @@ class Pending:
 
     async def read_body(self, scope: Scope, receive: Receive, limit: int, seconds: float, expected: int | None = None) -> bytes:
         """The whole request body, read within `seconds` while holding a slot (BodyTimeout after),
-        its bytes counted against `max_body_bytes`; `expected`: its declared content-length (read
-        from the headers when not given; see `asgi.read_body`)."""
+        its bytes counted against `max_body_bytes`; ConnectError resource_exhausted past `limit`,
+        from the declared length before reading and per chunk while reading. `expected`: its
+        declared content-length (read from the headers when not given). Granian hands over a
+        body's bytes with more_body set and its end as a separate empty message, a wait of its own:
+        once the declared bytes are in, the body is whole and that end is not waited for."""
         if expected is None:
             expected = declared_length(scope)
-        entry = self.slot(scope, seconds, functools.partial(BodyTimeout, seconds))
-        with entry:
-            return await read_body(receive, limit, expected, functools.partial(self._hold_body_bytes, entry))
+        chunks: list[bytes] = []
+        size = 0
+        # The read is this coroutine's own (no helper's frame resumed with it at each chunk).
+        with self.slot(scope, seconds, functools.partial(BodyTimeout, seconds)) as entry:
+            if expected is not None and expected > limit:
+                raise BodyTooLarge(limit, receive)
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ConnectError("canceled", "client disconnected")
+                chunk = message.get("body", b"")
+                more = message.get("more_body", False)
+                if chunk:
+                    size += len(chunk)
+                    if size == expected:
+                        more = False
+                    if size > limit:
+                        if more:
+                            await discard(receive, DISCARD_AFTER_REFUSAL)
+                        raise ConnectError("resource_exhausted", f"request body exceeds the {limit}-byte limit")
+                    self._hold_body_bytes(entry, len(chunk))
+                    chunks.append(chunk)
+                if not more:
+                    break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
