@@ -19,7 +19,7 @@ from .asgi import DisconnectWatch, Receive, Scope, Send, reply_error, reply_prot
 from .crossing import forward_append, owner_elsewhere
 from .deadline import Deadline
 from .guard import developer_of
-from .routing import route_for
+from .routing import route_of
 from .transport import Route, Transport, Waiter
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def seqno0_transport(gw: Gateway, append: BidiAppend) -> Transport:
     transport = gw.transports.get(append.request_id)
     if transport is not None and fingerprint(append) == transport.order.seqno0:
         return transport  # the same event again: idempotent
-    route = route_for(append.message, gw.config)
+    route = route_of(append.variant, append.message, gw.config)
     if (transport.route if transport is not None else route) is Route.LOCAL:
         service = gw.conversations
         rr = append.message.run_request

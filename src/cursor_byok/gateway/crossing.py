@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..cluster import Forwarded, OwnerGone
 from ..protocol import BidiAppend, ConnectError, end_stream_error
 from .asgi import STREAM_HEADERS, DisconnectWatch, Receive, Send
-from .routing import route_for
+from .routing import route_of
 from .transport import Route
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ async def owner_elsewhere(gw: Gateway, cluster: Cluster, append: BidiAppend) -> 
         return None  # the fast path: this request id's stream is here
     wait = gw.config.server.runsse_wait_seconds
     if append.append_seqno == 0:
-        if route_for(append.message, gw.config) is not Route.LOCAL:
+        if route_of(append.variant, append.message, gw.config) is not Route.LOCAL:
             return None
         conversation_id = append.message.run_request.conversation_id
         owner = await cluster.claim(conversation_id, wait, request_id) if conversation_id else await cluster.owner_of_request(request_id, wait)

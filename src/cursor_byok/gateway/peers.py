@@ -10,7 +10,7 @@ from ..cluster import Answer
 from ..hotpath import HotPathError
 from ..protocol import BidiAppend, ConnectError, connect_error_from, decode_bidi_append, end_stream_error
 from .bidi import check_theirs, deliver_local, local_parent, seqno0_transport
-from .routing import route_for
+from .routing import route_of
 from .stream import relay
 from .transport import Route
 
@@ -54,7 +54,7 @@ class Peers:
         """A turn forwarded here because this instance owned its conversation: it still does (the
         claim renews it, and holds it here until the turn reaches its runtime)."""
         conversation_id = run_request.message.run_request.conversation_id
-        if not conversation_id or route_for(run_request.message, self.gw.config) is not Route.LOCAL:
+        if not conversation_id or route_of(run_request.variant, run_request.message, self.gw.config) is not Route.LOCAL:
             return True
         return await self.cluster.claim(conversation_id, 0.0, run_request.request_id) == self.cluster.me
 

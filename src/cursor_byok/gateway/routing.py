@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import protocol  # its protobuf helpers load on first use (after the server listens)
 from ..config import Config
 from ..protocol import ConnectError
 from .transport import Route
@@ -19,11 +20,16 @@ METRICS_PATH = "/metrics"  # Prometheus text format
 
 def route_for(message: pb.AgentClientMessage, config: Config) -> Route:
     """Route of a transport from its seqno-0 message; ConnectError if it does not select a model."""
-    from ..protocol import requested_model_id, which
+    from ..protocol import which
 
-    if which(message, "message") != "run_request":
+    return route_of(which(message, "message"), message, config)
+
+
+def route_of(variant: str | None, message: pb.AgentClientMessage, config: Config) -> Route:
+    """`route_for` a message whose oneof member `variant` is known already (a decoded append's)."""
+    if variant != "run_request":
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
-    model_id = requested_model_id(message.run_request)
+    model_id = protocol.requested_model_id(message.run_request)
     if not model_id:
         raise ConnectError("invalid_argument", "first BidiAppend message must select a model")
     return Route.LOCAL if config.model(model_id) is not None else Route.UPSTREAM
