@@ -107,10 +107,12 @@ async def _serve_run_sse(
     if stream is None or not stream.theirs(developer_of(scope)):
         await only_terminal(send, ConnectError("not_found", f"no run for request {request_id}"))
         return
-    await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     gw.conversations.attach(request_id, stream)
     watch = DisconnectWatch(receive, me.cancel)
     try:
+        # The head right before the stream's first frame: granian then mostly writes the two in one
+        # go, where with the reader's set-up between them it wrote each on its own.
+        await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
         await relay(stream, send)
     except asyncio.CancelledError:
         if watch.ended:
