@@ -117,11 +117,13 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
     unimplemented for a content encoding other than identity/gzip.
     """
     found = _collect(headers)
+    length = found.get("content-length")
+    content_length = int(length) if length is not None and length.isascii() and length.isdigit() else None
     if found.keys().isdisjoint(_UNCOMMON):
         return RequestHeaders(
             connect_protocol_version=found.get("connect-protocol-version"),
             request_id=found.get("x-request-id") or None,
-            content_length=_length(found.get("content-length")),
+            content_length=content_length,
         )
     gzip = _encoding("content-encoding", found.get("content-encoding"))
     gzip = _encoding("connect-content-encoding", found.get("connect-content-encoding")) or gzip
@@ -144,9 +146,5 @@ def parse_request_headers(headers: HeaderSource) -> RequestHeaders:
         parent_request_id=parent_request_id,
         parent_tool_call_id=parent_tool_call_id,
         streaming=found.get("x-cursor-streaming", "").lower() == "true",
-        content_length=_length(found.get("content-length")),
+        content_length=content_length,
     )
-
-
-def _length(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isascii() and value.isdigit() else None

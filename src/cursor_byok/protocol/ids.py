@@ -100,7 +100,7 @@ def _check_action(prefix: str, action: agent_v1_pb2.ConversationAction) -> None:
     kind = which(action, "action")
     if kind == "user_message_action":
         uma = action.user_message_action
-        _check_user_message(f"{prefix}.user_message", uma.user_message)
+        check_id(f"{prefix}.user_message.message_id", uma.user_message.message_id)  # every turn's: inline
         for um in uma.prepend_user_messages:
             _check_user_message(f"{prefix}.prepend_user_messages", um)
     elif kind == "inject_context_action":
