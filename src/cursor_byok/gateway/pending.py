@@ -74,12 +74,6 @@ class _Slot:
         self.task.cancel()
 
 
-def connection_of(scope: Scope) -> Hashable:
-    """One key per client connection (its address and port; HTTP/2 streams share it)."""
-    client = scope.get("client")
-    return tuple(client) if client else None
-
-
 class Pending:
     def __init__(self, max_total: int, per_connection: int, max_body_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_total = max_total
@@ -104,7 +98,8 @@ class Pending:
         """Hold a pending slot (`with`) for at most `seconds`: raises `on_timeout` when the time
         is up, resource_exhausted when a newer request needed the slot, resource_exhausted at once
         when this connection already holds its share."""
-        connection = connection_of(scope)
+        client = scope.get("client")
+        connection = tuple(client) if client else None  # one key per connection (HTTP/2 streams share it)
         if self._per_connection.get(connection, 0) >= self.per_connection:
             raise ConnectError("resource_exhausted", f"too many pending requests on one connection (limit {self.per_connection})")
         while len(self._slots) >= self.max_total:
@@ -154,10 +149,8 @@ class Pending:
         self.evictions += 1
         entry.cut()
 
-    def _hold_body_bytes(self, entry: _Slot, size: int) -> None:
-        """`size` more bytes of `entry`'s body are held: make room by dropping the oldest bodies."""
-        entry.body_bytes += size
-        self.body_bytes += size
+    def _make_room(self, entry: _Slot) -> None:
+        """The bodies held are over `max_body_bytes` with `entry`'s latest chunk: drop the oldest."""
         if entry.body_bytes > self.max_body_bytes:  # no room to make: it alone is over
             raise ConnectError("resource_exhausted", f"request bodies being read exceed {self.max_body_bytes} bytes")
         while self.body_bytes > self.max_body_bytes:
@@ -201,7 +194,10 @@ class Pending:
                         if more:
                             await discard(receive, DISCARD_AFTER_REFUSAL)
                         raise ConnectError("resource_exhausted", f"request body exceeds the {limit}-byte limit")
-                    self._hold_body_bytes(entry, len(chunk))
+                    entry.body_bytes += len(chunk)
+                    self.body_bytes += len(chunk)
+                    if self.body_bytes > self.max_body_bytes:
+                        self._make_room(entry)
                     chunks.append(chunk)
                 if not more:
                     break
