@@ -145,7 +145,7 @@ class Gateway:
     # -- ASGI --------------------------------------------------------------------------------------------
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Coroutine[Any, Any, None]:
         # The request's coroutine is `_serve`'s own: no frame of ours above it on each of its resumes.
-        if self.capture is None:
+        if self.capture is None or scope["type"] != "http":  # the capture records HTTP exchanges only
             return self._serve(scope, receive, send)
         return self.capture.around(scope, receive, send, self._serve)
 
