@@ -187,15 +187,16 @@ class Pending:
                 chunk = message.get("body", b"")
                 more = message.get("more_body", False)
                 if chunk:
-                    size += len(chunk)
+                    n = len(chunk)
+                    size += n
                     if size == expected:
                         more = False
                     if size > limit:
                         if more:
                             await discard(receive, DISCARD_AFTER_REFUSAL)
                         raise ConnectError("resource_exhausted", f"request body exceeds the {limit}-byte limit")
-                    entry.body_bytes += len(chunk)
-                    self.body_bytes += len(chunk)
+                    entry.body_bytes += n
+                    self.body_bytes += n
                     if self.body_bytes > self.max_body_bytes:
                         self._make_room(entry)
                     chunks.append(chunk)
