@@ -13,8 +13,8 @@ failed commit fails the append (granian answers 500) with no provider request.
 
 Follow-up appends are not journaled: the floor does nothing with them either.
 
-GET `/journal` answers "<commits> <loop CPU ns in them>": the commits' own CPU (the thread's clock
-around each), read by the benchmark before and after its held starts.
+`/journal` (any method) answers "<commits> <loop CPU ns in them>": the commits' own CPU (the
+thread's clock around each), read by the benchmark before and after its held starts.
 """
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ Answer = Callable[[asyncio.Queue[bytes | None], str], Awaitable[None]]  # fills 
 class Journal(Protocol):
     """Makes a run request's append durable before its answer starts (`bare_durable_app`)."""
 
-    path: str  # the GET path that answers `stats()`
+    path: str  # the path that answers `stats()`
 
     def commit(self, append: BidiAppend) -> None: ...
 
