@@ -4,7 +4,8 @@
 
 The idle probe of `test_turn_start_load.py` (conversations of TURNS turns, one turn at a time, a
 random pause of up to 40 ms before each, the same prebuilt request sent straight to the provider after each),
-against ours and the floor (`support/bare_turn_app.py`), each stamping the steps of every start
+against ours, the durable floor (`support/bare_durable_app.py`, whose commit is a step) and the floor
+(`support/bare_turn_app.py`), each stamping the steps of every start
 (`support/start_timeline.py`, on through BENCH_TIMELINE_OUT). Per step: its p50 time since the IDE
 sent the turn's first append, and, ours only, the loop thread's CPU since the step before and the
 wall time beyond it (waits: thread hops, other processes on the CPU). The client's own stamps frame
@@ -30,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.test_turn_start import CPROFILE_SITE, HOST, MODEL, ROOT, SRC, Client, spawn, stop
+from benchmarks.support.bare_durable_app import DB_ENV
+from benchmarks.test_turn_start import CPROFILE_SITE, FLOOR_APPS, HOST, MODEL, ROOT, SRC, Client, granian, spawn, stop
 from benchmarks.test_turn_start_load import probe
 from benchmarks.test_gateway import wait_healthy
 from tests.harness.server import ModelSpec, ServerConfig, free_port
@@ -160,7 +162,7 @@ def test_start_timeline(tmp_path: Path) -> None:
     timelines = []
     try:
         wait_healthy(f"http://{HOST}:{provider_port}/control/count")
-        for name in ("ours", "floor"):
+        for name in ("ours", "durable", "floor"):
             port = free_port()
             out = tmp_path / f"{name}.stamps"
             if name == "ours":
@@ -174,10 +176,8 @@ def test_start_timeline(tmp_path: Path) -> None:
                 cmd = [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config.data_dir / "config.toml")]
                 health = "/__byok-api__/healthz"
             else:
-                cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST, "--port", str(port),
-                       "--workers", "1", "--no-ws", "benchmarks.support.bare_turn_app:app"]
-                health = "/healthz"
-            proc, _ = spawn(cmd, {**env, "BENCH_TIMELINE_OUT": str(out)}, port, health, tmp_path / f"{name}.log")
+                cmd, health = granian(FLOOR_APPS[name], port), "/healthz"
+            proc, _ = spawn(cmd, {**env, "BENCH_TIMELINE_OUT": str(out), DB_ENV: str(tmp_path / "durable.db")}, port, health, tmp_path / f"{name}.log")
             TimedClient.turns = []
             try:
                 phase = asyncio.run(probe(port, provider_port, TimedClient))

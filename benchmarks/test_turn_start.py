@@ -6,12 +6,16 @@ One run, one command, every figure next to its floor:
 
 - **ours**: the real `cursor-byok serve`; **floor**: `benchmarks/support/bare_turn_app.py`, a bare
   granian app that decodes the append and forwards one prebuilt provider request (no history, no
-  persistence, no prompt work); **direct**: the benchmark itself POSTing that prebuilt request to the
-  provider. All three talk to `benchmarks/support/stamp_provider.py`, which stamps the moment it has
-  a whole request (CLOCK_MONOTONIC) and sends the stamp back as the first text chunk.
+  persistence, no prompt work); **durable**: `benchmarks/support/bare_durable_app.py`, the floor
+  plus the one commit every correct start makes before the model is called (the run request's
+  bytes, one SQLite row, on the loop), and its commit's own loop CPU per start, timed inside it:
+  what of ours' excess over the floor that commit explains is printed plainly; **direct**: the
+  benchmark itself POSTing that prebuilt request to the provider. All talk to
+  `benchmarks/support/stamp_provider.py`, which stamps the moment it has a whole request
+  (CLOCK_MONOTONIC) and sends the stamp back as the first text chunk.
 - Every turn's user message is 2,000 words; the answer streams at a model's pace (10 chunks 20 ms
   apart). A conversation takes several turns in a row, so later turns carry the earlier ones as
-  history (ours only: the floor has none by definition).
+  history (ours only: the floors have none by definition).
 - Latency scenarios: 1, 8 and 32 conversations at once (each a loop of turns with a random pause of
   up to 0.2 s before each turn, so they do not march in step) and a burst of 200 conversations
   whose first turns start spread over one second. Per turn: first append → provider
@@ -29,14 +33,15 @@ One run, one command, every figure next to its floor:
 
 Knobs: BENCH_TURN_CONCURRENCY="1,8,32", BENCH_TURN_SAMPLES=192 (turns per level),
 BENCH_TURNS_PER_CONVERSATION=3, BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
-BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20; BENCH_SRC runs the
+BENCH_THINK_MS=200, BENCH_ANSWER_CHUNKS=10, BENCH_ANSWER_INTERVAL_MS=20,
+BENCH_TURN_FLOORS="durable,floor" (the bare apps measured after ours, in that order); BENCH_SRC runs the
 servers from another checkout's `src` (e.g. the commit before a change, for a before/after pair);
 BENCH_PROFILE=/tmp/prefix records py-spy profiles of the servers over the CPU-per-start stretches
 (raw collapsed stacks of the threads holding the GIL, 1 kHz: the Python side's work; needs
 `pip install py-spy` and ptrace rights; the CPU figures of such a run include the sampling's
 disturbance), summed up by `benchmarks/support/profile_summary.py`; BENCH_CPROFILE=/tmp/prefix records
 cProfile on the servers' event loop threads with a thread-CPU clock over the same stretches
-(`<prefix>-<ours|floor>-<n>.prof`, n = 1 new conversations, 2 follow-ups; read with `pstats`; the CPU
+(`<prefix>-<ours|durable|floor>-<n>.prof`, n = 1 new conversations, 2 follow-ups; read with `pstats`; the CPU
 figures of such a run include the profiler's own cost), and on their other Python threads
 (`<prefix>-<ours|floor>-<n>-<thread>-<tid>.prof`: the store's writer among them), via
 `benchmarks/support/cprofile_site`, which is always on the servers' path: it gives every Python
@@ -62,6 +67,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.support.bare_durable_app import DB_ENV, SqliteJournal
 from benchmarks.support.bare_turn_app import BODY, turn_text
 from benchmarks.support.cold_start import answered
 from benchmarks.support.rawhttp import Connection
@@ -78,6 +84,7 @@ BURST = int(os.environ.get("BENCH_BURST", "200"))
 HELD = int(os.environ.get("BENCH_HELD", "100"))
 RSS_CONVERSATIONS = int(os.environ.get("BENCH_RSS_CONVERSATIONS", "100"))
 SRC = os.environ.get("BENCH_SRC", str(ROOT / "src"))  # the cursor_byok source tree the servers run
+FLOORS = os.environ.get("BENCH_TURN_FLOORS", "durable,floor").split(",")  # the bare apps measured after ours
 THINK = float(os.environ.get("BENCH_THINK_MS", "200")) / 1000
 ANSWER_CHUNKS = os.environ.get("BENCH_ANSWER_CHUNKS", "10")
 ANSWER_INTERVAL_MS = os.environ.get("BENCH_ANSWER_INTERVAL_MS", "20")
@@ -374,14 +381,31 @@ async def burst(port: int, conversations: int, *, direct: bool = False, client: 
     return out
 
 
-async def provider_control(port: int, what: str) -> str:
+async def post_once(port: int, path: str) -> str:
+    """An empty POST on a connection of its own; the answer's body (which must be a 200)."""
     conn = await Connection.open(HOST, port)
     try:
-        status, body = await conn.post(f"/control/{what}", b"")
+        status, body = await conn.post(path, b"")
         assert status == 200
         return body.decode()
     finally:
         conn.close()
+
+
+async def provider_control(port: int, what: str) -> str:
+    return await post_once(port, f"/control/{what}")
+
+
+async def journal_stats(port: int) -> tuple[int, int]:
+    """The durable floor's commits so far and the loop CPU (ns) they took."""
+    commits, cpu_ns = (await post_once(port, SqliteJournal.path)).split()
+    return int(commits), int(cpu_ns)
+
+
+async def commit_cpu_us(port: int, before: tuple[int, int]) -> float:
+    """The durable floor's loop CPU (µs) per commit since `journal_stats` gave `before`."""
+    commits, cpu_ns = await journal_stats(port)
+    return (cpu_ns - before[1]) / 1e3 / max(commits - before[0], 1)
 
 
 @dataclass
@@ -469,6 +493,19 @@ async def cpu_per_start_by_thread(provider_port: int, pid: int, clients: list[Cl
 
 
 # ---- processes ----------------------------------------------------------------------------------
+FLOOR_APPS = {  # the bare granian apps, by target name
+    "floor": "benchmarks.support.bare_turn_app:app",
+    "durable": "benchmarks.support.bare_durable_app:app",
+    "bare": "benchmarks.support.bare_relay_app:app",
+}
+
+
+def granian(app: str, port: int) -> list[str]:
+    """A bare ASGI app served as `cursor-byok serve` serves ours (uvloop, one worker)."""
+    return [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
+            "--port", str(port), "--workers", "1", "--no-ws", app]
+
+
 def spawn(cmd: list[str], env: dict[str, str], port: int, health: str, log: Path) -> tuple[subprocess.Popen[bytes], float]:
     """Start a server; returns it and the seconds from spawn to its health check answering ready."""
     started = time.monotonic()
@@ -504,6 +541,7 @@ class Target:
     cpu_us: dict[str, float] = field(default_factory=dict)
     loop_cpu_us: dict[str, float] = field(default_factory=dict)  # of that, the event loop's thread
     thread_cpu_us: dict[str, dict[str, float]] = field(default_factory=dict)  # … and each thread name's
+    commit_cpu_us: float = 0.0  # the durable floor's: its commit's own loop CPU per held start
 
 
 async def measure(target: Target, provider_port: int, spawned_at: float, ours: bool) -> None:
@@ -529,8 +567,11 @@ async def measure(target: Target, provider_port: int, spawned_at: float, ours: b
     profile = {kind: Path(f"{PROFILE}-{target.name}-{kind.split()[0]}.txt") if PROFILE else None for kind in ("new conversation", "follow-up turn")}
     kinds = ("new conversation", "follow-up turn") if ours else ("new conversation",)  # the floor has no history
     for kind in kinds:
+        journaled = await journal_stats(target.port) if target.name == "durable" else None
         rates = await cpu_per_start_by_thread(provider_port, pid, clients, profile[kind])
         target.cpu_us[kind], target.loop_cpu_us[kind], target.thread_cpu_us[kind] = rates.process, rates.loop, rates.threads
+        if journaled is not None:
+            target.commit_cpu_us = await commit_cpu_us(target.port, journaled)
     for c in clients:
         c.close()
 
@@ -550,21 +591,20 @@ def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
         extra_server={"max_transports": 4096},
     )
     config.data_dir.mkdir(parents=True)
-    ours_port, floor_port = free_port(), free_port()
+    ours_port = free_port()
     config_path = config.data_dir / "config.toml"
     config_path.write_text(config.toml(ours_port))
     exe = Path(sys.executable).with_name("cursor-byok")
     targets: list[Target] = []
     procs: list[subprocess.Popen[bytes]] = [provider]
+    servers = [("ours", [str(exe), "serve", "--config", str(config_path)], ours_port, "/__byok-api__/healthz")]
+    for name in FLOORS:
+        port = free_port()
+        servers.append((name, granian(FLOOR_APPS[name], port), port, "/healthz"))
     try:
-        for name, cmd, port, health in (
-            ("ours", [str(exe), "serve", "--config", str(config_path)], ours_port, "/__byok-api__/healthz"),
-            ("floor", [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
-                       "--port", str(floor_port), "--workers", "1", "--no-ws", "benchmarks.support.bare_turn_app:app"],
-             floor_port, "/healthz"),
-        ):
+        for name, cmd, port, health in servers:
             spawned_at = time.monotonic()
-            proc_env = {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}"}  # names the server's threads
+            proc_env = {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}", DB_ENV: str(tmp_path / "durable.db")}  # site: names the server's threads
             if CPROFILE:
                 proc_env["BENCH_CPROFILE_OUT"] = f"{CPROFILE}-{name}"
             proc, up = spawn(cmd, proc_env, port, health, tmp_path / f"{name}.log")
@@ -588,46 +628,66 @@ def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
                 proc.wait(10)
             else:
                 stop(proc)
-    report(benchmark, targets[0], targets[1], direct)
+    report(benchmark, targets[0], targets[1:], direct)
 
 
-def report(benchmark, ours: Target, floor: Target, direct: dict[str, Samples]) -> None:  # type: ignore[no-untyped-def]
+def report(benchmark, ours: Target, floors: list[Target], direct: dict[str, Samples]) -> None:  # type: ignore[no-untyped-def]
     info = benchmark.extra_info
     print(f"\nturn start: 2,000-word turns, {TURNS} turns per conversation, {SAMPLES} turns per level")
-    print(f"{'conversations':>14} | {'append→provider p50/p99 ms':>28} | {'floor p50/p99':>15} | {'ratio p50/p99':>13} |"
-          f" {'+TTFT vs direct p50/p99 ms':>27} | {'floor +TTFT':>13}")
+    print("ms, p50 / p99; added TTFT = TTFT − the direct call's; × = ours over that target")
     for key, ours_samples in ours.latency.items():
-        f, d = floor.latency[key], direct[key]
+        d50, d99 = pct(direct[key].ttft_ns, 0.5), pct(direct[key].ttft_ns, 0.99)
         o50, o99 = pct(ours_samples.to_provider_ns, 0.5), pct(ours_samples.to_provider_ns, 0.99)
-        f50, f99 = pct(f.to_provider_ns, 0.5), pct(f.to_provider_ns, 0.99)
-        d50, d99 = pct(d.ttft_ns, 0.5), pct(d.ttft_ns, 0.99)
-        t50, t99 = pct(ours_samples.ttft_ns, 0.5) - d50, pct(ours_samples.ttft_ns, 0.99) - d99
-        ft50, ft99 = pct(f.ttft_ns, 0.5) - d50, pct(f.ttft_ns, 0.99) - d99
-        print(f"{key:>14} | {o50:>13.2f} / {o99:<12.2f} | {f50:>6.2f} / {f99:<6.2f} | {o50 / f50:>5.2f} / {o99 / f99:<5.2f} |"
-              f" {t50:>+12.2f} / {t99:<+12.2f} | {ft50:+.2f} / {ft99:+.2f}")
-        info.update({
-            f"c{key}_p50_ms": round(o50, 3), f"c{key}_p99_ms": round(o99, 3),
-            f"c{key}_floor_p50_ms": round(f50, 3), f"c{key}_floor_p99_ms": round(f99, 3),
-            f"c{key}_ttft_added_p50_ms": round(t50, 3), f"c{key}_ttft_added_p99_ms": round(t99, 3),
-        })
+        print(f"-- {key} conversations")
+        for t in (ours, *floors):
+            samples = t.latency[key]
+            a50, a99 = pct(samples.to_provider_ns, 0.5), pct(samples.to_provider_ns, 0.99)
+            t50, t99 = pct(samples.ttft_ns, 0.5) - d50, pct(samples.ttft_ns, 0.99) - d99
+            ratio = "" if t is ours else f" (ours × {o50 / a50:.2f} / {o99 / a99:.2f})"
+            print(f"  {t.name:>7}: append→provider {a50:6.2f} / {a99:<6.2f}{ratio:<22} | added TTFT {t50:+6.2f} / {t99:+6.2f}")
+            prefix = f"c{key}" if t is ours else f"c{key}_{t.name}"
+            info.update({f"{prefix}_p50_ms": round(a50, 3), f"{prefix}_p99_ms": round(a99, 3),
+                         f"{prefix}_ttft_added_p50_ms": round(t50, 3), f"{prefix}_ttft_added_p99_ms": round(t99, 3)})
     for kind, us in ours.cpu_us.items():
-        print(f"server CPU per run start ({kind}): ours {us:.0f} µs", end="")
-        if kind in floor.cpu_us:
-            print(f", floor {floor.cpu_us[kind]:.0f} µs, ratio {us / floor.cpu_us[kind]:.2f}", end="")
-        loop_floor = floor.loop_cpu_us.get(kind, floor.loop_cpu_us["new conversation"])
-        print(f"; event loop thread: ours {ours.loop_cpu_us[kind]:.0f} µs, floor {loop_floor:.0f} µs")
+        line = f"server CPU per run start ({kind}), µs (event loop thread): ours {us:.0f} ({ours.loop_cpu_us[kind]:.0f})"
+        for t in floors:  # a floor has no history: its new conversations' start is what a follow-up's is held to
+            line += f"; {t.name} {t.cpu_us['new conversation']:.0f} ({t.loop_cpu_us['new conversation']:.0f}), ours × {us / t.cpu_us['new conversation']:.2f}"
+        print(line)
         info[f"loop_cpu_us_per_start_{kind}"] = round(ours.loop_cpu_us[kind])
         info[f"cpu_us_per_start_{kind}"] = round(us)
-    info["floor_cpu_us_per_start"] = round(floor.cpu_us["new conversation"])
-    for t in (ours, floor):
+    for t in floors:
+        info[f"{t.name}_cpu_us_per_start"] = round(t.cpu_us["new conversation"])
+        info[f"{t.name}_loop_cpu_us_per_start"] = round(t.loop_cpu_us["new conversation"])
+    by_name = {t.name: t for t in floors}
+    if {"durable", "floor"} <= set(by_name):
+        durable, floor, new = by_name["durable"], by_name["floor"], "new conversation"
+        durable_share(info, "ours", durable.commit_cpu_us, *((t.cpu_us[new], t.loop_cpu_us[new]) for t in (ours, durable, floor)))
+    for t in (ours, *floors):
         for kind, threads in t.thread_cpu_us.items():
             shown = sorted(((us, name) for name, us in threads.items() if abs(us) >= 1), reverse=True)
             print(f"{t.name} CPU per start by thread ({kind}), µs: " + ", ".join(f"{name} {us:.0f}" for us, name in shown))
             info.update({f"{t.name}_thread_cpu_us_{kind}_{name}": round(us) for us, name in shown})
-    for t in (ours, floor):
+    for t in (ours, *floors):
         print(f"{t.name}: spawn → ready {t.up_seconds * 1000:.0f} ms, → first token {t.first_token_seconds * 1000:.0f} ms;"
               f" over {RSS_CONVERSATIONS} conversations peak RSS {t.peak_rss_kib / 1024:.1f} MiB, PSS {t.peak_pss_kib / 1024:.1f} MiB")
         info[f"{t.name}_cold_start_ms"] = round(t.up_seconds * 1000)
         info[f"{t.name}_first_token_ms"] = round(t.first_token_seconds * 1000)
         info[f"{t.name}_peak_rss_mib"] = round(t.peak_rss_kib / 1024, 1)
         info[f"{t.name}_peak_pss_mib"] = round(t.peak_pss_kib / 1024, 1)
+
+
+def durable_share(info: dict[str, object], name: str, commit_us: float, ours: tuple[float, float], durable: tuple[float, float],
+                  floor: tuple[float, float]) -> None:
+    """Print how much of ours' (the server `name`'s) CPU per start above the floor's the one durable
+    commit explains: by the commit's own loop CPU (timed inside the durable floor) and by the two
+    floors' difference. Each of `ours`, `durable`, `floor`: CPU per new-conversation start, µs, and
+    its event loop's."""
+    gap, loop_gap = ours[0] - floor[0], ours[1] - floor[1]
+    between, loop_between = durable[0] - floor[0], durable[1] - floor[1]
+    print(f"{name}: the durable commit, per start: its own loop CPU {commit_us:.0f} µs (timed inside the durable floor);"
+          f" durable − floor {between:+.0f} µs (loop {loop_between:+.0f}); {name} − floor {gap:+.0f} µs (loop {loop_gap:+.0f}):"
+          f" by its own time the commit explains {commit_us / loop_gap:.0%} of the loop excess;"
+          f" the floors' difference {between / gap:.0%} of the CPU excess, {loop_between / loop_gap:.0%} of the loop's")
+    info.update({"durable_commit_loop_cpu_us": round(commit_us), "durable_minus_floor_cpu_us": round(between),
+                 "durable_minus_floor_loop_cpu_us": round(loop_between),
+                 f"{name}_minus_floor_cpu_us": round(gap), f"{name}_minus_floor_loop_cpu_us": round(loop_gap)})

@@ -3,7 +3,7 @@ floor and the bare granian app under the same load, every target of the issue a 
 
     .venv/bin/python -m pytest -q -s -p no:randomly benchmarks/test_turn_start_load.py
 
-Three servers (four with BENCH_BEFORE_SRC), up at once, against one fake provider
+Four servers (five with BENCH_BEFORE_SRC), up at once, against one fake provider
 (`support/stamp_provider.py`: it stamps the moment it holds a whole request, CLOCK_MONOTONIC, and
 sends the stamp back as the first text):
 - **ours**: the real `cursor-byok serve` (from BENCH_SRC, as `test_turn_start.py`), and with
@@ -11,6 +11,10 @@ sends the stamp back as the first text):
   rotation (a before/after pair seconds apart, under the same outside load);
 - **floor**: `support/bare_turn_app.py`, granian + the append's decode + one prebuilt provider
   request through aiohttp + the answer's text as frames (no history, persistence or prompt);
+- **durable**: `support/bare_durable_app.py`, the floor + the one commit every correct start makes
+  before the model is called (the run request's bytes as one SQLite row, on the loop, WAL and
+  synchronous=NORMAL as ours): the lower bound of a durable server; its commit's own loop CPU per
+  held start is timed inside it, and the report says what of ours' excess over the floor it explains;
 - **bare**: `support/bare_relay_app.py`, granian + the append's decode + the same prebuilt request,
   the provider's bytes relayed to RunSSE unchanged (the issue's "bare granian app").
 
@@ -32,7 +36,7 @@ Knobs: BENCH_LOADS="idle,fast:8,fast:32,w50:32", BENCH_LOAD_SAMPLES=100 (probes 
 BENCH_PROBE_GAP_MS=40 (a random pause up to this before each probe, so probes do not march in step
 with the streams), BENCH_WORD_WINDOW_S=3, BENCH_LONG_WORDS=2000, BENCH_FAST_BATCH=1 (words per
 provider write in fast streams), BENCH_BURST=200, BENCH_HELD=100, BENCH_RSS_CONVERSATIONS=100,
-BENCH_TURNS_PER_CONVERSATION=3, BENCH_TARGETS="ours,floor,bare" (with "before" second when
+BENCH_TURNS_PER_CONVERSATION=3, BENCH_TARGETS="ours,durable,floor,bare" (with "before" second when
 BENCH_BEFORE_SRC is set), BENCH_READY_SPAWNS=3, BENCH_SRC, BENCH_BEFORE_SRC; BENCH_GC=<path prefix> logs every garbage
 collection of each server (`support/cprofile_site`, into `<prefix>-<server>.<pid>`) and reports,
 per step, the collections per start (held starts; probes, the load's streams included) and per
@@ -57,11 +61,12 @@ import pytest
 
 from benchmarks.test_gateway import rss_kib, wait_healthy
 from benchmarks.test_turn_start import (
-    BURST, CPROFILE_SITE, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client, Samples,
-    burst, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, pct, pss_kib, spawn, stop,
-    warm_provider_pool,
+    BURST, CPROFILE_SITE, FLOOR_APPS, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client, Samples,
+    burst, commit_cpu_us, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, durable_share, granian,
+    journal_stats, pct, pss_kib, spawn, stop, warm_provider_pool,
 )
 from benchmarks.support import gc_log
+from benchmarks.support.bare_durable_app import DB_ENV
 from benchmarks.support.background import CLIENTS
 from benchmarks.support.rawhttp import Connection
 from tests.harness.server import ModelSpec, ServerConfig, free_port
@@ -73,7 +78,7 @@ WORD_WINDOW = float(os.environ.get("BENCH_WORD_WINDOW_S", "3"))
 LONG_WORDS = os.environ.get("BENCH_LONG_WORDS", "2000")
 FAST_BATCH = os.environ.get("BENCH_FAST_BATCH", "1")
 BEFORE_SRC = os.environ.get("BENCH_BEFORE_SRC", "")  # a second tree of ours, "before", measured in the same rotation
-TARGETS = os.environ.get("BENCH_TARGETS", "ours,before,floor,bare" if BEFORE_SRC else "ours,floor,bare").split(",")
+TARGETS = os.environ.get("BENCH_TARGETS", "ours,before,durable,floor,bare" if BEFORE_SRC else "ours,durable,floor,bare").split(",")
 OURS = {"ours": SRC, "before": BEFORE_SRC}  # our servers by name: the cursor_byok tree each runs
 GC_LOG = os.environ.get("BENCH_GC", "")  # a path prefix: each server's collections logged there
 READY_SPAWNS = int(os.environ.get("BENCH_READY_SPAWNS", "3"))
@@ -159,6 +164,7 @@ class Server:
     burst: Samples = field(default_factory=Samples)
     cpu_us_per_start: float = 0.0
     loop_cpu_us_per_start: float = 0.0
+    commit_cpu_us_per_start: float = 0.0  # the durable floor's: its commit's own loop CPU
     held_window_ns: tuple[int, int] = (0, 0)
     phases: dict[str, Phase] = field(default_factory=dict)
 
@@ -199,10 +205,13 @@ async def start_burst(server: Server, provider_port: int) -> None:
 async def cpu_per_start(server: Server, provider_port: int) -> None:
     await warm_provider_pool(server.port, provider_port, HELD, client=server.client)
     clients = [await server.client(server.port).open() for _ in range(HELD)]
+    journaled = await journal_stats(server.port) if server.name == "durable" else None
     started = time.monotonic_ns()
     rates = await cpu_per_start_by_thread(provider_port, server.pid, clients)
     server.held_window_ns = (started, time.monotonic_ns())
     server.cpu_us_per_start, server.loop_cpu_us_per_start = rates.process, rates.loop
+    if journaled is not None:
+        server.commit_cpu_us_per_start = await commit_cpu_us(server.port, journaled)
     for c in clients:
         c.close()
 
@@ -252,9 +261,7 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
         if server.name in OURS:
             config_path = tmp_path / server.name / "config.toml"
             return [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config_path)], "/__byok-api__/healthz"
-        app = {"floor": "benchmarks.support.bare_turn_app:app", "bare": "benchmarks.support.bare_relay_app:app"}[server.name]
-        return [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
-                "--port", str(server.port), "--workers", "1", "--no-ws", app], "/healthz"
+        return granian(FLOOR_APPS[server.name], server.port), "/healthz"
 
     def run_all() -> None:
         for spawned in range(READY_SPAWNS):  # spawns alternate between the servers; the last ones stay up
@@ -262,7 +269,8 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
                 cmd, health = command(server)
                 path = f"{ROOT}:{OURS.get(server.name, SRC)}:{CPROFILE_SITE}"
                 gc_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
-                server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": path, **gc_env}, server.port, health, tmp_path / f"{server.name}.log")
+                proc_env = {**env, "PYTHONPATH": path, DB_ENV: str(tmp_path / "durable.db"), **gc_env}
+                server.proc, ready = spawn(cmd, proc_env, server.port, health, tmp_path / f"{server.name}.log")
                 server.ready_seconds.append(ready)
                 if spawned < READY_SPAWNS - 1:
                     stop(server.proc)
@@ -296,7 +304,7 @@ def report(info: dict[str, object], servers: dict[str, Server]) -> None:
         for name in names:
             phase = servers[name].phases[load]
             p = phase.probes
-            line = (f"  {name:>5}: append→provider {pct(p.to_provider_ns, 0.5):7.2f} / {pct(p.to_provider_ns, 0.99):7.2f}"
+            line = (f"  {name:>7}: append→provider {pct(p.to_provider_ns, 0.5):7.2f} / {pct(p.to_provider_ns, 0.99):7.2f}"
                     f" | TTFT {pct(p.ttft_ns, 0.5):7.2f} / {pct(p.ttft_ns, 0.99):7.2f}"
                     f" | added {_added(phase, 0.5):+7.2f} / {_added(phase, 0.99):+7.2f}"
                     f" | direct TTFT {pct(phase.direct.ttft_ns, 0.5):.2f} / {pct(phase.direct.ttft_ns, 0.99):.2f}")
@@ -310,10 +318,10 @@ def report(info: dict[str, object], servers: dict[str, Server]) -> None:
                          f"{name}_{load}_cpu_us_per_word": round(phase.cpu_us_per_word, 2)})
     for name in names:
         s = servers[name]
-        print(f"{name:>5}: {BURST} within 1 s, append→provider {pct(s.burst.to_provider_ns, 0.5):.2f} / {pct(s.burst.to_provider_ns, 0.99):.2f} ms;"
+        print(f"{name:>7}: {BURST} within 1 s, append→provider {pct(s.burst.to_provider_ns, 0.5):.2f} / {pct(s.burst.to_provider_ns, 0.99):.2f} ms;"
               f" CPU per start {s.cpu_us_per_start:,.0f} µs (event loop thread {s.loop_cpu_us_per_start:,.0f});"
               f" peak RSS over {RSS_CONVERSATIONS} conversations {s.peak_rss_kib / 1024:.1f} MiB (PSS {s.peak_pss_kib / 1024:.1f});"
-              f" spawn → ready {s.ready * 1000:.0f} ms")
+              f" spawn → ready {s.ready * 1000:.0f} ms" + (f"; its commit's own loop CPU {s.commit_cpu_us_per_start:.0f} µs per start" if name == "durable" else ""))
         info.update({f"{name}_burst_p50_ms": round(pct(s.burst.to_provider_ns, 0.5), 3), f"{name}_burst_p99_ms": round(pct(s.burst.to_provider_ns, 0.99), 3),
                      f"{name}_cpu_us_per_start": round(s.cpu_us_per_start), f"{name}_peak_rss_mib": round(s.peak_rss_kib / 1024, 1),
                      f"{name}_ready_ms": round(s.ready * 1000)})
@@ -322,7 +330,13 @@ def report(info: dict[str, object], servers: dict[str, Server]) -> None:
     if {"floor", "bare"} <= set(servers):
         for name in OURS:
             if name in servers:
-                targets(servers[name], servers["floor"], servers["bare"])
+                targets(servers[name], servers["floor"], servers["bare"], servers.get("durable"))
+    if {"durable", "floor"} <= set(servers):
+        durable, floor = servers["durable"], servers["floor"]
+        for name in OURS:
+            if name in servers:
+                durable_share(info, name, durable.commit_cpu_us_per_start,
+                              *((s.cpu_us_per_start, s.loop_cpu_us_per_start) for s in (servers[name], durable, floor)))
 
 
 def collections(servers: dict[str, Server]) -> None:
@@ -338,27 +352,33 @@ def collections(servers: dict[str, Server]) -> None:
             print(f"  {name:>6} {label:<18} {gc_log.summary(gc_log.read(f'{GC_LOG}-{name}', start, end), per, unit)}")
 
 
-def targets(ours: Server, floor: Server, bare: Server) -> None:
-    """The issue's targets, each as read off this run."""
-    rows: list[tuple[str, float, float]] = []  # what, measured, limit
+def targets(ours: Server, floor: Server, bare: Server, durable: Server | None) -> None:
+    """The issue's targets, each as read off this run; with the durable floor in the run, beside each
+    target that is a ratio to the floor ours over the durable floor (and the durable floor over the
+    floor), beside the others the durable floor's own figure."""
+    rows: list[tuple[str, Callable[[Server], float], float, bool]] = []  # what, a server's figure, limit, over the floor's
     if "idle" in ours.phases:
-        o, f = ours.phases["idle"], floor.phases["idle"]
-        rows.append(("1 conversation: append→provider p50, × floor", pct(o.probes.to_provider_ns, 0.5) / pct(f.probes.to_provider_ns, 0.5), 2.0))
-        rows.append(("1 conversation: added TTFT p50, ms", _added(o, 0.5), 2.5))
-    for load, phase in ours.phases.items():
+        rows.append(("1 conversation: append→provider p50, × floor", lambda s: pct(s.phases["idle"].probes.to_provider_ns, 0.5), 2.0, True))
+        rows.append(("1 conversation: added TTFT p50, ms", lambda s: _added(s.phases["idle"], 0.5), 2.5, False))
+    for load in ours.phases:
         if load.startswith("fast:"):
-            b = bare.phases[load]
             for q, label in ((0.5, "p50"), (0.99, "p99")):
-                rows.append((f"{load.split(':')[1]} streaming fast: TTFT {label}, × bare app", pct(phase.probes.ttft_ns, q) / pct(b.probes.ttft_ns, q), 5.0))
+                rows.append((f"{load.split(':')[1]} streaming fast: TTFT {label}, × bare app",
+                             lambda s, load=load, q=q: pct(s.phases[load].probes.ttft_ns, q) / pct(bare.phases[load].probes.ttft_ns, q), 5.0, False))
         elif load.startswith("w50:"):
-            rows.append((f"{load.split(':')[1]} streaming at 50 words/s: added TTFT p99, ms", _added(phase, 0.99), 5.0))
-    rows.append((f"{BURST} within 1 s: append→provider p99, × floor", pct(ours.burst.to_provider_ns, 0.99) / pct(floor.burst.to_provider_ns, 0.99), 10.0))
-    rows.append(("CPU per start, × floor", ours.cpu_us_per_start / floor.cpu_us_per_start, 1.5))
-    rows.append((f"peak RSS over {RSS_CONVERSATIONS} conversations, MiB", ours.peak_rss_kib / 1024, 90.0))
-    rows.append(("spawn → ready, × bare app", ours.ready / bare.ready, 1.2))
-    print(f"targets (issue 35), {ours.name}:")
-    for what, measured, limit in rows:
-        print(f"  {what:<52} {measured:8.2f}  ≤ {limit:<5g} {'met' if measured <= limit else 'NOT met'}")
+            rows.append((f"{load.split(':')[1]} streaming at 50 words/s: added TTFT p99, ms", lambda s, load=load: _added(s.phases[load], 0.99), 5.0, False))
+    rows.append((f"{BURST} within 1 s: append→provider p99, × floor", lambda s: pct(s.burst.to_provider_ns, 0.99), 10.0, True))
+    rows.append(("CPU per start, × floor", lambda s: s.cpu_us_per_start, 1.5, True))
+    rows.append((f"peak RSS over {RSS_CONVERSATIONS} conversations, MiB", lambda s: s.peak_rss_kib / 1024, 90.0, False))
+    rows.append(("spawn → ready, × bare app", lambda s: s.ready / bare.ready, 1.2, False))
+    print(f"targets (issue 35), {ours.name}" + (" | beside: ours × durable (durable × floor), else durable's own" if durable else "") + ":")
+    for what, figure, limit, over_floor in rows:
+        measured = figure(ours) / figure(floor) if over_floor else figure(ours)
+        line = f"  {what:<52} {measured:8.2f}  ≤ {limit:<5g} {'met' if measured <= limit else 'NOT met':<8}"
+        if durable is not None:
+            line += (f" | {figure(ours) / figure(durable):.2f} ({figure(durable) / figure(floor):.2f})" if over_floor
+                     else f" | {figure(durable):.2f}")
+        print(line)
     for load, phase in ours.phases.items():
         if phase.cpu_us_per_word:
             print(f"  report: CPU per streamed word ({load}), × bare app {phase.cpu_us_per_word / bare.phases[load].cpu_us_per_word:.2f},"

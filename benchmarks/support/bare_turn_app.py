@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import aiohttp
 import msgspec
 
 from benchmarks.support.bare_app import HEADERS, decode, delta, whole_body
-from cursor_byok.protocol import agent_pb2 as pb, decode_bidi_append, end_stream_ok
+from cursor_byok.protocol import BidiAppend, agent_pb2 as pb, decode_bidi_append, end_stream_ok
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
 WORDS = 2_000
@@ -87,7 +88,8 @@ def session() -> aiohttp.ClientSession:
     return _session
 
 
-async def _forward(queue: asyncio.Queue[bytes | None], url: str) -> None:
+async def forward_frames(queue: asyncio.Queue[bytes | None], url: str) -> None:
+    """The floor's answer: the provider's text as text-delta frames on the RunSSE's queue."""
     try:
         await forward(session(), url, lambda content: queue.put_nowait(delta(content)))
     finally:
@@ -98,8 +100,19 @@ _tasks: set[asyncio.Task[None]] = set()
 Answer = Callable[[asyncio.Queue[bytes | None], str], Awaitable[None]]  # fills a RunSSE's queue from a provider URL
 
 
-def turn_app(answer: Answer, headers: list[tuple[bytes, bytes]], end: bytes) -> Callable[..., Awaitable[None]]:
-    """An ASGI app: a BidiAppend's run request starts `answer` for its request id; that id's RunSSE
+class Journal(Protocol):
+    """Makes a run request's append durable before its answer starts (`bare_durable_app`)."""
+
+    path: str  # the path that answers `stats()`
+
+    def commit(self, append: BidiAppend) -> None: ...
+
+    def stats(self) -> bytes: ...
+
+
+def turn_app(answer: Answer, headers: list[tuple[bytes, bytes]], end: bytes, journal: Journal | None = None) -> Callable[..., Awaitable[None]]:
+    """An ASGI app: a BidiAppend's run request starts `answer` for its request id (once `journal`,
+    if any, has committed it: if that fails, the append fails and nothing starts); that id's RunSSE
     sends `headers`, then what `answer` queues, then `end`."""
 
     async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
@@ -110,6 +123,8 @@ def turn_app(answer: Answer, headers: list[tuple[bytes, bytes]], end: bytes) -> 
         if path.endswith("/BidiAppend"):
             append = decode_bidi_append(body)
             if append.variant == "run_request":
+                if journal is not None:
+                    journal.commit(append)
                 task = asyncio.get_running_loop().create_task(answer(_channel(append.request_id), provider_url(append.message)))
                 _tasks.add(task)
                 task.add_done_callback(_tasks.discard)
@@ -125,13 +140,17 @@ def turn_app(answer: Answer, headers: list[tuple[bytes, bytes]], end: bytes) -> 
             _frames.pop(request_id, None)
             await send({"type": "http.response.body", "body": end, "more_body": False})
             return
+        if journal is not None and path == journal.path:
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": journal.stats()})
+            return
         await send({"type": "http.response.start", "status": 204 if path.endswith("healthz") else 404, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
     return app
 
 
-app = turn_app(_forward, HEADERS, end_stream_ok())
+app = turn_app(forward_frames, HEADERS, end_stream_ok())
 
 
 def _request_id(body: bytes) -> str:

@@ -6,15 +6,16 @@ Off unless BENCH_TIMELINE_OUT names a file: then `cprofile_site` (on the servers
 `install()`, which wraps a few functions of the server as their modules are imported (nothing in
 `src` knows of it, so the tree measured is the tree as it is). A wrapper adds a stamp before or
 after the call it wraps; the stamps are written out after each BidiAppend is answered, off the
-start's path (`FLUSH_AFTER_SECONDS` later). The steps (ours; the floor, `bare_turn_app`, has the ones marked *):
+start's path (`FLUSH_AFTER_SECONDS` later). The steps (ours; the floor, `bare_turn_app`, has the ones
+marked *; the durable floor, `bare_durable_app`, those and its commit's two, marked +):
 
     in:<method>*      the ASGI call begins (granian has handed the request to the loop)
     body:<method>*    its body is read
     decoded           the append is decoded
     deliver           the gateway hands it to the conversation side (its checks passed)
     runtime           the conversation's runtime takes the run request
-    commit            the turn's input is handed to the store to commit now
-    committed         ... and is committed (on the loop) or handed to the writer thread
+    commit+           the turn's input is handed to the store to commit now (the durable floor: its INSERT begins)
+    committed+        ... and is committed (on the loop) or handed to the writer thread
     engine            the run engine starts (the input prepared)
     write             the provider request is written (our HTTP client's exchange begins)
     replied           the append is answered
@@ -177,6 +178,29 @@ def _patch_aiohttp_protocol() -> None:
 
 
 def _patch_floor(module: ModuleType) -> None:
+    _patch_app(module)
+    module.forward = _before_async(lambda *_: "task", module.forward)
+    response = module.aiohttp.ClientResponse
+    started = response.start
+
+    async def start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await started(self, *args, **kwargs)
+        stamp("response")
+        return result
+
+    response.start = start
+    _patch_aiohttp_protocol()
+
+
+def _patch_durable(module: ModuleType) -> None:
+    """The durable floor: its app as the floor's (its other steps are the floor's own module's), and its commit."""
+    _patch_app(module)
+    journal = module.SqliteJournal
+    journal.commit = _around("commit", "committed", journal.commit)
+
+
+def _patch_app(module: ModuleType) -> None:
+    """A floor's ASGI app with the stamps of a request's arrival and body."""
     inner = module.app
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -198,17 +222,6 @@ def _patch_floor(module: ModuleType) -> None:
                 flush_later()
 
     module.app = app
-    module.forward = _before_async(lambda *_: "task", module.forward)
-    response = module.aiohttp.ClientResponse
-    started = response.start
-
-    async def start(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = await started(self, *args, **kwargs)
-        stamp("response")
-        return result
-
-    response.start = start
-    _patch_aiohttp_protocol()
 
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
@@ -218,6 +231,7 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "cursor_byok.store.core": _patch_store,
     "cursor_byok.http_client": _patch_http_client,
     "benchmarks.support.bare_turn_app": _patch_floor,
+    "benchmarks.support.bare_durable_app": _patch_durable,
 }
 
 
