@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,9 +56,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.test_gateway import rss_kib, wait_healthy
+from benchmarks.test_gateway import _tree, rss_kib, wait_healthy
 from benchmarks.test_turn_start import (
-    BURST, CPROFILE_SITE, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client, Samples,
+    BURST, CPROFILE, CPROFILE_SITE, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client, Samples,
     burst, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, pct, pss_kib, spawn, stop,
     warm_provider_pool,
 )
@@ -132,10 +133,15 @@ async def load_phase(port: int, provider_port: int, pid: int, kind: str, load: s
 
     try:
         assert (await stdout.readline()).strip() == b"streaming"
+        if CPROFILE:
+            os.kill(_tree(pid)[-1], signal.SIGUSR1)  # cprofile_site profiles the loop thread over the window
         cpu, words, started = cpu_seconds(pid), int(await ask("words")), time.monotonic_ns()
         await asyncio.sleep(WORD_WINDOW)  # a measuring window, not a wait for anything
         streamed, ended = int(await ask("words")) - words, time.monotonic_ns()
         spent = cpu_seconds(pid) - cpu
+        if CPROFILE:
+            os.kill(_tree(pid)[-1], signal.SIGUSR2)
+            print(f"profile of {load}'s streaming window: {streamed} words")
         phase = await probe(port, provider_port, CLIENTS[kind])
         phase.words_per_s, phase.cpu_us_per_word = streamed / ((ended - started) / 1e9), spent * 1e6 / max(streamed, 1)
         phase.words, phase.word_window_ns = streamed, (started, ended)
@@ -262,6 +268,8 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
                 cmd, health = command(server)
                 path = f"{ROOT}:{OURS.get(server.name, SRC)}:{CPROFILE_SITE}"
                 gc_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
+                if CPROFILE:
+                    gc_env["BENCH_CPROFILE_OUT"] = f"{CPROFILE}-{server.name}"
                 server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": path, **gc_env}, server.port, health, tmp_path / f"{server.name}.log")
                 server.ready_seconds.append(ready)
                 if spawned < READY_SPAWNS - 1:
