@@ -267,10 +267,10 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
             for server in servers:
                 cmd, health = command(server)
                 path = f"{ROOT}:{OURS.get(server.name, SRC)}:{CPROFILE_SITE}"
-                gc_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
+                site_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
                 if CPROFILE:
-                    gc_env["BENCH_CPROFILE_OUT"] = f"{CPROFILE}-{server.name}"
-                server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": path, **gc_env}, server.port, health, tmp_path / f"{server.name}.log")
+                    site_env["BENCH_CPROFILE_OUT"] = f"{CPROFILE}-{server.name}"
+                server.proc, ready = spawn(cmd, {**env, "PYTHONPATH": path, **site_env}, server.port, health, tmp_path / f"{server.name}.log")
                 server.ready_seconds.append(ready)
                 if spawned < READY_SPAWNS - 1:
                     stop(server.proc)
