@@ -60,7 +60,7 @@ from benchmarks.test_gateway import _tree, rss_kib, wait_healthy
 from benchmarks.test_turn_start import (
     BURST, CPROFILE, CPROFILE_SITE, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client, Samples,
     burst, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, pct, pss_kib, spawn, stop,
-    warm_provider_pool,
+    thread_cpu_by_name, thread_seconds, warm_provider_pool,
 )
 from benchmarks.support import gc_log
 from benchmarks.support.background import CLIENTS
@@ -89,6 +89,7 @@ class Phase:
     direct: Samples = field(default_factory=Samples)
     words_per_s: float = 0.0
     cpu_us_per_word: float = 0.0
+    cpu_us_per_word_by_thread: dict[str, float] = field(default_factory=dict)  # by thread name
     words: int = 0  # streamed in the measuring window
     word_window_ns: tuple[int, int] = (0, 0)
     probe_window_ns: tuple[int, int] = (0, 0)
@@ -135,16 +136,17 @@ async def load_phase(port: int, provider_port: int, pid: int, kind: str, load: s
         assert (await stdout.readline()).strip() == b"streaming"
         if CPROFILE:
             os.kill(_tree(pid)[-1], signal.SIGUSR1)  # cprofile_site profiles the loop thread over the window
-        cpu, words, started = cpu_seconds(pid), int(await ask("words")), time.monotonic_ns()
+        cpu, threads, words, started = cpu_seconds(pid), thread_seconds(pid), int(await ask("words")), time.monotonic_ns()
         await asyncio.sleep(WORD_WINDOW)  # a measuring window, not a wait for anything
         streamed, ended = int(await ask("words")) - words, time.monotonic_ns()
-        spent = cpu_seconds(pid) - cpu
+        spent, by_thread = cpu_seconds(pid) - cpu, thread_cpu_by_name(threads, thread_seconds(pid))
         if CPROFILE:
             os.kill(_tree(pid)[-1], signal.SIGUSR2)
             print(f"profile of {load}'s streaming window: {streamed} words")
         phase = await probe(port, provider_port, CLIENTS[kind])
         phase.words_per_s, phase.cpu_us_per_word = streamed / ((ended - started) / 1e9), spent * 1e6 / max(streamed, 1)
         phase.words, phase.word_window_ns = streamed, (started, ended)
+        phase.cpu_us_per_word_by_thread = {name: seconds * 1e6 / max(streamed, 1) for name, seconds in by_thread.items()}
         assert await ask("stop") == "stopped"
     finally:
         if background.returncode is None:
@@ -309,7 +311,8 @@ def report(info: dict[str, object], servers: dict[str, Server]) -> None:
                     f" | added {_added(phase, 0.5):+7.2f} / {_added(phase, 0.99):+7.2f}"
                     f" | direct TTFT {pct(phase.direct.ttft_ns, 0.5):.2f} / {pct(phase.direct.ttft_ns, 0.99):.2f}")
             if phase.words_per_s:
-                line += f" | {phase.words_per_s:,.0f} words/s, CPU {phase.cpu_us_per_word:.1f} µs/word"
+                threads = ", ".join(f"{thread} {us:.1f}" for thread, us in sorted(phase.cpu_us_per_word_by_thread.items(), key=lambda t: -t[1]) if us >= 0.5)
+                line += f" | {phase.words_per_s:,.0f} words/s, CPU {phase.cpu_us_per_word:.1f} µs/word ({threads})"
             print(line)
             info.update({f"{name}_{load}_to_provider_p50_ms": round(pct(p.to_provider_ns, 0.5), 3),
                          f"{name}_{load}_to_provider_p99_ms": round(pct(p.to_provider_ns, 0.99), 3),
