@@ -9,7 +9,7 @@ Here every server (ours from BENCH_SRC, **before** from BENCH_BEFORE_SRC, the **
 answers at 50 words/s from one stamp provider (`support/background.py`, as the "w50:32" load), all
 at the same time; then WINDOWS windows of WINDOW_S seconds, in each of which every server's CPU
 per streamed word is read over the same stretch: the process's, and its event loop thread's
-(schedstat). Reported: each window's figures and the median per server, and the median of the
+(schedstat), and the loop thread's context switches per word (/proc status). Reported: each window's figures and the median per server, and the median of the
 per-window ratios to the first server (a ratio of two figures taken under the same load).
 
 Knobs: BENCH_STREAM_TARGETS="ours,before,floor" ("ours,floor" without BENCH_BEFORE_SRC),
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.test_gateway import wait_healthy
+from benchmarks.test_gateway import _tree, wait_healthy
 from benchmarks.test_turn_start import HOST, MODEL, ROOT, SRC, cpu_seconds, loop_thread_seconds, spawn, stop
 from tests.harness.server import ModelSpec, ServerConfig, free_port
 
@@ -48,6 +48,8 @@ class Streamer:
     background: asyncio.subprocess.Process | None = None
     per_word: list[float] = field(default_factory=list)  # process CPU µs per word, by window
     loop_per_word: list[float] = field(default_factory=list)  # event loop thread's
+    switches_per_word: list[float] = field(default_factory=list)  # the loop thread's context switches (voluntary, involuntary)
+    forced_per_word: list[float] = field(default_factory=list)
 
     async def ask(self, command: str) -> str:
         assert self.background is not None and self.background.stdin is not None and self.background.stdout is not None
@@ -65,14 +67,26 @@ async def start_streams(s: Streamer, provider_port: int) -> None:
     assert (await s.background.stdout.readline()).strip() == b"streaming"
 
 
+def loop_switches(pid: int) -> tuple[int, int]:
+    """The event loop thread's context switches so far: voluntary (it waited: for I/O, or for the
+    interpreter lock another thread held) and involuntary (preempted)."""
+    p = _tree(pid)[-1]
+    fields = dict(line.split(":\t") for line in Path(f"/proc/{p}/task/{p}/status").read_text().splitlines() if ":\t" in line)
+    return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
+
+
 async def windows(streamers: list[Streamer], provider_port: int) -> None:
     await asyncio.gather(*(start_streams(s, provider_port) for s in streamers))
     try:
         for _ in range(WINDOWS):
-            marks = [(cpu_seconds(s.proc.pid), loop_thread_seconds(s.proc.pid), int(await s.ask("words"))) for s in streamers]  # type: ignore[union-attr]
+            marks = [(cpu_seconds(s.proc.pid), loop_thread_seconds(s.proc.pid), loop_switches(s.proc.pid), int(await s.ask("words")))  # type: ignore[union-attr]
+                     for s in streamers]
             await asyncio.sleep(WINDOW_S)  # a measuring window, not a wait for anything
-            for s, (cpu, loop, words) in zip(streamers, marks):
+            for s, (cpu, loop, (voluntary, forced), words) in zip(streamers, marks):
                 streamed = max(int(await s.ask("words")) - words, 1)
+                now = loop_switches(s.proc.pid)  # type: ignore[union-attr]
+                s.switches_per_word.append((now[0] - voluntary) / streamed)
+                s.forced_per_word.append((now[1] - forced) / streamed)
                 s.per_word.append((cpu_seconds(s.proc.pid) - cpu) * 1e6 / streamed)  # type: ignore[union-attr]
                 s.loop_per_word.append((loop_thread_seconds(s.proc.pid) - loop) * 1e6 / streamed)  # type: ignore[union-attr]
     finally:
@@ -132,7 +146,9 @@ def test_stream_word_cpu(benchmark, tmp_path: Path) -> None:
           f" {WINDOWS} windows of {WINDOW_S:g} s (process / event loop thread)")
     for s in streamers:
         print(f"  {s.name:>6}: " + "  ".join(f"{p:5.1f}/{q:4.1f}" for p, q in zip(s.per_word, s.loop_per_word))
-              + f"  | median {statistics.median(s.per_word):5.1f} / {statistics.median(s.loop_per_word):5.1f}")
+              + f"  | median {statistics.median(s.per_word):5.1f} / {statistics.median(s.loop_per_word):5.1f};"
+              f" loop thread's context switches per word {statistics.median(s.switches_per_word):.2f} voluntary,"
+              f" {statistics.median(s.forced_per_word):.2f} involuntary")
         benchmark.extra_info[f"{s.name}_cpu_us_per_word"] = round(statistics.median(s.per_word), 2)
         benchmark.extra_info[f"{s.name}_loop_cpu_us_per_word"] = round(statistics.median(s.loop_per_word), 2)
     for s in streamers[1:]:
