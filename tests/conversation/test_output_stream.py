@@ -78,6 +78,30 @@ async def test_frames_written_in_one_pass_are_pushed_after_it_every_streams_back
     assert (await readers[0]).complete and (await readers[1]).complete
 
 
+async def test_a_frame_retained_to_be_encoded_again_is_pushed_as_written_after_what_came_before() -> None:
+    class Again:
+        """Encodes the frame again for a replay; never for a reader following live."""
+
+        def __len__(self) -> int:
+            return 3
+
+        def encode(self) -> bytes:
+            raise AssertionError("encoded again for a live reader")
+
+    stream = OutputHub().open("r1")
+    push = Recorder()
+    reader = asyncio.ensure_future(stream.read(0, push))
+    await settle()
+    stream.write(b"a")
+    stream.write(b"CHK", retain=Again())
+    assert push.sent == [(b"a", True), (b"CHK", True)]
+    stream.write(b"b")
+    await settle()
+    stream.close(b"END")
+    assert push.sent[2:] == [(b"b", True), (b"END", False)]
+    assert (await reader).complete
+
+
 async def test_a_push_that_cannot_deliver_wakes_the_reader_with_everything_since() -> None:
     stream = OutputHub().open("r1")
     push = Recorder()
