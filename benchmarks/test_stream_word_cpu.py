@@ -48,8 +48,8 @@ class Streamer:
     background: asyncio.subprocess.Process | None = None
     per_word: list[float] = field(default_factory=list)  # process CPU µs per word, by window
     loop_per_word: list[float] = field(default_factory=list)  # event loop thread's
-    switches_per_word: list[float] = field(default_factory=list)  # the loop thread's context switches (voluntary, involuntary)
-    forced_per_word: list[float] = field(default_factory=list)
+    voluntary_per_word: list[float] = field(default_factory=list)  # the loop thread's context switches: it waited
+    involuntary_per_word: list[float] = field(default_factory=list)  # … it was preempted
 
     async def ask(self, command: str) -> str:
         assert self.background is not None and self.background.stdin is not None and self.background.stdout is not None
@@ -85,8 +85,8 @@ async def windows(streamers: list[Streamer], provider_port: int) -> None:
             for s, (cpu, loop, (voluntary, forced), words) in zip(streamers, marks):
                 streamed = max(int(await s.ask("words")) - words, 1)
                 now = loop_switches(s.proc.pid)  # type: ignore[union-attr]
-                s.switches_per_word.append((now[0] - voluntary) / streamed)
-                s.forced_per_word.append((now[1] - forced) / streamed)
+                s.voluntary_per_word.append((now[0] - voluntary) / streamed)
+                s.involuntary_per_word.append((now[1] - forced) / streamed)
                 s.per_word.append((cpu_seconds(s.proc.pid) - cpu) * 1e6 / streamed)  # type: ignore[union-attr]
                 s.loop_per_word.append((loop_thread_seconds(s.proc.pid) - loop) * 1e6 / streamed)  # type: ignore[union-attr]
     finally:
@@ -101,6 +101,7 @@ async def windows(streamers: list[Streamer], provider_port: int) -> None:
 def test_stream_word_cpu(benchmark, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
     provider_port = free_port()
+    # Its arguments as the load benchmark's: short answers (2 chunks 5 ms apart), 2,000-word long ones, 1 word a write.
     provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), "2", "5", "2000", "1"],
                                 env=env, cwd=ROOT)
     root = f"http://{HOST}:{provider_port}"
@@ -147,8 +148,8 @@ def test_stream_word_cpu(benchmark, tmp_path: Path) -> None:
     for s in streamers:
         print(f"  {s.name:>6}: " + "  ".join(f"{p:5.1f}/{q:4.1f}" for p, q in zip(s.per_word, s.loop_per_word))
               + f"  | median {statistics.median(s.per_word):5.1f} / {statistics.median(s.loop_per_word):5.1f};"
-              f" loop thread's context switches per word {statistics.median(s.switches_per_word):.2f} voluntary,"
-              f" {statistics.median(s.forced_per_word):.2f} involuntary")
+              f" loop thread's context switches per word {statistics.median(s.voluntary_per_word):.2f} voluntary,"
+              f" {statistics.median(s.involuntary_per_word):.2f} involuntary")
         benchmark.extra_info[f"{s.name}_cpu_us_per_word"] = round(statistics.median(s.per_word), 2)
         benchmark.extra_info[f"{s.name}_loop_cpu_us_per_word"] = round(statistics.median(s.loop_per_word), 2)
     for s in streamers[1:]:
