@@ -30,11 +30,11 @@ import pytest
 
 from benchmarks.test_gateway import _tree, wait_healthy
 from benchmarks.test_turn_start import HOST, MODEL, ROOT, SRC, cpu_seconds, loop_thread_seconds, spawn, stop
+from benchmarks.test_turn_start_load import OURS, server_command
 from tests.harness.server import ModelSpec, ServerConfig, free_port
 
 BEFORE_SRC = os.environ.get("BENCH_BEFORE_SRC", "")
 TARGETS = os.environ.get("BENCH_STREAM_TARGETS", "ours,before,floor" if BEFORE_SRC else "ours,floor").split(",")
-OURS = {"ours": SRC, "before": BEFORE_SRC}  # our servers by name: the cursor_byok tree each runs
 COUNT = int(os.environ.get("BENCH_STREAM_COUNT", "32"))
 WINDOWS = int(os.environ.get("BENCH_STREAM_WINDOWS", "8"))
 WINDOW_S = float(os.environ.get("BENCH_STREAM_WINDOW_S", "3"))
@@ -122,12 +122,7 @@ def test_stream_word_cpu(benchmark, tmp_path: Path) -> None:
                 config.data_dir = tmp_path / s.name
                 config.data_dir.mkdir()
                 (config.data_dir / "config.toml").write_text(config.toml(s.port))
-                cmd = [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config.data_dir / "config.toml")]
-                health = "/__byok-api__/healthz"
-            else:
-                cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
-                       "--port", str(s.port), "--workers", "1", "--no-ws", "benchmarks.support.bare_turn_app:app"]
-                health = "/healthz"
+            cmd, health = server_command(s.name, s.port, tmp_path / s.name / "config.toml")
             path = f"{ROOT}:{OURS.get(s.name, SRC)}:{ROOT / 'benchmarks' / 'support' / 'cprofile_site'}"
             s.proc, _ = spawn(cmd, {**env, "PYTHONPATH": path}, s.port, health, tmp_path / f"{s.name}.log")
         asyncio.run(windows(streamers, provider_port))

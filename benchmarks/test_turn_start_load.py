@@ -231,6 +231,15 @@ async def measure(servers: list[Server], provider_port: int) -> None:
             await step(server, provider_port)
 
 
+def server_command(name: str, port: int, config_path: Path) -> tuple[list[str], str]:
+    """How to start a target (ours from `config_path`), and the path its readiness is asked on."""
+    if name in OURS:
+        return [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config_path)], "/__byok-api__/healthz"
+    app = {"floor": "benchmarks.support.bare_turn_app:app", "bare": "benchmarks.support.bare_relay_app:app"}[name]
+    return [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
+            "--port", str(port), "--workers", "1", "--no-ws", app], "/healthz"
+
+
 @pytest.mark.timeout(3600)
 @pytest.mark.benchmark(group="turn-start-load")
 def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
@@ -256,18 +265,10 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
             config.data_dir.mkdir()
             (config.data_dir / "config.toml").write_text(config.toml(server.port))
 
-    def command(server: Server) -> tuple[list[str], str]:
-        if server.name in OURS:
-            config_path = tmp_path / server.name / "config.toml"
-            return [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config_path)], "/__byok-api__/healthz"
-        app = {"floor": "benchmarks.support.bare_turn_app:app", "bare": "benchmarks.support.bare_relay_app:app"}[server.name]
-        return [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop", "--host", HOST,
-                "--port", str(server.port), "--workers", "1", "--no-ws", app], "/healthz"
-
     def run_all() -> None:
         for spawned in range(READY_SPAWNS):  # spawns alternate between the servers; the last ones stay up
             for server in servers:
-                cmd, health = command(server)
+                cmd, health = server_command(server.name, server.port, tmp_path / server.name / "config.toml")
                 path = f"{ROOT}:{OURS.get(server.name, SRC)}:{CPROFILE_SITE}"
                 site_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
                 if CPROFILE:
