@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,11 +60,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.test_gateway import rss_kib, wait_healthy
+from benchmarks.test_gateway import _tree, rss_kib, wait_healthy
 from benchmarks.test_turn_start import (
-    BURST, CPROFILE_SITE, FLOOR_APPS, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client, Samples,
-    burst, commit_cpu_us, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, durable_share, granian,
-    journal_stats, pct, pss_kib, spawn, stop, warm_provider_pool,
+    BURST, CPROFILE, CPROFILE_SITE, FLOOR_APPS, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client,
+    Samples, burst, commit_cpu_us, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, durable_share,
+    granian, journal_stats, pct, pss_kib, spawn, stop, thread_cpu_by_name, thread_seconds, warm_provider_pool,
 )
 from benchmarks.support import gc_log
 from benchmarks.support.bare_durable_app import DB_ENV
@@ -93,6 +94,7 @@ class Phase:
     direct: Samples = field(default_factory=Samples)
     words_per_s: float = 0.0
     cpu_us_per_word: float = 0.0
+    cpu_us_per_word_by_thread: dict[str, float] = field(default_factory=dict)  # by thread name
     words: int = 0  # streamed in the measuring window
     word_window_ns: tuple[int, int] = (0, 0)
     probe_window_ns: tuple[int, int] = (0, 0)
@@ -137,13 +139,19 @@ async def load_phase(port: int, provider_port: int, pid: int, kind: str, load: s
 
     try:
         assert (await stdout.readline()).strip() == b"streaming"
-        cpu, words, started = cpu_seconds(pid), int(await ask("words")), time.monotonic_ns()
+        if CPROFILE:
+            os.kill(_tree(pid)[-1], signal.SIGUSR1)  # cprofile_site profiles the loop thread over the window
+        cpu, threads, words, started = cpu_seconds(pid), thread_seconds(pid), int(await ask("words")), time.monotonic_ns()
         await asyncio.sleep(WORD_WINDOW)  # a measuring window, not a wait for anything
         streamed, ended = int(await ask("words")) - words, time.monotonic_ns()
-        spent = cpu_seconds(pid) - cpu
+        spent, by_thread = cpu_seconds(pid) - cpu, thread_cpu_by_name(threads, thread_seconds(pid))
+        if CPROFILE:
+            os.kill(_tree(pid)[-1], signal.SIGUSR2)
+            print(f"profile of {load}'s streaming window: {streamed} words")
         phase = await probe(port, provider_port, CLIENTS[kind])
         phase.words_per_s, phase.cpu_us_per_word = streamed / ((ended - started) / 1e9), spent * 1e6 / max(streamed, 1)
         phase.words, phase.word_window_ns = streamed, (started, ended)
+        phase.cpu_us_per_word_by_thread = {name: seconds * 1e6 / max(streamed, 1) for name, seconds in by_thread.items()}
         assert await ask("stop") == "stopped"
     finally:
         if background.returncode is None:
@@ -232,6 +240,13 @@ async def measure(servers: list[Server], provider_port: int) -> None:
             await step(server, provider_port)
 
 
+def server_command(name: str, port: int, config_path: Path) -> tuple[list[str], str]:
+    """How to start a target (ours from `config_path`), and the path its readiness is asked on."""
+    if name in OURS:
+        return [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config_path)], "/__byok-api__/healthz"
+    return granian(FLOOR_APPS[name], port), "/healthz"
+
+
 @pytest.mark.timeout(3600)
 @pytest.mark.benchmark(group="turn-start-load")
 def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
@@ -257,19 +272,15 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
             config.data_dir.mkdir()
             (config.data_dir / "config.toml").write_text(config.toml(server.port))
 
-    def command(server: Server) -> tuple[list[str], str]:
-        if server.name in OURS:
-            config_path = tmp_path / server.name / "config.toml"
-            return [str(Path(sys.executable).with_name("cursor-byok")), "serve", "--config", str(config_path)], "/__byok-api__/healthz"
-        return granian(FLOOR_APPS[server.name], server.port), "/healthz"
-
     def run_all() -> None:
         for spawned in range(READY_SPAWNS):  # spawns alternate between the servers; the last ones stay up
             for server in servers:
-                cmd, health = command(server)
+                cmd, health = server_command(server.name, server.port, tmp_path / server.name / "config.toml")
                 path = f"{ROOT}:{OURS.get(server.name, SRC)}:{CPROFILE_SITE}"
-                gc_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
-                proc_env = {**env, "PYTHONPATH": path, DB_ENV: str(tmp_path / "durable.db"), **gc_env}
+                site_env = {"BENCH_GC_OUT": f"{GC_LOG}-{server.name}"} if GC_LOG else {}
+                if CPROFILE:
+                    site_env["BENCH_CPROFILE_OUT"] = f"{CPROFILE}-{server.name}"
+                proc_env = {**env, "PYTHONPATH": path, DB_ENV: str(tmp_path / "durable.db"), **site_env}
                 server.proc, ready = spawn(cmd, proc_env, server.port, health, tmp_path / f"{server.name}.log")
                 server.ready_seconds.append(ready)
                 if spawned < READY_SPAWNS - 1:
@@ -309,7 +320,8 @@ def report(info: dict[str, object], servers: dict[str, Server]) -> None:
                     f" | added {_added(phase, 0.5):+7.2f} / {_added(phase, 0.99):+7.2f}"
                     f" | direct TTFT {pct(phase.direct.ttft_ns, 0.5):.2f} / {pct(phase.direct.ttft_ns, 0.99):.2f}")
             if phase.words_per_s:
-                line += f" | {phase.words_per_s:,.0f} words/s, CPU {phase.cpu_us_per_word:.1f} µs/word"
+                threads = ", ".join(f"{thread} {us:.1f}" for thread, us in sorted(phase.cpu_us_per_word_by_thread.items(), key=lambda t: -t[1]) if us >= 0.5)
+                line += f" | {phase.words_per_s:,.0f} words/s, CPU {phase.cpu_us_per_word:.1f} µs/word ({threads})"
             print(line)
             info.update({f"{name}_{load}_to_provider_p50_ms": round(pct(p.to_provider_ns, 0.5), 3),
                          f"{name}_{load}_to_provider_p99_ms": round(pct(p.to_provider_ns, 0.99), 3),

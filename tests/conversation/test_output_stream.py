@@ -45,12 +45,70 @@ async def test_a_caught_up_reader_is_served_by_the_writer_without_waking() -> No
     assert stream.terminal_delivered
 
 
+async def test_frames_written_in_one_pass_are_pushed_after_it_every_streams_back_to_back() -> None:
+    """A push wakes the HTTP server's I/O thread: the frames of one pass of the loop go out after
+    it, stream after stream, each stream's in order, not from inside each write (sends spread over
+    a pass woke that thread once per frame). A close sends what is still due before the terminal."""
+    hub = OutputHub()
+    sent: list[tuple[bytes, bool]] = []  # both streams' pushes, each frame prefixed with its stream's name
+
+    class Named(Recorder):
+        def __init__(self, name: bytes) -> None:
+            super().__init__()
+            self.name, self.sent = name, sent
+
+        def __call__(self, data: bytes, more: bool) -> bool:
+            return super().__call__(self.name + data, more)
+
+    a, b = hub.open("a"), hub.open("b")
+    readers = [asyncio.ensure_future(a.read(0, Named(b"a"))), asyncio.ensure_future(b.read(0, Named(b"b")))]
+    await settle()
+    a.write(b"1")
+    b.write(b"2")
+    a.write(b"3")
+    assert sent == []  # nothing from inside the writes
+    await asyncio.sleep(0)
+    assert sent == [(b"a1", True), (b"a3", True), (b"b2", True)]
+    a.write(b"4")
+    a.close(b"END")
+    assert sent[3:] == [(b"a4", True), (b"aEND", False)]
+    await asyncio.sleep(0)
+    assert len(sent) == 5  # the pass's flush found nothing more to send
+    b.close(b"END")
+    assert (await readers[0]).complete and (await readers[1]).complete
+
+
+async def test_a_frame_retained_to_be_encoded_again_is_pushed_as_written_after_what_came_before() -> None:
+    class Again:
+        """Encodes the frame again for a replay; never for a reader following live."""
+
+        def __len__(self) -> int:
+            return 3
+
+        def encode(self) -> bytes:
+            raise AssertionError("encoded again for a live reader")
+
+    stream = OutputHub().open("r1")
+    push = Recorder()
+    reader = asyncio.ensure_future(stream.read(0, push))
+    await settle()
+    stream.write(b"a")
+    stream.write(b"CHK", retain=Again())
+    assert push.sent == [(b"a", True), (b"CHK", True)]
+    stream.write(b"b")
+    await settle()
+    stream.close(b"END")
+    assert push.sent[2:] == [(b"b", True), (b"END", False)]
+    assert (await reader).complete
+
+
 async def test_a_push_that_cannot_deliver_wakes_the_reader_with_everything_since() -> None:
     stream = OutputHub().open("r1")
     push = Recorder()
     reader = asyncio.ensure_future(stream.read(0, push))
     await settle()
     stream.write(b"a")
+    await settle()
     push.accept = False
     stream.write(b"b")
     stream.write(b"c")  # the reader is no longer waiting: retained for it

@@ -5,10 +5,14 @@ its only writer (frames and the single terminal); RunSSE handlers are readers th
 position and then follow live. Readers never block the writer: appends are O(1), and several
 frames produced together go out in one send.
 
-A reader that has caught up may lend the writer a `Push`: the writer then hands each new frame to
-the client itself, from its own task. Waking the reader's task instead would cost an extra pass of
-the event loop per frame, which under load doubles delta latency (benchmarks/results/gateway.md).
-When a push cannot deliver, the reader is woken and sends as before.
+A reader that has caught up may lend the writer a `Push`: the frames written are then handed to
+the client without waking the reader's task (which would cost an extra pass of the event loop per
+frame, and under load doubled delta latency: benchmarks/results/gateway.md). They go at the end of
+the loop's pass, every stream's together (`_PassFlush`), not from inside each write: a push wakes
+the HTTP server's I/O thread, and sends spread over a pass between other streams' decoding woke it
+once per frame (twice as often as the same sends back to back), each wake-up a context switch that
+preempted the loop on a busy machine. When a push cannot deliver, the reader is woken and sends as
+before.
 """
 from __future__ import annotations
 
@@ -102,6 +106,41 @@ class _Waiter:
     complete: bool = False
 
 
+class _PassFlush:
+    """The streams written to in this pass of one event loop whose caught-up readers wait: their
+    frames are pushed in one callback after the pass, stream after stream."""
+
+    __slots__ = ("_loop", "_due")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: list[OutputStream] = []
+
+    def add(self, stream: OutputStream) -> None:
+        if not self._due:
+            self._loop.call_soon(self._flush)
+        self._due.append(stream)
+
+    def _flush(self) -> None:
+        due, self._due = self._due, []
+        for stream in due:
+            stream.flush()
+
+
+_flushes: dict[asyncio.AbstractEventLoop, _PassFlush] = {}
+
+
+def _pass_flush() -> _PassFlush:
+    """The running loop's."""
+    loop = asyncio.get_running_loop()
+    flush = _flushes.get(loop)
+    if flush is None:
+        for closed in [other for other in _flushes if other.is_closed()]:
+            del _flushes[closed]
+        flush = _flushes[loop] = _PassFlush(loop)
+    return flush
+
+
 @dataclass(slots=True, eq=False)
 class OutputStream:
     request_id: str
@@ -128,6 +167,8 @@ class OutputStream:
     terminal_delivered: bool = False
     developer: str | None = None  # a team server's, whose request opened it (its runs are theirs)
     _waiters: list[_Waiter] = field(default_factory=list)
+    _pass: _PassFlush | None = None  # its loop's, once a write had a reader waiting
+    _flush_due: bool = False  # frames written in this pass wait for the pass's end
 
     def theirs(self, developer: str | None) -> bool:
         """Whether a request of `developer` may read or append to this stream (on a team server a
@@ -137,6 +178,27 @@ class OutputStream:
     @property
     def end(self) -> int:
         return self.base + len(self.packed if self.packed is not None else self.frames)
+
+    def flush(self) -> None:
+        """Hand the frames written since each waiting reader's position to it: pushed where it can
+        be, one push per frame in order, else the reader is woken (and reads them itself)."""
+        self._flush_due = False
+        if not self._waiters:
+            return
+        waiters, self._waiters = self._waiters, []
+        frames, base, end = self.frames, self.base, self.end
+        for w in waiters:
+            if w.wake.done():
+                continue  # that reader was cancelled (its client went away)
+            push = w.push
+            if push is not None and w.position >= base:  # else trimmed past it: it is told on waking
+                # Plain frames only: a write retained as `Rebuilt` is pushed as written, at once.
+                while w.position < end and push(frames[w.position - base], True):  # type: ignore[arg-type]
+                    w.position += 1
+                if w.position == end:
+                    self._waiters.append(w)
+                    continue
+            w.wake.set_result(None)
 
     def _deliver(self, frame: bytes) -> None:
         """Hand the frame just retained to every waiting reader: pushed where it can be, else wake."""
@@ -179,15 +241,27 @@ class OutputStream:
         if self.closed:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} is closed")
         if retain is not None:
+            # Pushed as these bytes now, not encoded again at the pass's end; after what is due.
+            if self._flush_due:
+                self.flush()
             self.rebuilt.append(self.end)
-        self._retain(frame if retain is None else retain)
-        if self._waiters:
-            self._deliver(frame)
+            self._retain(retain)
+            if self._waiters:
+                self._deliver(frame)
+            return
+        self._retain(frame)
+        if self._waiters and not self._flush_due:
+            self._flush_due = True
+            if self._pass is None:
+                self._pass = _pass_flush()
+            self._pass.add(self)
 
     def close(self, terminal_frame: bytes) -> None:
         """Append the one terminal frame. A second close is a lifecycle bug."""
         if self.closed:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} already has its terminal")
+        if self._flush_due:
+            self.flush()  # the frames written in this pass go first
         self._retain(terminal_frame)
         self.closed = True
         self.packed, self.frames = _Packed.of(self.frames, [p - self.base for p in self.rebuilt]), []

@@ -171,12 +171,12 @@ async def relay(stream: OutputStream, send: Send, *, direct_send: bool = True) -
 
 
 class DirectSend:
-    """The `Push` a caught-up RunSSE reader lends its stream's writer: the writer's own task sends
-    each new frame, so a live delta costs no task switch. Granian takes a body chunk without
-    suspending (its send returns an already-finished awaitable), so the send completes inside the
-    writer's call and no cancellation can cut it in half. Should a send ever suspend, a task
-    finishes it and the reader waits for that task (`settle`) before sending anything itself, so
-    frames never reorder."""
+    """The `Push` a caught-up RunSSE reader lends its stream's writer: the stream sends each new
+    frame itself (at the end of the loop's pass, with every other stream's), so a live delta costs
+    no task switch. Granian takes a body chunk without suspending (its send returns an
+    already-finished awaitable), so the send completes inside the writer's call and no
+    cancellation can cut it in half. Should a send ever suspend, a task finishes it and the reader
+    waits for that task (`settle`) before sending anything itself, so frames never reorder."""
 
     __slots__ = ("_send", "_inflight")
 
