@@ -113,7 +113,8 @@ class ConversationData:
         self._restore(stored)
 
     def _restore(self, stored: StoredConversation) -> None:
-        self.history.restore(stored.entries)
+        if stored.entries.count:  # a new conversation's history has nothing to take in
+            self.history.restore(stored.entries)
         if stored.parent is not None and self.parent is None:
             self.parent = stored.parent
         if stored.tool_state is not None:
