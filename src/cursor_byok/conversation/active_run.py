@@ -140,7 +140,8 @@ def begin_run(
     run.observed = ObservedRun(
         conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr), developer=output.developer
     )
-    run.known_blobs.update(prefetched_blobs(rr))
+    if rr.pre_fetched_blobs:
+        run.known_blobs.update(prefetched_blobs(rr))
     if user is not None:
         run.turns.begin(user, run.mode)
     return run
