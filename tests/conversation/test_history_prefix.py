@@ -77,3 +77,34 @@ def test_without_a_loop_the_check_runs_at_once(caplog: pytest.LogCaptureFixture)
     with caplog.at_level(logging.ERROR):
         history.project()
     assert len(violations(caplog)) == 1
+
+
+class CountingEncoder:
+    """The history's JSON encoder, counting what it encodes."""
+
+    def __init__(self, encoder: object) -> None:
+        self.encoder, self.encoded = encoder, 0
+
+    def encode(self, value: object) -> bytes:
+        self.encoded += 1
+        return self.encoder.encode(value)  # type: ignore[attr-defined]
+
+
+def test_an_entry_is_encoded_once_for_the_store_and_the_prefix_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the store keeps of an entry embeds its canonical bytes: the prefix check reads them
+    there, rather than encoding the message (a whole user turn, often tens of KiB) again."""
+    from cursor_byok.conversation import persistence
+    from cursor_byok.conversation.history import entry as entry_module
+
+    counting = CountingEncoder(entry_module._encoder)
+    monkeypatch.setattr(entry_module, "_encoder", counting)
+    history = ConversationHistory("c1", strict_prefix=True)
+    appended = history.append(EntryKind.USER, "user:1", user("a question " * 1000), "r1")
+    assert appended is not None
+    stored = persistence._event(appended)  # what the store is handed
+    history.project()  # the check: its digest read from the stored bytes
+    assert counting.encoded == 1
+    assert stored.payload.endswith(counting.encoder.encode(appended.message) + b"}")  # type: ignore[attr-defined]
+    history.append(EntryKind.USER, "user:2", user("next"), "r2")
+    history.project()  # the chain goes on from the first: only the second entry (not stored here) is encoded
+    assert counting.encoded == 2

@@ -30,7 +30,7 @@ SWITCHES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("conversation/actions.py", "_refused_injection", "payload"): ("agent.v1.InjectContextAction.payload",),
     ("conversation/actions.py", "injected_context", "payload"): ("agent.v1.InjectContextAction.payload",),
     ("conversation/turn_input.py", "_turn_input", "action"): ("agent.v1.ConversationAction.action",),
-    ("conversation/run_setup.py", "agent_mode", "action"): ("agent.v1.ConversationAction.action",),
+    ("conversation/run_setup.py", "turn_start", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/run_setup.py", "request_env", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/client_context.py", "lacks_request_context", "action"): ("agent.v1.ConversationAction.action",),
     ("conversation/client_context.py", "with_request_context", "action"): ("agent.v1.ConversationAction.action",),

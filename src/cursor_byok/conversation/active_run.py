@@ -18,7 +18,7 @@ from .identity import new_run_id
 from .observation import ObservedRun
 from .output import OutputStream
 from .presenter import RunPresenter
-from .run_setup import agent_mode, cursor_run_id, prefetched_blobs, turn_user_message, workspace_root
+from .run_setup import cursor_run_id, prefetched_blobs, turn_start
 
 
 def now_ms() -> int:
@@ -132,15 +132,16 @@ def begin_run(
 ) -> ActiveRun:
     """A new run of `rr`: its ids, presenter and observation record, the blobs the request carried,
     and the turn it opens (a run without a user message continues the last turn)."""
-    run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, agent_mode(rr), follow_up, resumed=resumed)
+    mode, user, root = turn_start(rr)
+    run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, mode, follow_up, resumed=resumed)
     # Bound to the stream, not to the run: a run that holds what refers back to it is only freed by
     # the cycle collector, with its run request and turns.
-    run.presenter = RunPresenter(run.run_id, workspace_root(rr), functools.partial(write_to, output), run.turns, output.write)
+    run.presenter = RunPresenter(run.run_id, root, functools.partial(write_to, output), run.turns, output.write)
     run.observed = ObservedRun(
         conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr), developer=output.developer
     )
-    run.known_blobs.update(prefetched_blobs(rr))
-    user = turn_user_message(rr)
+    if rr.pre_fetched_blobs:
+        run.known_blobs.update(prefetched_blobs(rr))
     if user is not None:
         run.turns.begin(user, run.mode)
     return run

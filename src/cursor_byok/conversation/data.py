@@ -113,7 +113,8 @@ class ConversationData:
         self._restore(stored)
 
     def _restore(self, stored: StoredConversation) -> None:
-        self.history.restore(stored.entries)
+        if stored.entries.count:  # a new conversation's history has nothing to take in
+            self.history.restore(stored.entries)
         if stored.parent is not None and self.parent is None:
             self.parent = stored.parent
         if stored.tool_state is not None:
@@ -250,7 +251,7 @@ class ConversationData:
         asked = None if run.resumed or not client_context.lacks_request_context(rr) else self._ask_client_context(run)
         await self.ensure_loaded()
         self.records.run_started(run, self.parent, Phase.PREPARING._value_)
-        if not len(self.history) and rr.conversation_state.root_prompt_messages_json:
+        if rr.conversation_state.root_prompt_messages_json and not len(self.history):
             hydrated = await self.checkpoints.hydrate(run)
             entries = [self.history.append(kind, key, message, run.run_id) for kind, key, message in hydrated]
             await self.records.append_durably([e for e in entries if e is not None])

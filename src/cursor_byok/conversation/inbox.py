@@ -2,7 +2,8 @@
 runtime is free (nothing queued ahead, nothing being handled) is taken in the step it comes in
 (`take_now`); any other waits in a queue, taken by a task made when the first one has to wait (a
 deque and a future, not asyncio.Queue: most commands never wait in it). What a command means is
-the runtime's (`_take`); nothing here changes a conversation's lifecycle.
+the runtime's (`_take`); nothing here changes a conversation's lifecycle. So is how the end of a
+step of a run (its prepare, its engine, its final checkpoint) comes back as a command (`_step`).
 """
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ import abc
 import asyncio
 import collections
 import contextvars
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from ..run import start_now
 from .commands import ClientInput, Command
 from .output import OutputStream
+
+StepDone = Callable[[str, BaseException | None, Any], Command]  # (run id, error, result) → the command its end is
 
 
 class CommandInbox(abc.ABC):
     """The runtime's base: it defines `_take(cmd)` (True: the runtime ends), which sets `_taking`
-    while it handles a command."""
+    while it handles a command with `_handle(cmd)`."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -28,12 +34,17 @@ class CommandInbox(abc.ABC):
         self._taking = False  # a command is being handled (one at a time: a take_now then queues)
         self.held = False  # input that came together is being handed over: taken once all of it is in
         self._context = contextvars.copy_context()
+        self._first_step = False  # `_step` runs a step up to its first wait: one that ends there is returned
         # Input accepted for a stream and still in the queue: the stream stays open for it.
         self._unhandled: dict[OutputStream, int] = {}
 
     @abc.abstractmethod
     def _take(self, cmd: Command) -> bool:
         """Handle one command; True: the runtime ends."""
+
+    @abc.abstractmethod
+    def _handle(self, cmd: Command) -> bool:
+        """What `_take` does with a command, inside its bookkeeping."""
 
     def start(self) -> None:
         self._open = True
@@ -76,6 +87,41 @@ class CommandInbox(abc.ABC):
         when a command is being handled: its loop takes them next). Usable as a callback."""
         if self._queue and not self._taking and not self.held and self.running:
             self._context.run(self._take_all, self._dequeued(self._queue.popleft()))
+
+    def _step(self, run_id: str, work: Awaitable[Any], done: StepDone) -> tuple[asyncio.Future[Any], Command | None]:
+        """Start `work` now (`start_now`): its task, and the command of its end when it ended without
+        waiting, for the caller to take (`_take_next`) once it holds the task; a later end is taken
+        where it comes, as any command (`take_now`). A cancelled step reports nothing."""
+        self._first_step = True
+        try:
+            step = start_now(self._report(run_id, work, done))
+        finally:
+            self._first_step = False
+        ended = step.result() if step.done() and not step.cancelled() else None
+        return step, ended
+
+    async def _report(self, run_id: str, work: Awaitable[Any], done: StepDone) -> Command | None:
+        # A method, not a closure per step: no function, cells and tuple per run held while it runs.
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            ended = done(run_id, exc, None)
+        else:
+            ended = done(run_id, None, result)
+        if self._first_step:  # still in `_step` (a step started inside this one resets it): returned there
+            return ended
+        self.take_now(ended)
+        return None
+
+    def _take_next(self, cmd: Command) -> None:
+        """Taken next, while a command is being handled: after the commands queued ahead, else now,
+        without a trip through the queue (the loop handling the command would take it next)."""
+        if self._queue or self.held:
+            self.post(cmd)
+        else:
+            self._handle(cmd)
 
     def _take_all(self, cmd: Command) -> None:
         """Handle `cmd`, then what is queued behind it (what handling it posted); in order."""

@@ -15,7 +15,7 @@ from ..instance import is_damage
 from ..protocol import ConnectError, agent_pb2 as pb, enum_name
 from ..store import ConversationRecord, NewEvent, ParentRef, RunRecord, StoreError
 from .active_run import ActiveRun, now_ms
-from .history import HistoryEntry, StoredEntries, encode_entry
+from .history import HistoryEntry, StoredEntries
 from .identity import ParentConversationRef
 from .output import OutputStream
 from .run_errors import storage_error
@@ -192,4 +192,4 @@ class ConversationRecords:
 
 
 def _event(entry: HistoryEntry) -> NewEvent:
-    return NewEvent(event_id=entry.event_id, kind=entry.kind._value_, payload=encode_entry(entry.kind, entry.message), run_id=entry.run_id)
+    return NewEvent(event_id=entry.event_id, kind=entry.kind._value_, payload=entry.stored_bytes(), run_id=entry.run_id)

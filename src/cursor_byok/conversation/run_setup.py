@@ -18,21 +18,18 @@ def cursor_run_id(rr: pb.AgentRunRequest) -> str:
     return rr.run_id if rr.HasField("run_id") else ""
 
 
-def agent_mode(rr: pb.AgentRunRequest) -> int:
+def turn_start(rr: pb.AgentRunRequest) -> tuple[int, pb.UserMessage | None, str | None]:
+    """What a run begins with, its action read once: the agent mode, the user message it begins a
+    turn with (None: the run continues the last turn) and the workspace root."""
     action = rr.action
-    if which(action, "action") == "user_message_action" and action.user_message_action.user_message.mode:
-        return action.user_message_action.user_message.mode
-    return pb.AGENT_MODE_AGENT
-
-
-def turn_user_message(rr: pb.AgentRunRequest) -> pb.UserMessage | None:
-    """The user message a run request begins a turn with (None: the run continues the last turn)."""
-    action = rr.action
-    if action.HasField("user_message_action"):
-        return action.user_message_action.user_message
-    if action.HasField("inject_context_action") and action.inject_context_action.HasField("user_context"):
-        return action.inject_context_action.user_context.user_message
-    return None
+    kind = which(action, "action")
+    mode, user = pb.AGENT_MODE_AGENT, None
+    if kind == "user_message_action":
+        user = action.user_message_action.user_message
+        mode = user.mode or mode
+    elif kind == "inject_context_action" and action.inject_context_action.HasField("user_context"):
+        user = action.inject_context_action.user_context.user_message
+    return mode, user, _root_of(_env_of(action, kind))
 
 
 def prefetched_blobs(rr: pb.AgentRunRequest) -> dict[bytes, bytes]:
@@ -42,7 +39,10 @@ def prefetched_blobs(rr: pb.AgentRunRequest) -> dict[bytes, bytes]:
 
 def request_env(rr: pb.AgentRunRequest) -> pb.RequestContextEnv | None:
     action = rr.action
-    kind = which(action, "action")
+    return _env_of(action, which(action, "action"))
+
+
+def _env_of(action: pb.ConversationAction, kind: str | None) -> pb.RequestContextEnv | None:
     if kind == "user_message_action" and action.user_message_action.request_context.HasField("env"):
         return action.user_message_action.request_context.env
     if kind == "resume_action" and action.resume_action.request_context.HasField("env"):

@@ -28,7 +28,7 @@ from ..protocol import (
     SERVER_HEARTBEAT_FRAME, ConnectError, agent_pb2 as pb, encode_server_message, end_stream_error, end_stream_ok, internal_error,
     new_error_id, which,
 )
-from ..run import Interrupted, start_now
+from ..run import Interrupted
 from . import actions, updates
 from .active_run import ActiveRun, begin_run
 from .commands import (
@@ -137,6 +137,9 @@ class ConversationRuntime(CommandInbox):
     def _on_start_run(self, cmd: StartRun) -> None:
         if cmd.parent is not None and self.data.parent is None:
             self.data.parent = cmd.parent
+        if self.phase is Phase.IDLE and not self.queued and not cmd.output.closed:  # nothing ahead, no run: no queue trip
+            self._begin(cmd)
+            return
         self.queued.append(cmd)
         self.data.run_queued(self.run, cmd.output)
         if self.phase is Phase.IDLE:
@@ -169,19 +172,11 @@ class ConversationRuntime(CommandInbox):
         """Run one step of `run` (`work`, not yet started), at once up to its first wait, then as its
         task; its end (result or error) comes back as the command `done(run id, error, result)`,
         taken where it ends when the runtime is free, and the handlers decide what it means. A
-        cancelled task reports nothing: the run has ended."""
-        run.task = start_now(self._report(run.run_id, work, done))
-
-    async def _report(self, run_id: str, work: Awaitable[Any], done: Callable[[str, BaseException | None, Any], Command]) -> None:
-        # A method, not a closure per step: no function, cells and tuple per run held while it runs.
-        try:
-            result = await work
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self.take_now(done(run_id, exc, None))
-            return
-        self.take_now(done(run_id, None, result))
+        cancelled task reports nothing: the run has ended. One that ends without waiting (a prepare
+        with nothing to read) is taken next, as the queue would: now, unless commands wait ahead."""
+        run.task, ended = self._step(run.run_id, work, done)
+        if ended is not None:
+            self._take_next(ended)
 
     # -- prepare done → modeling -----------------------------------------------------------------------
     def _on_prepared(self, cmd: Prepared) -> None:

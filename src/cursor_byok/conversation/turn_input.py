@@ -44,8 +44,10 @@ def stored_as(history: ConversationHistory, key: str) -> str | None:
     """The event id an input with this key is stored under, if it is: its key, or the id it had in
     a database written before every path shared keys (mid-run input was `injection:<id>`, a user
     message `injection:user-message:<message id>`)."""
+    if history.has(key):
+        return key
     legacy = f"injection:user-message:{key[5:]}" if key.startswith("user:") else f"injection:{key}"
-    return next((k for k in (key, legacy) if history.has(k)), None)
+    return legacy if history.has(legacy) else None
 
 
 def commit_turn_input(

@@ -58,12 +58,22 @@ class HistoryEntry:
         """Whether this very message object is the entry's (decoded) message."""
         return self._message is message
 
+    def stored_bytes(self) -> bytes:
+        """What the store keeps of it (`encode_entry`), encoded once. An appended entry keeps them
+        only until the prefix chain reads its canonical part from them (`canonical`, once)."""
+        if self._payload is None:
+            self._payload = encode_entry(self.kind, self.message)
+        return self._payload
+
     def canonical(self) -> bytes:
-        """The message's canonical bytes: for a stored entry, the part of its stored bytes that
-        holds them (see `stored_canonical`), without decoding it."""
-        if self._payload is not None:
-            return stored_canonical(self.kind, self._payload)
-        return canonical(self.view())
+        """The message's canonical bytes: the part of its stored bytes that holds them, when it has
+        them (see `stored_canonical`), without decoding or encoding it."""
+        payload = self._payload
+        if payload is None:
+            return canonical(self.view())
+        if self._message is not None:  # the chain reads an entry once: its message is what it keeps
+            self._payload = None
+        return stored_canonical(self.kind, payload)
 
     def stored_size(self) -> int:
         """What the entry holds: its message's text, or for an entry not decoded its stored bytes."""

@@ -157,14 +157,15 @@ class Projection(KeyedMessages):
     the conversation (the source), names the same bytes for as long as the server runs: history
     messages are immutable, so an adapter may keep their encoding by it across a reload."""
 
-    __slots__ = ("conversation_id", "entries")
+    __slots__ = ("conversation_id", "entries", "_count")
 
     def __init__(self, conversation_id: str, entries: Window | list[HistoryEntry]) -> None:
         self.conversation_id = conversation_id
         self.entries = entries if isinstance(entries, Window) else Window(entries)
+        self._count = len(self.entries)  # its window does not change: asked several times per request built
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
@@ -183,7 +184,8 @@ class Projection(KeyedMessages):
         return self.conversation_id
 
     def key(self, index: int) -> str:
-        return self.entries.key(index)
+        entry, at = self.entries._locate(index)  # the window's `key`, a call less per message keyed
+        return entry.event_id if entry is not None else self.entries.stored.event_id(at)
 
 
 class ConversationHistory:
@@ -227,7 +229,8 @@ class ConversationHistory:
         return position if position is not None else self._stored.find(event_id)
 
     def has(self, event_id: str) -> bool:
-        return self._index(event_id) is not None
+        # Asked a few times per turn: nothing stored (a conversation begun here) asks no more than the dict.
+        return event_id in self._positions or (self._stored.count > 0 and self._stored.find(event_id) is not None)
 
     def answered(self, event_id: str) -> bool:
         """An input (user message, injection, background completion) is answered once a final
@@ -306,7 +309,7 @@ class ConversationHistory:
         latest request context that preceded it)."""
         stored, base = self._stored.count, self._base
         window = Window(self._added, self._stored, min(base, stored), added_first=max(base - stored, 0))
-        if window and window.kind(0) is EntryKind.COMPACTION and self._base_context is not None:
+        if self._base_context is not None and window and window.kind(0) is EntryKind.COMPACTION:
             window.context = self._base_context
         self._check_pending()
         if self.strict_prefix:

@@ -134,9 +134,11 @@ class TurnLog:
         """A user message starts a turn (the one before keeps what it had)."""
         if self.turns:
             self.turns[-1].steps.close()
-        um = pb.UserMessage()
-        um.CopyFrom(user_message)
-        um.mode = mode  # type: ignore[assignment]
+        um = user_message
+        if um.mode != mode:  # a copy only to set its mode: the IDE's own (read only here) usually has it
+            um = pb.UserMessage()
+            um.CopyFrom(user_message)
+            um.mode = mode  # type: ignore[assignment]
         self.turns.append(Turn(um))
 
     def close(self) -> None:
