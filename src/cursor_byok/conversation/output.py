@@ -17,9 +17,10 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Protocol
+
+import msgspec
 
 log = logging.getLogger("cursor_byok.conversation.output")
 
@@ -42,8 +43,7 @@ def _bytes(frame: bytes | Rebuilt) -> bytes:
     return frame if type(frame) is bytes else frame.encode()  # type: ignore[union-attr]
 
 
-@dataclass(slots=True, eq=False)
-class _Packed:
+class _Packed(msgspec.Struct, eq=False):
     """A finished stream's frames as one buffer and the offsets between them. A list of frames is
     a container the cycle collector walks item by item on every full collection, and finished
     streams are retained for minutes (tens of thousands of frames under load); bytes and an array
@@ -84,16 +84,14 @@ class ReplayUnavailable(Exception):
     """A reader asked for frames that were trimmed from the retention window."""
 
 
-@dataclass(slots=True)
-class ReadResult:
+class ReadResult(msgspec.Struct):
     data: bytes  # concatenated frames (possibly empty)
     position: int  # next position to read from
     finished: bool  # the terminal frame is included in `data` or was read earlier
     complete: bool = False  # the response already ended: a push delivered the terminal
 
 
-@dataclass(slots=True, eq=False)
-class _Waiter:
+class _Waiter(msgspec.Struct, eq=False):
     """A caught-up reader: woken through `wake`, or served by the writer through `push`."""
 
     position: int
@@ -102,8 +100,7 @@ class _Waiter:
     complete: bool = False
 
 
-@dataclass(slots=True, eq=False)
-class OutputStream:
+class OutputStream(msgspec.Struct, eq=False):
     request_id: str
     generation: int
     max_retained_bytes: int = 64 * 1024 * 1024
@@ -112,22 +109,22 @@ class OutputStream:
     cursor_run_id: str = ""
     applied_seqno: int = 0
     settled_seqno: int = 0
-    frames: list[bytes | Rebuilt] = field(default_factory=list)  # while it runs; `packed` once finished
+    frames: list[bytes | Rebuilt] = msgspec.field(default_factory=list)  # while it runs; `packed` once finished
     packed: _Packed | None = None
-    rebuilt: list[int] = field(default_factory=list)  # positions of the frames retained as `Rebuilt`
+    rebuilt: list[int] = msgspec.field(default_factory=list)  # positions of the frames retained as `Rebuilt`
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
     closed: bool = False
     # When its IDE was last on it: a reader leaving, an append for its request id, its close. A
     # finished stream is retained from then, not from its close: an IDE still busy with frames it
     # was sent (acking them) may not have taken the terminal that went out with them.
-    used_at: float = field(default_factory=time.monotonic)
+    used_at: float = msgspec.field(default_factory=time.monotonic)
     readers: int = 0
     # A reader's task took the terminal and ended its response (a terminal the writer pushed to a
     # reader whose client then went away does not count: nobody read it).
     terminal_delivered: bool = False
     developer: str | None = None  # a team server's, whose request opened it (its runs are theirs)
-    _waiters: list[_Waiter] = field(default_factory=list)
+    _waiters: list[_Waiter] = msgspec.field(default_factory=list)
 
     def theirs(self, developer: str | None) -> bool:
         """Whether a request of `developer` may read or append to this stream (on a team server a
