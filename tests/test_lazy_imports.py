@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
 
 # The server's stack: none of it is needed to parse a command line or print help.
 SERVER_STACK = (
@@ -181,3 +181,35 @@ def test_a_server_gets_ready_without_making_a_dataclass(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
+def test_serve_runs_no_collection_before_its_gateway_loads(tmp_path: Path) -> None:
+    """What the command line and `serve`'s start checks import and make lives as long as the
+    process: the cycle collector would walk it ~40 times on the way to listening (~8 ms). It is
+    paused from the CLI's import until the gateway is up, and on again for every other command."""
+    config = tmp_path / "config.toml"
+    config.write_text(ServerConfig(data_dir=tmp_path, models=[ModelSpec("m", "openai-chat", "http://127.0.0.1:9/v1")]).toml(free_port()))
+    probe = (
+        "import gc, importlib, json\n"
+        "passes = []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'start' and passes.append(info['generation']))\n"
+        "import cursor_byok.cli as cli\n"
+        "seen = {'import': len(passes), 'collecting after import': gc.isenabled()}\n"
+        "import_module = importlib.import_module\n"
+        "def gateway_loads(cfg, listener, config_file):\n"
+        "    listener.close()\n"
+        "    seen['serve'] = len(passes) - seen['import']\n"
+        "    return 0\n"
+        "def hooked(name, *args):\n"
+        "    module = import_module(name, *args)\n"
+        "    if name == 'cursor_byok.cli.serve':\n"
+        "        module._serve = gateway_loads\n"
+        "    return module\n"
+        "importlib.import_module = hooked\n"
+        f"cli.main(['serve', '--config', {str(config)!r}])\n"
+        "print(json.dumps({**seen, 'collecting after serve': gc.isenabled()}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == {
+        "import": 0, "collecting after import": True, "serve": 0, "collecting after serve": True
+    }
