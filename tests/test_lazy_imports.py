@@ -217,3 +217,29 @@ def test_serve_runs_no_collection_before_its_gateway_loads(tmp_path: Path) -> No
     assert json.loads(out.stdout.splitlines()[-1]) == {
         "import": 0, "collecting after import": True, "serve": 0, "collecting after serve": True
     }
+
+
+def test_a_first_turn_after_the_warm_up_reads_its_prompt_without_importing(tmp_path: Path) -> None:
+    """The system prompt's text is the package's assets, read on first use through the package
+    resource reader (~4 ms on the first turn's way to the model, on the event loop): the warm-up
+    right after start reads them, so the first turn's prompts import nothing."""
+    probe = (
+        "import asyncio, json, sys\n"
+        "from cursor_byok.config import ModelConfig, parse\n"
+        "from cursor_byok.gateway.front import LoadingFront\n"
+        "async def main():\n"
+        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}), 'cursor_byok.server')\n"
+        "    server = await front.load()\n"
+        "    await front.warmed\n"
+        "    from cursor_byok import prompting\n"
+        "    warmed = set(sys.modules)\n"
+        "    model = ModelConfig(id='m', provider='openai-chat', model='x')\n"
+        "    for mode in prompting.Mode:\n"
+        "        prompting.compile_request(mode, model, ['Read'])\n"
+        "    prompting.compaction_prompt()\n"
+        "    await server.stop()\n"
+        "    print(json.dumps(sorted(set(sys.modules) - warmed)))\n"
+        "asyncio.run(main())"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == []
