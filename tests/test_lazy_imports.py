@@ -33,11 +33,10 @@ NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
 # What a running server loads only when something asks for it, neither to get ready nor to warm up
 # for its first turns: the relay's HTTP/1 dialer (a Run stream relayed through a proxy), the
 # instances of a PostgreSQL cluster, a team server's developers, a capture that is on, and what only
-# other commands use (a capture's archive, a launchd plist, suggestions for a mistyped config key),
-# and the package resource reader that reads the dashboard's pages.
+# other commands use (a capture's archive, a launchd plist, suggestions for a mistyped config key).
 ON_DEMAND = (
     "cursor_byok.interceptor.dialer", "cursor_byok.cluster.node", "cursor_byok.team.access",
-    "cursor_byok.capture.control", "tarfile", "plistlib", "difflib", "importlib.readers",
+    "cursor_byok.capture.control", "tarfile", "plistlib", "difflib",
 )
 
 
@@ -106,6 +105,7 @@ def test_serve_loads_no_http_client_no_protobuf_and_no_gateway_before_it_listens
         "aiohttp", "httpx", "google.protobuf", "cursor_byok.protocol.messages", "cursor_byok.protocol.compat",
         "cursor_byok.gateway.app", "cursor_byok.conversation", "cursor_byok.store", "cursor_byok.providers",
         "ctypes.util",  # its find_library runs ldconfig in a child process
+        "importlib.readers",  # the package resource reader: the warm-up's, for the prompt's assets
     )
     assert among(loaded, heavy + PROXY_STACK + NOT_AT_START + ON_DEMAND) == []
 
