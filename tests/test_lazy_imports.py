@@ -51,6 +51,26 @@ def among(loaded: set[str], names: tuple[str, ...]) -> list[str]:
     return sorted(n for n in names if n in loaded)
 
 
+def reported_by_a_started_server(tmp_path: Path, report: str, *, warmed: bool) -> object:
+    """In a fresh interpreter, a server's gateway loaded and started as `serve` does it (`warmed`:
+    and its warm-up done), then the lines `report`: the JSON of the `value` they set."""
+    probe = (
+        "import asyncio, dataclasses, json, sys\n"
+        "from cursor_byok.config import ModelConfig, parse\n"
+        "from cursor_byok.gateway.front import LoadingFront\n"
+        "async def main():\n"
+        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}), 'cursor_byok.server')\n"
+        "    server = await front.load()\n"
+        + ("    await front.warmed\n" if warmed else "")
+        + "".join(f"    {line}\n" for line in report.splitlines())
+        + "    await server.stop()\n"
+        "    print(json.dumps(value))\n"
+        "asyncio.run(main())"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 def run_cli(*argv: str) -> str:
     return f"from cursor_byok.cli import main\ntry:\n    main({list(argv)!r})\nexcept SystemExit:\n    pass"
 
@@ -166,21 +186,11 @@ def test_a_server_gets_ready_without_making_a_dataclass(tmp_path: Path) -> None:
     """Each dataclass generates and compiles its methods when its module is imported (~0.4 ms a
     class, ~24 ms over the ~60 that a start loaded); a msgspec Struct is made in C (~10 µs). None of
     the modules a server has loaded once it is ready defines one."""
-    probe = (
-        "import asyncio, dataclasses, json, sys\n"
-        "from cursor_byok.config import parse\n"
-        "from cursor_byok.gateway.front import LoadingFront\n"
-        "async def main():\n"
-        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}), 'cursor_byok.server')\n"
-        "    server = await front.load()\n"
-        "    made = sorted(f'{name}.{value.__qualname__}' for name, module in list(sys.modules.items()) if name.startswith('cursor_byok')\n"
-        "                  for value in vars(module).values() if isinstance(value, type) and value.__module__ == name and dataclasses.is_dataclass(value))\n"
-        "    await server.stop()\n"
-        "    print(json.dumps(made))\n"
-        "asyncio.run(main())"
+    made = (
+        "value = sorted(f'{name}.{kind.__qualname__}' for name, module in list(sys.modules.items()) if name.startswith('cursor_byok')"
+        " for kind in vars(module).values() if isinstance(kind, type) and kind.__module__ == name and dataclasses.is_dataclass(kind))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
-    assert json.loads(out.stdout.splitlines()[-1]) == []
+    assert reported_by_a_started_server(tmp_path, made, warmed=False) == []
 
 
 def test_serve_runs_no_collection_before_its_gateway_loads(tmp_path: Path) -> None:
@@ -223,23 +233,12 @@ def test_a_first_turn_after_the_warm_up_reads_its_prompt_without_importing(tmp_p
     """The system prompt's text is the package's assets, read on first use through the package
     resource reader (~4 ms on the first turn's way to the model, on the event loop): the warm-up
     right after start reads them, so the first turn's prompts import nothing."""
-    probe = (
-        "import asyncio, json, sys\n"
-        "from cursor_byok.config import ModelConfig, parse\n"
-        "from cursor_byok.gateway.front import LoadingFront\n"
-        "async def main():\n"
-        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}), 'cursor_byok.server')\n"
-        "    server = await front.load()\n"
-        "    await front.warmed\n"
-        "    from cursor_byok import prompting\n"
-        "    warmed = set(sys.modules)\n"
-        "    model = ModelConfig(id='m', provider='openai-chat', model='x')\n"
-        "    for mode in prompting.Mode:\n"
-        "        prompting.compile_request(mode, model, ['Read'])\n"
-        "    prompting.compaction_prompt()\n"
-        "    await server.stop()\n"
-        "    print(json.dumps(sorted(set(sys.modules) - warmed)))\n"
-        "asyncio.run(main())"
+    first_turn_imports = (
+        "from cursor_byok import prompting\n"
+        "before = set(sys.modules)\n"
+        "for mode in prompting.Mode:\n"
+        "    prompting.compile_request(mode, ModelConfig(id='m', provider='openai-chat', model='x'), ['Read'])\n"
+        "prompting.compaction_prompt()\n"
+        "value = sorted(set(sys.modules) - before)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
-    assert json.loads(out.stdout.splitlines()[-1]) == []
+    assert reported_by_a_started_server(tmp_path, first_turn_imports, warmed=True) == []
