@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness.server import ModelSpec, ServerConfig, ServerProcess
+from tests.harness.server import ModelSpec, ServerConfig, ServerProcess, free_port
 
 # The server's stack: none of it is needed to parse a command line or print help.
 SERVER_STACK = (
@@ -33,11 +33,10 @@ NOT_AT_START = ("click", "pygments", "rich", "prometheus_client")
 # What a running server loads only when something asks for it, neither to get ready nor to warm up
 # for its first turns: the relay's HTTP/1 dialer (a Run stream relayed through a proxy), the
 # instances of a PostgreSQL cluster, a team server's developers, a capture that is on, and what only
-# other commands use (a capture's archive, a launchd plist, suggestions for a mistyped config key),
-# and the package resource reader that reads the dashboard's pages.
+# other commands use (a capture's archive, a launchd plist, suggestions for a mistyped config key).
 ON_DEMAND = (
     "cursor_byok.interceptor.dialer", "cursor_byok.cluster.node", "cursor_byok.team.access",
-    "cursor_byok.capture.control", "tarfile", "plistlib", "difflib", "importlib.readers",
+    "cursor_byok.capture.control", "tarfile", "plistlib", "difflib",
 )
 
 
@@ -50,6 +49,26 @@ def loaded_after(code: str, env: dict[str, str] | None = None) -> set[str]:
 
 def among(loaded: set[str], names: tuple[str, ...]) -> list[str]:
     return sorted(n for n in names if n in loaded)
+
+
+def reported_by_a_started_server(tmp_path: Path, report: str, *, warmed: bool) -> object:
+    """In a fresh interpreter, a server's gateway loaded and started as `serve` does it (`warmed`:
+    and its warm-up done), then the lines `report`: the JSON of the `value` they set."""
+    probe = (
+        "import asyncio, dataclasses, json, sys\n"
+        "from cursor_byok.config import ModelConfig, parse\n"
+        "from cursor_byok.gateway.front import LoadingFront\n"
+        "async def main():\n"
+        f"    front = LoadingFront(parse({{'server': {{'host': '127.0.0.1', 'port': 9, 'data_dir': {str(tmp_path)!r}}}}}), 'cursor_byok.server')\n"
+        "    server = await front.load()\n"
+        + ("    await front.warmed\n" if warmed else "")
+        + "".join(f"    {line}\n" for line in report.splitlines())
+        + "    await server.stop()\n"
+        "    print(json.dumps(value))\n"
+        "asyncio.run(main())"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 def run_cli(*argv: str) -> str:
@@ -106,6 +125,7 @@ def test_serve_loads_no_http_client_no_protobuf_and_no_gateway_before_it_listens
         "aiohttp", "httpx", "google.protobuf", "cursor_byok.protocol.messages", "cursor_byok.protocol.compat",
         "cursor_byok.gateway.app", "cursor_byok.conversation", "cursor_byok.store", "cursor_byok.providers",
         "ctypes.util",  # its find_library runs ldconfig in a child process
+        "importlib.readers",  # the package resource reader: the warm-up's, for the prompt's assets
     )
     assert among(loaded, heavy + PROXY_STACK + NOT_AT_START + ON_DEMAND) == []
 
@@ -160,3 +180,65 @@ def test_the_composition_root_loads_the_store_and_leaves_the_rest_to_its_start()
     loaded = loaded_after("import cursor_byok.server")
     assert "cursor_byok.store" in loaded
     assert among(loaded, ("cursor_byok.conversation", "cursor_byok.gateway.app", "cursor_byok.providers", "aiohttp", "httpx")) == []
+
+
+def test_a_server_gets_ready_without_making_a_dataclass(tmp_path: Path) -> None:
+    """Each dataclass generates and compiles its methods when its module is imported (~0.4 ms a
+    class, ~24 ms over the ~60 that a start loaded); a msgspec Struct is made in C (~10 µs). None of
+    the modules a server has loaded once it is ready defines one."""
+    made = (
+        "value = sorted(f'{name}.{kind.__qualname__}' for name, module in list(sys.modules.items()) if name.startswith('cursor_byok')"
+        " for kind in vars(module).values() if isinstance(kind, type) and kind.__module__ == name and dataclasses.is_dataclass(kind))"
+    )
+    assert reported_by_a_started_server(tmp_path, made, warmed=False) == []
+
+
+def test_serve_runs_no_collection_before_its_gateway_loads(tmp_path: Path) -> None:
+    """What the command line and `serve`'s start checks import and make lives as long as the
+    process: the cycle collector would walk it ~40 times on the way to listening (~8 ms). It is
+    paused from the CLI's import until the gateway is up, and on again for every other command."""
+    config = tmp_path / "config.toml"
+    config.write_text(ServerConfig(data_dir=tmp_path, models=[ModelSpec("m", "openai-chat", "http://127.0.0.1:9/v1")]).toml(free_port()))
+    probe = (
+        "import gc, importlib, json, os, sys\n"
+        "passes, begun = [], []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'start' and passes.append(info['generation']))\n"
+        # counted from the moment the CLI's own code runs (not while its source may be compiled)
+        "cli_code = os.path.join('cursor_byok', 'cli', '__init__.py')\n"
+        "sys.addaudithook(lambda event, args: event == 'exec' and not begun\n"
+        "                 and getattr(args[0], 'co_filename', '').endswith(cli_code) and begun.append(len(passes)))\n"
+        "import cursor_byok.cli as cli\n"
+        "seen = {'import': len(passes) - begun[0], 'collecting after import': gc.isenabled()}\n"
+        "import_module = importlib.import_module\n"
+        "def gateway_loads(cfg, listener, config_file):\n"
+        "    listener.close()\n"
+        "    seen['serve'] = len(passes) - begun[0] - seen['import']\n"
+        "    return 0\n"
+        "def hooked(name, *args):\n"
+        "    module = import_module(name, *args)\n"
+        "    if name == 'cursor_byok.cli.serve':\n"
+        "        module._serve = gateway_loads\n"
+        "    return module\n"
+        "importlib.import_module = hooked\n"
+        f"cli.main(['serve', '--config', {str(config)!r}])\n"
+        "print(json.dumps({**seen, 'collecting after serve': gc.isenabled()}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == {
+        "import": 0, "collecting after import": True, "serve": 0, "collecting after serve": True
+    }
+
+
+def test_a_first_turn_after_the_warm_up_reads_its_prompt_without_importing(tmp_path: Path) -> None:
+    """The system prompt's text is the package's assets, read on first use through the package
+    resource reader (~4 ms on the first turn's way to the model, on the event loop): the warm-up
+    right after start reads them, so the first turn's prompts import nothing."""
+    first_turn_imports = (
+        "from cursor_byok import prompting\n"
+        "before = set(sys.modules)\n"
+        "for mode in prompting.Mode:\n"
+        "    prompting.compile_request(mode, ModelConfig(id='m', provider='openai-chat', model='x'), ['Read'])\n"
+        "prompting.compaction_prompt()\n"
+        "value = sorted(set(sys.modules) - before)"
+    )
+    assert reported_by_a_started_server(tmp_path, first_turn_imports, warmed=True) == []

@@ -25,19 +25,23 @@ def lazy_names(package: str, modules: Mapping[str, tuple[str, ...]]) -> Callable
     return __getattr__
 
 
-_WARM_AFTER_START: list[str] = []
+_WARM_AFTER_START: list[tuple[str, str | None]] = []
 
 
-def warm_after_start(module: str) -> None:
+def warm_after_start(module: str, then: str | None = None) -> None:
     """Name a module that is imported on first use, off the start-up path, but that a running server
-    needs in its first turns: `warm_up()` imports it once the server is up."""
-    _WARM_AFTER_START.append(module)
+    needs in its first turns: `warm_up()` imports it once the server is up, and calls its function
+    `then` when given (what its first use would otherwise read, such as package files)."""
+    _WARM_AFTER_START.append((module, then))
 
 
 def warm_up() -> None:
-    """Import every module named by `warm_after_start` (in a worker thread: the loop serves on)."""
-    for module in _WARM_AFTER_START:
-        importlib.import_module(module)
+    """Import every module named by `warm_after_start`, calling its `then` (in a worker thread: the
+    loop serves on)."""
+    for module, then in _WARM_AFTER_START:
+        imported = importlib.import_module(module)
+        if then is not None:
+            getattr(imported, then)()
 
 
 __all__ = ["lazy_names", "warm_after_start", "warm_up"]

@@ -9,9 +9,9 @@ Cursor's CLI wants credentials on each usable model, so it gets a fixed, public 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from google.protobuf import json_format
 
 from ..config import ModelConfig
@@ -229,28 +229,29 @@ def rest_model_item(model: ModelConfig) -> dict[str, Any]:
     return item
 
 
-@dataclass(frozen=True)
-class ModelCatalog:
+class ModelCatalog(msgspec.Struct, frozen=True):
     """The replies for a fixed list of configured models (built once, served many times), as
     protobuf bytes and as Connect JSON documents (`json`, by the same names)."""
 
     models: tuple[ModelConfig, ...]
-    available_models: bytes = field(init=False)
-    usable_models: bytes = field(init=False)
-    default_model_for_cli: bytes = field(init=False)
-    default_model: bytes = field(init=False)
-    default_model_nudge_data: bytes = field(init=False)
-    json: dict[str, dict[str, Any]] = field(init=False)
-    rest_models: dict[str, Any] = field(init=False)  # the REST list: {"items": [...]}
+    available_models: bytes
+    usable_models: bytes
+    default_model_for_cli: bytes
+    default_model: bytes
+    default_model_nudge_data: bytes
+    json: dict[str, dict[str, Any]]
+    rest_models: dict[str, Any]  # the REST list: {"items": [...]}
 
-    def __post_init__(self) -> None:
-        ids = [m.id for m in self.models]
-        first = self.models[0] if self.models else None
+    @classmethod
+    def of(cls, models: Iterable[ModelConfig]) -> ModelCatalog:
+        listed = tuple(models)
+        ids = [m.id for m in listed]
+        first = listed[0] if listed else None
         encoded = {
             "available_models": side_pb2.AvailableModelsResponse(
-                model_names=ids, models=[available_model(m) for m in self.models]
+                model_names=ids, models=[available_model(m) for m in listed]
             ),
-            "usable_models": side_pb2.GetUsableModelsResponse(models=[model_details(m) for m in self.models]),
+            "usable_models": side_pb2.GetUsableModelsResponse(models=[model_details(m) for m in listed]),
             "default_model_for_cli": side_pb2.GetDefaultModelForCliResponse(
                 model=model_details(first) if first else None
             ),
@@ -267,15 +268,12 @@ class ModelCatalog:
                 conversion_model_override="",
             ),
         }
-        for name, message in encoded.items():
-            object.__setattr__(self, name, message.SerializeToString(deterministic=True))
-        documents = {name: json_format.MessageToDict(message) for name, message in encoded.items()}
-        object.__setattr__(self, "json", documents)
-        object.__setattr__(self, "rest_models", {"items": [rest_model_item(m) for m in self.models]})
-
-    @classmethod
-    def of(cls, models: Iterable[ModelConfig]) -> ModelCatalog:
-        return cls(tuple(models))
+        return cls(
+            listed,
+            **{name: message.SerializeToString(deterministic=True) for name, message in encoded.items()},
+            json={name: json_format.MessageToDict(message) for name, message in encoded.items()},
+            rest_models={"items": [rest_model_item(m) for m in listed]},
+        )
 
     def __bool__(self) -> bool:
         return bool(self.models)

@@ -23,16 +23,27 @@ inside the commands that need them.
 """
 from __future__ import annotations
 
-import argparse
-import importlib
-import logging
-import os
-import sys
-from collections.abc import Sequence
+import gc
 
-from .. import __version__
-from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError
-from .common import PROG, CommandError, echo, setup_logging
+# What the command line imports lives as long as the process: the cycle collector would walk it
+# over and over (~25 young passes, ~6 ms of every command's start). Paused while it is imported;
+# `serve` pauses it again until its gateway is up (`main`).
+_collecting = gc.isenabled()
+gc.disable()
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+
+from .. import __version__  # noqa: E402
+from ..config import CONFIG_ENV, LOG_LEVELS, ConfigError  # noqa: E402
+from .common import PROG, CommandError, echo, setup_logging  # noqa: E402
+
+if _collecting:
+    gc.freeze()  # out of every later pass: one young pass over all of it now would cost what pausing saved
+    gc.enable()
 
 # The command groups (modules), in the order the help lists them, and the group that registers
 # each command: a command line naming one imports and builds that group alone (all of them, ~50
@@ -86,7 +97,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(named_command(argv))
+    command = named_command(argv)
+    if command != "serve":
+        return _run(argv, command)
+    # `serve`'s start checks make what lives as long as the server too (its command group, the
+    # config, the lock): the collector stays paused until its gateway is up (`gateway.serve` turns
+    # it on then), and is on again however the command ends.
+    gc.disable()
+    try:
+        return _run(argv, command)
+    finally:
+        gc.enable()
+
+
+def _run(argv: list[str], command: str | None) -> int:
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if args.command is None:  # no command: what a new user needs is the list of them
         parser.print_help()

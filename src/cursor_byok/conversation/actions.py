@@ -20,7 +20,7 @@ Pure, like `state.py`: no awaits, no clock, no output; the runtime performs the 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from .. import prompting
 from ..protocol import agent_pb2 as pb, which
@@ -37,8 +37,7 @@ StreamKey = tuple[str, int]
 generation, and input appended after that belongs to it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Stream:
+class Stream(msgspec.Struct, frozen=True):
     """A run the runtime has on one stream: the active one or one queued behind it."""
 
     request_id: str
@@ -55,8 +54,7 @@ class Stream:
         return self.cursor_run_id or self.request_id
 
 
-@dataclass(frozen=True, slots=True)
-class Situation:
+class Situation(msgspec.Struct, frozen=True):
     phase: Phase
     active: Stream | None
     queued: tuple[Stream, ...]
@@ -65,8 +63,7 @@ class Situation:
 
 
 # -- decisions ----------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Injected:
+class Injected(msgspec.Struct, frozen=True):
     """One input for the active run's engine, or the input of a follow-up run."""
 
     key: str  # its history event id, the same whichever way the input arrives (`input_key`)
@@ -76,34 +73,28 @@ class Injected:
     user_message: pb.UserMessage | None = None  # echoed as user_message_appended once delivered
 
 
-@dataclass(frozen=True, slots=True)
-class CancelRun:
+class CancelRun(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class EndStream:
+class EndStream(msgspec.Struct, frozen=True):
     """FINALIZING: the run already succeeded; a Stop only ends the continuation window."""
 
 
-@dataclass(frozen=True, slots=True)
-class CancelQueued:
+class CancelQueued(msgspec.Struct, frozen=True):
     stream: StreamKey
 
 
-@dataclass(frozen=True, slots=True)
-class CancelSubagent:
+class CancelSubagent(msgspec.Struct, frozen=True):
     subagent_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Inject:
+class Inject(msgspec.Struct, frozen=True):
     items: tuple[Injected, ...]
     interrupt: bool  # cut the current cycle short (user input), or join at the next boundary
 
 
-@dataclass(frozen=True, slots=True)
-class FollowUp:
+class FollowUp(msgspec.Struct, frozen=True):
     """The action becomes the next run on that stream, with the settings of the run before it."""
 
     stream: StreamKey
@@ -111,15 +102,13 @@ class FollowUp:
     injection_id: str = ""  # an IDE injection id: told queued_for_next_turn now, delivered later
 
 
-@dataclass(frozen=True, slots=True)
-class Reject:
+class Reject(msgspec.Struct, frozen=True):
     stream: StreamKey
     injection_id: str
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Ignore:
+class Ignore(msgspec.Struct, frozen=True):
     reason: str
 
 

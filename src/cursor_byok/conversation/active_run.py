@@ -4,8 +4,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from .. import tools
 from ..config import ModelConfig
@@ -25,18 +26,16 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(eq=False)
-class PendingTool:
+class PendingTool(msgspec.Struct, eq=False):
     call: ToolCallRequest
     execution: tools.ToolExecution
     model_call_id: str
     outcome: ToolOutcome | None = None
-    exec_ids: list[int] = field(default_factory=list)
+    exec_ids: list[int] = msgspec.field(default_factory=list)
     started_ms: int = 0
 
 
-@dataclass(eq=False)
-class ActiveBatch:
+class ActiveBatch(msgspec.Struct, eq=False):
     pending: list[PendingTool]
     future: asyncio.Future[list[ToolOutcome]]
 
@@ -44,29 +43,30 @@ class ActiveBatch:
         return all(p.outcome is not None for p in self.pending)
 
 
-@dataclass(eq=False, slots=True)  # slots: ~45 fields would make each run's instance dict an object of its own
-class ActiveRun:
+class ActiveRun(msgspec.Struct, eq=False):
     run_id: str
     cursor_run_id: str
     request_id: str
     output: OutputStream
     run_request: pb.AgentRunRequest
     mode: int
+    presenter: RunPresenter
+    observed: ObservedRun
+    turns: TurnLog  # the turns this run adds, with their steps
+    derived: DerivedState  # what its tool calls add to its checkpoints
     follow_up: bool = False  # built by the runtime from an action on this stream, not sent by the IDE
     resumed: bool = False  # after a restart, from the journaled input of its stream
-    started_ms: int = field(default_factory=now_ms)
+    started_ms: int = msgspec.field(default_factory=now_ms)
     model: ModelConfig | None = None
     engine: RunEngine | None = None
     spec: RunSpec | None = None
     task: asyncio.Task[Any] | None = None
     batch: ActiveBatch | None = None
-    execs: dict[int, PendingTool] = field(default_factory=dict)
-    injections: list[Injected] = field(default_factory=list)
-    taken: list[Injected] = field(default_factory=list)  # handed to the engine, not yet committed
-    input_keys: set[str] = field(default_factory=set)  # inputs injected into this run
-    presenter: RunPresenter = field(init=False)
-    observed: ObservedRun = field(init=False)
-    side_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # step checkpoints in flight
+    execs: dict[int, PendingTool] = msgspec.field(default_factory=dict)
+    injections: list[Injected] = msgspec.field(default_factory=list)
+    taken: list[Injected] = msgspec.field(default_factory=list)  # handed to the engine, not yet committed
+    input_keys: set[str] = msgspec.field(default_factory=set)  # inputs injected into this run
+    side_tasks: set[asyncio.Task[None]] = msgspec.field(default_factory=set)  # step checkpoints in flight
     checkpoint_seq: int = 0  # checkpoints started in this run
     checkpoint_sent: int = 0  # the newest one written to the stream
     checkpoint_stored: int = 0  # the newest one given to the store (each replaces the one before)
@@ -77,20 +77,14 @@ class ActiveRun:
     input_stored: asyncio.Future[Any] | None = None  # the turn's input being written: the model waits for it
     tool_ctx: tools.ToolContext | None = None
     context_query: ContextQuery | None = None  # the client asked for its request context (its request had none)
-    turns: TurnLog = field(init=False)  # the turns this run adds, with their steps
-    derived: DerivedState = field(init=False)  # what its tool calls add to its checkpoints
-    compactions: list[Any] = field(default_factory=list)  # checkpoints.Compaction, in order
-    known_blobs: dict[bytes, bytes] = field(default_factory=dict)  # blob id → bytes (pre-fetched, fetched)
+    compactions: list[Any] = msgspec.field(default_factory=list)  # checkpoints.Compaction, in order
+    known_blobs: dict[bytes, bytes] = msgspec.field(default_factory=dict)  # blob id → bytes (pre-fetched, fetched)
     final_state: pb.ConversationStateStructure | None = None  # the final checkpoint, once sent
     # A resumed run: the batch its stream had in flight, rebuilt (`owed_calls`: every call of that
     # assistant message), and whether the IDE came back for the stream (True) or not (False).
-    owed_calls: list[ToolCallRequest] = field(default_factory=list)
+    owed_calls: list[ToolCallRequest] = msgspec.field(default_factory=list)
     rebuilt: ActiveBatch | None = None
     claim: asyncio.Future[bool] | None = None
-
-    def __post_init__(self) -> None:
-        self.turns = TurnLog(self.request_id)
-        self.derived = DerivedState(self.run_request.conversation_state)
 
     def claimed(self, by_ide: bool) -> None:
         """The IDE came back for this resumed run's stream (it reads or appends to it), or will not."""
@@ -133,12 +127,14 @@ def begin_run(
     """A new run of `rr`: its ids, presenter and observation record, the blobs the request carried,
     and the turn it opens (a run without a user message continues the last turn)."""
     mode, user, root = turn_start(rr)
-    run = ActiveRun(new_run_id(), cursor_run_id(rr), request_id, output, rr, mode, follow_up, resumed=resumed)
+    run_id, cursor_id, turns = new_run_id(), cursor_run_id(rr), TurnLog(request_id)
     # Bound to the stream, not to the run: a run that holds what refers back to it is only freed by
     # the cycle collector, with its run request and turns.
-    run.presenter = RunPresenter(run.run_id, root, functools.partial(write_to, output), run.turns, output.write)
-    run.observed = ObservedRun(
-        conversation_id, run.run_id, run.cursor_run_id, request_id, requested_model_id(rr), developer=output.developer
+    presenter = RunPresenter(run_id, root, functools.partial(write_to, output), turns, output.write)
+    observed = ObservedRun(conversation_id, run_id, cursor_id, request_id, requested_model_id(rr), developer=output.developer)
+    run = ActiveRun(
+        run_id, cursor_id, request_id, output, rr, mode, presenter, observed, turns,
+        DerivedState(rr.conversation_state), follow_up, resumed=resumed,
     )
     if rr.pre_fetched_blobs:
         run.known_blobs.update(prefetched_blobs(rr))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -45,8 +45,7 @@ from .sync import BlobSync, roots_of
 log = logging.getLogger("cursor_byok.runtime")
 
 
-@dataclass(frozen=True, slots=True)
-class Compaction:
+class Compaction(msgspec.Struct, frozen=True):
     """A compaction in this run: its summary, the root ids it replaced, and its history message."""
 
     summary: str
@@ -54,8 +53,7 @@ class Compaction:
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
-class PendingRound:
+class PendingRound(msgspec.Struct, frozen=True):
     """The assistant message whose tool calls are running, and when they started."""
 
     message: Message

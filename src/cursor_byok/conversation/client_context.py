@@ -11,8 +11,9 @@ with an error, leaves the run as it came.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..protocol import agent_pb2 as pb, which
 from . import updates
@@ -23,8 +24,7 @@ ANSWER_WAIT_SECONDS = 10.0
 _CONTEXT_ACTIONS = frozenset({"user_message_action", "resume_action"})
 
 
-@dataclass(eq=False)
-class ContextQuery:
+class ContextQuery(msgspec.Struct, eq=False):
     """A request_context_args exec in flight: its exec id and the answer awaited."""
 
     exec_id: int

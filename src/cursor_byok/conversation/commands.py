@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..protocol import agent_pb2 as pb
 from ..run import ToolCallRequest, ToolOutcome, Usage
@@ -11,8 +12,7 @@ from .identity import ParentConversationRef
 from .output import OutputStream
 
 
-@dataclass(slots=True)
-class StartRun:
+class StartRun(msgspec.Struct):
     request_id: str
     output: OutputStream
     run_request: pb.AgentRunRequest
@@ -21,8 +21,7 @@ class StartRun:
     resumed: bool = False  # its run was cut by a restart: resumed from the journaled input
 
 
-@dataclass(slots=True)
-class ClientInput:
+class ClientInput(msgspec.Struct):
     request_id: str
     message: pb.AgentClientMessage
     output: OutputStream | None = None  # the stream it was appended on (the request id's latest)
@@ -30,63 +29,53 @@ class ClientInput:
     replayed: bool = False  # journaled before a restart and applied again after it
 
 
-@dataclass(slots=True)
-class Heartbeat:
+class Heartbeat(msgspec.Struct):
     output: OutputStream
 
 
-@dataclass(slots=True)
-class ToolBatch:
+class ToolBatch(msgspec.Struct):
     run_id: str
     calls: list[ToolCallRequest]
     future: asyncio.Future[list[ToolOutcome]]
 
 
-@dataclass(slots=True)
-class Prepared:
+class Prepared(msgspec.Struct):
     run_id: str
     error: BaseException | None = None
 
 
-@dataclass(slots=True)
-class EngineDone:
+class EngineDone(msgspec.Struct):
     run_id: str
     usage: Usage | None = None
     error: BaseException | None = None
 
 
-@dataclass(slots=True)
-class InjectionsTaken:
+class InjectionsTaken(msgspec.Struct):
     run_id: str
 
 
-@dataclass(slots=True)
-class CheckpointDone:
+class CheckpointDone(msgspec.Struct):
     run_id: str
     error: BaseException | None = None
 
 
-@dataclass(slots=True)
-class FinalizeExpired:
+class FinalizeExpired(msgspec.Struct):
     run_id: str
 
 
-@dataclass(slots=True)
-class RecoveryExpired:
+class RecoveryExpired(msgspec.Struct):
     """A resumed run has waited long enough for its IDE (and the tool results it still owed)."""
 
     run_id: str
 
 
-@dataclass(slots=True)
-class ReattachExpired:
+class ReattachExpired(msgspec.Struct):
     """The run's stream has had no reader for the reattach grace: its client is gone."""
 
     run_id: str
 
 
-@dataclass(slots=True)
-class Reader:
+class Reader(msgspec.Struct):
     """A reader (RunSSE, or a Run stream's response side) came to (`attached`) or left `output`."""
 
     request_id: str
@@ -94,8 +83,7 @@ class Reader:
     output: OutputStream
 
 
-@dataclass(slots=True)
-class Shutdown:
+class Shutdown(msgspec.Struct):
     reason: str
     done: asyncio.Future[None]
 

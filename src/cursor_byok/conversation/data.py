@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from .. import prompting
 from ..config import Config, ModelConfig
@@ -34,8 +35,7 @@ from .turn_input import UNFINISHED_TOOL_TEXT, commit_turn_input
 log = logging.getLogger("cursor_byok.runtime")
 
 
-@dataclass
-class RuntimeServices:
+class RuntimeServices(msgspec.Struct):
     """Services the runtime uses (provided by the gateway at startup)."""
 
     config: Config
@@ -53,8 +53,8 @@ class RuntimeServices:
     # Whether IDEs can reach the server: a start that resumes cut streams sets it False until it
     # serves (`begin_serving`), so their recovery waits do not run out while it resumes others.
     serving: bool = True
-    _clocks: list[Callable[[], object]] = field(default_factory=list)  # recovery clocks waiting for that
-    strict_prefix: bool = field(default_factory=strict_prefix_checks)  # read once, not per conversation
+    _clocks: list[Callable[[], object]] = msgspec.field(default_factory=list)  # recovery clocks waiting for that
+    strict_prefix: bool = msgspec.field(default_factory=strict_prefix_checks)  # read once, not per conversation
 
     def when_serving(self, start: Callable[[], object]) -> None:
         """`start` now when the server serves, else once it does."""

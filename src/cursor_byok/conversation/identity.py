@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class ParentConversationRef:
+class ParentConversationRef(msgspec.Struct, frozen=True):
     """Immutable origin of a child conversation (a Task sub-agent). All three fields or none.
 
     parent_conversation_id: which conversation chain it belongs to;

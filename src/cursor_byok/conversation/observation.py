@@ -5,16 +5,16 @@ at points it passes anyway; an observer only reads, and nothing it does changes 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import msgspec
 
 from ..config import ModelConfig
 from ..protocol import new_trace_id
 from ..run import ProviderCall
 
 
-@dataclass(slots=True, eq=False)
-class ObservedRun:
+class ObservedRun(msgspec.Struct, eq=False):
     """One run as observers see it. `trace_id` names the run's chain of work (its provider calls,
     its log lines): server-unique, never the request id."""
 
@@ -23,17 +23,16 @@ class ObservedRun:
     cursor_run_id: str
     request_id: str
     requested_model: str
-    trace_id: str = field(default_factory=new_trace_id)
-    started_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
-    started_ns: int = field(default_factory=time.monotonic_ns)
+    trace_id: str = msgspec.field(default_factory=new_trace_id)
+    started_ms: int = msgspec.field(default_factory=lambda: time.time_ns() // 1_000_000)
+    started_ns: int = msgspec.field(default_factory=time.monotonic_ns)
     model: ModelConfig | None = None  # once the run's model is resolved
-    phases: list[tuple[str, int]] = field(default_factory=list)  # (phase entered, monotonic ns)
+    phases: list[tuple[str, int]] = msgspec.field(default_factory=list)  # (phase entered, monotonic ns)
     observer_state: Any = None  # what the observer keeps about the run
     developer: str | None = None  # a team server's, whose run it is
 
 
-@dataclass(frozen=True, slots=True)
-class ObservedTool:
+class ObservedTool(msgspec.Struct, frozen=True):
     call_id: str
     name: str
     started_ms: int

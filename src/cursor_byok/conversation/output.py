@@ -21,9 +21,10 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Protocol
+
+import msgspec
 
 log = logging.getLogger("cursor_byok.conversation.output")
 
@@ -46,8 +47,7 @@ def _bytes(frame: bytes | Rebuilt) -> bytes:
     return frame if type(frame) is bytes else frame.encode()  # type: ignore[union-attr]
 
 
-@dataclass(slots=True, eq=False)
-class _Packed:
+class _Packed(msgspec.Struct, eq=False):
     """A finished stream's frames as one buffer and the offsets between them. A list of frames is
     a container the cycle collector walks item by item on every full collection, and finished
     streams are retained for minutes (tens of thousands of frames under load); bytes and an array
@@ -88,16 +88,14 @@ class ReplayUnavailable(Exception):
     """A reader asked for frames that were trimmed from the retention window."""
 
 
-@dataclass(slots=True)
-class ReadResult:
+class ReadResult(msgspec.Struct):
     data: bytes  # concatenated frames (possibly empty)
     position: int  # next position to read from
     finished: bool  # the terminal frame is included in `data` or was read earlier
     complete: bool = False  # the response already ended: a push delivered the terminal
 
 
-@dataclass(slots=True, eq=False)
-class _Waiter:
+class _Waiter(msgspec.Struct, eq=False):
     """A caught-up reader: woken through `wake`, or served by the writer through `push`."""
 
     position: int
@@ -141,8 +139,7 @@ def _pass_flush() -> _PassFlush:
     return flush
 
 
-@dataclass(slots=True, eq=False)
-class OutputStream:
+class OutputStream(msgspec.Struct, eq=False):
     request_id: str
     generation: int
     max_retained_bytes: int = 64 * 1024 * 1024
@@ -151,22 +148,22 @@ class OutputStream:
     cursor_run_id: str = ""
     applied_seqno: int = 0
     settled_seqno: int = 0
-    frames: list[bytes | Rebuilt] = field(default_factory=list)  # while it runs; `packed` once finished
+    frames: list[bytes | Rebuilt] = msgspec.field(default_factory=list)  # while it runs; `packed` once finished
     packed: _Packed | None = None
-    rebuilt: list[int] = field(default_factory=list)  # positions of the frames retained as `Rebuilt`
+    rebuilt: list[int] = msgspec.field(default_factory=list)  # positions of the frames retained as `Rebuilt`
     base: int = 0  # absolute position of frames[0]
     retained_bytes: int = 0
     closed: bool = False
     # When its IDE was last on it: a reader leaving, an append for its request id, its close. A
     # finished stream is retained from then, not from its close: an IDE still busy with frames it
     # was sent (acking them) may not have taken the terminal that went out with them.
-    used_at: float = field(default_factory=time.monotonic)
+    used_at: float = msgspec.field(default_factory=time.monotonic)
     readers: int = 0
     # A reader's task took the terminal and ended its response (a terminal the writer pushed to a
     # reader whose client then went away does not count: nobody read it).
     terminal_delivered: bool = False
     developer: str | None = None  # a team server's, whose request opened it (its runs are theirs)
-    _waiters: list[_Waiter] = field(default_factory=list)
+    _waiters: list[_Waiter] = msgspec.field(default_factory=list)
     _pass: _PassFlush | None = None  # its loop's, once a write had a reader waiting
     _flush_due: bool = False  # frames written in this pass wait for the pass's end
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..instance import is_damage
 from ..protocol import ConnectError, agent_pb2 as pb, enum_name
@@ -23,8 +24,7 @@ from .state import Outcome
 from .tool_calls import ToolState, decode_tool_state, encode_tool_state
 
 
-@dataclass(frozen=True, slots=True)
-class StoredConversation:
+class StoredConversation(msgspec.Struct, frozen=True):
     entries: StoredEntries
     parent: ParentConversationRef | None
     tool_state: ToolState | None

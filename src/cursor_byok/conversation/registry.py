@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
+
+import msgspec
 
 
 class BindingConflict(Exception):
@@ -35,8 +36,7 @@ class BindKind(str, enum.Enum):
     NEW_GENERATION = "new_generation"  # same conversation, a new Cursor run on the same request_id
 
 
-@dataclass(slots=True)
-class Binding:
+class Binding(msgspec.Struct):
     request_id: str
     conversation_id: str
     cursor_run_id: str

@@ -14,7 +14,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 from ..protocol import ConnectError, agent_pb2 as pb, unknown_fields, which
 from .identity import ParentConversationRef
@@ -33,8 +34,7 @@ log = logging.getLogger("cursor_byok.conversation")
 NEWER_FIELDS_DEPTH = 6
 
 
-@dataclass(frozen=True, slots=True)
-class OpenedRun:
+class OpenedRun(msgspec.Struct, frozen=True):
     conversation_id: str
     output: OutputStream
     kind: BindKind

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from ..protocol import ConnectError, agent_pb2 as pb, encode_server_message, which
 from . import updates
@@ -19,8 +20,7 @@ from .history import blob_id
 from .output import OutputStream
 
 
-@dataclass(frozen=True, slots=True)
-class _SetBlobFrame:
+class _SetBlobFrame(msgspec.Struct, frozen=True):
     """A set_blob frame as its stream retains it: the blob is encoded again for a replay."""
 
     kv_id: int

@@ -16,7 +16,6 @@ assistant message that asked for it was queued before).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -93,7 +92,7 @@ class ToolRounds:
             list(state.todos), dict(state.shell_output_seen),
         )
         stored = self._on_state(state)
-        ctx = dataclasses.replace(run.tool_ctx, todos=tuple(state.todos), shell_output_seen=state.shell_output_seen)
+        ctx = msgspec.structs.replace(run.tool_ctx, todos=tuple(state.todos), shell_output_seen=state.shell_output_seen)
         self._held = []
         try:
             done = self._begin_batch(run, calls, ctx, ActiveBatch([], future), run.presenter.model_call_id, send=True)
@@ -119,7 +118,7 @@ class ToolRounds:
         assert opened is not None
         self.next_exec_id = opened.exec_base
         run.tool_ctx = ctx
-        started = dataclasses.replace(ctx, todos=tuple(opened.todos), shell_output_seen=dict(opened.shell_output_seen))
+        started = msgspec.structs.replace(ctx, todos=tuple(opened.todos), shell_output_seen=dict(opened.shell_output_seen))
         future: asyncio.Future[list[ToolOutcome]] = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a cancel may end it unread
         batch = ActiveBatch([], future)

@@ -11,7 +11,7 @@ Pure: no awaits, no clock, no output; it appends to the in-memory history the ru
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from .. import prompting
 from ..protocol import ConnectError, agent_pb2 as pb, which
@@ -32,12 +32,11 @@ UNFINISHED_TOOL_TEXT = (
 )
 
 
-@dataclass(slots=True)
-class TurnInput:
-    entries: list[HistoryEntry] = field(default_factory=list)  # appended now; stored before the model runs
+class TurnInput(msgspec.Struct):
+    entries: list[HistoryEntry] = msgspec.field(default_factory=list)  # appended now; stored before the model runs
     call_model: bool = True
     delivered: Injected | None = None  # an IDE injection that became this run: report it delivered
-    pending_calls: list[ToolCallPart] = field(default_factory=list)  # a round in flight: run before the model
+    pending_calls: list[ToolCallPart] = msgspec.field(default_factory=list)  # a round in flight: run before the model
 
 
 def stored_as(history: ConversationHistory, key: str) -> str | None:

@@ -17,8 +17,9 @@ import enum
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..protocol import ConnectError
 
@@ -46,16 +47,14 @@ class Waiter(str, enum.Enum):
 WAITERS_PER_REQUEST = {Waiter.APPEND: 64, Waiter.RUN_SSE: 4}
 
 
-@dataclass(eq=False)
-class Transport:
+class Transport(msgspec.Struct, eq=False):
     request_id: str
     route: Route
     order: AppendOrder
-    last_seen: float = field(default_factory=time.monotonic)
+    last_seen: float = msgspec.field(default_factory=time.monotonic)
 
 
-@dataclass(eq=False, slots=True)
-class EarlyAppend:
+class EarlyAppend(msgspec.Struct, eq=False):
     """A later append waiting for its seqno 0. A locally served seqno 0 takes it along: admitted,
     journaled and into the order in its own step, so it is handed over with the run request (a
     cancel that came first is seen before the model is called)."""

@@ -14,8 +14,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+import msgspec
 
 from ..config import ModelConfig
 from ..http_client import KEEPALIVE_SECONDS, HttpError, ProviderHttp
@@ -27,8 +28,7 @@ log = logging.getLogger("cursor_byok.providers")
 _PROBE_TIMEOUT = 10.0
 
 
-@dataclass(slots=True)
-class _Origin:
+class _Origin(msgspec.Struct):
     url: str  # an endpoint on it, for the probe
     last_used: float  # a run took an adapter for it (or the server started)
     last_warmed: float = float("-inf")

@@ -44,9 +44,10 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from .bindings import DEFAULT_CAPACITY
 from .checkpointer import Checkpointer
@@ -72,8 +73,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(slots=True)
-class StoreStats:
+class StoreStats(msgspec.Struct):
     """Writer counters, for tests, benchmarks and `doctor`."""
 
     batches: int = 0  # batches taken from the queue

@@ -16,9 +16,10 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .core import is_postgres_url, postgres_backend
 
@@ -35,10 +36,9 @@ _OWNED_TABLES = (
 _BATCH = 100
 
 
-@dataclass(slots=True)
-class Deletion:
-    deleted: list[str] = field(default_factory=list)  # conversations removed, sub-tasks included
-    busy: list[str] = field(default_factory=list)  # left alone: a run of theirs is in progress
+class Deletion(msgspec.Struct):
+    deleted: list[str] = msgspec.field(default_factory=list)  # conversations removed, sub-tasks included
+    busy: list[str] = msgspec.field(default_factory=list)  # left alone: a run of theirs is in progress
     erased_bodies: int = 0  # provider call records whose request and response bodies went
 
 

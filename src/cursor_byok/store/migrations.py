@@ -12,15 +12,15 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from .errors import MigrationError, SchemaTooNewError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "Migration", "apply_migrations", "check_sequence"]
 
 
-@dataclass(frozen=True, slots=True)
-class Migration:
+class Migration(msgspec.Struct, frozen=True):
     version: int
     name: str
     statements: tuple[str, ...]

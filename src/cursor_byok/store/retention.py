@@ -13,7 +13,6 @@ import enum
 import logging
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import msgspec
 
@@ -36,8 +35,7 @@ class Retained(enum.StrEnum):
     CALLS = "calls"
 
 
-@dataclass(frozen=True, slots=True)
-class _Rule:
+class _Rule(msgspec.Struct, frozen=True):
     table: str
     age_column: str
     condition: str = "TRUE"  # which rows may go at all

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 _MAX_ROWID = 2**63 - 1
 _BATCH = 500
@@ -21,10 +22,9 @@ class NothingToSalvage(Exception):
     """The file's schema cannot be read: no table in it can be found."""
 
 
-@dataclass(slots=True)
-class Salvage:
-    rows: dict[str, int] = field(default_factory=dict)  # rows copied, by table
-    damaged: list[str] = field(default_factory=list)  # tables where some rows could not be read
+class Salvage(msgspec.Struct):
+    rows: dict[str, int] = msgspec.field(default_factory=dict)  # rows copied, by table
+    damaged: list[str] = msgspec.field(default_factory=list)  # tables where some rows could not be read
 
 
 def salvage_database(damaged: Path, into: Path) -> Salvage:

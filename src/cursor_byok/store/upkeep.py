@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from .core import is_postgres_url, postgres_backend
 from .inbound import QuarantinedStream, select_quarantined
@@ -23,17 +24,16 @@ COUNTED = (
 )
 
 
-@dataclass(slots=True)
-class DatabaseStats:
+class DatabaseStats(msgspec.Struct):
     path: Path | str  # the file, or the PostgreSQL url without its password
     file_bytes: int  # the database file
     wal_bytes: int  # its write-ahead log
     page_size: int
     pages: int
     free_pages: int  # reusable inside the file; `vacuum_database` gives them back to the disk
-    rows: dict[str, int] = field(default_factory=dict)  # table → rows
-    table_bytes: dict[str, int] = field(default_factory=dict)  # table → bytes with its indexes (when asked)
-    quarantined: list[QuarantinedStream] = field(default_factory=list)  # journaled streams a start could not resume
+    rows: dict[str, int] = msgspec.field(default_factory=dict)  # table → rows
+    table_bytes: dict[str, int] = msgspec.field(default_factory=dict)  # table → bytes with its indexes (when asked)
+    quarantined: list[QuarantinedStream] = msgspec.field(default_factory=list)  # journaled streams a start could not resume
 
     @property
     def used_bytes(self) -> int:

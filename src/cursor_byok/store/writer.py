@@ -29,7 +29,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -56,9 +55,8 @@ class Failed:
         self.error = error
 
 
-@dataclass(slots=True)
-class BatchOutcome:
-    results: list[Any] = field(default_factory=list)  # per non-Barrier op: planned value or Failed
+class BatchOutcome(msgspec.Struct):
+    results: list[Any] = msgspec.field(default_factory=list)  # per non-Barrier op: planned value or Failed
     transactions: int = 0  # committed
     replayed: bool = False  # the batch failed as a whole and was replayed one write at a time
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -98,8 +97,7 @@ def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
-class ToolContext:
+class ToolContext(msgspec.Struct, frozen=True):
     """Run facts a tool needs. Built by the conversation runtime once per tool round.
 
     terminals_folder: RequestContextEnv.terminals_folder (where the IDE writes `<shell_id>.txt`
@@ -121,7 +119,7 @@ class ToolContext:
     allow_subagents: bool = True
     await_default_timeout_ms: int = 30_000
     await_poll_interval_ms: int = 700
-    shell_output_seen: Mapping[str, int] = field(default_factory=dict)
+    shell_output_seen: Mapping[str, int] = msgspec.field(default_factory=dict)
     clock_ms: Callable[[], int] = _wall_clock_ms
 
     def mcp_model_names(self) -> dict[str, McpDescriptor]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -123,8 +122,7 @@ def message_from_json(data: bytes) -> tuple[str, Message | None]:
     return role, Message(role=role, parts=parts)
 
 
-@dataclass(frozen=True, slots=True)
-class RootBlob:
+class RootBlob(msgspec.Struct, frozen=True):
     """One root-prompt blob: its id, and what it is encoded from (a history entry and its position in
     the projection, or the system prompt), not its bytes."""
 

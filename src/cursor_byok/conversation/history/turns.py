@@ -13,8 +13,7 @@ started in, whichever finishes first. Earlier turns are carried as received.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 from google.protobuf.message import Message
 
 from ...protocol import agent_pb2 as pb
@@ -108,12 +107,11 @@ class StepLog:
         return taken
 
 
-@dataclass(eq=False)
-class Turn:
+class Turn(msgspec.Struct, eq=False):
     """One turn of this run: begun by a user message, or (None) continuing the state's last turn."""
 
     user_message: pb.UserMessage | None
-    steps: StepLog = field(default_factory=StepLog)
+    steps: StepLog = msgspec.field(default_factory=StepLog)
 
 
 class TurnLog:
