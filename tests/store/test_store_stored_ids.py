@@ -49,20 +49,6 @@ async def test_ids_an_earlier_process_stored_are_read_and_found(db_path: Path, c
         await store.close()
 
 
-async def test_ids_this_process_queued_are_read_once_memory_lets_go(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path, binding_cache=1)
-    try:
-        store.upsert_conversation(conversation("a"))
-        for n in range(3):
-            store.bind_request(f"r{n}", "a")
-        await store.flush()
-        assert store.bound_conversation("r0") is None  # memory let go of it
-        assert await store.lookup_conversation("r0") == "a"
-        assert not store.holds_nothing_of("a")
-    finally:
-        await store.close()
-
-
 async def test_past_the_limit_a_new_snapshot_is_taken_and_nothing_is_missed(
     db_path: Path, conversation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
