@@ -75,3 +75,6 @@ def test_stored_ids_answer_absent_only_for_ids_neither_stored_nor_queued() -> No
     ids.loaded(stored_ids.array("q", sorted([hash("s")])))
     assert not ids.absent("s") and not ids.absent("q")
     assert ids.absent("x")
+    unkept = StoredIds(kept=False)
+    assert not any(unkept.queued(str(n)) for n in range(stored_ids.SINCE_LIMIT + 2))
+    assert not unkept.absent("x")

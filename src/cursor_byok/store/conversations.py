@@ -62,9 +62,10 @@ class ConversationRecords(StoreCore):
         self._bindings = BindingCache(binding_cache)
         # The request ids bound and the conversations stored, known without a read (stored_ids.py):
         # the embedded store's only, which this process alone writes.
-        self._stored_requests = StoredIds()
-        self._stored_conversations = StoredIds()
-        self._snapshots: set[asyncio.Task[None]] = set()  # being taken again (`StoredIds.renew`)
+        embedded = self.path is not None and self._writer is not None
+        self._stored_requests = StoredIds(kept=embedded)
+        self._stored_conversations = StoredIds(kept=embedded)
+        self._snapshots: set[asyncio.Task[None]] = set()  # being taken again (`StoredIds.queued`)
 
     def _opened(self, conn: sqlite3.Connection) -> None:
         super()._opened(conn)
@@ -75,14 +76,13 @@ class ConversationRecords(StoreCore):
                 log.warning("no snapshot of stored ids (%s): %s", sql, exc)
 
     def _queued(self, ids: StoredIds, stored_id: str, sql: str) -> None:
-        ids.queued(stored_id)
-        if ids.renew():
+        if ids.queued(stored_id):
             task = self._loop.create_task(self._snapshot_again(ids, sql))
             self._snapshots.add(task)
             task.add_done_callback(self._snapshots.discard)
 
     async def _snapshot_again(self, ids: StoredIds, sql: str) -> None:
-        """Once everything queued so far has committed (`StoredIds.renew`)."""
+        """Once everything queued so far has committed (`StoredIds.queued`)."""
         assert self.path is not None  # the embedded store's only
         try:
             await self.flush()

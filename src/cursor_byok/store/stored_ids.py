@@ -30,16 +30,27 @@ SINCE_LIMIT = 20_000
 
 
 class StoredIds:
-    __slots__ = ("_before", "_retiring", "_since", "ready")
+    __slots__ = ("_before", "_kept", "_retiring", "_since", "ready")
 
-    def __init__(self) -> None:
+    def __init__(self, *, kept: bool = True) -> None:
+        """`kept` False: a store that never takes snapshots (every id is "maybe") keeps nothing."""
+        self._kept = kept
         self._before = array("q")  # sorted hashes of the ids stored at the snapshot
         self._since: set[int] = set()  # hashes of the ids queued since the snapshot began
         self._retiring: set[int] = set()  # the previous `_since`, while a new snapshot is read
         self.ready = False  # a snapshot is in: `absent` may answer True
 
-    def queued(self, stored_id: str) -> None:
-        self._since.add(hash(stored_id))
+    def queued(self, stored_id: str) -> bool:
+        """Note an id queued for storing; True: take a new snapshot (the ids queued since the last
+        are too many: they are kept, and asked, until `loaded` gives the new one)."""
+        if not self._kept:
+            return False
+        since = self._since
+        since.add(hash(stored_id))
+        if len(since) <= SINCE_LIMIT or self._retiring:
+            return False
+        self._retiring, self._since = since, set()
+        return True
 
     def absent(self, stored_id: str) -> bool:
         """True: certainly not stored (nor queued). False: maybe (read the table)."""
@@ -52,16 +63,9 @@ class StoredIds:
         i = bisect_left(before, key)
         return i == len(before) or before[i] != key
 
-    def renew(self) -> bool:
-        """Start a new snapshot (True) when the ids queued since the last are too many: they are
-        kept, and asked, until `loaded` gives the new one."""
-        if len(self._since) <= SINCE_LIMIT or self._retiring:
-            return False
-        self._retiring, self._since = self._since, set()
-        return True
-
     def loaded(self, hashes: array[int]) -> None:
-        """The snapshot (`read_snapshot`), read after every id queued before `renew` had committed."""
+        """The snapshot (`hashes_of`), read after every id queued before `queued` asked for it had
+        committed."""
         self._before = hashes
         self._retiring = set()
         self.ready = True
