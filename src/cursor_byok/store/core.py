@@ -27,11 +27,11 @@ loop never does).
 
 Reads run on their own thread and connection (WAL readers never block the writer): a
 conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
-lookup or range, so none grows with the size of the database. The reads on every new turn's path
-(the binding of a request id memory does not hold: every turn comes on a fresh one; whether a new
-conversation has anything stored) are primary-key lookups the loop makes itself (`_read_now`) when
-the store's threads are idle, on the writer's connection: a thread round trip costs more than the
-read, and that connection's page cache holds what the last commits wrote (a connection of its own
+lookup or range, so none grows with the size of the database. A new turn's path needs none for a
+fresh request id or a new conversation (stored_ids.py); the binding of any other request id memory
+does not hold, and whether another conversation has anything stored, are primary-key lookups the
+loop makes itself (`_read_now`) when the store's threads are idle, on the writer's connection: a
+thread round trip costs more than the read, and that connection's page cache holds what the last commits wrote (a connection of its own
 would find its cache stale after every commit and read the pages again). It never waits for a lock
 (busy timeout 0); whatever it cannot answer at once goes to the reader thread.
 
@@ -240,7 +240,11 @@ class StoreCore:
             schema_version=version, synchronous=sync, binding_cache=binding_cache,
         )
         if writer is not None and file is not None:
-            await asyncio.to_thread(store._opened, writer)
+            try:
+                await asyncio.to_thread(store._opened, writer)
+            except BaseException:
+                await store.close()
+                raise
         return store
 
     def _opened(self, conn: sqlite3.Connection) -> None:
