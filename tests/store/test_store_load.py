@@ -36,6 +36,7 @@ async def test_a_conversation_stored_nowhere_is_told_at_once(store: Store, conve
     even while a write is being committed (it was never stored nor queued); one with a committed
     row, or queued, is read as before."""
     assert store.holds_nothing_of("new")
+    await asyncio.gather(*store._snapshots)  # the store knows which conversations it holds
     store.upsert_conversation(conversation("old"))
     store.hand_over_now()  # committed on the loop: nothing in flight after it
     store.append_events("old", [NewEvent("e1", EventKind.USER, b"{}")])

@@ -14,6 +14,11 @@ from cursor_byok.store.stored_ids import StoredIds
 pytestmark = pytest.mark.embedded_only("only this process writes an embedded store's ids")
 
 
+async def snapshots_taken(store: Store) -> None:
+    """Once the store has read which ids it holds (on a thread of its own, after opening)."""
+    await asyncio.gather(*store._snapshots)
+
+
 def reads(statements: list[str]) -> list[str]:
     return [s for s in statements if s.startswith("SELECT") and ("request_bindings" in s or "FROM conversations" in s)]
 
@@ -22,6 +27,7 @@ async def test_a_fresh_request_id_and_a_new_conversation_cost_no_read(db_path: P
     statements: list[str] = []
     store = await Store.open(db_path, trace=statements.append)
     try:
+        await snapshots_taken(store)
         del statements[:]
         assert await store.lookup_conversation("r-fresh") is None
         assert store.holds_nothing_of("c-new")
@@ -41,6 +47,7 @@ async def test_ids_an_earlier_process_stored_are_read_and_found(db_path: Path, c
     statements: list[str] = []
     store = await Store.open(db_path, trace=statements.append)
     try:
+        await snapshots_taken(store)
         del statements[:]
         assert await store.lookup_conversation("r-a") == "a"
         assert not store.holds_nothing_of("a")
@@ -59,7 +66,7 @@ async def test_past_the_limit_a_new_snapshot_is_taken_and_nothing_is_missed(
         for n in range(10):
             store.bind_request(f"r{n}", "a")
         await store.flush()
-        await asyncio.gather(*store._snapshots)  # taken again (after a flush) as the ids passed the limit
+        await snapshots_taken(store)  # taken again (after a flush) as the ids passed the limit
         assert store._stored_requests.ready
         for n in range(10):
             assert await store.lookup_conversation(f"r{n}") == "a"

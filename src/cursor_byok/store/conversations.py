@@ -13,7 +13,7 @@ from .core import StoreCore
 from .errors import StoreError
 from .ops import RowWrite, Stage
 from .records import BindingRecord, BindOutcome, ConversationPage, ConversationRecord, ParentRef, RunOutcome, RunRecord
-from .stored_ids import StoredIds, hashes_of, read_snapshot
+from .stored_ids import StoredIds, read_snapshot
 
 log = logging.getLogger("cursor_byok.store")
 
@@ -65,29 +65,33 @@ class ConversationRecords(StoreCore):
         embedded = self.path is not None and self._writer is not None
         self._stored_requests = StoredIds(kept=embedded)
         self._stored_conversations = StoredIds(kept=embedded)
-        self._snapshots: set[asyncio.Task[None]] = set()  # being taken again (`StoredIds.queued`)
+        self._snapshots: set[asyncio.Task[None]] = set()  # being taken
+        if embedded:
+            self._take_snapshot(self._stored_requests, _REQUEST_IDS, flushed=False)
+            self._take_snapshot(self._stored_conversations, _CONVERSATION_IDS, flushed=False)
 
-    def _opened(self, conn: sqlite3.Connection) -> None:
-        super()._opened(conn)
-        for ids, sql in ((self._stored_requests, _REQUEST_IDS), (self._stored_conversations, _CONVERSATION_IDS)):
-            try:
-                ids.loaded(hashes_of(conn, sql))
-            except sqlite3.Error as exc:  # without it every id is "maybe": read as before
-                log.warning("no snapshot of stored ids (%s): %s", sql, exc)
+    async def close(self) -> None:
+        await super().close()
+        await asyncio.gather(*self._snapshots, return_exceptions=True)  # their threads end with them
 
     def _queued(self, ids: StoredIds, stored_id: str, sql: str) -> None:
         if ids.queued(stored_id):
-            task = self._loop.create_task(self._snapshot_again(ids, sql))
-            self._snapshots.add(task)
-            task.add_done_callback(self._snapshots.discard)
+            self._take_snapshot(ids, sql)
 
-    async def _snapshot_again(self, ids: StoredIds, sql: str) -> None:
-        """Once everything queued so far has committed (`StoredIds.queued`)."""
+    def _take_snapshot(self, ids: StoredIds, sql: str, *, flushed: bool = True) -> None:
+        task = self._loop.create_task(self._snapshot(ids, sql, flushed))
+        self._snapshots.add(task)
+        task.add_done_callback(self._snapshots.discard)
+
+    async def _snapshot(self, ids: StoredIds, sql: str, flushed: bool) -> None:
+        """Read the ids `ids` holds a snapshot of; `flushed`: once everything queued so far has
+        committed (a new snapshot's: `StoredIds.queued`)."""
         assert self.path is not None  # the embedded store's only
         try:
-            await self.flush()
+            if flushed:
+                await self.flush()
             ids.loaded(await asyncio.to_thread(read_snapshot, self.path, sql))
-        except (StoreError, sqlite3.Error) as exc:  # the ids queued since stay asked meanwhile
+        except (StoreError, sqlite3.Error) as exc:  # meanwhile every id not queued since is "maybe"
             if not self._closing:
                 log.warning("no snapshot of stored ids (%s): %s", sql, exc)
 

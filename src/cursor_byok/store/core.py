@@ -234,22 +234,11 @@ class StoreCore:
             for conn in (writer, reader, checkpoints):
                 if conn is not None:
                     conn.set_trace_callback(trace)
-        store = cls(
+        return cls(
             path=file, location=location, busy_timeout_s=busy_timeout_s, writer=writer, reader=reader,
             checkpoints=checkpoints, clock=clock or now_ms, max_batch_ops=max_batch_ops,
             schema_version=version, synchronous=sync, binding_cache=binding_cache,
         )
-        if writer is not None and file is not None:
-            try:
-                await asyncio.to_thread(store._opened, writer)
-            except BaseException:
-                await store.close()
-                raise
-        return store
-
-    def _opened(self, conn: sqlite3.Connection) -> None:
-        """What a record family of the embedded store reads as it opens (on the opening thread,
-        before the writer thread takes `conn`'s work)."""
 
     async def __aenter__(self: Self) -> Self:
         return self
