@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.store import EventKind, NewEvent, RunRecord, Store, WriteFailedError
+from cursor_byok.store.connection import WAL_KEEP_BYTES
 
 
 def _event(event_id: str, payload: bytes = b"p") -> NewEvent:
@@ -94,11 +95,13 @@ async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Stor
     store.upsert_conversation(conversation("c"))
     await store.flush()
     wal = db_path.with_name(db_path.name + "-wal")
-    for n in range(1200):  # ~3 pages each, 12 MB in all: a WAL never checkpointed would hold it all
+    bound = 2 * WAL_KEEP_BYTES
+    flood = 3 * bound // 10_000
+    for n in range(flood):  # ~3 pages each, 3 bounds in all: a WAL never checkpointed would hold it all
         stored = store.append_events("c", [_event(f"e{n}", bytes([n % 251]) * 10_000)])
         store.hand_over_now()
         await stored
-    assert wal.stat().st_size < 8 * 1024 * 1024
+    assert wal.stat().st_size < bound
 
     spaced_before = db_path.stat().st_size
     loop_commits = store.stats.loop_commits
@@ -114,9 +117,9 @@ async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Stor
         written += 1
     assert db_path.stat().st_size - spaced_before >= 1_500_000, f"nothing checkpointed after {written} spaced commits"
     assert store.stats.loop_commits - loop_commits >= written // 2  # most were the loop's
-    assert wal.stat().st_size < 8 * 1024 * 1024
+    assert wal.stat().st_size < bound
     await store.flush()
-    assert [e.seq for e in await store.load_events("c")][-1] == 1200 + written
+    assert [e.seq for e in await store.load_events("c")][-1] == flood + written
 
 
 async def test_while_a_store_thread_is_busy_the_write_goes_to_the_writer_thread(store: Store, conversation) -> None:

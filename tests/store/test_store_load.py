@@ -32,14 +32,18 @@ async def test_a_conversation_loads_with_its_record_events_and_tool_state(store_
 
 @pytest.mark.embedded_only("the event loop reads the database itself on SQLite only")
 async def test_a_conversation_stored_nowhere_is_told_at_once(store: Store, conversation) -> None:
-    """A new conversation's start need not wait for the reader thread to learn it has no history;
-    one with a committed row, or asked while a write is being committed, is read as before."""
+    """A new conversation's start need not wait for the reader thread to learn it has no history,
+    even while a write is being committed (it was never stored nor queued); one with a committed
+    row, or queued, is read as before."""
     assert store.holds_nothing_of("new")
+    await asyncio.gather(*store._snapshots)  # the store knows which conversations it holds
     store.upsert_conversation(conversation("old"))
     store.hand_over_now()  # committed on the loop: nothing in flight after it
     store.append_events("old", [NewEvent("e1", EventKind.USER, b"{}")])
+    store.upsert_conversation(conversation("queued"))
     await asyncio.sleep(0)  # handed to the writer thread, not yet delivered back
-    assert not store.holds_nothing_of("new")  # cannot tell without waiting
+    assert store.holds_nothing_of("new")
+    assert not store.holds_nothing_of("queued")  # cannot tell without waiting
     await store.flush()
     assert not store.holds_nothing_of("old")
     assert store.holds_nothing_of("new")

@@ -6,8 +6,9 @@ A binding never moves, so a cached one never goes stale. A conflict is refused a
 memory knows the request id (a binding being written is always known, so two concurrent binds of one
 request id to different conversations can never both be accepted), and otherwise by the writer,
 which reads the stored binding of every request id its batch binds before planning it, unless the
-loop's own read found none (`unbound`: only this process binds, so nothing can have bound it since
-but the bind that takes that answer; the table's trigger still refuses a move).
+loop found none (`unbound`: by its own read, or knowing the id was never stored nor queued,
+stored_ids.py; only this process binds, so nothing can have bound it since but the bind that takes
+that answer; the table's trigger still refuses a move).
 """
 from __future__ import annotations
 

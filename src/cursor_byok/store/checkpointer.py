@@ -28,12 +28,16 @@ from .writer import WriterThread
 
 log = logging.getLogger("cursor_byok.store")
 
-# Commits between checkpoints: a turn start's commit writes ~13 pages, a journaled append's 2, so
-# the WAL holds a few hundred pages between two (SQLite's own threshold is 1,000).
-COMMITS_PER_CHECKPOINT = 48
+# Commits between checkpoints: a new conversation's start writes ~24 pages (with the run records of
+# the start before it), a journaled append's 2, so the WAL holds up to ~3,000 pages between two
+# (SQLite's own threshold is 1,000). A checkpoint copies each page once however often the commits
+# since the previous one rewrote it (the tables' last leaves, their parents, the header page): every
+# 128 commits rather than 48, held new-conversation starts cost the checkpoint and writer threads
+# ~20 µs less CPU each, and ~8 KB less written.
+COMMITS_PER_CHECKPOINT = 128
 # The WAL's pages (when it has not started over since the previous checkpoint), or commits since the
 # WAL was last short (this thread may lag under load), beyond which the writer runs one itself.
-WAL_LIMIT_PAGES = 1000
+WAL_LIMIT_PAGES = 3000
 WAL_LIMIT_COMMITS = 2 * COMMITS_PER_CHECKPOINT
 
 

@@ -20,9 +20,9 @@ _SYNCHRONOUS_LEVELS = {1: Synchronous.NORMAL, 2: Synchronous.FULL}
 # per reload: 512 KiB holds the pages they touch again (no write cost measured against the default
 # 2 MiB, which fills with pages read once and stays resident: a server's memory grew by it).
 PAGE_CACHE_KIB = 512
-# When the WAL starts over, its file is cut back to this (what ~50 turn starts write), not to nothing:
-# commits write into its blocks again rather than grow the file.
-WAL_KEEP_BYTES = 4 * 1024 * 1024
+# When the WAL starts over, its file is cut back to this (what the commits between two checkpoints
+# write: checkpointer.py), not to nothing: commits write into its blocks again rather than grow the file.
+WAL_KEEP_BYTES = 16 * 1024 * 1024
 
 
 def check_sqlite_version() -> None:

@@ -3,14 +3,19 @@ conversation a request belongs to and what ran in it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from .bindings import DEFAULT_CAPACITY, SELECT_BOUND, BindingCache, BindRequest
 from .core import StoreCore
+from .errors import StoreError
 from .ops import RowWrite, Stage
 from .records import BindingRecord, BindOutcome, ConversationPage, ConversationRecord, ParentRef, RunOutcome, RunRecord
+from .stored_ids import StoredIds, read_snapshot
+
+log = logging.getLogger("cursor_byok.store")
 
 UPSERT_CONVERSATION = """
 INSERT INTO conversations (conversation_id, parent_conversation_id, parent_run_id,
@@ -55,6 +60,40 @@ class ConversationRecords(StoreCore):
     def __init__(self, *, binding_cache: int = DEFAULT_CAPACITY, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._bindings = BindingCache(binding_cache)
+        # The request ids bound and the conversations stored, known without a read (stored_ids.py):
+        # the embedded store's only, which this process alone writes.
+        embedded = self.path is not None and self._writer is not None
+        self._stored_requests = StoredIds(kept=embedded)
+        self._stored_conversations = StoredIds(kept=embedded)
+        self._snapshots: set[asyncio.Task[None]] = set()  # being taken
+        if embedded:
+            self._take_snapshot(self._stored_requests, _REQUEST_IDS, flushed=False)
+            self._take_snapshot(self._stored_conversations, _CONVERSATION_IDS, flushed=False)
+
+    async def close(self) -> None:
+        await super().close()
+        await asyncio.gather(*self._snapshots, return_exceptions=True)  # their threads end with them
+
+    def _queued(self, ids: StoredIds, stored_id: str, sql: str) -> None:
+        if ids.queued(stored_id):
+            self._take_snapshot(ids, sql)
+
+    def _take_snapshot(self, ids: StoredIds, sql: str, *, flushed: bool = True) -> None:
+        task = self._loop.create_task(self._snapshot(ids, sql, flushed))
+        self._snapshots.add(task)
+        task.add_done_callback(self._snapshots.discard)
+
+    async def _snapshot(self, ids: StoredIds, sql: str, flushed: bool) -> None:
+        """Read the ids `ids` holds a snapshot of; `flushed`: once everything queued so far has
+        committed (a new snapshot's: `StoredIds.queued`)."""
+        assert self.path is not None  # the embedded store's only
+        try:
+            if flushed:
+                await self.flush()
+            ids.loaded(await asyncio.to_thread(read_snapshot, self.path, sql))
+        except (StoreError, sqlite3.Error) as exc:  # meanwhile every id not queued since is "maybe"
+            if not self._closing:
+                log.warning("no snapshot of stored ids (%s): %s", sql, exc)
 
     # -- writes ------------------------------------------------------------------------------
     def upsert_conversation(self, record: ConversationRecord, *, later: bool = False) -> asyncio.Future[None]:
@@ -75,6 +114,7 @@ class ConversationRecords(StoreCore):
             record.last_cursor_run_id,
             record.title,
         )
+        self._queued(self._stored_conversations, record.conversation_id, _CONVERSATION_IDS)
         return self._enqueue(
             RowWrite(f"upsert conversation {record.conversation_id}", Stage.CONVERSATIONS,
                      UPSERT_CONVERSATION, row),
@@ -104,6 +144,7 @@ class ConversationRecords(StoreCore):
             raise ValueError("request_id and conversation_id must be non-empty")
         bindings = self._bindings
         bindings.reserve(request_id, conversation_id)
+        self._queued(self._stored_requests, request_id, _REQUEST_IDS)
         row = (request_id, conversation_id, cursor_run_id,
                self._clock() if created_at_ms is None else created_at_ms)
         return self._enqueue(BindRequest(bindings, row, probe=not bindings.take_unbound(request_id)), later=later)
@@ -115,15 +156,18 @@ class ConversationRecords(StoreCore):
         return self._bindings.get(request_id)
 
     async def lookup_conversation(self, request_id: str) -> str | None:
-        """The conversation `request_id` is bound (or being bound) to: from memory, else one
-        primary-key read whose answer is cached: made on the loop at once when it can be (exact: a
-        binding being written is in memory, and none can be queued while it runs), else on the
-        reader thread (exact when the caller gets it: a binding committed while the read ran is
-        found in memory)."""
+        """The conversation `request_id` is bound (or being bound) to: from memory; None without a
+        read for an id never bound (a fresh request id: `StoredIds`); else one primary-key read
+        whose answer is cached: made on the loop at once when it can be (exact: a binding being
+        written is in memory, and none can be queued while it runs), else on the reader thread
+        (exact when the caller gets it: a binding committed while the read ran is found in memory)."""
         bindings = self._bindings
         found = bindings.get(request_id)
         if found is not None:
             return found
+        if self._stored_requests.absent(request_id):
+            bindings.unbound(request_id)
+            return None
         rows = self._read_now(SELECT_BOUND, (request_id,))
         if rows is not None:
             if not rows:
@@ -246,6 +290,8 @@ class ConversationRecords(StoreCore):
         return [_run(r) for r in rows]
 
 
+_REQUEST_IDS = "SELECT request_id FROM request_bindings"
+_CONVERSATION_IDS = "SELECT conversation_id FROM conversations"
 _CONVERSATION_SELECT = (
     "SELECT conversation_id, created_at_ms, updated_at_ms, parent_conversation_id, "
     "parent_run_id, parent_tool_call_id, model_id, mode, last_cursor_run_id, title "

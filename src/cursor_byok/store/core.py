@@ -27,11 +27,13 @@ loop never does).
 
 Reads run on their own thread and connection (WAL readers never block the writer): a
 conversation's history when its runtime loads, recovery and the CLI. Every one is an indexed
-lookup or range, so none grows with the size of the database. The one read on every turn's path,
-the binding of a request id memory does not hold (every turn comes on a fresh one), is a
-primary-key lookup the loop makes itself on a third connection (`_read_now`) when the store's
-threads are idle: a thread round trip costs more than the read. That connection never waits for a
-lock (busy timeout 0); whatever it cannot answer at once goes to the reader thread.
+lookup or range, so none grows with the size of the database. A new turn's path needs none for a
+fresh request id or a new conversation (stored_ids.py); the binding of any other request id memory
+does not hold, and whether another conversation has anything stored, are primary-key lookups the
+loop makes itself (`_read_now`) when the store's threads are idle, on the writer's connection: a
+thread round trip costs more than the read, and that connection's page cache holds what the last commits wrote (a connection of its own
+would find its cache stale after every commit and read the pages again). It never waits for a lock
+(busy timeout 0); whatever it cannot answer at once goes to the reader thread.
 
 On PostgreSQL (a `postgresql://` url, postgres/) the writer and reader threads each hold a psycopg
 connection instead, and the loop never uses a connection itself: every commit and read is a network
@@ -109,20 +111,18 @@ def postgres_backend() -> Any:
     return postgres
 
 
-SQLiteConnections = tuple[
-    sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None, sqlite3.Connection | None
-]
+SQLiteConnections = tuple[sqlite3.Connection | None, int, sqlite3.Connection, sqlite3.Connection | None]
 
 
 def _open_sqlite(
     path: Path, sync: Synchronous, busy_timeout_ms: int, migrations: Sequence[Migration], read_only: bool
 ) -> SQLiteConnections:
-    """The writer (migrating the schema first), its schema version, the reader, the loop's reader and
-    the checkpoints' connections; `read_only`: the reader alone."""
+    """The writer (migrating the schema first), its schema version, the reader and the checkpoints'
+    connections; `read_only`: the reader alone."""
     if read_only:
         reader = connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True)
         try:
-            return None, stored_version(reader, migrations, path=str(path)), reader, None, None
+            return None, stored_version(reader, migrations, path=str(path)), reader, None
         except BaseException:
             reader.close()
             raise
@@ -131,13 +131,12 @@ def _open_sqlite(
         writer, version = open_writer(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, migrations=migrations)
         opened.append(writer)
         opened.append(connect(path, synchronous=sync, busy_timeout_ms=busy_timeout_ms, read_only=True))
-        opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=True))  # the loop's
         opened.append(connect(path, synchronous=sync, busy_timeout_ms=0, read_only=False))  # checkpoints
     except BaseException:
         for conn in opened:
             conn.close()
         raise
-    return writer, version, opened[1], opened[2], opened[3]
+    return writer, version, opened[1], opened[2]
 
 
 class StoreCore:
@@ -150,7 +149,6 @@ class StoreCore:
         location: str,
         writer: Any,
         reader: Any,
-        loop_reader: sqlite3.Connection | None,
         checkpoints: sqlite3.Connection | None,
         clock: Callable[[], int],
         max_batch_ops: int,
@@ -184,7 +182,6 @@ class StoreCore:
             self._checkpointer = Checkpointer(
                 checkpoints, self._writer, wal=path.with_name(path.name + "-wal"), name=f"store-checkpoints:{path}"
             )
-        self._loop_reader = loop_reader  # used on the loop only
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -223,23 +220,23 @@ class StoreCore:
             writer, version, reader = await asyncio.to_thread(
                 backend.open_connections, url, migrations=migrations, read_only=read_only
             )
-            loop_reader, checkpoints, file, location, busy_timeout_s = None, None, None, backend.redacted(url), 0.0
+            checkpoints, file, location, busy_timeout_s = None, None, backend.redacted(url), 0.0
         else:
             check_sqlite_version()
             file = Path(path).expanduser()
             file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            writer, version, reader, loop_reader, checkpoints = await asyncio.to_thread(
+            writer, version, reader, checkpoints = await asyncio.to_thread(
                 _open_sqlite, file, sync, busy_timeout_ms, migrations, read_only
             )
             location = str(file)
             busy_timeout_s = 0.0 if writer is None else prepare_writer(writer)
         if trace is not None:
-            for conn in (writer, reader, loop_reader, checkpoints):
+            for conn in (writer, reader, checkpoints):
                 if conn is not None:
                     conn.set_trace_callback(trace)
         return cls(
             path=file, location=location, busy_timeout_s=busy_timeout_s, writer=writer, reader=reader,
-            loop_reader=loop_reader, checkpoints=checkpoints, clock=clock or now_ms, max_batch_ops=max_batch_ops,
+            checkpoints=checkpoints, clock=clock or now_ms, max_batch_ops=max_batch_ops,
             schema_version=version, synchronous=sync, binding_cache=binding_cache,
         )
 
@@ -278,8 +275,6 @@ class StoreCore:
                     log.error("store writer of %s had stopped with an error: %r", self.location, error)
         finally:
             self._closed = True
-            if self._loop_reader is not None:
-                self._loop_reader.close()
             if self._checkpointer is not None:
                 await asyncio.to_thread(self._checkpointer.stop)
             await self._reader.close()
@@ -301,13 +296,10 @@ class StoreCore:
     def _read_now(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
         """An indexed read made on the loop, at once; None if it cannot be made without waiting or
         a store thread is busy (read it on the reader thread instead)."""
-        conn = self._loop_reader
-        if conn is None or self._closed or not self._threads_idle():
+        writer = self._writer
+        if writer is None or self._closing or not self._threads_idle():
             return None
-        try:
-            return conn.execute(sql, params).fetchall()
-        except sqlite3.Error:
-            return None
+        return writer.try_read(sql, params)
 
     def _threads_idle(self) -> bool:
         """Neither store thread has work from us. Only then does the loop use SQLite itself: each

@@ -46,9 +46,13 @@ class Store(
         """True: nothing of this conversation is committed (a new one: `load_conversation` would
         find nothing), answered on the loop at once. False: it may have something, or that cannot
         be told without waiting (then read it). Exact: its events and tool state cannot outlive its
-        row (foreign keys), and it is asked only while no write is being committed. True also tells
-        the writer its seqs start at zero (no probe for them in its first transaction)."""
-        if self._read_now(_HAS_CONVERSATION, (conversation_id,)) != []:
+        row (foreign keys), which is known never stored (`StoredIds`) or read while no write is being
+        committed. True also tells the writer its seqs start at zero (no probe for them in its first
+        transaction) when its thread is idle."""
+        if self._stored_conversations.absent(conversation_id):
+            if not self._threads_idle():
+                return True  # the writer reads its seqs (the thread may be planning a batch now)
+        elif self._read_now(_HAS_CONVERSATION, (conversation_id,)) != []:
             return False
         if self._writer is not None:
             self._writer.counts_from_zero(conversation_id)

@@ -28,7 +28,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -115,6 +115,19 @@ class WriterThread:
         finally:
             self._conn_lock.release()
         return outcome
+
+    def try_read(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """On the loop, with nothing handed over still uncommitted: the rows of one indexed read, made
+        on this connection now if it is free (its page cache holds what the last commits wrote); None
+        if it is not, or the read cannot be made without waiting."""
+        if not self._embedded or not self._conn_lock.acquire(blocking=False):
+            return None
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error:
+            return None
+        finally:
+            self._conn_lock.release()
 
     def counts_from_zero(self, conversation_id: str) -> None:
         """From the loop, with nothing handed over still uncommitted: nothing of this conversation is

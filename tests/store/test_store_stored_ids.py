@@ -1,0 +1,87 @@
+"""A new turn's fresh request id and new conversation are known not stored without a read: the
+embedded store holds the ids stored when it opened and those it queued since (`StoredIds`). Every
+other id is read as before, so what an earlier process stored is still found."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cursor_byok.store import Store, stored_ids
+from cursor_byok.store.stored_ids import StoredIds
+
+pytestmark = pytest.mark.embedded_only("only this process writes an embedded store's ids")
+
+
+async def snapshots_taken(store: Store) -> None:
+    """Once the store has read which ids it holds (on a thread of its own, after opening)."""
+    await asyncio.gather(*store._snapshots)
+
+
+def reads(statements: list[str]) -> list[str]:
+    return [s for s in statements if s.startswith("SELECT") and ("request_bindings" in s or "FROM conversations" in s)]
+
+
+async def test_a_fresh_request_id_and_a_new_conversation_cost_no_read(db_path: Path) -> None:
+    statements: list[str] = []
+    store = await Store.open(db_path, trace=statements.append)
+    try:
+        await snapshots_taken(store)
+        del statements[:]
+        assert await store.lookup_conversation("r-fresh") is None
+        assert store.holds_nothing_of("c-new")
+        assert reads(statements) == []
+    finally:
+        await store.close()
+
+
+async def test_ids_an_earlier_process_stored_are_read_and_found(db_path: Path, conversation) -> None:
+    store = await Store.open(db_path)
+    try:
+        store.upsert_conversation(conversation("a"))
+        store.bind_request("r-a", "a")
+        await store.flush()
+    finally:
+        await store.close()
+    statements: list[str] = []
+    store = await Store.open(db_path, trace=statements.append)
+    try:
+        await snapshots_taken(store)
+        del statements[:]
+        assert await store.lookup_conversation("r-a") == "a"
+        assert not store.holds_nothing_of("a")
+        assert len(reads(statements)) == 2
+    finally:
+        await store.close()
+
+
+async def test_past_the_limit_a_new_snapshot_is_taken_and_nothing_is_missed(
+    db_path: Path, conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stored_ids, "SINCE_LIMIT", 3)
+    store = await Store.open(db_path, binding_cache=1)
+    try:
+        store.upsert_conversation(conversation("a"))
+        for n in range(10):
+            store.bind_request(f"r{n}", "a")
+        await store.flush()
+        await snapshots_taken(store)  # taken again (after a flush) as the ids passed the limit
+        assert store._stored_requests.ready
+        for n in range(10):
+            assert await store.lookup_conversation(f"r{n}") == "a"
+        assert await store.lookup_conversation("r-fresh") is None
+    finally:
+        await store.close()
+
+
+def test_stored_ids_answer_absent_only_for_ids_neither_stored_nor_queued() -> None:
+    ids = StoredIds()
+    assert not ids.absent("x")  # no snapshot yet: maybe
+    ids.queued("q")
+    ids.loaded(stored_ids.array("q", sorted([hash("s")])))
+    assert not ids.absent("s") and not ids.absent("q")
+    assert ids.absent("x")
+    unkept = StoredIds(kept=False)
+    assert not any(unkept.queued(str(n)) for n in range(stored_ids.SINCE_LIMIT + 2))
+    assert not unkept.absent("x")
