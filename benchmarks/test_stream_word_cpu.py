@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.test_gateway import _tree, wait_healthy
-from benchmarks.test_turn_start import HOST, MODEL, ROOT, SRC, cpu_seconds, loop_thread_seconds, spawn, stop
-from benchmarks.test_turn_start_load import OURS, server_command
+from benchmarks.test_gateway import _tree
+from benchmarks.test_turn_start import MODEL, ROOT, SRC, cpu_seconds, loop_thread_seconds, spawn, stop_all
+from benchmarks.test_turn_start_load import OURS, server_command, stamp_provider
 from tests.harness.server import ModelSpec, ServerConfig, free_port
 
 BEFORE_SRC = os.environ.get("BENCH_BEFORE_SRC", "")
@@ -99,14 +99,9 @@ async def windows(streamers: list[Streamer], provider_port: int) -> None:
 @pytest.mark.timeout(1800)
 @pytest.mark.benchmark(group="stream-word-cpu")
 def test_stream_word_cpu(benchmark, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
-    provider_port = free_port()
     # Its arguments as the load benchmark's: short answers (2 chunks 5 ms apart), 2,000-word long ones, 1 word a write.
-    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), "2", "5", "2000", "1"],
-                                env=env, cwd=ROOT)
-    root = f"http://{HOST}:{provider_port}"
-    env["BENCH_PROVIDER_URL"] = f"{root}/v1"
-    wait_healthy(f"{root}/control/count")
+    env, provider, root = stamp_provider("2", "5", "2000", "1")
+    provider_port = int(root.rsplit(":", 1)[1])
     config = ServerConfig(
         data_dir=tmp_path,
         models=[ModelSpec(id=model, provider="openai-chat", base_url=f"{root}{prefix}/v1", max_output_tokens=1000)
@@ -132,11 +127,7 @@ def test_stream_word_cpu(benchmark, tmp_path: Path) -> None:
     try:
         benchmark.pedantic(run_all, rounds=1, iterations=1)
     finally:
-        for s in streamers:
-            if s.proc is not None:
-                stop(s.proc)
-        provider.terminate()
-        provider.wait(10)
+        stop_all([s.proc for s in streamers], provider)
     first = streamers[0]
     print(f"\nCPU per streamed word, µs, {len(streamers)} servers × {COUNT} streams at 50 words/s at once,"
           f" {WINDOWS} windows of {WINDOW_S:g} s (process / event loop thread)")

@@ -528,6 +528,15 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
 
 
+def stop_all(procs: list[subprocess.Popen[bytes] | None], provider: subprocess.Popen[bytes]) -> None:
+    """The servers that were spawned, then the fake provider."""
+    for proc in procs:
+        if proc is not None:
+            stop(proc)
+    provider.terminate()
+    provider.wait(10)
+
+
 @dataclass
 class Target:
     name: str

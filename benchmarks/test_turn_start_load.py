@@ -64,7 +64,7 @@ from benchmarks.test_gateway import _tree, rss_kib, wait_healthy
 from benchmarks.test_turn_start import (
     BURST, CPROFILE, CPROFILE_SITE, FLOOR_APPS, HELD, HOST, MODEL, ROOT, RSS_CONVERSATIONS, SRC, TURNS, Client,
     Samples, burst, commit_cpu_us, concurrent, cpu_per_start_by_thread, cpu_seconds, direct_turn, durable_share,
-    granian, journal_stats, pct, pss_kib, spawn, stop, thread_cpu_by_name, thread_seconds, warm_provider_pool,
+    granian, journal_stats, pct, pss_kib, spawn, stop, stop_all, thread_cpu_by_name, thread_seconds, warm_provider_pool,
 )
 from benchmarks.support import gc_log
 from benchmarks.support.bare_durable_app import DB_ENV
@@ -247,17 +247,25 @@ def server_command(name: str, port: int, config_path: Path) -> tuple[list[str], 
     return granian(FLOOR_APPS[name], port), "/healthz"
 
 
+def stamp_provider(*args: str) -> tuple[dict[str, str], subprocess.Popen[bytes], str]:
+    """The fake provider (`benchmarks.support.stamp_provider` with `args`) started and healthy: the
+    servers' environment (pointing at it), its process, its root URL."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
+    port = free_port()
+    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(port), *args],
+                                env=env, cwd=ROOT)
+    root = f"http://{HOST}:{port}"
+    env["BENCH_PROVIDER_URL"] = f"{root}/v1"
+    wait_healthy(f"{root}/control/count")
+    return env, provider, root
+
+
 @pytest.mark.timeout(3600)
 @pytest.mark.benchmark(group="turn-start-load")
 def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
     load_before = os.getloadavg()[0]
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
-    provider_port = free_port()
-    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), PROBE_CHUNKS,
-                                 PROBE_INTERVAL_MS, LONG_WORDS, FAST_BATCH], env=env, cwd=ROOT)
-    root = f"http://{HOST}:{provider_port}"
-    env["BENCH_PROVIDER_URL"] = f"{root}/v1"
-    wait_healthy(f"{root}/control/count")
+    env, provider, root = stamp_provider(PROBE_CHUNKS, PROBE_INTERVAL_MS, LONG_WORDS, FAST_BATCH)
+    provider_port = int(root.rsplit(":", 1)[1])
     config = ServerConfig(
         data_dir=tmp_path,
         models=[ModelSpec(id=model, provider="openai-chat", base_url=f"{root}{prefix}/v1", max_output_tokens=1000)
@@ -290,11 +298,7 @@ def test_turn_start_under_load(benchmark, tmp_path: Path) -> None:
     try:
         benchmark.pedantic(run_all, rounds=1, iterations=1)
     finally:
-        for server in servers:
-            if server.proc is not None:
-                stop(server.proc)
-        provider.terminate()
-        provider.wait(10)
+        stop_all([server.proc for server in servers], provider)
     report(benchmark.extra_info, {server.name: server for server in servers})
     print(f"machine load (1-minute average) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end;"
           f" ours from {SRC}" + (f", before from {BEFORE_SRC}" if BEFORE_SRC else ""))

@@ -26,6 +26,8 @@ from typing import Protocol
 
 import msgspec
 
+from ..loop_local import LoopLocal
+
 log = logging.getLogger("cursor_byok.conversation.output")
 
 Push = Callable[[bytes, bool], bool]
@@ -125,18 +127,7 @@ class _PassFlush:
             stream.flush()
 
 
-_flushes: dict[asyncio.AbstractEventLoop, _PassFlush] = {}
-
-
-def _pass_flush() -> _PassFlush:
-    """The running loop's."""
-    loop = asyncio.get_running_loop()
-    flush = _flushes.get(loop)
-    if flush is None:
-        for closed in [other for other in _flushes if other.is_closed()]:
-            del _flushes[closed]
-        flush = _flushes[loop] = _PassFlush(loop)
-    return flush
+_pass_flush = LoopLocal(_PassFlush).get  # the running loop's
 
 
 class OutputStream(msgspec.Struct, eq=False):

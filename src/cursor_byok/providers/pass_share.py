@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import collections
 
+from ..loop_local import LoopLocal
+
 PER_PASS_BYTES = 32 * 1024  # ~2 ms of a fast stream's work on this machine (~70 ns a byte)
 
 
@@ -58,15 +60,4 @@ class PassShare:
             self._refill_due = False
 
 
-_shares: dict[asyncio.AbstractEventLoop, PassShare] = {}
-
-
-def pass_share() -> PassShare:
-    """The running loop's budget."""
-    loop = asyncio.get_running_loop()
-    share = _shares.get(loop)
-    if share is None:
-        for closed in [other for other in _shares if other.is_closed()]:
-            del _shares[closed]
-        share = _shares[loop] = PassShare(loop)
-    return share
+pass_share = LoopLocal(PassShare).get  # the running loop's budget
