@@ -13,6 +13,7 @@ from cursor_byok.conversation import OutputStream
 from cursor_byok.conversation.commands import Reader
 from cursor_byok.conversation.state import Phase
 from cursor_byok.run import start_now
+from cursor_byok.store.stored_ids import StoredIds
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import StreamLog, run_request
 from tests.harness.inprocess import MODEL, Rig
@@ -117,10 +118,13 @@ def test_run_ids_are_128_random_bits_in_hex() -> None:
 async def test_a_new_conversations_history_read_is_asked_for_in_the_run_requests_step(
     rig: Rig, provider: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While a store thread is busy the loop cannot tell a new conversation has nothing stored: the
-    read goes to the reader thread, and it is asked for at once, not from a task a pass later."""
+    """While a store thread is busy and the snapshot of stored ids cannot tell (as before it is
+    taken, on a thread after the store opens: held so here, not raced), the loop cannot tell a new
+    conversation has nothing stored: the read goes to the reader thread, and it is asked for at
+    once, not from a task a pass later."""
     store = rig.store
     assert store is not None
+    monkeypatch.setattr(StoredIds, "absent", lambda self, stored_id: False)
     asked: list[str] = []
     load = store.load_conversation
 
