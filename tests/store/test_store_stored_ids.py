@@ -85,3 +85,32 @@ def test_stored_ids_answer_absent_only_for_ids_neither_stored_nor_queued() -> No
     unkept = StoredIds(kept=False)
     assert not any(unkept.queued(str(n)) for n in range(stored_ids.SINCE_LIMIT + 2))
     assert not unkept.absent("x")
+
+
+async def test_past_the_cap_no_ids_are_kept_and_every_id_is_read(
+    db_path: Path, conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stored_ids, "SNAPSHOT_CAP", 2)
+    store = await Store.open(db_path)
+    try:
+        store.upsert_conversation(conversation("a"))
+        for n in range(3):
+            store.bind_request(f"r{n}", "a")
+        await store.flush()
+    finally:
+        await store.close()
+    statements: list[str] = []
+    store = await Store.open(db_path, trace=statements.append)
+    try:
+        await snapshots_taken(store)
+        assert not store._stored_requests.ready  # three bindings: past the cap
+        store.bind_request("r-new", "a")  # and nothing queued is kept either
+        await store.flush()
+        del statements[:]
+        assert await store.lookup_conversation("r-fresh") is None
+        assert await store.lookup_conversation("r-new") == "a"
+        # The fresh id is read (the bound one is in the binding memory), and nothing was kept.
+        assert reads(statements) == ["SELECT conversation_id FROM request_bindings WHERE request_id = 'r-fresh'"]
+        assert not store._stored_requests.absent("r-fresh") and not store._stored_requests._since
+    finally:
+        await store.close()

@@ -15,6 +15,10 @@ behind the reader thread; until the first is in, every id is "maybe". The ids qu
 set that grows by one per turn: past `SINCE_LIMIT` the table is read again (after a flush, so that
 everything queued before the read began is in it) and the set starts over; until that read is in,
 both sets are asked.
+
+A store holding more than `SNAPSHOT_CAP` ids of a kind keeps no snapshot of them (every id is
+"maybe" from then on, as on PostgreSQL): what a start holds and reads for it stops growing there
+(at 8 bytes an id, ~0.4 MiB), as every start-up cost must with the history's length.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ from .records import Synchronous
 
 # Ids queued since the snapshot beyond which it is taken again (~40 bytes each in the set).
 SINCE_LIMIT = 20_000
+# Ids of a kind beyond which none is kept (a snapshot's read stops one past it).
+SNAPSHOT_CAP = 50_000
 
 
 class StoredIds:
@@ -63,18 +69,23 @@ class StoredIds:
         i = bisect_left(before, key)
         return i == len(before) or before[i] != key
 
-    def loaded(self, hashes: array[int]) -> None:
+    def loaded(self, hashes: array[int] | None) -> None:
         """The snapshot (`read_snapshot`), read after every id queued before `queued` asked for it had
-        committed."""
-        self._before = hashes
+        committed; None: the ids are past the cap, and nothing is kept from now on."""
         self._retiring = set()
+        if hashes is None:
+            self._kept, self._before, self._since, self.ready = False, array("q"), set(), False
+            return
+        self._before = hashes
         self.ready = True
 
 
-def read_snapshot(path: Path, sql: str) -> array[int]:
-    """The sorted hashes of the ids `sql` selects, as `StoredIds.loaded` takes them (on a thread)."""
+def read_snapshot(path: Path, sql: str) -> array[int] | None:
+    """The sorted hashes of the ids `sql` selects, as `StoredIds.loaded` takes them (on a thread);
+    None past `SNAPSHOT_CAP`."""
     conn = connect(path, synchronous=Synchronous.NORMAL, busy_timeout_ms=5_000, read_only=True)
     try:
-        return array("q", sorted(hash(row[0]) for row in conn.execute(sql)))
+        hashes = array("q", sorted(hash(row[0]) for row in conn.execute(f"{sql} LIMIT {SNAPSHOT_CAP + 1}")))
     finally:
         conn.close()
+    return hashes if len(hashes) <= SNAPSHOT_CAP else None
