@@ -26,6 +26,7 @@ from tests.conversation.test_tool_state import call
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import run_request
 from tests.harness.inprocess import MODEL, Rig
+from tests.harness.stored_ids import snapshots_taken
 from tests.harness.synthetic_history import build
 
 # Tables whose size is fixed by the schema or that are empty outside one transaction.
@@ -147,6 +148,10 @@ async def _python_memory_to_start(path: Path, provider: FakeProviderServer) -> i
     tracemalloc.start()
     try:
         rig = await Rig(path, provider).start()
+        assert rig.store is not None
+        # Once its stored-ids snapshot is in (8 bytes an id, by design), not while its thread holds
+        # the ids it is sorting: the memory a started server keeps, not a race with that thread.
+        await snapshots_taken(rig.store)
         held = tracemalloc.get_traced_memory()[0]
         await rig.close()
     finally:
