@@ -28,6 +28,7 @@ from tests.conversation.test_tool_state import call
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import run_request
 from tests.harness.inprocess import MODEL, Rig
+from tests.harness.stored_ids import snapshots_taken
 from tests.harness.synthetic_history import build
 
 # Tables whose size is fixed by the schema or that are empty outside one transaction.
@@ -150,9 +151,9 @@ async def _python_memory_to_start(path: Path, provider: FakeProviderServer) -> i
     try:
         rig = await Rig(path, provider).start()
         assert rig.store is not None
-        # Its snapshot of stored ids (8 bytes an id, read on a thread after opening) in: counted
-        # whole, not by where its read stood.
-        await asyncio.gather(*rig.store._snapshots)
+        # Once its stored-ids snapshot is in (8 bytes an id, by design), not while its thread holds
+        # the ids it is sorting: the memory a started server keeps, not a race with that thread.
+        await snapshots_taken(rig.store)
         held = tracemalloc.get_traced_memory()[0]
         await rig.close()
     finally:

@@ -13,10 +13,10 @@ from cursor_byok.conversation import OutputStream
 from cursor_byok.conversation.commands import Reader
 from cursor_byok.conversation.state import Phase
 from cursor_byok.run import start_now
-from cursor_byok.store.stored_ids import StoredIds
 from tests.fakes import OPENAI_CHAT, FakeProviderServer
 from tests.harness.ide import StreamLog, run_request
 from tests.harness.inprocess import MODEL, Rig
+from tests.harness.stored_ids import snapshots_cannot_tell
 
 
 async def answered_turn(rig: Rig, provider: FakeProviderServer, conv: str, text: str) -> StreamLog:
@@ -124,7 +124,7 @@ async def test_a_new_conversations_history_read_is_asked_for_in_the_run_requests
     once, not from a task a pass later."""
     store = rig.store
     assert store is not None
-    monkeypatch.setattr(StoredIds, "absent", lambda self, stored_id: False)
+    snapshots_cannot_tell(monkeypatch)
     asked: list[str] = []
     load = store.load_conversation
 

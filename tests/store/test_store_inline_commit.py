@@ -12,6 +12,7 @@ import pytest
 
 from cursor_byok.store import EventKind, NewEvent, RunRecord, Store, WriteFailedError
 from cursor_byok.store.connection import WAL_KEEP_BYTES
+from tests.harness.stored_ids import snapshots_cannot_tell
 
 
 def _event(event_id: str, payload: bytes = b"p") -> NewEvent:
@@ -122,9 +123,13 @@ async def test_the_wal_stays_bounded_with_sqlites_own_checkpoint_off(store: Stor
     assert [e.seq for e in await store.load_events("c")][-1] == flood + written
 
 
-async def test_while_a_store_thread_is_busy_the_write_goes_to_the_writer_thread(store: Store, conversation) -> None:
+async def test_while_a_store_thread_is_busy_the_write_goes_to_the_writer_thread(
+    store: Store, conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The loop would let go of the interpreter lock at every SQLite call, and a busy store thread
-    could keep it meanwhile: the loop uses SQLite itself only when both threads are idle."""
+    could keep it meanwhile: the loop uses SQLite itself only when both threads are idle. (The
+    snapshot of stored ids held at "cannot tell", as before it is in, so the fresh id is read.)"""
+    snapshots_cannot_tell(monkeypatch)
     store.upsert_conversation(conversation("c"))
     await store.flush()
     reading = asyncio.create_task(store.get_conversation("c"))

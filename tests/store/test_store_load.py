@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from cursor_byok.store import ConversationRows, EventKind, NewEvent, ParentRef, Store
+from tests.harness.stored_ids import snapshots_cannot_tell, snapshots_taken
 
 
 async def test_a_conversation_loads_with_its_record_events_and_tool_state(store_location, conversation) -> None:
@@ -35,8 +36,10 @@ async def test_a_conversation_stored_nowhere_is_told_at_once(store: Store, conve
     """A new conversation's start need not wait for the reader thread to learn it has no history,
     even while a write is being committed (it was never stored nor queued); one with a committed
     row, or queued, is read as before."""
-    assert store.holds_nothing_of("new")
-    await asyncio.gather(*store._snapshots)  # the store knows which conversations it holds
+    with pytest.MonkeyPatch.context() as held:  # before the snapshot of stored ids is in: read on the idle loop
+        snapshots_cannot_tell(held)
+        assert store.holds_nothing_of("new")
+    await snapshots_taken(store)  # the store knows which conversations it holds
     store.upsert_conversation(conversation("old"))
     store.hand_over_now()  # committed on the loop: nothing in flight after it
     store.append_events("old", [NewEvent("e1", EventKind.USER, b"{}")])

@@ -8,13 +8,19 @@ from pathlib import Path
 import pytest
 
 from cursor_byok.store import EventKind, NewEvent, RunRecord, Store
+from tests.harness.stored_ids import snapshots_cannot_tell
 
 # The loop knows these answers only from the reads it makes itself, on the embedded store; on a
 # shared PostgreSQL database another server may write the same rows, so its writer probes them.
 pytestmark = pytest.mark.embedded_only("the event loop reads the database itself on SQLite only")
 
 
-async def test_a_new_conversations_start_on_a_fresh_request_id_probes_nothing(db_path: Path, conversation) -> None:
+async def test_a_new_conversations_start_on_a_fresh_request_id_probes_nothing(
+    db_path: Path, conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's own reads find nothing (the snapshot of stored ids held at "cannot tell", as
+    before it is in: with it the loop knows so without a read, test_store_stored_ids.py)."""
+    snapshots_cannot_tell(monkeypatch)
     statements: list[str] = []
     store = await Store.open(db_path, trace=statements.append)
     try:

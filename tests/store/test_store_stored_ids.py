@@ -3,20 +3,15 @@ embedded store holds the ids stored when it opened and those it queued since (`S
 other id is read as before, so what an earlier process stored is still found."""
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from cursor_byok.store import Store, stored_ids
 from cursor_byok.store.stored_ids import StoredIds
+from tests.harness.stored_ids import snapshots_taken
 
 pytestmark = pytest.mark.embedded_only("only this process writes an embedded store's ids")
-
-
-async def snapshots_taken(store: Store) -> None:
-    """Once the store has read which ids it holds (on a thread of its own, after opening)."""
-    await asyncio.gather(*store._snapshots)
 
 
 def reads(statements: list[str]) -> list[str]:
