@@ -167,11 +167,13 @@ class Fragments:
                 break
         else:
             return encode(body)
-        before, after = encode({**body, key: msgspec.Raw(_MARK)}).split(_MARK)
+        outer = encode({**body, key: msgspec.Raw(_MARK)})
+        at = outer.index(_MARK)  # a scan for one byte (memchr), and the rest joined from views: copied once
+        rest = memoryview(outer)
         pieces = array.pieces
-        data = b"".join((before, *pieces, after))
-        start = len(before) + len(pieces[0]) + len(pieces[1]) + len(pieces[2])  # past "[", the lead and its comma
-        view = memoryview(data)[start : len(data) - len(after) - 1]
+        data = b"".join((rest[:at], *pieces, rest[at + 1 :]))
+        start = at + len(pieces[0]) + len(pieces[1]) + len(pieces[2])  # past "[", the lead and its comma
+        view = memoryview(data)[start : len(data) - (len(outer) - at - 1) - 1]
         if 4 * (len(data) - len(view)) > len(view):  # the rest (tools, system prompt) would outweigh a quarter of the array: the array alone, copied
             prefix = _Prefix(array.messages, bytes(view), len(view))
         else:
