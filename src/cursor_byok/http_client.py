@@ -187,13 +187,14 @@ class _Route:
         self.host: bytes = self.connection_request.headers["Host"].encode()
         self.info = RequestInfo(url, "POST", CIMultiDictProxy(self.connection_request.headers), url)
 
-    def request_bytes(self, method: str, headers: RequestHeaders, body: bytes | None) -> bytes:
+    def request_parts(self, method: str, headers: RequestHeaders, body: bytes | None) -> tuple[bytes, ...]:
         """The request as aiohttp's request writes it: Host, the headers, Content-Length when there
-        is a body, a plain-HTTP proxy's credentials; then the body."""
+        is a body, a plain-HTTP proxy's credentials; then the body. In parts, written in one go
+        (a model request's body, tens of KiB, is not copied behind its head first)."""
         head = headers.heads.get((self, method)) or self._head(method, headers, body is not None)
         if body is None:
-            return head[0]
-        return b"".join((head[0], b"%d" % len(body), head[1], body))
+            return (head[0],)
+        return (b"".join((head[0], b"%d" % len(body), head[1])), body)
 
     def _head(self, method: str, headers: RequestHeaders, with_body: bool) -> tuple[bytes, bytes]:
         """The request's head written by h11 once for these headers to this route (it checks and
@@ -242,9 +243,9 @@ class _Via:
 
 
 async def _exchange(
-    connection: aiohttp.connector.Connection, request: bytes, *, head_only: bool, info: RequestInfo
+    connection: aiohttp.connector.Connection, request: tuple[bytes, ...], *, head_only: bool, info: RequestInfo
 ) -> tuple[RawResponseMessage, StreamReader]:
-    """Send `request` on the connection and read the response head with the connection's own
+    """Send `request` (its parts in one write) on the connection and read the response head with the connection's own
     protocol, as aiohttp's session and response do (an interim 1xx skipped). With `_Route`'s
     pool request, the only use of aiohttp below its public API (its response protocol's read, a
     request made outside a session): tests/providers/test_provider_http.py fails loudly if those
@@ -255,7 +256,7 @@ async def _exchange(
     transport = connection.transport
     if transport is None or transport.is_closing():
         raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-    transport.write(request)
+    transport.writelines(request)
     while True:
         try:
             message, body = await protocol.read()
@@ -311,7 +312,7 @@ class ProviderHttp:
                 connection = await route.via.connect(route, timeout)
                 try:
                     message, response_body = await _exchange(
-                        connection, route.request_bytes(method, headers, body), head_only=method == "HEAD", info=route.info
+                        connection, route.request_parts(method, headers, body), head_only=method == "HEAD", info=route.info
                     )
                     break
                 except BaseException as exc:
