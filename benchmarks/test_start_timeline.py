@@ -15,8 +15,14 @@ The IDE sends RunSSE just before the append, so granian hands both to the loop a
 whose RunSSE the server had taken before the append was even sent (the client's write preempted by
 the server) is counted apart, as those starts skip the two requests' interleaving.
 
+With BENCH_TIMELINE_LOAD (a load of `test_turn_start_load.py`, e.g. "w50:32": 32 other conversations
+streaming at 50 words/s) every server has that load on while its turns are timed, and the report
+adds where the slowest turns lost their time: for the turns whose first text came last (the slowest
+`TAIL` share), the median gap before each step against all turns' median gap (a step the streams'
+deltas held up shows a gap beyond its own loop CPU).
+
 Knobs: those of the idle probe (BENCH_LOAD_SAMPLES=100 probe turns per server, the first WARM_UP left
-out; BENCH_PROBE_GAP_MS=40), BENCH_SRC.
+out; BENCH_PROBE_GAP_MS=40), BENCH_TIMELINE_LOAD, BENCH_SRC.
 """
 from __future__ import annotations
 
@@ -33,13 +39,15 @@ import pytest
 
 from benchmarks.support.bare_durable_app import DB_ENV
 from benchmarks.test_turn_start import CPROFILE_SITE, FLOOR_APPS, HOST, MODEL, ROOT, SRC, Client, granian, spawn, stop
-from benchmarks.test_turn_start_load import probe
+from benchmarks.test_turn_start_load import FAST_BATCH, LONG_WORDS, PROBE_CHUNKS, PROBE_INTERVAL_MS, Phase, probe
 from benchmarks.test_gateway import wait_healthy
 from tests.harness.server import ModelSpec, ServerConfig, free_port
 
 WARM_UP = 10  # turns left out: the first of a fresh server's
 PROVIDER, FIRST_TEXT = "~provider", "~first text"
 EARLIEST_NS = 2_000_000  # how long before the append is sent a stamp may be its turn's (its RunSSE's)
+LOAD = os.environ.get("BENCH_TIMELINE_LOAD", "")  # e.g. "w50:32": other conversations streaming meanwhile
+TAIL = 0.05  # the share of turns, slowest first text first, whose gaps the report sets apart
 
 
 @dataclass
@@ -111,16 +119,21 @@ class Timeline:
     off_cpu: dict[str, list[float]] = field(default_factory=dict)  # step → wall µs beyond that CPU
     switches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # step → (voluntary, involuntary) since the step before
     provider_split: dict[str, list[float]] = field(default_factory=dict)  # kind of turn → append → provider µs
+    gaps: list[tuple[float, dict[str, float]]] = field(default_factory=list)  # per turn: first text µs, step → µs since the step before
 
     def add(self, turn: Turn, steps: list[Stamp]) -> None:
         previous: Stamp | None = None
+        gaps: dict[str, float] = {}
         for s in steps:
             self.since_sent.setdefault(s.step, []).append((s.ns - turn.sent) / 1e3)
+            gaps[s.step] = (s.ns - (turn.sent if previous is None else previous.ns)) / 1e3
             if previous is not None:
                 self.cpu.setdefault(s.step, []).append((s.cpu - previous.cpu) / 1e3)
                 self.off_cpu.setdefault(s.step, []).append(((s.ns - previous.ns) - (s.cpu - previous.cpu)) / 1e3)
                 self.switches.setdefault(s.step, []).append((s.voluntary - previous.voluntary, s.involuntary - previous.involuntary))
             previous = s
+        gaps[FIRST_TEXT] = (turn.first_text - (turn.sent if previous is None else previous.ns)) / 1e3
+        self.gaps.append(((turn.first_text - turn.sent) / 1e3, gaps))
         to_provider = (turn.provider - turn.sent) / 1e3
         self.since_sent.setdefault(PROVIDER, []).append(to_provider)
         self.since_sent.setdefault(FIRST_TEXT, []).append((turn.first_text - turn.sent) / 1e3)
@@ -151,13 +164,51 @@ class Timeline:
             print(f"  {step:<16} {statistics.median(values):>18.0f} {extra}")
         for what, values in self.provider_split.items():
             print(f"  {what}: {len(values)} turns, append → provider p50 {statistics.median(values):.0f} µs")
+        if LOAD:
+            self.report_tail()
+
+    def report_tail(self) -> None:
+        """The slowest turns' gaps before each step against every turn's (median µs)."""
+        ranked = sorted(self.gaps, key=lambda turn: turn[0], reverse=True)
+        slow = ranked[: max(1, int(len(ranked) * TAIL))]
+        print(f"  the slowest {len(slow)} turns (first text {slow[-1][0]:.0f}–{slow[0][0]:.0f} µs after the append was sent):"
+              " median gap before each step, µs, slowest / all")
+        steps = sorted(self.since_sent, key=lambda step: statistics.median(self.since_sent[step]))
+        for step in steps:
+            tail = [gaps[step] for _, gaps in slow if step in gaps]
+            every = [gaps[step] for _, gaps in self.gaps if step in gaps]
+            if tail and every:
+                print(f"    {step:<16} {statistics.median(tail):>8.0f} / {statistics.median(every):>6.0f}")
+
+
+async def loaded_probe(port: int, provider_port: int) -> Phase:
+    """The probe turns, with BENCH_TIMELINE_LOAD's conversations streaming meanwhile (if set)."""
+    if not LOAD:
+        return await probe(port, provider_port, TimedClient)
+    model, count = LOAD.split(":")
+    background = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.support.background", str(port), str(provider_port), "frames", model, count,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert background.stdin is not None and background.stdout is not None
+    try:
+        assert (await background.stdout.readline()).strip() == b"streaming"
+        phase = await probe(port, provider_port, TimedClient)
+        background.stdin.write(b"stop\n")
+        await background.stdin.drain()
+        assert (await background.stdout.readline()).strip() == b"stopped"
+    finally:
+        if background.returncode is None:
+            background.kill()
+        await background.wait()
+    return phase
 
 
 @pytest.mark.timeout(900)
 def test_start_timeline(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}:{CPROFILE_SITE}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
     provider_port = free_port()
-    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), "2", "5"], env=env, cwd=ROOT)
+    provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), PROBE_CHUNKS,
+                                 PROBE_INTERVAL_MS, LONG_WORDS, FAST_BATCH], env=env, cwd=ROOT)
     env["BENCH_PROVIDER_URL"] = f"http://{HOST}:{provider_port}/v1"
     timelines = []
     try:
@@ -168,8 +219,10 @@ def test_start_timeline(tmp_path: Path) -> None:
             if name == "ours":
                 config = ServerConfig(
                     data_dir=tmp_path / "data",
-                    models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
+                    models=[ModelSpec(id=model, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}{prefix}/v1", max_output_tokens=1000)
+                            for model, prefix in ((MODEL, ""), ("fast", "/fast"), ("w50", "/w50"))],
                     continuation_window_seconds=0.02,
+                    extra_server={"max_transports": 4096},
                 )
                 config.data_dir.mkdir()
                 (config.data_dir / "config.toml").write_text(config.toml(port))
@@ -180,7 +233,7 @@ def test_start_timeline(tmp_path: Path) -> None:
             proc, _ = spawn(cmd, {**env, "BENCH_TIMELINE_OUT": str(out), DB_ENV: str(tmp_path / "durable.db")}, port, health, tmp_path / f"{name}.log")
             TimedClient.turns = []
             try:
-                phase = asyncio.run(probe(port, provider_port, TimedClient))
+                phase = asyncio.run(loaded_probe(port, provider_port))
             finally:
                 stop(proc)
             stamps = Stamps.read(out)

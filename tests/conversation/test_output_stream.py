@@ -78,6 +78,25 @@ async def test_frames_written_in_one_pass_are_pushed_after_it_every_streams_back
     assert (await readers[0]).complete and (await readers[1]).complete
 
 
+async def test_a_frame_written_now_goes_at_once_after_what_is_due_before_it() -> None:
+    """A run's first text is what a user waits for: written `now`, it is pushed from inside the
+    write (after its stream's frames still due), not after the rest of the pass's work, which under
+    load is other streams' deltas; the frames after it wait for the pass's end again."""
+    stream = OutputHub().open("r1")
+    push = Recorder()
+    reader = asyncio.ensure_future(stream.read(0, push))
+    await settle()
+    stream.write(b"step")
+    stream.write(b"first", now=True)
+    assert push.sent == [(b"step", True), (b"first", True)]
+    stream.write(b"next")
+    assert len(push.sent) == 2
+    await asyncio.sleep(0)
+    assert push.sent[2:] == [(b"next", True)]
+    stream.close(b"END")
+    assert (await reader).complete
+
+
 async def test_a_frame_retained_to_be_encoded_again_is_pushed_as_written_after_what_came_before() -> None:
     class Again:
         """Encodes the frame again for a replay; never for a reader following live."""

@@ -224,8 +224,10 @@ class OutputStream(msgspec.Struct, eq=False):
         self.base += drop
         self.rebuilt = [p for p in self.rebuilt if p >= self.base]
 
-    def write(self, frame: bytes, retain: Rebuilt | None = None) -> None:
-        """Send `frame`; retained for replay as itself, or as `retain` (which encodes it again)."""
+    def write(self, frame: bytes, retain: Rebuilt | None = None, *, now: bool = False) -> None:
+        """Send `frame`; retained for replay as itself, or as `retain` (which encodes it again).
+        `now`: pushed from inside this call (after the frames still due), not at the pass's end,
+        behind the rest of the pass's work (other streams' deltas, under load): a run's first text."""
         if self.closed:
             raise RuntimeError(f"output stream {self.request_id}#{self.generation} is closed")
         if retain is not None:
@@ -238,7 +240,9 @@ class OutputStream(msgspec.Struct, eq=False):
                 self._deliver(frame)
             return
         self._retain(frame)
-        if self._waiters and not self._flush_due:
+        if now:
+            self.flush()
+        elif self._waiters and not self._flush_due:
             self._flush_due = True
             if self._pass is None:
                 self._pass = _pass_flush()

@@ -30,13 +30,15 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
 class RunPresenter:
     def __init__(
         self, run_id: str, workspace_root: str | None, write: Callable[..., None], turns: TurnLog,
-        write_frame: Callable[[bytes], None],
+        write_frame: Callable[..., None],
     ) -> None:
         self.run_id = run_id
         self.turns = turns  # the steps of the turn in progress are recorded there
         self.workspace_root = workspace_root
         self._write = write  # (*AgentServerMessage) -> None
-        self._write_frame = write_frame  # an encoded message's frame (the stream is open while events come)
+        # An encoded message's frame (the stream is open while events come); `now=True`: sent at once.
+        self._write_frame = write_frame
+        self._first_output = False  # the model cycle's first text or thinking is still to come: it goes at once
         self.step = 0
         self.model_call_id = ""
         self.output_tokens = 0
@@ -50,14 +52,14 @@ class RunPresenter:
             if self._thinking_since is not None:
                 self.end_thinking()
             self.turns.steps.text(event.text)
-            self._write_frame(updates.text_delta_frame(event.text))
+            self._write_output(updates.text_delta_frame(event.text))
             return False
         match event:
             case ThinkingDelta():
                 if self._thinking_since is None:
                     self._thinking_since = time.monotonic()
                 self.turns.steps.thinking(event.text)
-                self._write_frame(updates.thinking_delta_frame(event.text))
+                self._write_output(updates.thinking_delta_frame(event.text))
             case ThinkingEnd():
                 self.end_thinking()
             case ToolCallStart():
@@ -82,6 +84,7 @@ class RunPresenter:
                 self.step = event.step
                 self.model_call_id = f"{self.run_id}:{event.step}"
                 self._args.clear()
+                self._first_output = True
                 self._write_frame(updates.step_started_frame(event.step))
                 return True
             case ModelCycleFinished():
@@ -93,6 +96,15 @@ class RunPresenter:
             case CompactionFinished():
                 self._write(updates.summary_completed())  # applied or not: the IDE stops showing it
         return False
+
+    def _write_output(self, frame: bytes) -> None:
+        """A text or thinking delta's frame. The cycle's first goes at once: a user waits for it,
+        and at the pass's end it would follow every other stream's work in that pass."""
+        if self._first_output:
+            self._first_output = False
+            self._write_frame(frame, now=True)
+        else:
+            self._write_frame(frame)
 
     def end_thinking(self) -> None:
         if self._thinking_since is not None:
