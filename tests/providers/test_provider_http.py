@@ -19,6 +19,7 @@ from tests.harness.server import free_port
 from tests.interceptor.interceptor_support import self_signed
 
 
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # nothing the next aiohttp drops
 async def test_a_proxy_from_the_environment_carries_the_request_with_its_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeCorporateProxy(answer=b"via proxy") as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url.replace("http://", "http://me:s3cret@"))
@@ -227,6 +228,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
     return cert.server_context(tmp), ssl.create_default_context(cafile=str(tmp / "ca.pem"))
 
 
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # nothing the next aiohttp drops
 async def test_tls_to_the_provider_directly_and_through_a_proxys_connect_tunnel(
     certificate: tuple[ssl.SSLContext, ssl.SSLContext], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -261,4 +263,5 @@ def test_the_aiohttp_internals_the_client_reads_a_response_with_are_there() -> N
     API: if aiohttp renames or reshapes these, this says so before anything else fails."""
     assert {"skip_payload", "read_until_eof", "auto_decompress"} <= inspect.signature(ResponseHandler.set_response_params).parameters.keys()
     assert inspect.iscoroutinefunction(ResponseHandler.read)
-    assert {"loop", "proxy", "proxy_auth"} <= inspect.signature(ClientRequest).parameters.keys()
+    assert {"loop", "proxy"} <= inspect.signature(ClientRequest).parameters.keys()
+    assert {"proxy", "proxy_auth", "proxy_headers"} <= inspect.signature(ClientRequest.update_proxy).parameters.keys()
