@@ -180,11 +180,16 @@ class _Route:
         self.target = str(url).encode() if through_proxy else url.raw_path_qs.encode()
         self.proxy_fields: list[tuple[bytes, bytes]] = []
         if through_proxy and via.proxy_auth is not None:
-            self.proxy_fields.append((b"Proxy-Authorization", via.proxy_auth.encode().encode()))
-        # No proxy headers of its own: aiohttp's connector adds the proxy's Host to them, and they
-        # are part of the pool's key, so a request reused with any would miss its pooled connection.
-        self.connection_request = ClientRequest("POST", url, loop=asyncio.get_running_loop(), proxy=via.proxy_url, proxy_auth=via.proxy_auth)
+            self.proxy_fields.append((b"Proxy-Authorization", via.proxy_auth.encode()))
+        self.connection_request = ClientRequest("POST", url, loop=asyncio.get_running_loop(), proxy=via.proxy_url)
         self.host: bytes = self.connection_request.headers["Host"].encode()
+        if via.proxy_auth is not None:
+            # The credentials as the tunnel's own header (aiohttp's BasicAuth is deprecated), with
+            # the Host aiohttp's connector sets in them on every connect already there: they are
+            # part of the pool's key, which must not change between a request's connects.
+            self.connection_request.update_proxy(via.proxy_url, None, {
+                "Host": self.connection_request.headers["Host"], "Proxy-Authorization": via.proxy_auth,
+            })
         self.info = RequestInfo(url, "POST", CIMultiDictProxy(self.connection_request.headers), url)
 
     def request_parts(self, method: str, headers: RequestHeaders, body: bytes | None) -> tuple[bytes, ...]:
@@ -226,7 +231,8 @@ class _Via:
         self._connector: aiohttp.TCPConnector | None = None
         proxy = httpx.Proxy(proxy_url) if proxy_url else None  # its credentials come from the URL's userinfo
         self.proxy_url = URL(str(proxy.url)) if proxy else None
-        self.proxy_auth = aiohttp.BasicAuth(*proxy.auth) if proxy and proxy.auth else None
+        # The Proxy-Authorization value of its credentials.
+        self.proxy_auth = aiohttp.encode_basic_auth(*proxy.auth) if proxy and proxy.auth else None
 
     async def connect(self, route: _Route, timeout: aiohttp.ClientTimeout) -> aiohttp.connector.Connection:
         """A pooled connection to the route's origin, or a new one (as aiohttp's session takes it)."""
