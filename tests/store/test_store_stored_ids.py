@@ -14,6 +14,23 @@ from tests.harness.stored_ids import snapshots_taken
 pytestmark = pytest.mark.embedded_only("only this process writes an embedded store's ids")
 
 
+async def reopened_with_bindings(db_path: Path, conversation, request_ids: list[str]) -> tuple[Store, list[str]]:
+    """A store that an earlier process left with conversation "a" bound to `request_ids`, opened
+    again with its statements traced, once its snapshots are taken."""
+    store = await Store.open(db_path)
+    try:
+        store.upsert_conversation(conversation("a"))
+        for request_id in request_ids:
+            store.bind_request(request_id, "a")
+        await store.flush()
+    finally:
+        await store.close()
+    statements: list[str] = []
+    store = await Store.open(db_path, trace=statements.append)
+    await snapshots_taken(store)
+    return store, statements
+
+
 def reads(statements: list[str]) -> list[str]:
     return [s for s in statements if s.startswith("SELECT") and ("request_bindings" in s or "FROM conversations" in s)]
 
@@ -32,17 +49,8 @@ async def test_a_fresh_request_id_and_a_new_conversation_cost_no_read(db_path: P
 
 
 async def test_ids_an_earlier_process_stored_are_read_and_found(db_path: Path, conversation) -> None:
-    store = await Store.open(db_path)
+    store, statements = await reopened_with_bindings(db_path, conversation, ["r-a"])
     try:
-        store.upsert_conversation(conversation("a"))
-        store.bind_request("r-a", "a")
-        await store.flush()
-    finally:
-        await store.close()
-    statements: list[str] = []
-    store = await Store.open(db_path, trace=statements.append)
-    try:
-        await snapshots_taken(store)
         del statements[:]
         assert await store.lookup_conversation("r-a") == "a"
         assert not store.holds_nothing_of("a")
@@ -86,18 +94,8 @@ async def test_past_the_cap_no_ids_are_kept_and_every_id_is_read(
     db_path: Path, conversation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(stored_ids, "SNAPSHOT_CAP", 2)
-    store = await Store.open(db_path)
+    store, statements = await reopened_with_bindings(db_path, conversation, ["r0", "r1", "r2"])
     try:
-        store.upsert_conversation(conversation("a"))
-        for n in range(3):
-            store.bind_request(f"r{n}", "a")
-        await store.flush()
-    finally:
-        await store.close()
-    statements: list[str] = []
-    store = await Store.open(db_path, trace=statements.append)
-    try:
-        await snapshots_taken(store)
         assert not store._stored_requests.ready  # three bindings: past the cap
         store.bind_request("r-new", "a")  # and nothing queued is kept either
         await store.flush()
