@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cursor_byok import cli
+from tests.harness.server import free_ports
 
 
 @dataclass
@@ -54,12 +54,6 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
     return run
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def write_config(tmp_path: Path) -> Callable[..., Path]:
     """Write a config whose data dir and ports are private to this test."""
@@ -73,9 +67,10 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
         proxy_port: int | None = None,
     ) -> Path:
         data_dir = tmp_path / "data"
+        fresh = iter(p for p in free_ports(3) if p not in (server_port, proxy_port))
         head = top + (
-            f'[server]\nport = {server_port or free_port()}\ndata_dir = "{data_dir}"\n\n'
-            f"[proxy]\nport = {proxy_port or free_port()}\n\n"
+            f'[server]\nport = {server_port or next(fresh)}\ndata_dir = "{data_dir}"\n\n'
+            f"[proxy]\nport = {proxy_port or next(fresh)}\n\n"
         )
         path = tmp_path / name
         path.write_text(head + body, encoding="utf-8")

@@ -23,6 +23,7 @@ import pytest
 
 import cursor_byok
 from cursor_byok.config import Config
+from tests.harness.server import free_port
 
 
 def client_context(cafile: Path) -> ssl.SSLContext:
@@ -88,12 +89,6 @@ def port_is_free(port: int) -> bool:
             return False
         except ConnectionRefusedError:
             return True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_flags_override_the_config(run_cli, write_config, stand_in, tmp_path: Path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.harness.server import ServerProcess, free_port
+from tests.harness.server import ServerProcess, free_ports
 
 CURSOR_HOST = "https://api2.cursor.sh"
 
@@ -24,7 +24,7 @@ class ConnectProcess:
         self.home = home
         self.data_dir = home / "data"
         self.config_path = home / "config.toml"
-        self.proxy_port = free_port()
+        self.proxy_port, self._server_port = free_ports(2)
         self.upstream_url = upstream_url
         self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -33,7 +33,7 @@ class ConnectProcess:
     def write_config(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(
-            f'[server]\ndata_dir = "{self.data_dir}"\nport = {free_port()}\n\n'
+            f'[server]\ndata_dir = "{self.data_dir}"\nport = {self._server_port}\n\n'
             f'[proxy]\nport = {self.proxy_port}\n\n[upstream]\nbase_url = "{self.upstream_url}"\n'
         )
 
