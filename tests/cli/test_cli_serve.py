@@ -23,7 +23,7 @@ import pytest
 
 import cursor_byok
 from cursor_byok.config import Config
-from tests.harness.server import free_port
+from tests.harness.server import free_port, free_ports
 
 
 def client_context(cafile: Path) -> ssl.SSLContext:
@@ -154,7 +154,7 @@ def test_busy_proxy_port_is_one_error_line_and_no_server(run_cli, write_config, 
 
 
 def test_real_server_with_proxy_starts_answers_and_stops_on_sigint(write_config, tmp_path: Path):
-    server_port, proxy_port = free_port(), free_port()
+    server_port, proxy_port = free_ports(2)
     path = write_config(server_port=server_port, proxy_port=proxy_port)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     env.pop("CURSOR_BYOK_CONFIG", None)
@@ -194,7 +194,7 @@ def test_ide_gets_the_local_model_list_through_the_proxy_over_tls(write_config, 
     CA), terminated locally, answered by the real gateway with the configured models."""
     from cursor_byok.protocol import side_pb2
 
-    server_port, proxy_port = free_port(), free_port()
+    server_port, proxy_port = free_ports(2)
     models = (
         '[upstream]\nbase_url = "http://127.0.0.1:9"\n\n'
         '[[models]]\nid = "byok-local"\nprovider = "openai-chat"\nmodel = "m"\n'

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.fakes import FakeCorporateProxy
-from tests.harness.server import free_port
+from tests.harness.server import free_ports
 
 
 class _Reverse(socketserver.BaseRequestHandler):
@@ -55,7 +55,7 @@ def test_cursor_keeps_the_corporate_proxy_for_every_host_we_do_not_serve(run_cli
         settings.parent.mkdir(parents=True)
         original = f'{{\n    // set by IT\n    "http.proxy": "{corp.url}",\n    "editor.fontSize": 12\n}}\n'
         settings.write_text(original)
-        server_port, proxy_port = free_port(), free_port()
+        server_port, proxy_port = free_ports(2)
         path = write_config('[upstream]\nbase_url = "http://upstream.example"\n', server_port=server_port, proxy_port=proxy_port)
         assert run_cli("ca", "init", "--config", str(path)).code == 0
         enabled = run_cli("cursor", "enable", "--settings", str(settings), "--config", str(path))
