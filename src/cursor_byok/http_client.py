@@ -182,14 +182,13 @@ class _Route:
         if through_proxy and via.proxy_auth is not None:
             self.proxy_fields.append((b"Proxy-Authorization", via.proxy_auth.encode()))
         self.connection_request = ClientRequest("POST", url, loop=asyncio.get_running_loop(), proxy=via.proxy_url)
-        self.host: bytes = self.connection_request.headers["Host"].encode()
+        host = self.connection_request.headers["Host"]
+        self.host: bytes = host.encode()
         if via.proxy_auth is not None:
             # The credentials as the tunnel's own header (aiohttp's BasicAuth is deprecated), with
             # the Host aiohttp's connector sets in them on every connect already there: they are
             # part of the pool's key, which must not change between a request's connects.
-            self.connection_request.update_proxy(via.proxy_url, None, {
-                "Host": self.connection_request.headers["Host"], "Proxy-Authorization": via.proxy_auth,
-            })
+            self.connection_request.update_proxy(via.proxy_url, None, {"Host": host, "Proxy-Authorization": via.proxy_auth})
         self.info = RequestInfo(url, "POST", CIMultiDictProxy(self.connection_request.headers), url)
 
     def request_parts(self, method: str, headers: RequestHeaders, body: bytes | None) -> tuple[bytes, ...]:

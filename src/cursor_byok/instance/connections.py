@@ -165,11 +165,7 @@ class ConnectionWarden:
         """(descriptor, inode) of each open socket: the part of a look that only reads /proc. None:
         not even the reserve descriptor could read the directory."""
         names = self._descriptors()
-        if names is None:
-            return None
-        found: list[tuple[int, int]] = []
-        _add_sockets(names, found)
-        return found
+        return None if names is None else _sockets(names)
 
     async def _read_sockets_in_passes(self) -> list[tuple[int, int]] | None:
         """`read_sockets` on the loop's thread, LINKS_PER_PASS descriptors per pass of the loop: a
@@ -185,7 +181,7 @@ class ConnectionWarden:
         for start in range(0, len(names), LINKS_PER_PASS):
             if start:
                 await asyncio.sleep(0)
-            _add_sockets(names[start : start + LINKS_PER_PASS], found)
+            found += _sockets(names[start : start + LINKS_PER_PASS])
         return found
 
     def _descriptors(self) -> list[str] | None:
@@ -303,8 +299,9 @@ class ConnectionWarden:
                 del self._unlogged[reason]
 
 
-def _add_sockets(names: list[str], found: list[tuple[int, int]]) -> None:
-    """(descriptor, inode) of each of the descriptors `names` that is a socket, added to `found`."""
+def _sockets(names: list[str]) -> list[tuple[int, int]]:
+    """(descriptor, inode) of each of the descriptors `names` that is a socket."""
+    found: list[tuple[int, int]] = []
     for name in names:
         try:
             link = os.readlink(f"{_FD_DIR}/{name}")
@@ -312,6 +309,7 @@ def _add_sockets(names: list[str], found: list[tuple[int, int]]) -> None:
             continue
         if link.startswith("socket:["):
             found.append((int(name), int(link[8:-1])))
+    return found
 
 
 @contextlib.contextmanager
