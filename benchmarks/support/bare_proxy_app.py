@@ -14,6 +14,7 @@ from cursor_byok.protocol import end_stream_ok
 
 PROVIDER = os.environ.get("BENCH_PROVIDER_URL", "http://127.0.0.1:9/v1") + "/chat/completions"
 client = streaming_client()
+JSON_HEADERS = client.headers({"content-type": "application/json"})  # made once, as a provider makes its own
 
 
 async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
@@ -23,7 +24,7 @@ async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
         pass
     if scope["path"].endswith("/RunSSE"):
         await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-        response = await client.post(PROVIDER, b'{"stream": true}', {"content-type": "application/json"}, connect_timeout=30)
+        response = await client.post(PROVIDER, b'{"stream": true}', JSON_HEADERS, connect_timeout=30)
         lines, events = SSELineDecoder(), SSEDecoder()
         try:
             while chunk := await response.next_chunk():
@@ -35,7 +36,7 @@ async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
                         if choice.delta.content:
                             await send({"type": "http.response.body", "body": delta(choice.delta.content), "more_body": True})
         finally:
-            response.close()
+            await response.aclose()
         await send({"type": "http.response.body", "body": end_stream_ok(), "more_body": False})
         return
     status = 204 if scope["path"] == "/healthz" else 200
