@@ -20,8 +20,9 @@ for the commit. Scenarios, interleaved start by start:
 - `raw7 thread`: the same seven calls, planned on the loop, run by a minimal thread (no planning
   there): what the thread costs when its Python is as small as it can be.
 - `raw1 thread`: one autocommitted INSERT into a view (temp trigger) run by the minimal thread.
-- `raw1 thread yield`: the same, the loop letting go of the interpreter lock after the hand-over
-  until the thread has taken its job (a lock the thread releases before its SQLite call).
+- `raw1 thread lock`: the same, the loop letting go of the interpreter lock after the hand-over
+  until the thread has taken its job (a lock the thread releases before its SQLite call);
+  `raw1 thread sleep0` / `yield`: letting go of it once, by `time.sleep(0)` / `os.sched_yield()`.
 - `raw1 inline` / `raw7 inline`: the single call, or the seven, on the loop (route 2: a cheaper commit).
 
 Per scenario: wall time from the first write queued to both done (the work and the commit), the
@@ -38,6 +39,7 @@ costs more than the seven inline (the trigger runs every branch for every row).
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import queue
 import statistics
@@ -111,6 +113,15 @@ def _calibrate() -> Callable[[], None]:
     per = (time.thread_time_ns() - t0) / 20 / n
     n = max(1, int(WORK_US * 1000 / per))
     return lambda: None if work(n) < 0 else None
+
+
+class LetIn(enum.Enum):
+    """How the loop lets the thread take the interpreter lock after handing it a job."""
+
+    NONE = "none"
+    LOCK = "lock"  # blocks on a lock the thread releases once it has the job
+    SLEEP0 = "sleep0"
+    SCHED_YIELD = "sched_yield"
 
 
 class MiniWriter:
@@ -212,7 +223,7 @@ class Scenario:
     def summary(self) -> str:
         med = statistics.median
         q = statistics.quantiles
-        return (f"{self.name:20}{med(self.wall) / 1000:9.0f}{q(self.wall, n=10)[-1] / 1000:9.0f}"
+        return (f"{self.name:22}{med(self.wall) / 1000:9.0f}{q(self.wall, n=10)[-1] / 1000:9.0f}"
                 f"{med(self.loop_cpu) / 1000:10.0f}{med(self.cpu) / 1000:10.0f}{med(self.begun) / 1000:8.0f}"
                 f"{med(self.worked) / 1000:8.0f}{med(self.late) / 1000:8.0f}")
 
@@ -239,14 +250,18 @@ async def _measure(tmp: Path) -> list[Scenario]:
         store.start_run(RunRecord(f"run-{uuid.uuid4().hex}", conv, "preparing", started_at_ms=n, request_id=request), later=True)
         return stored
 
-    def raw_thread(n: int, single: bool, yield_lock: bool) -> asyncio.Future[Any]:
+    def raw_thread(n: int, single: bool, let_in: LetIn = LetIn.NONE) -> asyncio.Future[Any]:
         seven, one = thread_raw.rows(n)
-        taken = threading.Lock() if yield_lock else None
+        taken = threading.Lock() if let_in is LetIn.LOCK else None
         if taken is not None:
             taken.acquire()
         future = mini.submit(one_call(one) if single else seven_calls(seven), taken)
         if taken is not None:
             taken.acquire()  # the interpreter lock let go until the thread has its job
+        elif let_in is LetIn.SLEEP0:
+            time.sleep(0)
+        elif let_in is LetIn.SCHED_YIELD:
+            os.sched_yield()
         return future
 
     def raw_inline(n: int, single: bool) -> asyncio.Future[Any]:
@@ -259,7 +274,9 @@ async def _measure(tmp: Path) -> list[Scenario]:
         "thread": lambda n: store_start(n, False),
         "raw7 thread": lambda n: raw_thread(n, False, False),
         "raw1 thread": lambda n: raw_thread(n, True, False),
-        "raw1 thread yield": lambda n: raw_thread(n, True, True),
+        "raw1 thread lock": lambda n: raw_thread(n, True, LetIn.LOCK),
+        "raw1 thread sleep0": lambda n: raw_thread(n, True, LetIn.SLEEP0),
+        "raw1 thread yield": lambda n: raw_thread(n, True, LetIn.SCHED_YIELD),
         "raw7 inline": lambda n: raw_inline(n, False),
         "raw1 inline": lambda n: raw_inline(n, True),
         "work only": lambda n: _done(),  # the floor of every scenario
@@ -319,7 +336,7 @@ def test_commit_overlap(benchmark: Any, tmp_path: Path) -> None:
 
     benchmark.pedantic(measure, rounds=1, iterations=1)
     print(f"\nper start, {STARTS} starts {PAUSE * 1000:.0f} ms apart, {WORK_US:.0f} µs of Python work; µs")
-    print(f"{'':20}{'wall p50':>9}{'p90':>9}{'loop CPU':>10}{'all CPU':>10}{'start':>8}{'work':>8}{'after':>8}")
+    print(f"{'':22}{'wall p50':>9}{'p90':>9}{'loop CPU':>10}{'all CPU':>10}{'start':>8}{'work':>8}{'after':>8}")
     for scenario in results:
         print(scenario.summary())
     benchmark.extra_info.update({s.name: statistics.median(s.wall) / 1000 for s in results})
