@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.support.bare_turn_app import turn_text
+from benchmarks.test_store_start_sql import RUN_REQUEST, USER_ENTRY
 from cursor_byok.store import ConversationRecord, EventKind, NewEvent, RunRecord, Store
 from cursor_byok.store.bindings import UPSERT_BINDING
 from cursor_byok.store.connection import connect, prepare_writer
@@ -59,15 +59,11 @@ from cursor_byok.store.conversations import INSERT_RUN, UPSERT_CONVERSATION
 from cursor_byok.store.history import INSERT_EVENT
 from cursor_byok.store.inbound import RECORD_APPEND
 from cursor_byok.store.records import Synchronous
-from tests.harness.ide import run_request
 
 STARTS = int(os.environ.get("BENCH_OVERLAP_STARTS", "200"))
 PAUSE = float(os.environ.get("BENCH_OVERLAP_PAUSE_MS", "10")) / 1000
 WORK_US = float(os.environ.get("BENCH_OVERLAP_WORK_US", "550"))
 SWITCH_INTERVAL = 0.0005  # the server's while serving (gateway/lock_hand_over.py)
-TEXT = turn_text()
-RUN_REQUEST = run_request(TEXT, model="bench", conversation_id="c").SerializeToString()
-USER_ENTRY = b'{"kind":"user","message":{"role":"user","parts":[{"text":"' + TEXT.encode() + b'"}]}}'
 
 # The single-call form: every row of a start through one view, in foreign-key order.
 START_VIEW = """
