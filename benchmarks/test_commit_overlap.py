@@ -108,7 +108,10 @@ def _calibrate() -> Callable[[], None]:
         work(n)
     per = (time.thread_time_ns() - t0) / 20 / n
     n = max(1, int(WORK_US * 1000 / per))
-    return lambda: None if work(n) < 0 else None
+
+    def calibrated() -> None:
+        work(n)
+    return calibrated
 
 
 class LetIn(enum.Enum):
@@ -268,8 +271,8 @@ async def _measure(tmp: Path) -> list[Scenario]:
     starts: dict[str, Callable[[int], asyncio.Future[Any]]] = {
         "inline (today)": lambda n: store_start(n, True),
         "thread": lambda n: store_start(n, False),
-        "raw7 thread": lambda n: raw_thread(n, False, False),
-        "raw1 thread": lambda n: raw_thread(n, True, False),
+        "raw7 thread": lambda n: raw_thread(n, False),
+        "raw1 thread": lambda n: raw_thread(n, True),
         "raw1 thread lock": lambda n: raw_thread(n, True, LetIn.LOCK),
         "raw1 thread sleep0": lambda n: raw_thread(n, True, LetIn.SLEEP0),
         "raw1 thread yield": lambda n: raw_thread(n, True, LetIn.SCHED_YIELD),
@@ -278,6 +281,7 @@ async def _measure(tmp: Path) -> list[Scenario]:
         "work only": lambda n: _done(),  # the floor of every scenario
     }
     scenarios = {name: Scenario(name) for name in starts}
+    interval = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         for n in range(STARTS + 10):
@@ -299,7 +303,7 @@ async def _measure(tmp: Path) -> list[Scenario]:
                     s.begun.append(ws - w0)
                     s.worked.append(w1 - ws)
     finally:
-        sys.setswitchinterval(0.005)
+        sys.setswitchinterval(interval)
         mini.stop()
         raw_thread_conn.close()
         raw_inline_conn.close()
