@@ -6,7 +6,8 @@ grown by thousands of turns.
     PYTHONPATH=/path/to/old-checkout/src .venv/bin/python -m pytest -q -s -p no:randomly benchmarks/test_store_start_sql.py
 
 - **ours**: the real `Store`, driven as a server's runtime drives it when its threads are idle: the
-  append's journal row, a new conversation's row, the user's input (a 2,000-word message) awaited,
+  request id's binding looked up and a new conversation's history (both known absent without SQL),
+  the append's journal row, a new conversation's row, the user's input (a 2,000-word message) awaited,
   committed on the loop by `hand_over_now`; the run's records (the request's binding, the run's row)
   queued `later`, so they share the next start's commit (as held starts do in the server).
 - **durable**: `benchmarks/support/bare_durable_app.SqliteJournal`, the floor app's one autocommitted
@@ -96,6 +97,12 @@ class Ours:
         conv, request = conversation or f"c{n}", f"r{n}-{uuid.uuid4().hex}"
         frames = meter.frames() if meter else 0
         t0 = time.thread_time_ns()
+        # What a server's start asks first: whom the request id is bound to, and whether a new
+        # conversation has anything stored (both answered without SQL here, and the writer then
+        # plans the commit without its probes, as in the server).
+        assert await store.lookup_conversation(request) is None
+        if new:
+            assert store.holds_nothing_of(conv)
         store.record_append(request, "", 0, RUN_REQUEST)
         if new:
             store.upsert_conversation(ConversationRecord(conversation_id=conv, created_at_ms=n, updated_at_ms=n, model_id="bench", mode="agent"))
