@@ -242,7 +242,7 @@ class ConversationData:
         if s.over_budget is not None and (refusal := s.over_budget(run.observed.developer)) is not None:
             raise refusal  # before anything of the turn is kept or any provider is called
         rr = run.run_request
-        model_id = requested_model_id(rr)
+        model_id = run.observed.requested_model  # its run request's, read when the run began
         model = s.config.model(model_id)
         if model is None:
             raise model_not_found_error(model_id)

@@ -136,8 +136,9 @@ class AppendIntake:
         if admitted is Admitted.RESEND:
             return durable
         ready = order.take(append, admitted, generation)
-        self._heartbeat(append)
         service = self.service
+        if append.variant == "client_heartbeat":
+            service.heartbeat(append.request_id)
         if len(ready) == 1:
             self._hand_over(ready[0], parent, developer)
         elif ready:
@@ -181,10 +182,6 @@ class AppendIntake:
     def _unjournaled(self, exc: BaseException) -> ConnectError:
         problem = storage_problem(exc, self._database)
         return ConnectError("unavailable", f"the append was not stored: {problem}; send it again")
-
-    def _heartbeat(self, append: BidiAppend) -> None:
-        if append.variant == "client_heartbeat":
-            self.service.heartbeat(append.request_id)
 
     def _hand_over(self, item: BidiAppend, parent: ParentConversationRef | None, developer: str | None) -> None:
         service = self.service

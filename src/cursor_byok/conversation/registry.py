@@ -80,10 +80,10 @@ class Registry(Generic[R]):
     def bind(self, request_id: str, conversation_id: str, cursor_run_id: str) -> tuple[Binding, BindKind]:
         """Bind (or re-confirm) request_id → conversation_id. Raises BindingConflict, binding nothing."""
         current = self._bindings.get(request_id)
-        if current is None:
-            known = self.binding(request_id)
-            if known is not None and known.conversation_id != conversation_id:
-                raise BindingConflict(request_id, known.conversation_id, conversation_id)
+        if current is None:  # not a stream in use: only the store may know it
+            stored = self._stored.bound_conversation(request_id) if self._stored is not None else None
+            if stored is not None and stored != conversation_id:
+                raise BindingConflict(request_id, stored, conversation_id)
             b = Binding(request_id, conversation_id, cursor_run_id)
             self._bindings[request_id] = b
             return b, BindKind.NEW

@@ -84,13 +84,16 @@ def run_spec(
         mode,
         model,
         tools.advertised_tools(ctx),
-        [d.for_prompt() for d in ctx.mcp_tools],
+        [d.for_prompt() for d in ctx.mcp_tools] if ctx.mcp_tools else [],
         None,  # the request context lives in the history, so the system prompt stays byte-stable
         rr.custom_system_prompt if rr.HasField("custom_system_prompt") and rr.custom_system_prompt else None,
     )
     effort = None
     if resolve_effort is not None:
-        model_id = rr.requested_model.model_id if rr.HasField("requested_model") else rr.model_details.model_id
-        params = [(p.id, p.value) for p in rr.requested_model.parameters] if rr.HasField("requested_model") else []
+        if rr.HasField("requested_model"):
+            requested = rr.requested_model
+            model_id, params = requested.model_id, [(p.id, p.value) for p in requested.parameters] if requested.parameters else []
+        else:
+            model_id, params = rr.model_details.model_id, []
         effort = resolve_effort(model, model_id, params) or None
     return RunSpec(model=model, system=compiled.system, tools=compiled.tools, tools_chars=compiled.tools_chars, effort=effort)

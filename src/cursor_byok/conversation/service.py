@@ -120,8 +120,7 @@ class ConversationService:
             binding, kind = self.registry.bind(request_id, conversation_id, cursor_run_id)
         except BindingConflict as exc:
             raise ConnectError("already_exists", str(exc)) from None
-        existing = self.hub.get(request_id)
-        if kind is BindKind.SAME and existing is not None:
+        if kind is BindKind.SAME and (existing := self.hub.get(request_id)) is not None:
             return OpenedRun(conversation_id, existing, kind)
         output = self.hub.open(request_id, cursor_run_id)
         output.developer = developer

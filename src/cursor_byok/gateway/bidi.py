@@ -61,6 +61,9 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
         if durable is None:
             parent = local_parent(gw, headers.parent_request_id, headers.parent_tool_call_id)
             durable = deliver_local(gw, transport, append, parent, developer)
+        # Durable within the hand-over's step (the loop committed it): the run's model request,
+        # which that commit released, has left in that step too.
+        committed_in_step = durable.done()
         stored = gw.conversations.appends.stored(durable)
         if deadline.timeout_ms is None:
             await stored
@@ -71,7 +74,7 @@ async def handle_append(gw: Gateway, scope: Scope, receive: Receive, send: Send)
             except TimeoutError:
                 raise deadline.error() from None
         gw.appends += 1
-        if append.append_seqno == 0:
+        if append.append_seqno == 0 and not committed_in_step:
             # The commit that made this durable released the run's model request as well: that
             # goes out first, this 200 (which nobody waits on to see the answer) right after.
             await asyncio.sleep(0)
