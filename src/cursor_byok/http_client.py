@@ -255,9 +255,9 @@ async def _exchange(
 ) -> tuple[RawResponseMessage, StreamReader]:
     """Send `request` (its parts in one write) on the connection and read the response head with the connection's own
     protocol, as aiohttp's session and response do (an interim 1xx skipped). With `_Route`'s
-    pool request, the only use of aiohttp below its public API (its response protocol's read, a
-    request made outside a session): tests/providers/test_provider_http.py fails loudly if those
-    change."""
+    pool request, the only use of aiohttp below its public API (its response protocol's read and
+    parser, a request made outside a session): tests/providers/test_provider_http.py fails loudly
+    if those change."""
     protocol = connection.protocol
     assert isinstance(protocol, ResponseHandler)
     # A kept connection's parser has read its last answer to the end (the pool takes a connection
