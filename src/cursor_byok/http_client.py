@@ -247,17 +247,28 @@ class _Via:
             await self._connector.close()
 
 
+_PARSER_MADE = "_cursor_byok_parser"  # on a connection's protocol: (the parser made here, for a probe's answers)
+
+
 async def _exchange(
     connection: aiohttp.connector.Connection, request: tuple[bytes, ...], *, head_only: bool, info: RequestInfo
 ) -> tuple[RawResponseMessage, StreamReader]:
     """Send `request` (its parts in one write) on the connection and read the response head with the connection's own
     protocol, as aiohttp's session and response do (an interim 1xx skipped). With `_Route`'s
-    pool request, the only use of aiohttp below its public API (its response protocol's read, a
-    request made outside a session): tests/providers/test_provider_http.py fails loudly if those
-    change."""
+    pool request, the only use of aiohttp below its public API (its response protocol's read and
+    parser, a request made outside a session): tests/providers/test_provider_http.py fails loudly
+    if those change."""
     protocol = connection.protocol
     assert isinstance(protocol, ResponseHandler)
-    protocol.set_response_params(skip_payload=head_only, read_until_eof=True, auto_decompress=False)
+    # A kept connection's parser has read its last answer to the end (the pool takes a connection
+    # back only then) and llhttp goes on to the next message, as a server's parser does on a
+    # kept-alive connection: a new one (aiohttp's session makes one per request: ~10 µs of a lone
+    # start's loop CPU, its caches cold) only for another kind of answer (a probe's has no body) or
+    # a parser that is not the one made here.
+    made = protocol.__dict__.get(_PARSER_MADE)
+    if made is None or made[0] is not protocol._parser or made[1] is not head_only:
+        protocol.set_response_params(skip_payload=head_only, read_until_eof=True, auto_decompress=False)
+        protocol.__dict__[_PARSER_MADE] = (protocol._parser, head_only)
     transport = connection.transport
     if transport is None or transport.is_closing():
         raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")

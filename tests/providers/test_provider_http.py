@@ -8,6 +8,8 @@ import inspect
 import ssl
 
 import pytest
+from aiohttp import client_proto
+from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.client_reqrep import ClientRequest
 from aiohttp.http import SERVER_SOFTWARE
@@ -133,6 +135,32 @@ async def test_the_request_is_sent_as_aiohttps_request_sends_it_on_one_kept_aliv
             b"accept: text/event-stream\r\n%sContent-Length: %%d\r\n\r\n%%s") % (host, defaults)
     head = b"HEAD /v1 HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n%s\r\n" % (host, defaults)
     assert origin.connections == [[post % (7, b'{"a":1}'), post % (8, b'{"a":10}'), head]]
+
+
+async def test_a_kept_connection_reads_its_next_answers_with_the_parser_it_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A parser per request is ~10 µs of a lone start's loop CPU: one per connection and kind of answer
+    # (a probe's has no body), each answer of either kind still read whole, chunked or not.
+    made: list[bool] = []
+
+    class CountedParser(client_proto.HttpResponseParser):  # type: ignore[misc]
+        def __init__(self, *args: object, response_with_body: bool = True, **kwargs: object) -> None:
+            made.append(response_with_body)
+            super().__init__(*args, response_with_body=response_with_body, **kwargs)
+
+    monkeypatch.setattr(client_proto, "HttpResponseParser", CountedParser)
+    chunked = _SSE_HEAD + b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+    no_content = b"HTTP/1.1 204 No Content\r\n\r\n"
+    with_length = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"  # a HEAD answer: the length of a body it does not send
+    async with _Origin(_whole(b"data: 1\n\n"), chunked, no_content, with_length, _whole(b"data: 3\n\n"), _whole(b"data: 4\n\n")) as origin, ProviderHttp(trust_env=False) as client:
+        headers = client.headers({})
+        assert await _read_all(await client.post(origin.url, b"{}", headers, connect_timeout=5)) == b"data: 1\n\n"
+        assert await _read_all(await client.post(origin.url, b"{}", headers, connect_timeout=5)) == b"data: 2\n\n"
+        assert await client.probe(origin.url, connect_timeout=5) == 204
+        assert await client.probe(origin.url, connect_timeout=5) == 200
+        assert await _read_all(await client.post(origin.url, b"{}", headers, connect_timeout=5)) == b"data: 3\n\n"
+        assert await _read_all(await client.post(origin.url, b"{}", headers, connect_timeout=5)) == b"data: 4\n\n"
+    assert [len(requests) for requests in origin.connections] == [6]
+    assert made == [True, False, True]
 
 
 async def test_a_connection_the_provider_closed_while_idle_is_replaced() -> None:
@@ -263,5 +291,6 @@ def test_the_aiohttp_internals_the_client_reads_a_response_with_are_there() -> N
     API: if aiohttp renames or reshapes these, this says so before anything else fails."""
     assert {"skip_payload", "read_until_eof", "auto_decompress"} <= inspect.signature(ResponseHandler.set_response_params).parameters.keys()
     assert inspect.iscoroutinefunction(ResponseHandler.read)
+    assert "_parser" in BaseProtocol.__slots__  # the parser a kept connection reads its next answer with
     assert {"loop", "proxy"} <= inspect.signature(ClientRequest).parameters.keys()
     assert {"proxy", "proxy_auth", "proxy_headers"} <= inspect.signature(ClientRequest.update_proxy).parameters.keys()
