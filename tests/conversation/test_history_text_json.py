@@ -4,6 +4,7 @@ same text, and it hands out nothing it did not encode itself this run."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ def projected(text: str, *, stored_first: bool) -> ConversationHistory:
 
 
 def spliced(history: ConversationHistory) -> bytes | None:
-    raw = history.project().text_json(0)
+    raw = history.project().with_text(0)[1]
     return None if raw is None else bytes(msgspec.json.encode(raw))
 
 
@@ -58,4 +59,11 @@ def test_only_a_lone_user_text_is_spliced() -> None:
         assert entry is not None
         entry.stored_bytes()
     projection = history.project()
-    assert [projection.text_json(i) for i in range(3)] == [None, None, None]
+    assert [projection.with_text(i)[1] for i in range(3)] == [None, None, None]
+
+
+def test_a_lone_surrogate_is_never_stored_so_never_spliced() -> None:
+    entry = projected("a\ud800b", stored_first=False).entries[0]
+    with pytest.raises(UnicodeEncodeError):  # msgspec refuses it for the store as for a request
+        entry.stored_bytes()
+    assert entry.text_json() is None

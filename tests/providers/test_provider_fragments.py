@@ -244,10 +244,10 @@ class Escaped(Reread):
         self.escaped = escaped
         self.asked: list[int] = []
 
-    def text_json(self, index: int) -> msgspec.Raw | None:
+    def with_text(self, index: int) -> tuple[Message, msgspec.Raw | None]:
         self.asked.append(index)
         data = self.escaped.get(index)
-        return None if data is None else msgspec.Raw(data)
+        return self[index], None if data is None else msgspec.Raw(data)
 
 
 @pytest.mark.parametrize("kind", list(ProviderKind))
