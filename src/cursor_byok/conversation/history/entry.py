@@ -77,7 +77,7 @@ class HistoryEntry:
         text, self._text = self._text, None
         return None if text is None else msgspec.Raw(text)
 
-    def canonical(self) -> bytes:
+    def canonical(self) -> bytes | memoryview:
         """The message's canonical bytes: the part of its stored bytes that holds them, when it has
         them (see `stored_canonical`), without decoding or encoding it."""
         payload = self._payload
@@ -119,12 +119,13 @@ def canonical(message: Message) -> bytes:
 _HEADS = {kind: b'{"kind":"' + kind.value.encode() + b'","message":' for kind in EntryKind}
 
 
-def stored_canonical(kind: EntryKind, payload: bytes) -> bytes:
+def stored_canonical(kind: EntryKind, payload: bytes) -> bytes | memoryview:
     """A stored entry's canonical message bytes: its stored encoding embeds them as they are, after
-    `StoredEntry`'s kind (msgspec writes the fields in order)."""
+    `StoredEntry`'s kind (msgspec writes the fields in order); a view of them, not a copy (the
+    chain hashes any buffer)."""
     head = _HEADS[kind]
     if payload.startswith(head) and payload.endswith(b"}"):
-        return payload[len(head) : -1]
+        return memoryview(payload)[len(head) : -1]
     return canonical(decode_entry(payload).message)
 
 

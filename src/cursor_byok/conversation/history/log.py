@@ -121,7 +121,7 @@ class Window(Sequence[HistoryEntry]):
         entry, at = self._locate(index)
         return entry.kind if entry is not None else self.stored.kind(at)
 
-    def canonical(self, index: int) -> bytes:
+    def canonical(self, index: int) -> bytes | memoryview:
         entry, at = self._locate(index)
         return entry.canonical() if entry is not None else self.stored.canonical(at)
 
