@@ -7,8 +7,9 @@ Construction (version 2), over a sequence of canonical history items (bytes):
     d_i = SHA-256( TAG || d_{i-1} || u64_be(len(item_i)) || item_i )
 
 with TAG = b"cbyok-prefix-v2" zero-padded to one 64-byte SHA-256 block. SHA-256 is hashlib's
-(OpenSSL: the CPU's SHA extensions where it has them), about twice as fast as BLAKE2b on a
-12 KB turn; TAG's block is hashed once and the state copied per item. The digests live only in
+(OpenSSL: the CPU's SHA extensions where it has them), not a hand-written hash: 7.9 µs on a
+12 KB turn where version 1's portable BLAKE2b took 16.1 (warm caches; a start's cold ones narrow
+the gap). TAG's block is hashed once and the state copied per item. The digests live only in
 memory (a history's chain is rebuilt from its entries when read), so no older version is read.
 """
 import hashlib

@@ -133,6 +133,7 @@ def stored_canonical(kind: EntryKind, payload: bytes) -> bytes | memoryview:
 _TEXT_HEADS = {kind: head + b'{"role":"user","parts":[{"type":"text","text":' for kind, head in _HEADS.items()}
 _TEXT_AT = {kind: len(head) for kind, head in _TEXT_HEADS.items()}
 _TEXT_TAIL = b"}]}}"
+_TEXT_END = -len(_TEXT_TAIL)
 
 
 def _lone_text(kind: EntryKind, message: Message, payload: bytes) -> memoryview | None:
@@ -140,8 +141,8 @@ def _lone_text(kind: EntryKind, message: Message, payload: bytes) -> memoryview 
     parts = message.parts
     if message.role == "user" and len(parts) == 1 and type(parts[0]) is TextPart:
         at = _TEXT_AT[kind]
-        if payload[:at] == _TEXT_HEADS[kind] and payload[-4:] == _TEXT_TAIL:  # slices, not calls: on every start
-            return memoryview(payload)[at:-4]
+        if payload[:at] == _TEXT_HEADS[kind] and payload[_TEXT_END:] == _TEXT_TAIL:  # slices, not calls: on every start
+            return memoryview(payload)[at:_TEXT_END]
     return None
 
 
