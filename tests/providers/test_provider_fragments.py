@@ -233,3 +233,32 @@ def test_a_follow_up_request_copies_its_history_s_bytes_once(kind: ProviderKind)
     assert len(body) > 500_000
     assert peak < 1.3 * len(body), f"{peak / len(body):.2f} bodies allocated at once for one request"
     assert body == make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain, tools=TOOLS))
+
+
+class Escaped(Reread):
+    """A history that holds its user texts JSON-escaped already (a conversation's entries, as the
+    store got them); counts what the adapter asks of it."""
+
+    def __init__(self, messages: list[Message], escaped: dict[int, bytes]) -> None:
+        super().__init__(messages)
+        self.escaped = escaped
+        self.asked: list[int] = []
+
+    def with_text(self, index: int) -> tuple[Message, msgspec.Raw | None]:
+        self.asked.append(index)
+        data = self.escaped.get(index)
+        return self[index], None if data is None else msgspec.Raw(data)
+
+
+@pytest.mark.parametrize("kind", list(ProviderKind))
+def test_a_user_text_escaped_already_is_spliced_not_encoded_again(kind: ProviderKind) -> None:
+    """The adapter takes a user message's text as the history holds it escaped (here a marker
+    that differs from the text, to see it taken), and encodes only what it is not given."""
+    model = ModelConfig(id="m", provider=kind, model="x", base_url="http://127.0.0.1:9/v1")
+    plain = turn(0) + [Message("user", [TextPart("next question")])]
+    history = Escaped(plain, {3: b'"SPLICED \\u2028"'})
+    body = make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=history))
+    assert history.asked == [0, 1, 2, 3]
+    assert body.count(b'"SPLICED \\u2028"') == 1 and b"next question" not in body
+    fresh = make_provider(model, "", OFFLINE).encode_request(ModelRequest(model="x", system="s", messages=plain))
+    assert body.replace(b'"SPLICED \\u2028"', b'"next question"') == fresh

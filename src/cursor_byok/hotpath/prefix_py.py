@@ -1,30 +1,29 @@
 """History-prefix hash chain, pure-Python twin of ext/prefix.pyx (the oracle in property tests).
 
-Construction (version 1), over a sequence of canonical history items (bytes):
+Construction (version 2), over a sequence of canonical history items (bytes):
 
     d_0 = 32 zero bytes
-    d_i = BLAKE2b(digest_size=32, key=none, salt=zero, person=b"cbyok-prefix-v1")(
-              d_{i-1} || u64_be(len(item_i)) || item_i )
+    d_i = SHA-256( TAG || d_{i-1} || u64_be(len(item_i)) || item_i )
 
-`chain(items)` returns [d_1, ..., d_n]. The personalization string separates these digests
-from any other BLAKE2b use; the length field makes the item boundaries unambiguous. Because
-d_i commits to d_{i-1}, equal digests at index i mean (barring a BLAKE2b collision) equal
-histories up to and including item i, so the longest common prefix of two chains is found by
-binary search over a single digest comparison per step, and "old history is a prefix of the
-new one" is one comparison.
+with TAG = b"cbyok-prefix-v2" zero-padded to one 64-byte SHA-256 block. `chain(items)` returns
+[d_1, ..., d_n]. The tag separates these digests from any other SHA-256 use; the length field
+makes the item boundaries unambiguous. Because d_i commits to d_{i-1}, equal digests at index i
+mean (barring a SHA-256 collision) equal histories up to and including item i, so the longest
+common prefix of two chains is found by binary search over a single digest comparison per step,
+and "old history is a prefix of the new one" is one comparison. The digests are never stored.
 """
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
 
-__all__ = ["DIGEST_SIZE", "PERSON", "chain", "common_prefix", "extend", "is_strict_prefix"]
+__all__ = ["DIGEST_SIZE", "TAG", "chain", "common_prefix", "extend", "is_strict_prefix"]
 
 DIGEST_SIZE = 32
-PERSON = b"cbyok-prefix-v1"
+TAG = b"cbyok-prefix-v2".ljust(64, b"\0")
 _ZERO = bytes(DIGEST_SIZE)
-# Copying a configured state is cheaper than re-parsing the constructor keywords per item.
-_BASE = hashlib.blake2b(digest_size=DIGEST_SIZE, person=PERSON)
+# The tag's block is hashed once; copying that state is cheaper than hashing it per item.
+_BASE = hashlib.sha256(TAG)
 
 
 def _continue(prev: bytes, items: Iterable[bytes], out: list[bytes]) -> list[bytes]:
@@ -32,8 +31,7 @@ def _continue(prev: bytes, items: Iterable[bytes], out: list[bytes]) -> list[byt
     for item in items:
         view = memoryview(item)
         h = base_copy()
-        h.update(prev)
-        h.update(view.nbytes.to_bytes(8, "big"))
+        h.update(prev + view.nbytes.to_bytes(8, "big"))
         h.update(view)
         prev = h.digest()
         out.append(prev)

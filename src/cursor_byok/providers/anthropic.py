@@ -246,13 +246,13 @@ def _tool_input(arguments: str) -> Any:
     return value if isinstance(value, dict) else {"_invalid_arguments": arguments}
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _blocks(message: Message, text: msgspec.Raw | None) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in message.parts:
         kind = type(part)
         if kind is TextPart:
             if part.text:  # the API rejects empty text blocks
-                blocks.append({"type": "text", "text": part.text})
+                blocks.append({"type": "text", "text": part.text if text is None else text})
         elif kind is ImagePart:
             blocks.append(_image(part))
         elif kind is ToolCallPart:
@@ -279,9 +279,10 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return blocks
 
 
-def anthropic_items(message: Message) -> list[dict[str, Any]]:
-    """One history message as a Messages API message (none if nothing in it can be sent)."""
-    blocks = _blocks(message)
+def anthropic_items(message: Message, text: msgspec.Raw | None = None) -> list[dict[str, Any]]:
+    """One history message as a Messages API message (none if nothing in it can be sent; `text`:
+    its lone text as JSON, if known)."""
+    blocks = _blocks(message, text)
     return [{"role": "assistant" if message.role == "assistant" else "user", "content": blocks}] if blocks else []
 
 

@@ -27,6 +27,10 @@ _FIXED_ENTRIES = 32  # (mode, model, MCP set) combinations in use at once, with 
 
 encode = msgspec.json.encode
 
+Items = Callable[[Message, msgspec.Raw | None], list[dict[str, Any]]]
+"""An adapter's wire items of one message; the second argument is the message's lone text as JSON
+when the messages hold it so (`KeyedMessages.with_text`), to put where the text goes."""
+
 
 MESSAGE_BYTES = 4 * 1024 * 1024
 """What the stored messages may hold in all, per adapter: a few full 200k-token contexts. Beyond the
@@ -114,7 +118,7 @@ class Fragments:
         return entry[1]
 
     def messages(
-        self, messages: Sequence[Message], items: Callable[[Message], list[dict[str, Any]]], lead: bytes = b""
+        self, messages: Sequence[Message], items: Items, lead: bytes = b""
     ) -> msgspec.Raw | Array:
         """The JSON array of the encoded item `lead` (if any) followed by every message's wire items.
         Keyed messages: the source's kept prefix and the rest encoded, as an `Array` that `encode`
@@ -132,12 +136,12 @@ class Fragments:
                 cache.move_to_end(key)
                 data = entry[1]
             else:
-                data = self._store(key, message, _items_json(message, items))
+                data = self._store(key, message, _items_json(message, None, items))
             if data:
                 parts.append(data)
         return msgspec.Raw(b"[" + b",".join(parts) + b"]")
 
-    def _keyed(self, messages: KeyedMessages, items: Callable[[Message], list[dict[str, Any]]], lead: bytes) -> Array:
+    def _keyed(self, messages: KeyedMessages, items: Items, lead: bytes) -> Array:
         kept = self._prefixes.pop(messages.source(), None)
         start = 0
         parts: list[bytes | memoryview] = []
@@ -147,8 +151,9 @@ class Fragments:
                 start = kept.count
                 if kept.body:
                     parts.append(kept.body)
+        with_text = messages.with_text
         for index in range(start, len(messages)):
-            data = _items_json(messages[index], items)
+            data = _items_json(*with_text(index), items)
             if data:
                 parts.append(data)
         pieces: list[bytes | memoryview] = [b"[", lead, b"," if lead and parts else b""]
@@ -215,5 +220,5 @@ class Fragments:
             self._drop(ref.key)
 
 
-def _items_json(message: Message, items: Callable[[Message], list[dict[str, Any]]]) -> bytes:
-    return b",".join(encode(item) for item in items(message))
+def _items_json(message: Message, text: msgspec.Raw | None, items: Items) -> bytes:
+    return b",".join(encode(item) for item in items(message, text))

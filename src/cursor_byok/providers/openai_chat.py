@@ -260,9 +260,9 @@ def _usage(u: _Usage) -> Usage:
 
 
 # ---- request -------------------------------------------------------------------------------------
-def _user_content(parts: Sequence[Any]) -> str | list[dict[str, Any]]:
+def _user_content(parts: Sequence[Any], text: msgspec.Raw | None) -> str | msgspec.Raw | list[dict[str, Any]]:
     if len(parts) == 1 and type(parts[0]) is TextPart:
-        return parts[0].text
+        return parts[0].text if text is None else text
     content: list[dict[str, Any]] = []
     for part in parts:
         if type(part) is TextPart:
@@ -295,10 +295,10 @@ def _assistant(parts: Sequence[Any]) -> dict[str, Any]:
     return message
 
 
-def chat_items(message: Message) -> list[dict[str, Any]]:
-    """One history message as Chat Completions messages."""
+def chat_items(message: Message, text: msgspec.Raw | None = None) -> list[dict[str, Any]]:
+    """One history message as Chat Completions messages (`text`: its lone text as JSON, if known)."""
     if message.role == "user":
-        return [{"role": "user", "content": _user_content(message.parts)}]
+        return [{"role": "user", "content": _user_content(message.parts, text)}]
     if message.role == "assistant":
         return [_assistant(message.parts)]
     out: list[dict[str, Any]] = []

@@ -233,14 +233,14 @@ def _reasoning_item(part: ThinkingPart) -> dict[str, Any] | None:
     return item
 
 
-def responses_items(message: Message) -> list[dict[str, Any]]:
-    """One history message as Responses API input items."""
+def responses_items(message: Message, text: msgspec.Raw | None = None) -> list[dict[str, Any]]:
+    """One history message as Responses API input items (`text`: its lone text as JSON, if known)."""
     items: list[dict[str, Any]] = []
     if message.role == "user":
         content: list[dict[str, Any]] = []
         for part in message.parts:
             if type(part) is TextPart:
-                content.append({"type": "input_text", "text": part.text})
+                content.append({"type": "input_text", "text": part.text if text is None else text})
             elif type(part) is ImagePart:
                 content.append({"type": "input_image", "image_url": part.data_url})
         items.append({"type": "message", "role": "user", "content": content})

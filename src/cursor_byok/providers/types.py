@@ -87,6 +87,12 @@ class KeyedMessages(Sequence[Message]):
     @abstractmethod
     def key(self, index: int) -> str: ...
 
+    def with_text(self, index: int) -> tuple[Message, msgspec.Raw | None]:
+        """The index-th message, and its lone text as a JSON string exactly as msgspec writes that
+        str when the source holds it so already (a conversation's entry as the store got it): an
+        adapter splices it rather than escaping the text again. None: encode it."""
+        return self[index], None
+
 
 class ToolSchema(msgspec.Struct, frozen=True):
     name: str

@@ -24,7 +24,7 @@ class HistoryEntry:
     messages (the last ones), and projects the rest (`view`) one at a time, so its history is not
     decoded into small objects all at once."""
 
-    __slots__ = ("seq", "event_id", "kind", "run_id", "_message", "_payload")
+    __slots__ = ("seq", "event_id", "kind", "run_id", "_message", "_payload", "_text")
 
     def __init__(self, seq: int, event_id: str, kind: EntryKind, run_id: str, message: Message | None = None,
                  *, payload: bytes | None = None) -> None:
@@ -36,6 +36,7 @@ class HistoryEntry:
         self.run_id = run_id
         self._message = message
         self._payload = payload
+        self._text: memoryview | None = None  # its lone user text as JSON, in the bytes encoded for the store
 
     def __repr__(self) -> str:
         return f"HistoryEntry({self.seq}, {self.event_id!r}, {self.kind.value}, {self.run_id!r})"
@@ -60,12 +61,23 @@ class HistoryEntry:
 
     def stored_bytes(self) -> bytes:
         """What the store keeps of it (`encode_entry`), encoded once. An appended entry keeps them
-        only until the prefix chain reads its canonical part from them (`canonical`, once)."""
+        only until the prefix chain reads its canonical part from them (`canonical`, once), and its
+        lone user text's part of them until the provider request takes it (`text_json`, once)."""
         if self._payload is None:
-            self._payload = encode_entry(self.kind, self.message)
+            message = self.message
+            self._payload = payload = encode_entry(self.kind, message)
+            self._text = _lone_text(self.kind, message, payload)
         return self._payload
 
-    def canonical(self) -> bytes:
+    def text_json(self) -> msgspec.Raw | None:
+        """Its lone user text as the JSON string encoded for the store, which is byte for byte what
+        msgspec writes for that str anywhere: the first provider request splices it rather than
+        escaping the text again (once; a request built again, rarely, encodes it). None for bytes
+        read from the store (another version may have escaped otherwise) and for other messages."""
+        text, self._text = self._text, None
+        return None if text is None else msgspec.Raw(text)
+
+    def canonical(self) -> bytes | memoryview:
         """The message's canonical bytes: the part of its stored bytes that holds them, when it has
         them (see `stored_canonical`), without decoding or encoding it."""
         payload = self._payload
@@ -107,13 +119,31 @@ def canonical(message: Message) -> bytes:
 _HEADS = {kind: b'{"kind":"' + kind.value.encode() + b'","message":' for kind in EntryKind}
 
 
-def stored_canonical(kind: EntryKind, payload: bytes) -> bytes:
+def stored_canonical(kind: EntryKind, payload: bytes) -> bytes | memoryview:
     """A stored entry's canonical message bytes: its stored encoding embeds them as they are, after
-    `StoredEntry`'s kind (msgspec writes the fields in order)."""
+    `StoredEntry`'s kind (msgspec writes the fields in order); a view of them, not a copy (the
+    chain hashes any buffer)."""
     head = _HEADS[kind]
     if payload.startswith(head) and payload.endswith(b"}"):
-        return payload[len(head) : -1]
+        return memoryview(payload)[len(head) : -1]
     return canonical(decode_entry(payload).message)
+
+
+# A user message with one text part, as `encode_entry` writes it: a head per kind, the text, a tail.
+_TEXT_HEADS = {kind: head + b'{"role":"user","parts":[{"type":"text","text":' for kind, head in _HEADS.items()}
+_TEXT_AT = {kind: len(head) for kind, head in _TEXT_HEADS.items()}
+_TEXT_TAIL = b"}]}}"
+_TEXT_END = -len(_TEXT_TAIL)
+
+
+def _lone_text(kind: EntryKind, message: Message, payload: bytes) -> memoryview | None:
+    """The JSON string of a user message's only part, a text, in its stored encoding (a view: no copy)."""
+    parts = message.parts
+    if message.role == "user" and len(parts) == 1 and type(parts[0]) is TextPart:
+        at = _TEXT_AT[kind]
+        if payload[:at] == _TEXT_HEADS[kind] and payload[_TEXT_END:] == _TEXT_TAIL:  # slices, not calls: on every start
+            return memoryview(payload)[at:_TEXT_END]
+    return None
 
 
 def text_bytes(message: Message) -> int:

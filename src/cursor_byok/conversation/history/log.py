@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
+import msgspec
+
 from ... import hotpath
 from ...run import ContextEstimator, KeyedMessages, Message, TextPart, ToolCallPart
 from .entry import EntryKind, HistoryEntry
@@ -119,7 +121,7 @@ class Window(Sequence[HistoryEntry]):
         entry, at = self._locate(index)
         return entry.kind if entry is not None else self.stored.kind(at)
 
-    def canonical(self, index: int) -> bytes:
+    def canonical(self, index: int) -> bytes | memoryview:
         entry, at = self._locate(index)
         return entry.canonical() if entry is not None else self.stored.canonical(at)
 
@@ -186,6 +188,12 @@ class Projection(KeyedMessages):
     def key(self, index: int) -> str:
         entry, at = self.entries._locate(index)  # the window's `key`, a call less per message keyed
         return entry.event_id if entry is not None else self.entries.stored.event_id(at)
+
+    def with_text(self, index: int) -> tuple[Message, msgspec.Raw | None]:
+        entry, at = self.entries._locate(index)
+        if entry is None:  # a stored entry's bytes: maybe another version's escaping
+            return self.entries.stored.view(at), None
+        return entry.view(), entry.text_json()
 
 
 class ConversationHistory:

@@ -83,7 +83,7 @@ class StoredEntries:
         """The index-th entry's message, decoded afresh and not kept."""
         return decode_entry(self.payload(index)).message
 
-    def canonical(self, index: int) -> bytes:
+    def canonical(self, index: int) -> bytes | memoryview:
         return stored_canonical(self.kind(index), self.payload(index))
 
     def find(self, event_id: str) -> int | None:
