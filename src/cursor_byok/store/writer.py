@@ -290,17 +290,19 @@ class WriterThread:
         return results
 
     def _probe(self, ops: list[WriteOp], look_up_events: bool) -> Probe:
-        conversations: set[str] = set()
+        cache = self._seq_cache
+        missing: set[str] = set()  # conversations whose counters are not cached
         keys: list[tuple[str, str]] = []
         request_ids: list[str] = []
         for op in ops:
             if not op.keyed:
                 continue
-            conversations.update(op.seq_conversations())
+            for conversation_id in op.seq_conversations():
+                if conversation_id not in cache:
+                    missing.add(conversation_id)
             if look_up_events:
                 keys.extend(op.event_keys())
             request_ids.extend(op.binding_keys())
-        missing = [c for c in conversations if c not in self._seq_cache]
         if not (missing or keys or request_ids):
             return NOTHING_PROBED  # a start's transaction, as a rule: its counters and bindings are known
         # Every probe is sent before any is read: one round trip for all on a pipelined connection.
