@@ -1,9 +1,10 @@
 """Run ledger: phases, first outcome wins, unfinished runs found after a restart."""
 from __future__ import annotations
 
-from cursor_byok.store import RunOutcome, RunRecord, Store
-
+import msgspec
 import pytest
+
+from cursor_byok.store import BindingConflict, FlushError, RunOutcome, RunRecord, Store, WriteFailedError
 
 
 async def test_run_lifecycle(store: Store, conversation) -> None:
@@ -67,3 +68,44 @@ async def test_every_index_of_the_runs_table_serves_a_query(store: Store, commit
     else:
         names = committed("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND sql IS NOT NULL")
     assert sorted(n for (n,) in names) == ["runs_by_conversation", "runs_finished", "runs_unfinished"]
+
+
+async def test_a_run_start_is_one_write_binding_its_request_and_updating_its_conversation(store: Store, conversation) -> None:
+    await store.upsert_conversation(conversation("c"))
+    writes = store.stats.writes
+    updated = msgspec.structs.replace(conversation("c"), updated_at_ms=99, last_cursor_run_id="cr")
+    started = store.start_run(
+        RunRecord("r1", "c", "preparing", started_at_ms=10, cursor_run_id="cr", request_id="q"), bind=True, conversation=updated
+    )
+    assert store.bound_conversation("q") == "c"  # known at once, as bind_request's
+    assert await started is None
+    assert store.stats.writes == writes + 1
+    assert (await store.get_run("r1")).request_id == "q"
+    assert (await store.lookup_binding("q")).cursor_run_id == "cr"
+    assert (await store.get_conversation("c")).updated_at_ms == 99
+    with pytest.raises(BindingConflict):  # refused at once, nothing queued
+        store.start_run(RunRecord("r2", "d", "preparing", started_at_ms=11, request_id="q"), bind=True)
+    await store.flush()
+    assert await store.get_run("r2") is None
+
+
+async def test_a_run_start_whose_binding_the_store_refuses_fails_whole(store_location, conversation) -> None:
+    store = await Store.open(store_location, binding_cache=1)
+    try:
+        for cid in ("a", "b"):
+            store.upsert_conversation(conversation(cid))
+        store.bind_request("q", "a")
+        store.bind_request("other", "a")
+        await store.flush()
+        assert store.bound_conversation("q") is None  # pushed out: only the writer finds the conflict
+        refused = store.start_run(RunRecord("r1", "b", "preparing", started_at_ms=10, request_id="q"), bind=True)
+        with pytest.raises(WriteFailedError) as caught:
+            await refused
+        assert isinstance(caught.value.__cause__, BindingConflict)
+        with pytest.raises(FlushError):
+            await store.flush()
+        assert await store.get_run("r1") is None  # its row went with its binding
+        assert await store.lookup_conversation("q") == "a"
+        assert await store.start_run(RunRecord("r1", "a", "preparing", started_at_ms=10, request_id="q"), bind=True) is None
+    finally:
+        await store.close()

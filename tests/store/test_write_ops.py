@@ -5,6 +5,9 @@ from typing import Any
 
 import pytest
 
+from cursor_byok.store.bindings import BindRequest
+from cursor_byok.store.conversations import StartRun
+from cursor_byok.store.history import AppendEvents
 from cursor_byok.store.ops import Barrier, BatchContext, RowWrite, Stage, Statement, WriteOp, group_statements
 
 
@@ -46,3 +49,20 @@ def test_statements_group_by_table_in_foreign_key_order_keeping_queue_order() ->
     ):
         op.plan(None, out)  # type: ignore[arg-type] - a row write reads no batch state
     assert group_statements(out) == [("C", [(5,)]), ("R", [(2,)]), ("E", [(1,), (3,)]), ("X", [(4,)])]
+
+
+def test_only_ops_that_name_probe_keys_are_asked_for_them() -> None:
+    class Bound(WriteOp):
+        __slots__ = ()
+
+        def describe(self) -> str:
+            return "bound"
+
+        def binding_keys(self) -> tuple[str, ...]:
+            return ("r",)
+
+        def plan(self, ctx: BatchContext, out: list[Statement]) -> Any:
+            return None
+
+    assert Bound.keyed and AppendEvents.keyed and BindRequest.keyed and StartRun.keyed
+    assert not RowWrite.keyed and not Barrier.keyed

@@ -136,7 +136,8 @@ class ConversationRecords:
     def run_started(self, run: ActiveRun, parent: ParentConversationRef | None, phase: str) -> None:
         """The run's records: the conversation's row, the request's binding, the run's row. Only a
         new conversation's row is queued now (the input refers to it); the rest is queued after the
-        run's first write (its input), `later`: committed with the next commit, off the model's path.
+        run's first write (its input), as one write, `later`: committed with the next commit, off the
+        model's path.
         A crash before then loses only these records: the journal resumes the run, which binds its
         request again."""
         store = self.store
@@ -168,10 +169,7 @@ class ConversationRecords:
         self._queue_run_records()  # an earlier run's, if it wrote nothing
 
         def queue() -> None:
-            if later:
-                store.upsert_conversation(record, later=True)
-            store.bind_request(run.request_id, self.conversation_id, run.cursor_run_id or None, later=True)
-            store.start_run(started, later=True)
+            store.start_run(started, bind=True, conversation=record if later else None, later=True)
 
         self._run_records = queue
 

@@ -11,7 +11,7 @@ from typing import Any
 from .bindings import DEFAULT_CAPACITY, SELECT_BOUND, BindingCache, BindRequest
 from .core import StoreCore
 from .errors import StoreError
-from .ops import RowWrite, Stage
+from .ops import BatchContext, Row, RowWrite, Stage, Statement, WriteOp
 from .records import BindingRecord, BindOutcome, ConversationPage, ConversationRecord, ParentRef, RunOutcome, RunRecord
 from .stored_ids import StoredIds, read_snapshot
 
@@ -99,10 +99,18 @@ class ConversationRecords(StoreCore):
     def upsert_conversation(self, record: ConversationRecord, *, later: bool = False) -> asyncio.Future[None]:
         """Insert or update a conversation. `created_at_ms` of an existing row is kept; its parent
         ref is immutable (a different one fails the write). `later`: see `StoreCore._enqueue`."""
+        row = self._conversation_row(record)
+        return self._enqueue(
+            RowWrite(f"upsert conversation {record.conversation_id}", Stage.CONVERSATIONS, UPSERT_CONVERSATION, row),
+            later=later,
+        )
+
+    def _conversation_row(self, record: ConversationRecord) -> Row:
         parent = record.parent
         if parent is not None and not isinstance(parent, ParentRef):
             raise TypeError(f"parent must be a ParentRef or None, got {type(parent).__name__}")
-        row = (
+        self._queued(self._stored_conversations, record.conversation_id, _CONVERSATION_IDS)
+        return (
             record.conversation_id,
             parent.parent_conversation_id if parent else None,
             parent.parent_run_id if parent else None,
@@ -113,12 +121,6 @@ class ConversationRecords(StoreCore):
             record.updated_at_ms,
             record.last_cursor_run_id,
             record.title,
-        )
-        self._queued(self._stored_conversations, record.conversation_id, _CONVERSATION_IDS)
-        return self._enqueue(
-            RowWrite(f"upsert conversation {record.conversation_id}", Stage.CONVERSATIONS,
-                     UPSERT_CONVERSATION, row),
-            later=later,
         )
 
     def bind_request(
@@ -139,15 +141,17 @@ class ConversationRecords(StoreCore):
         resolves to ALREADY_BOUND. `later`: see `StoreCore._enqueue` (memory knows the binding at
         once either way).
         """
+        return self._enqueue(self._bind_op(request_id, conversation_id, cursor_run_id, created_at_ms), later=later)
+
+    def _bind_op(self, request_id: str | None, conversation_id: str, cursor_run_id: str | None, created_at_ms: int | None) -> BindRequest:
         self._check_writable()
         if not request_id or not conversation_id:
             raise ValueError("request_id and conversation_id must be non-empty")
         bindings = self._bindings
         bindings.reserve(request_id, conversation_id)
         self._queued(self._stored_requests, request_id, _REQUEST_IDS)
-        row = (request_id, conversation_id, cursor_run_id,
-               self._clock() if created_at_ms is None else created_at_ms)
-        return self._enqueue(BindRequest(bindings, row, probe=not bindings.take_unbound(request_id)), later=later)
+        row = (request_id, conversation_id, cursor_run_id, self._clock() if created_at_ms is None else created_at_ms)
+        return BindRequest(bindings, row, probe=not bindings.take_unbound(request_id))
 
     def bound_conversation(self, request_id: str) -> str | None:
         """The conversation a request_id is bound (or being bound) to, if memory holds it: the
@@ -190,13 +194,23 @@ class ConversationRecords(StoreCore):
             if found is not None or bindings.commits - commits < bindings.capacity:
                 return found
 
-    def start_run(self, record: RunRecord, *, later: bool = False) -> asyncio.Future[None]:
-        """`later`: see `StoreCore._enqueue`."""
+    def start_run(
+        self, record: RunRecord, *, bind: bool = False, conversation: ConversationRecord | None = None, later: bool = False
+    ) -> asyncio.Future[None]:
+        """Store an active run's row. `bind`: and bind its request id to its conversation (as
+        `bind_request` does, refused at once on a conflict memory knows); `conversation`: and upsert
+        that conversation's row (as `upsert_conversation` does). A run start's records are then one
+        write, committed or failed together. `later`: see `StoreCore._enqueue`."""
         if record.outcome is not None or record.ended_at_ms is not None:
             raise ValueError("start_run takes an active run (outcome and ended_at_ms None)")
         row = (record.run_id, record.conversation_id, record.cursor_run_id, record.request_id,
                record.phase, record.started_at_ms)
-        return self._enqueue(RowWrite(f"start run {record.run_id}", Stage.RUNS, INSERT_RUN, row), later=later)
+        description = f"start run {record.run_id}"
+        if not bind and conversation is None:
+            return self._enqueue(RowWrite(description, Stage.RUNS, INSERT_RUN, row), later=later)
+        upsert = None if conversation is None else self._conversation_row(conversation)
+        binding = self._bind_op(record.request_id, record.conversation_id, record.cursor_run_id, None) if bind else None
+        return self._enqueue(StartRun(description, row, binding, upsert), later=later)
 
     def update_run_phase(self, run_id: str, phase: str) -> asyncio.Future[None]:
         """Record the phase of an active run; a no-op once the run has finished."""
@@ -302,6 +316,40 @@ _RUN_SELECT = (
     "SELECT run_id, conversation_id, phase, started_at_ms, cursor_run_id, request_id, outcome, "
     "error_code, error_message, ended_at_ms FROM runs"
 )
+
+
+class StartRun(WriteOp):
+    """A run's start records as one write: its request's binding, its conversation's row, its row."""
+
+    __slots__ = ("_binding", "_conversation", "_description", "_run")
+
+    def __init__(self, description: str, run: Row, binding: BindRequest | None, conversation: Row | None) -> None:
+        self._description = description
+        self._run = run
+        self._binding = binding
+        self._conversation = conversation
+
+    def describe(self) -> str:
+        return self._description
+
+    def binding_keys(self) -> tuple[str, ...]:
+        return () if self._binding is None else self._binding.binding_keys()
+
+    def plan(self, ctx: BatchContext, out: list[Statement]) -> BindOutcome | None:
+        # The binding first: a conflict refuses the write before any row of it is out.
+        outcome = None if self._binding is None else self._binding.plan(ctx, out)
+        if self._conversation is not None:
+            out.append((Stage.CONVERSATIONS, UPSERT_CONVERSATION, self._conversation))
+        out.append((Stage.RUNS, INSERT_RUN, self._run))
+        return outcome
+
+    def committed(self, planned: Any) -> None:
+        if self._binding is not None:
+            self._binding.committed(planned)
+
+    def failed(self) -> None:
+        if self._binding is not None:
+            self._binding.failed()
 
 
 def parse_cursor(cursor: str) -> tuple[int, str]:

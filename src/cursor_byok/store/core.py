@@ -316,7 +316,8 @@ class StoreCore:
     def _enqueue(self, op: WriteOp, *, later: bool = False) -> asyncio.Future[Any]:
         """Queue `op`; it is handed over at the end of this pass of the loop, or, `later`, with the
         next write that is (at most `LATER_SECONDS` on)."""
-        self._check_writable()
+        if self._closing or self._writer is None:
+            self._check_writable()  # raises
         future: asyncio.Future[Any] = self._loop.create_future()
         op.future = future
         self._outbox.append(op)
@@ -383,7 +384,8 @@ class StoreCore:
         if self._checkpointer is not None:
             self._checkpointer.committed(outcome.transactions)
         stats.isolation_replays += outcome.replayed
-        results = iter(outcome.results)
+        results = outcome.results
+        written = 0  # the results are the writes', Barriers have none
         for op in batch:
             future = op.future
             if isinstance(op, Barrier):
@@ -391,8 +393,9 @@ class StoreCore:
                 if not future.done():
                     future.set_result(reported)
                 continue
-            result = next(results)
-            if isinstance(result, Failed):
+            result = results[written]
+            written += 1
+            if result.__class__ is Failed:  # final: no subclass to ask isinstance about
                 op.failed()
                 stats.failed_writes += 1
                 self._unreported.append(result.error)

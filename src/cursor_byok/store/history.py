@@ -17,9 +17,10 @@ import msgspec
 
 from .core import StoreCore
 from .ops import UNLIMITED, BatchContext, Stage, Statement, WriteOp, require_bytes
-from .records import AppendResult, CheckpointKind, CheckpointRecord, EventAppend, EventRecord, NewEvent
+from .records import AppendResult, CheckpointKind, CheckpointRecord, EventAppend, EventKind, EventRecord, NewEvent
 
 _EVENT_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_WELL_KNOWN_KINDS = frozenset(kind.value for kind in EventKind)  # valid: no pattern to match
 
 
 INSERT_EVENT = """
@@ -150,9 +151,11 @@ class HistoryRecords(StoreCore):
         """
         checked = []
         for event in events:
-            # Store the plain value: str() of a (str, Enum) member would be "Cls.MEMBER".
-            kind = event.kind.value if isinstance(event.kind, enum.Enum) else event.kind
-            if not isinstance(kind, str) or not _EVENT_KIND.fullmatch(kind):
+            kind = event.kind
+            if kind.__class__ is not str:
+                # Store the plain value: str() of a (str, Enum) member would be "Cls.MEMBER".
+                kind = kind.value if isinstance(kind, enum.Enum) else kind
+            if not isinstance(kind, str) or (kind not in _WELL_KNOWN_KINDS and not _EVENT_KIND.fullmatch(kind)):
                 raise ValueError(f"event kind must be a lowercase identifier, got {kind!r}")
             payload = require_bytes("event payload", event.payload)
             if not isinstance(event.event_id, str) or not event.event_id:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Iterable
-from typing import Any
+from operator import itemgetter
+from typing import Any, ClassVar
 
 
 class Stage(enum.IntEnum):
@@ -35,7 +36,6 @@ class Stage(enum.IntEnum):
     DEVELOPERS = 12
 
 
-STAGES = len(Stage)  # iterating an enum class is slow enough to show in every batch
 # A LIMIT that limits nothing, in a form both backends take (SQLite's -1 is an error in PostgreSQL).
 UNLIMITED = 2**62
 
@@ -136,6 +136,10 @@ class BatchContext:
             cache[conversation_id] = (events, checkpoints)
 
 
+# The methods by which an op names what a batch probes for it.
+PROBED_KEYS = ("seq_conversations", "event_keys", "binding_keys")
+
+
 class WriteOp:
     """One queued write. `plan` appends its rows and returns the value its future resolves to;
     it must raise before touching `ctx` or `out` if the write is invalid.
@@ -147,12 +151,16 @@ class WriteOp:
     __slots__ = ("future",)
 
     future: asyncio.Future[Any]
+    # Whether the class names any key a batch may probe for (defines one of `PROBED_KEYS`): the
+    # writer asks only those ops, a start's plain rows cost it no call.
+    keyed: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         missing = [name for name in ("describe", "plan") if getattr(cls, name) is getattr(WriteOp, name)]
         if missing:
             raise TypeError(f"{cls.__name__} must define {' and '.join(missing)}")
+        cls.keyed = any(getattr(cls, name) is not getattr(WriteOp, name) for name in PROBED_KEYS)
 
     def describe(self) -> str:
         raise NotImplementedError  # never reached: every subclass defines it (checked above)
@@ -211,15 +219,23 @@ class RowWrite(WriteOp):
 
 
 def group_statements(statements: list[Statement]) -> list[tuple[str, list[Row]]]:
-    """Group rows by table in foreign-key order; consecutive rows of one SQL share executemany."""
-    stages: list[list[tuple[str, list[Row]]]] = [[] for _ in range(STAGES)]
+    """Group rows by table in foreign-key order; consecutive rows of one SQL share executemany.
+    Sorts `statements` in place (stably: rows of one table keep their queue order)."""
+    statements.sort(key=_stage)
+    groups: list[tuple[str, list[Row]]] = []
+    last_stage: Stage | None = None
+    last_sql: str | None = None
+    rows: list[Row] = []
     for stage, sql, row in statements:
-        groups = stages[stage]
-        if groups and groups[-1][0] is sql:
-            groups[-1][1].append(row)
+        if sql is last_sql and stage is last_stage:
+            rows.append(row)
         else:
-            groups.append((sql, [row]))
-    return [group for groups in stages for group in groups]
+            last_stage, last_sql, rows = stage, sql, [row]
+            groups.append((sql, rows))
+    return groups
+
+
+_stage = itemgetter(0)
 
 
 def require_bytes(name: str, value: object) -> bytes:

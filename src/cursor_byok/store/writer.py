@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, final
 
 import msgspec
 
@@ -46,6 +46,7 @@ NOTHING_PROBED = Probe({}, {}, {})
 SEQ_CACHE_LIMIT = 1024
 
 
+@final
 class Failed:
     """The outcome of a write that could not be committed."""
 
@@ -225,13 +226,15 @@ class WriterThread:
     def _begin(self, wait: bool) -> None:
         """BEGIN IMMEDIATE; `wait`: while another connection holds the write lock, retry until the
         busy timeout has passed (as SQLite's busy handler would, with the interpreter lock let go)."""
-        deadline = time.monotonic() + self._busy_timeout_s
+        deadline: float | None = None  # read off the clock only once the lock is found taken
         pause = 0.001
         while True:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
+                if deadline is None:
+                    deadline = time.monotonic() + self._busy_timeout_s
                 left = deadline - time.monotonic()
                 if not wait or exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or left <= 0:
                     raise
@@ -287,15 +290,19 @@ class WriterThread:
         return results
 
     def _probe(self, ops: list[WriteOp], look_up_events: bool) -> Probe:
-        conversations: set[str] = set()
+        cache = self._seq_cache
+        missing: set[str] = set()  # conversations whose counters are not cached
         keys: list[tuple[str, str]] = []
         request_ids: list[str] = []
         for op in ops:
-            conversations.update(op.seq_conversations())
+            if not op.keyed:
+                continue
+            for conversation_id in op.seq_conversations():
+                if conversation_id not in cache:
+                    missing.add(conversation_id)
             if look_up_events:
                 keys.extend(op.event_keys())
             request_ids.extend(op.binding_keys())
-        missing = [c for c in conversations if c not in self._seq_cache]
         if not (missing or keys or request_ids):
             return NOTHING_PROBED  # a start's transaction, as a rule: its counters and bindings are known
         # Every probe is sent before any is read: one round trip for all on a pipelined connection.
