@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.test_store_start_sql import RUN_REQUEST, USER_ENTRY
+from benchmarks.test_store_start_sql import RUN_REQUEST, USER_ENTRY, queue_run_start
 from cursor_byok.store import ConversationRecord, EventKind, NewEvent, RunRecord, Store
 from cursor_byok.store.bindings import UPSERT_BINDING
 from cursor_byok.store.connection import connect, prepare_writer
@@ -245,8 +245,7 @@ async def _measure(tmp: Path) -> list[Scenario]:
             store.hand_over_now()
         else:
             store._hand_over()
-        store.bind_request(request, conv, later=True)
-        store.start_run(RunRecord(f"run-{uuid.uuid4().hex}", conv, "preparing", started_at_ms=n, request_id=request), later=True)
+        queue_run_start(store, RunRecord(f"run-{uuid.uuid4().hex}", conv, "preparing", started_at_ms=n, request_id=request), None)
         return stored
 
     def raw_thread(n: int, single: bool, let_in: LetIn = LetIn.NONE) -> asyncio.Future[Any]:

@@ -57,6 +57,19 @@ SMALL_APPEND = b"\x12" * 120  # a heartbeat or a tool result's ack
 RUN_START_ONE_WRITE = "bind" in inspect.signature(Store.start_run).parameters
 
 
+def queue_run_start(store: Store, run: RunRecord, update: ConversationRecord | None) -> None:
+    """A run start's records queued `later`, as the server's start queues them: one write (the
+    request's binding, an existing conversation's row, the run's row), or three on a store from before."""
+    if RUN_START_ONE_WRITE:
+        store.start_run(run, bind=True, conversation=update, later=True)
+        return
+    assert run.request_id is not None
+    if update is not None:
+        store.upsert_conversation(update, later=True)
+    store.bind_request(run.request_id, run.conversation_id, later=True)
+    store.start_run(run, later=True)
+
+
 def wal_frames(db: Path) -> int:
     """The WAL's frames so far (mxFrame of the WAL index's header; 0 once it has started over)."""
     try:
@@ -115,13 +128,7 @@ class Ours:
         c1 = time.thread_time_ns()
         update = None if new else ConversationRecord(conversation_id=conv, created_at_ms=n, updated_at_ms=n + 1, model_id="bench", mode="agent")
         run = RunRecord(f"run-{uuid.uuid4().hex}", conv, "preparing", started_at_ms=n, request_id=request)
-        if RUN_START_ONE_WRITE:
-            store.start_run(run, bind=True, conversation=update, later=True)
-        else:  # a store from before
-            if update is not None:
-                store.upsert_conversation(update, later=True)
-            store.bind_request(request, conv, later=True)
-            store.start_run(run, later=True)
+        queue_run_start(store, run, update)
         t1 = time.thread_time_ns()
         await stored
         if meter is not None:
