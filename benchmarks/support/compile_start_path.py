@@ -47,6 +47,11 @@ START_PATH = (
 # Cython's own optimisations only: no directive that changes Python semantics (annotation typing off,
 # so `x: int` stays a Python object and no behaviour differs from the interpreted module).
 DIRECTIVES = ["-X", "annotation_typing=False", "-X", "binding=True"]
+# Modules that compile and import but break a turn when compiled (found by bisecting the wide tree on
+# tests/e2e/test_transport.py): left interpreted.
+BREAKS_WHEN_COMPILED = {
+    "conversation/checkpoints.py": "the turn's end: the RunSSE stream closes without its terminal message, nothing logged",
+}
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -86,7 +91,7 @@ def modules_called(profile: Path) -> tuple[str, ...]:
     called = set()
     for filename, _line, _name in pstats.Stats(str(profile)).stats:  # type: ignore[attr-defined]
         found = re.search(PACKAGE + r"/(.+\.py)$", filename)
-        if found and not found.group(1).endswith(("__init__.py", "_py.py")):
+        if found and not found.group(1).endswith(("__init__.py", "_py.py")) and found.group(1) not in BREAKS_WHEN_COMPILED:
             called.add(found.group(1))
     return tuple(sorted(called))
 
@@ -106,6 +111,7 @@ def compile_start_path(src: Path, modules: tuple[str, ...] = tuple(START_PATH)) 
             built.unlink()
     for module in modules:  # the generated C is not needed to run
         (package / module).with_suffix(".c").unlink(missing_ok=True)
+    shutil.rmtree(src / "build", ignore_errors=True)  # cythonize's copies of the same .so files
     sizes = {m: next((package / m).parent.glob(Path(m).stem + ".cpython-*.so")).stat().st_size
              for m in modules if m not in dropped}
     return {
