@@ -17,9 +17,10 @@ and the package façades aside), to tell a too-narrow list from no gain at all.
 from __future__ import annotations
 
 import json
+import os
 import pstats
 import re
-import os
+import shutil
 import subprocess
 import sys
 import time
