@@ -84,7 +84,7 @@ BURST = int(os.environ.get("BENCH_BURST", "200"))
 HELD = int(os.environ.get("BENCH_HELD", "100"))
 RSS_CONVERSATIONS = int(os.environ.get("BENCH_RSS_CONVERSATIONS", "100"))
 SRC = os.environ.get("BENCH_SRC", str(ROOT / "src"))  # the cursor_byok source tree the servers run
-FLOORS = os.environ.get("BENCH_TURN_FLOORS", "durable,floor").split(",")  # the bare apps measured after ours
+FLOORS = [n for n in os.environ.get("BENCH_TURN_FLOORS", "durable,floor").split(",") if n]  # the bare apps measured after ours; "" for none
 THINK = float(os.environ.get("BENCH_THINK_MS", "200")) / 1000
 ANSWER_CHUNKS = os.environ.get("BENCH_ANSWER_CHUNKS", "10")
 ANSWER_INTERVAL_MS = os.environ.get("BENCH_ANSWER_INTERVAL_MS", "20")
@@ -591,26 +591,26 @@ def test_turn_start_vs_floor(benchmark, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{SRC}", "CURSOR_BYOK_TEST_KEY": "sk-bench"}
     provider_port = free_port()
     provider = subprocess.Popen([sys.executable, "-m", "benchmarks.support.stamp_provider", str(provider_port), ANSWER_CHUNKS, ANSWER_INTERVAL_MS], env=env, cwd=ROOT)
-    env["BENCH_PROVIDER_URL"] = f"http://{HOST}:{provider_port}/v1"
-    wait_healthy(f"http://{HOST}:{provider_port}/control/count")
-    config = ServerConfig(
-        data_dir=tmp_path / "data",
-        models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
-        continuation_window_seconds=0.02,
-        extra_server={"max_transports": 4096},
-    )
-    config.data_dir.mkdir(parents=True)
-    ours_port = free_port()
-    config_path = config.data_dir / "config.toml"
-    config_path.write_text(config.toml(ours_port))
-    exe = Path(sys.executable).with_name("cursor-byok")
     targets: list[Target] = []
     procs: list[subprocess.Popen[bytes]] = [provider]
-    servers = [("ours", [str(exe), "serve", "--config", str(config_path)], ours_port, "/__byok-api__/healthz")]
-    for name in FLOORS:
-        port = free_port()
-        servers.append((name, granian(FLOOR_APPS[name], port), port, "/healthz"))
     try:
+        env["BENCH_PROVIDER_URL"] = f"http://{HOST}:{provider_port}/v1"
+        wait_healthy(f"http://{HOST}:{provider_port}/control/count")
+        config = ServerConfig(
+            data_dir=tmp_path / "data",
+            models=[ModelSpec(id=MODEL, provider="openai-chat", base_url=f"http://{HOST}:{provider_port}/v1", max_output_tokens=1000)],
+            continuation_window_seconds=0.02,
+            extra_server={"max_transports": 4096},
+        )
+        config.data_dir.mkdir(parents=True)
+        ours_port = free_port()
+        config_path = config.data_dir / "config.toml"
+        config_path.write_text(config.toml(ours_port))
+        exe = Path(sys.executable).with_name("cursor-byok")
+        servers = [("ours", [str(exe), "serve", "--config", str(config_path)], ours_port, "/__byok-api__/healthz")]
+        for name in FLOORS:  # an unknown name fails here, with the provider stopped below
+            port = free_port()
+            servers.append((name, granian(FLOOR_APPS[name], port), port, "/healthz"))
         for name, cmd, port, health in servers:
             spawned_at = time.monotonic()
             proc_env = {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{CPROFILE_SITE}", DB_ENV: str(tmp_path / "durable.db")}  # site: names the server's threads
