@@ -96,14 +96,11 @@ class ConversationRecords(StoreCore):
                 log.warning("no snapshot of stored ids (%s): %s", sql, exc)
 
     # -- writes ------------------------------------------------------------------------------
-    def upsert_conversation(self, record: ConversationRecord, *, later: bool = False) -> asyncio.Future[None]:
+    def upsert_conversation(self, record: ConversationRecord) -> asyncio.Future[None]:
         """Insert or update a conversation. `created_at_ms` of an existing row is kept; its parent
-        ref is immutable (a different one fails the write). `later`: see `StoreCore._enqueue`."""
+        ref is immutable (a different one fails the write)."""
         row = self._conversation_row(record)
-        return self._enqueue(
-            RowWrite(f"upsert conversation {record.conversation_id}", Stage.CONVERSATIONS, UPSERT_CONVERSATION, row),
-            later=later,
-        )
+        return self._enqueue(RowWrite(f"upsert conversation {record.conversation_id}", Stage.CONVERSATIONS, UPSERT_CONVERSATION, row))
 
     def _conversation_row(self, record: ConversationRecord) -> Row:
         parent = record.parent
