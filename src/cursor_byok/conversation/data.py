@@ -14,7 +14,7 @@ import msgspec
 
 from .. import prompting
 from ..config import Config, ModelConfig
-from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error, requested_model_id
+from ..protocol import ConnectError, agent_pb2 as pb, model_not_found_error
 from ..run import Interrupted, RunEngine, ToolCallPart, batch_outcomes, start_now, tool_call_request, tool_results_message
 from . import client_context, updates
 from .actions import Injected
@@ -147,7 +147,7 @@ class ConversationData:
             return
         calls = [tool_call_request(p.id, p.name, p.arguments) for p in last.message.parts if isinstance(p, ToolCallPart)]
         valid = [c for c in calls if c.parsed is not None]
-        model = self.services.config.model(requested_model_id(run.run_request))
+        model = self.services.config.model(run.observed.requested_model)
         mine = (opened.request_id, opened.generation) == (run.request_id, run.output.cursor_run_id)
         if not mine or model is None or opened.calls != [c.call_id for c in valid]:
             return
